@@ -1,0 +1,82 @@
+"""`torchdoctor ask`: text triage -> symptoms -> route -> fix reports."""
+
+from __future__ import annotations
+
+import sys
+
+from torchdoctor import exitcodes
+from torchdoctor.model import Report
+from torchdoctor.textinput import InputError, clean, decode
+
+
+def read_text(parts: list[str]) -> str:
+    """The text to triage: the arguments, or standard input for `-` (or a pipe)."""
+    if parts == ["-"] or (not parts and not sys.stdin.isatty()):
+        return decode(sys.stdin.buffer.read(), "standard input")
+    if not parts:
+        raise InputError('nothing to triage: describe the problem (`torchdoctor ask "loss is NaN"`) or pipe an error into `torchdoctor ask -`.')
+    if "-" in parts:
+        raise InputError("`-` (read standard input) cannot be combined with other text.")
+    return clean(" ".join(parts), "the text")
+
+
+def build_report(text: str, answer: int | None = None, interactive: bool = False) -> Report:
+    """Triage `text`; answer its clarifying question if one is needed and possible."""
+    from torchdoctor.diagnosis import diagnose
+    from torchdoctor.triage import answer as answer_question
+    from torchdoctor.triage import triage
+
+    result = triage(text)
+    if result.question is not None:
+        choice = answer
+        if choice is None and interactive:
+            choice = prompt(result.question)
+        if choice is not None:
+            if not 1 <= choice <= len(result.question.choices):
+                raise InputError(f"--answer must be between 1 and {len(result.question.choices)} for this question.")
+            answered = answer_question(result.question, choice, text)
+            for c in result.contexts:
+                if c not in answered.contexts:
+                    answered.contexts.append(c)
+            result = answered
+    report = Report(
+        command="ask",
+        target=_clip(text),
+        symptoms=result.symptoms,
+        contexts=result.contexts,
+        question=result.question,
+    )
+    if result.question is None:
+        diagnose(report)
+    return report
+
+
+def prompt(question) -> int | None:
+    """Ask the question on the terminal; None when the user gives no usable answer."""
+    sys.stderr.write(f"\n{question.text}\n")
+    for n, c in enumerate(question.choices, 1):
+        sys.stderr.write(f"  {n}. {c.label}\n")
+    try:
+        raw = input(f"Choose 1-{len(question.choices)}: ").strip()
+    except EOFError:
+        return None
+    return int(raw) if raw.isdigit() and 1 <= int(raw) <= len(question.choices) else None
+
+
+def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
+    from torchdoctor.render import render
+
+    try:
+        text = read_text(parts)
+        interactive = parts not in ([], ["-"]) and sys.stdin.isatty() and sys.stdout.isatty() and fmt == "text"
+        report = build_report(text, answer, interactive)
+    except InputError as exc:
+        sys.stderr.write(f"torchdoctor: {exc}\n")
+        return exitcodes.USAGE
+    render(report, fmt)
+    return exitcodes.QUESTION if report.question is not None else exitcodes.OK
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,113 @@
+"""The `torchdoctor` command line.
+
+Start-up matters: `ask`, `routes`, `explain`, `check` and `schema` answer at
+once, so this module imports only typer; each command imports what it needs,
+and nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from torchdoctor import exitcodes
+
+app = typer.Typer(
+    name="torchdoctor",
+    help="A diagnostic assistant for PyTorch training: names the symptom, routes it to the right "
+    "specialist and prints a targeted fix report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="text | json | markdown")]
+
+
+def fail(message: str, code: int = exitcodes.USAGE) -> typer.Exit:
+    """Print a one-line error to stderr and return the Exit to raise."""
+    sys.stderr.write(f"torchdoctor: {message}\n")
+    return typer.Exit(code)
+
+
+def check_format(fmt: str, allowed: tuple[str, ...] = ("text", "json", "markdown")) -> str:
+    if fmt not in allowed:
+        raise fail(f"unknown format {fmt!r}; choose one of: {', '.join(allowed)}")
+    return fmt
+
+
+@app.command()
+def ask(
+    text: Annotated[
+        list[str] | None,
+        typer.Argument(help="What goes wrong, in your words, or a pasted error. `-` reads standard input."),
+    ] = None,
+    fmt: FormatOpt = "text",
+    answer: Annotated[
+        int | None, typer.Option("--answer", "-a", help="Answer the clarifying question with choice N.")
+    ] = None,
+) -> None:
+    """Name the symptom in a description or an error message and print the fix reports."""
+    from torchdoctor.ask import run_ask
+
+    check_format(fmt)
+    raise typer.Exit(run_ask(text or [], fmt, answer))
+
+
+@app.command()
+def routes(fmt: FormatOpt = "text") -> None:
+    """Print the symptom routing table."""
+    from torchdoctor.routes_table import print_routes
+
+    check_format(fmt)
+    print_routes(fmt)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON schema of the report (every --format json output)."""
+    from torchdoctor.schema import schema_text
+
+    sys.stdout.write(schema_text())
+
+
+@app.command()
+def demo(fmt: FormatOpt = "text") -> None:
+    """Diagnose the bundled example training script end to end."""
+    from torchdoctor.demo.main import run_demo
+
+    check_format(fmt)
+    raise typer.Exit(run_demo(fmt))
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules (each imports only typer at top level)."""
+    from torchdoctor import cli_check, cli_run
+
+    cli_check.register(app)
+    cli_run.register(app)
+
+
+def main() -> None:
+    _register_optional()
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("torchdoctor: interrupted\n")
+        sys.exit(exitcodes.INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - never show a user a traceback
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"torchdoctor: internal error: {type(exc).__name__}: {exc} "
+            "(set TORCHDOCTOR_DEBUG=1 for the traceback, and please report it)\n"
+        )
+        sys.exit(exitcodes.INTERNAL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The data model every door ends in: Symptom -> Route -> FixReport -> Report.
+
+Plain dataclasses, no torch. `Report.to_dict()` is the JSON contract described
+by `torchdoctor/schema/report.schema.json` (see `torchdoctor schema`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = "1.0"
+
+SPECIALISTS: tuple[str, ...] = (
+    "memory",
+    "module-design",
+    "distributed",
+    "mixed-precision",
+    "profiling",
+    "debugging",
+    "checkpointing",
+    "autograd",
+)
+
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
+
+# Where a piece of evidence came from: a user's sentence, a pasted error
+# message, a static rule reading the source, or a probe measuring a run.
+EVIDENCE_KINDS: tuple[str, ...] = ("text", "error", "static", "probe")
+
+
+def _plain(value: Any) -> Any:
+    """Turn dataclasses (recursively) into JSON-ready dicts and lists."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Serialisable:
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass
+class Location(_Serialisable):
+    """A place in the user's code."""
+
+    path: str
+    line: int | None = None
+    col: int | None = None
+    end_line: int | None = None
+    function: str | None = None
+    code: str | None = None  # the source line, stripped
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}" if self.line else self.path
+
+
+@dataclass
+class Evidence(_Serialisable):
+    """One fact behind a symptom: what gave it away, in words and numbers."""
+
+    kind: str  # one of EVIDENCE_KINDS
+    summary: str  # one line in words
+    quote: str | None = None  # the user's words or the error line that matched
+    values: dict[str, Any] = field(default_factory=dict)  # measured or extracted numbers
+    source: str | None = None  # signature id, rule code or probe name
+    location: Location | None = None
+
+
+@dataclass
+class Symptom(_Serialisable):
+    """A catalogue id (rules/data/symptoms.toml) with where and how sure."""
+
+    id: str
+    confidence: float = 1.0  # 0..1
+    severity: str = "warning"
+    evidence: list[Evidence] = field(default_factory=list)
+    location: Location | None = None
+    step: int | None = None
+    rank: int | None = None
+    # Filled from the catalogue by `catalog.describe`; kept on the object so
+    # renderers need not look anything up.
+    title: str = ""
+    specialist: str = ""  # primary specialist
+    specialists: list[str] = field(default_factory=list)  # the catalogue route
+
+
+@dataclass
+class RouteStep(_Serialisable):
+    """One specialist on the route, and why it stands where it stands."""
+
+    specialist: str
+    why: str
+    symptoms: list[str] = field(default_factory=list)
+    row: str | None = None  # id of the routing-table row that decided, if any
+
+
+@dataclass
+class Fix(_Serialisable):
+    """One change, ranked by expected effect within its FixReport."""
+
+    title: str
+    why: str
+    verify: str
+    snippet: str | None = None
+    applies_when: str | None = None  # the narrow case a piece of advice is limited to
+    location: Location | None = None  # the user's line it is about, when known
+
+
+@dataclass
+class FixReport(_Serialisable):
+    """What one specialist says: diagnosis, evidence, ranked fixes, next steps."""
+
+    specialist: str
+    name: str
+    diagnosis: str
+    symptoms: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Choice(_Serialisable):
+    label: str
+    symptoms: list[str] = field(default_factory=list)
+    contexts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Question(_Serialisable):
+    """One clarifying question, asked instead of guessing."""
+
+    id: str
+    text: str
+    choices: list[Choice]
+    specialist: str | None = None  # the area the question belongs to, if any
+
+
+@dataclass
+class Finding(_Serialisable):
+    """A static rule's match at a place in a file (`torchdoctor check`)."""
+
+    code: str
+    name: str
+    severity: str
+    symptom: str
+    specialist: str
+    path: str
+    line: int
+    col: int
+    message: str
+    fix: str
+    end_line: int | None = None
+    end_col: int | None = None
+
+
+@dataclass
+class RunInfo(_Serialisable):
+    """How a `torchdoctor run` ended."""
+
+    exit_code: int | None
+    steps_completed: int
+    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    duration_s: float
+    command: list[str] = field(default_factory=list)
+    signal: str | None = None
+    ranks: int = 1
+
+
+@dataclass
+class Report(_Serialisable):
+    """Everything a door found; every renderer reads only this."""
+
+    command: str  # ask | check | run | demo
+    target: str | None = None
+    symptoms: list[Symptom] = field(default_factory=list)
+    contexts: list[str] = field(default_factory=list)
+    route: list[RouteStep] = field(default_factory=list)
+    reports: list[FixReport] = field(default_factory=list)
+    question: Question | None = None
+    findings: list[Finding] = field(default_factory=list)
+    run: RunInfo | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema_version: str = SCHEMA_VERSION
+    tool: dict[str, str] = field(default_factory=lambda: {"name": "torchdoctor", "version": _version()})
+
+    def worst_severity(self) -> str | None:
+        levels = [f.severity for f in self.findings] + [s.severity for s in self.symptoms]
+        return max(levels, key=SEVERITY_RANK.__getitem__) if levels else None
+
+
+def _version() -> str:
+    from torchdoctor import __version__
+
+    return __version__

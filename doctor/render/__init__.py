@@ -1,0 +1,65 @@
+"""Report renderers. Every renderer reads only the `Report`.
+
+text      rich panels on a terminal; plain text when piped or NO_COLOR is set
+json      the Report schema (`torchdoctor schema`)
+markdown  for a PR comment or an issue
+sarif     SARIF 2.1.0 (check only)
+github    GitHub workflow-command annotations (check only)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TextIO
+
+from torchdoctor.model import Report
+
+FORMATS = ("text", "json", "markdown", "sarif", "github")
+
+
+def wants_rich(stream: TextIO) -> bool:
+    """Rich output only on a real terminal, and never with NO_COLOR or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+
+
+def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> None:
+    stream = stream or sys.stdout
+    if fmt == "json":
+        stream.write(to_json(report) + "\n")
+        return
+    if fmt == "sarif":
+        from torchdoctor.render.sarif import to_sarif
+
+        stream.write(json.dumps(to_sarif(report), indent=2) + "\n")
+        return
+    if fmt == "github":
+        from torchdoctor.render.github import to_annotations
+
+        stream.write(to_annotations(report))
+        return
+    from torchdoctor.render.compose import compose
+
+    blocks = compose(report)
+    if fmt == "markdown":
+        from torchdoctor.render import markdown
+
+        stream.write(markdown.render(blocks))
+    elif wants_rich(stream):
+        from torchdoctor.render import rich_text
+
+        rich_text.render(blocks, stream)
+    else:
+        from torchdoctor.render import plain
+
+        stream.write(plain.render(blocks))

@@ -1,0 +1,121 @@
+"""Report -> document blocks, shared by the plain, rich and Markdown formats."""
+
+from __future__ import annotations
+
+from torchdoctor.model import Fix, FixReport, Report, Symptom
+from torchdoctor.render.document import Block, Bullets, Code, Heading, Section, Text
+
+EFFECT = ("most effective first",)
+
+
+def compose(report: Report) -> list[Block]:
+    blocks: list[Block] = [Heading(_title(report))]
+    for note in report.notes:
+        blocks.append(Text(note, "dim"))
+    if report.run is not None:
+        from torchdoctor.render.run_summary import run_blocks
+
+        blocks += run_blocks(report)
+    if report.findings:
+        from torchdoctor.render.findings import findings_blocks
+
+        blocks += findings_blocks(report)
+    if report.question is not None:
+        blocks.append(_question(report))
+        return blocks
+    if report.symptoms:
+        blocks.append(_symptoms(report.symptoms))
+    if report.route:
+        blocks.append(
+            Section(
+                "Route",
+                [Bullets([f"{step.specialist} — {step.why}" for step in report.route], numbered=True)],
+            )
+        )
+    for n, fix_report in enumerate(report.reports, 1):
+        blocks.append(_fix_report(n, fix_report))
+    if not report.symptoms and not report.findings and report.question is None:
+        blocks.append(Text("No symptoms found.", "ok"))
+    return blocks
+
+
+def _title(report: Report) -> str:
+    if report.command == "ask":
+        return "torchdoctor ask"
+    if report.target:
+        return f"torchdoctor {report.command} {report.target}"
+    return f"torchdoctor {report.command}"
+
+
+def _symptoms(symptoms: list[Symptom]) -> Section:
+    blocks: list[Block] = []
+    for s in symptoms:
+        where = ""
+        if s.location is not None and s.location.line:
+            where = f" at {s.location}"
+        if s.step is not None:
+            where += f", step {s.step}"
+        if s.rank is not None:
+            where += f", rank {s.rank}"
+        sure = "" if s.confidence >= 0.95 else f" (confidence {s.confidence:.0%})"
+        blocks.append(Text(f"{s.id} — {s.title}{where}{sure}", _SEVERITY_STYLE.get(s.severity, "")))
+        given_away = []
+        for ev in s.evidence[:4]:
+            line = ev.summary
+            if ev.quote and ev.kind in ("error", "text") and ev.quote not in line:
+                line += f': "{_clip(ev.quote)}"'
+            given_away.append(line)
+        if given_away:
+            blocks.append(Bullets(given_away))
+    return Section("Symptoms", blocks)
+
+
+def _fix_report(n: int, fr: FixReport) -> Section:
+    blocks: list[Block] = [Text(fr.diagnosis, "bold")]
+    if fr.evidence:
+        blocks.append(Text("Evidence", "dim"))
+        blocks.append(Bullets(_unique(fr.evidence)[:6]))
+    for i, fix in enumerate(fr.fixes, 1):
+        blocks += _fix(i, fix)
+    if fr.next_steps:
+        blocks.append(Text("Next diagnostic step", "dim"))
+        blocks.append(Bullets(fr.next_steps))
+    return Section(f"{n}. {fr.name}", blocks)
+
+
+def _fix(i: int, fix: Fix) -> list[Block]:
+    where = f" ({fix.location})" if fix.location is not None and fix.location.line else ""
+    out: list[Block] = [Text(f"Fix {i}: {fix.title}{where}", "info")]
+    if fix.applies_when:
+        out.append(Text(f"Applies when: {fix.applies_when}", "dim"))
+    if fix.snippet:
+        out.append(Code(fix.snippet, "bash" if fix.snippet.startswith(("PYTORCH_", "torchdoctor ", "NCCL_", "TORCH_")) else "python"))
+    out.append(Text(f"Why: {fix.why}"))
+    out.append(Text(f"Verify: {fix.verify}"))
+    return out
+
+
+def _question(report: Report) -> Section:
+    q = report.question
+    assert q is not None
+    items = [c.label for c in q.choices]
+    return Section(
+        "One question first",
+        [
+            Text(q.text, "bold"),
+            Bullets(items, numbered=True),
+            Text("Answer with `torchdoctor ask --answer N \"…\"`, or describe the problem in more detail.", "dim"),
+        ],
+    )
+
+
+_SEVERITY_STYLE = {"error": "error", "warning": "warning", "info": "info"}
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,54 @@
+"""A tiny document model between a Report and its text formats.
+
+`compose.py` turns a Report into these blocks once; the plain, rich and
+Markdown backends only decide how each block looks. That keeps the three text
+formats saying the same things in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 1
+
+
+@dataclass
+class Text:
+    text: str
+    style: str = ""  # "", "bold", "dim", "error", "warning", "info", "ok"
+
+
+@dataclass
+class Bullets:
+    items: list[str]
+    numbered: bool = False
+
+
+@dataclass
+class Code:
+    code: str
+    language: str = "python"
+
+
+@dataclass
+class Frame:
+    """Lines of a user's file around a finding, one of them marked."""
+
+    path: str
+    first_line: int
+    lines: list[str]
+    mark_line: int
+
+
+@dataclass
+class Section:
+    title: str
+    blocks: list = field(default_factory=list)
+    style: str = ""  # a severity or "" for a specialist panel
+
+
+Block = Heading | Text | Bullets | Code | Frame | Section

@@ -1,0 +1,50 @@
+"""Reading and validating what a user pastes or pipes into `torchdoctor ask`."""
+
+from __future__ import annotations
+
+import re
+
+MAX_BYTES = 512 * 1024  # a traceback is a few KiB; a whole log should be cut to its end
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+
+
+class InputError(ValueError):
+    """A one-line, user-facing reason the input cannot be triaged."""
+
+
+def decode(data: bytes, where: str = "standard input") -> str:
+    if len(data) > MAX_BYTES:
+        raise InputError(
+            f"{where} is {len(data) / 1024:.0f} KiB; torchdoctor reads at most {MAX_BYTES // 1024} KiB. "
+            "Pass the end of the log, e.g. `python train.py 2>&1 | tail -n 200 | torchdoctor ask -`."
+        )
+    if b"\x00" in data:
+        raise InputError(f"{where} contains NUL bytes: it looks like a binary file, not text.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not UTF-8 text (invalid byte at offset {exc.start}).") from None
+    return clean(text, where)
+
+
+def clean(text: str, where: str = "the text") -> str:
+    """Strip terminal colour codes and carriage returns; reject other control characters."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # argv bytes that were not UTF-8 arrive as lone surrogates
+        raise InputError(f"{where} is not UTF-8 text (invalid byte at character {exc.start}).") from None
+    if size > MAX_BYTES:
+        raise InputError(f"{where} is longer than {MAX_BYTES // 1024} KiB; pass the end of the log instead.")
+    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    bad = _CONTROL.search(text)
+    if bad:
+        raise InputError(
+            f"{where} contains a control character (U+{ord(bad.group()):04X} at offset {bad.start()}): not plain text."
+        )
+    if "\x1b" in text:
+        raise InputError(f"{where} contains a stray escape character: not plain text.")
+    if not text.strip():
+        raise InputError(f"{where} is empty: describe the problem or paste the error message.")
+    return text

@@ -1,0 +1,1 @@
+"""Run-time instruments that live inside the user's process."""

@@ -1,0 +1,3 @@
+"""Diagnostic criteria: the symptom catalogue, the routing table, error
+signatures and text-triage vocabulary (data, in `data/`), and the static rules.
+"""

@@ -1,0 +1,12 @@
+"""Specialist: autograd (placeholder until its handlers are written)."""
+
+from __future__ import annotations
+
+from torchdoctor.specialists.base import Advice, Case, Specialist
+
+SPECIALIST = Specialist("autograd")
+
+
+@SPECIALIST.general
+def general(case: Case) -> Advice:
+    return Advice(f"{case.symptom.title}.", [], [])

@@ -1,0 +1,12 @@
+"""Specialist: distributed (placeholder until its handlers are written)."""
+
+from __future__ import annotations
+
+from torchdoctor.specialists.base import Advice, Case, Specialist
+
+SPECIALIST = Specialist("distributed")
+
+
+@SPECIALIST.general
+def general(case: Case) -> Advice:
+    return Advice(f"{case.symptom.title}.", [], [])
