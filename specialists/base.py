@@ -9,6 +9,7 @@ for all its symptoms into one `FixReport`, primary symptom first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -28,9 +29,15 @@ class Case:
 
     @property
     def script(self) -> str:
-        """The script to name in commands: the user's own, or a placeholder."""
-        if self.target and self.target.endswith(".py"):
-            return self.target
+        """The script to name in commands: the user's own, or a placeholder.
+
+        `ask` keeps the user's sentence as its target, so only a single path
+        ending in .py counts; a located symptom names its own file.
+        """
+        loc = self.location
+        for candidate in (loc.path if loc is not None else None, self.target):
+            if candidate and candidate.endswith(".py") and not any(ch.isspace() for ch in candidate):
+                return candidate
         return "train.py"
 
     def value(self, key: str, default=None):
@@ -39,6 +46,82 @@ class Case:
             if key in ev.values:
                 return ev.values[key]
         return default
+
+    def _first(self, keys: tuple[str, ...]):
+        for key in keys:
+            v = self.value(key)
+            if v is not None:
+                return v
+        return None
+
+    def num(self, *keys: str) -> float | None:
+        """The first numeric value among `keys` (aliases), or None when missing or not a number."""
+        for key in keys:
+            v = self.value(key)
+            if isinstance(v, str):
+                try:
+                    v = float(v.strip().rstrip("%"))
+                except ValueError:
+                    continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:  # v != v: NaN
+                continue
+            return v
+        return None
+
+    def text(self, *keys: str) -> str | None:
+        """The first non-empty string value among `keys`, stripped, or None."""
+        for key in keys:
+            v = self.value(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = str(v)
+            if isinstance(v, str) and v.strip():
+                return v.strip()
+        return None
+
+    def names(self, *keys: str) -> list[str]:
+        """A list of names: a list of strings, or one string like '"a", "b"' or 'a, b'."""
+        v = self._first(keys)
+        if isinstance(v, str):
+            v = v.strip().strip("[]()").split(",")
+        if not isinstance(v, (list, tuple)):
+            return []
+        out = [str(x).strip().strip("'\"` ") for x in v if isinstance(x, (str, int))]
+        return [x for x in out if x]
+
+    def dims(self, *keys: str) -> list[int]:
+        """A shape as a list of ints, from a list or a string ('64x512', '[64, 512]', 'torch.Size([2, 3])')."""
+        v = self._first(keys)
+        if isinstance(v, (list, tuple)):
+            return [int(x) for x in v if isinstance(x, int) and not isinstance(x, bool)]
+        if isinstance(v, str):
+            return [int(d) for d in re.findall(r"-?\d+", v)]
+        return []
+
+    @property
+    def sources(self) -> set[str]:
+        """The signature ids, rule codes and probe names behind the evidence."""
+        return {ev.source for ev in self.symptom.evidence if ev.source}
+
+    @property
+    def step(self) -> int | None:
+        if self.symptom.step is not None:
+            return self.symptom.step
+        v = self.num("step")
+        return int(v) if v is not None else None
+
+    @property
+    def rank(self) -> int | None:
+        if self.symptom.rank is not None:
+            return self.symptom.rank
+        v = self.num("rank")
+        return int(v) if v is not None else None
+
+    def rule_code(self, family: str) -> str:
+        """The static rule that raised this symptom (e.g. TD301), else the family prefix (TD3)."""
+        for ev in self.symptom.evidence:
+            if ev.kind == "static" and ev.source and ev.source.startswith(family) and len(ev.source) == 5:
+                return ev.source
+        return family
 
     @property
     def location(self) -> Location | None:
@@ -110,7 +193,7 @@ class Specialist:
         handler = self.handlers.get(case.symptom.id, self._general)
         if handler is None:
             raise LookupError(f"specialist {self.id} has no handler for {case.symptom.id} and no general one")
-        return handler(case)
+        return _anchor(handler(case), case, dedicated=handler is not self._general)
 
     def consult(
         self,
@@ -149,6 +232,40 @@ class Specialist:
             fixes=fixes,
             next_steps=next_steps,
         )
+
+
+def _anchor(advice: Advice, case: Case, dedicated: bool) -> Advice:
+    """Make sure located evidence reaches the report: the diagnosis names the
+    line, and (for a dedicated handler) a fix points at it. Handlers do this
+    themselves where they know which fix the line belongs to. General advice
+    from another specialist's angle names the line but pins no fix to it: its
+    fixes are not changes to that line."""
+    if advice.diagnosis[:1].islower():
+        advice.diagnosis = advice.diagnosis[0].upper() + advice.diagnosis[1:]
+    loc = case.location
+    if loc is None or not loc.line:
+        return advice
+    if f"line {loc.line}" not in advice.diagnosis:
+        advice.diagnosis = f"At {case.at()}: {advice.diagnosis}"
+    if not dedicated:
+        for fix in advice.fixes:
+            if fix.location == loc:
+                fix.location = None
+        return advice
+    if advice.fixes and not any(f.location is not None for f in advice.fixes):
+        code_fix = next((f for f in advice.fixes if f.snippet and not is_shell(f.snippet)), advice.fixes[0])
+        code_fix.location = loc
+    return advice
+
+
+_SHELL = re.compile(
+    r"^(?:[A-Z][A-Z0-9_]*=\S*\s|(?:torchdoctor|python3?|torchrun|py-spy|nvidia-smi|pip|git|docker|head|df|nc|ulimit)\b)"
+)
+
+
+def is_shell(snippet: str) -> bool:
+    """A snippet that is a shell command line rather than Python."""
+    return bool(_SHELL.match(snippet.lstrip()))
 
 
 def _describe(ev) -> str:

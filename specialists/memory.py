@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.model import Fix
 from torchdoctor.specialists.base import Advice, Case, Specialist
+from torchdoctor.specialists.units import count, gib, mib
 
 SPECIALIST = Specialist("memory")
 
@@ -13,20 +14,20 @@ torch.cuda.memory._record_memory_history(max_entries=100_000)
 torch.cuda.memory._dump_snapshot("oom_snapshot.pickle")  # open at pytorch.org/memory_viz"""
 
 
-def _gib(value) -> str:
-    return f"{value:.2f} GiB" if isinstance(value, (int, float)) else str(value)
-
-
-def _fragmentation_fix() -> Fix:
+def _fragmentation_fix(case: Case) -> Fix:
     return Fix(
         title="Let the caching allocator grow segments instead of fragmenting",
-        snippet="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py",
+        snippet=f"PYTORCH_ALLOC_CONF=expandable_segments:True python {case.script}",
         why=(
             "Memory reserved by PyTorch but not allocated is held in blocks too small for the "
-            "request; expandable segments map more memory into an existing segment instead."
+            "request; expandable segments map more memory into an existing segment instead of "
+            "carving fixed-size ones."
         ),
         verify="The OOM message's 'reserved by PyTorch but unallocated' figure drops, and the run passes the step.",
-        applies_when="CUDA only; set it before the first CUDA allocation (in the environment, not mid-script).",
+        applies_when=(
+            "CUDA only; set it in the environment before the first CUDA allocation. PYTORCH_ALLOC_CONF is "
+            "the current name; the older PYTORCH_CUDA_ALLOC_CONF is still read."
+        ),
     )
 
 
@@ -40,9 +41,9 @@ def _checkpointing_fix() -> Fix:
             "        x = checkpoint(block, x, use_reentrant=False)\n"
             "    return x"
         ),
-        why="Activations of checkpointed blocks are recomputed in backward instead of stored (about 30% more compute).",
+        why="Activations inside checkpointed blocks are recomputed in backward instead of stored (about one extra forward of compute).",
         verify="torch.cuda.max_memory_allocated() after one step is lower than before.",
-        applies_when="When activations, not parameters or optimizer state, dominate the peak (deep nets, long sequences).",
+        applies_when="Activations, not parameters or optimizer state, dominate the peak (deep nets, long sequences).",
     )
 
 
@@ -60,62 +61,90 @@ def _bf16_fix() -> Fix:
     )
 
 
+def _accumulation_fix() -> Fix:
+    return Fix(
+        title="Keep the batch, halve the micro-batch: gradient accumulation",
+        snippet=(
+            "accum = 2\nfor i, (x, y) in enumerate(loader):  # loader with batch_size // accum\n"
+            "    loss = criterion(model(x), y) / accum\n    loss.backward()\n"
+            "    if (i + 1) % accum == 0:\n        optimizer.step()\n        optimizer.zero_grad()"
+        ),
+        why="Peak activation memory scales with the micro-batch; the effective batch and the gradients stay the same.",
+        verify="The step that failed now passes; the loss curve matches the larger batch.",
+    )
+
+
+def _optimizer_state_fix() -> Fix:
+    return Fix(
+        title="Shrink optimizer state: fused AdamW, or a sharded / 8-bit optimizer",
+        snippet=(
+            "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n"
+            "# several GPUs: shard the state instead of replicating it\n"
+            "from torch.distributed.optim import ZeroRedundancyOptimizer\n"
+            "optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
+        ),
+        why="Adam keeps two fp32 tensors per parameter (8 bytes per parameter); ZeRO splits them across ranks.",
+        verify="The optimizer-state share of the peak drops (torchdoctor's memory probe prints the split).",
+        applies_when="Optimizer state is a large share of the peak (large models, small activations).",
+    )
+
+
+def _inference_fix(case: Case | None = None) -> Fix:
+    return Fix(
+        title="Run validation without building autograd graphs",
+        snippet="model.eval()\nwith torch.inference_mode():\n    for x, y in val_loader:\n        ...\nmodel.train()",
+        why="Under grad mode every validation forward keeps its activations alive for a backward that never comes.",
+        verify="Validation peak memory falls to roughly the size of one forward pass.",
+        location=case.location if case is not None else None,
+    )
+
+
 @SPECIALIST.handles("oom")
 def out_of_memory(case: Case) -> Advice:
-    requested = case.value("requested_gib")
-    total = case.value("total_gib")
-    reserved_free = case.value("reserved_unallocated_gib")
-    allocated = case.value("allocated_gib")
-    fixes: list[Fix] = []
+    requested = case.num("requested_gib")
+    total = case.num("total_gib")
+    free = case.num("free_gib")
+    reserved_free = case.num("reserved_unallocated_gib")
+    allocated = case.num("allocated_gib")
+    peak = case.num("peak_gib")
     numbers = ""
+    if total is None and case.num("max_allowed_gib") is not None:
+        total = case.num("max_allowed_gib")
     if requested is not None:
-        numbers = f" It asked for {_gib(requested)}"
+        numbers = f" It asked for {gib(requested)}"
         if total is not None:
-            numbers += f" on a {_gib(total)} device"
+            numbers += f" on a {gib(total)} device"
+        if free is not None:
+            numbers += f" with {gib(free)} free"
         if allocated is not None:
-            numbers += f" with {_gib(allocated)} already allocated by tensors"
+            numbers += f" and {gib(allocated)} held by live tensors"
         numbers += "."
-    fragmented = (
-        isinstance(reserved_free, (int, float))
-        and isinstance(requested, (int, float))
-        and reserved_free >= requested
-    )
+    elif peak is not None:
+        numbers = f" The measured peak before the failure was {gib(peak)}."
+    if case.step is not None:
+        numbers += f" It failed at step {case.step}."
+    fragmented = reserved_free is not None and requested is not None and reserved_free >= requested
+    fixes: list[Fix] = []
+    if "cpu-alloc-failed" in case.sources:
+        return _host_allocation(case, requested)
     if fragmented:
         diagnosis = (
             f"The allocator ran out of contiguous memory, not of memory:{numbers} "
-            f"{_gib(reserved_free)} were reserved but unallocated, more than the request — fragmentation."
+            f"{gib(reserved_free)} were reserved but unallocated, more than the request — fragmentation."
         )
-        fixes.append(_fragmentation_fix())
+        fixes.append(_fragmentation_fix(case))
     else:
         diagnosis = (
             "The step needs more device memory than is free." + numbers
             + " Find out whether parameters, optimizer state or activations dominate before cutting the batch."
         )
+        if case.step is not None and case.step > 1:
+            diagnosis += " Failing only after the first steps points at growth (a leak) or at the first optimizer step allocating its state."
     if case.has("eval"):
-        fixes.append(
-            Fix(
-                title="Run validation without building autograd graphs",
-                snippet="model.eval()\nwith torch.inference_mode():\n    for x, y in val_loader:\n        ...",
-                why="Under grad mode every validation forward keeps its activations alive until the output is freed.",
-                verify="Validation peak memory falls to roughly the size of one forward pass.",
-            )
-        )
-    fixes += [
-        _bf16_fix(),
-        _checkpointing_fix(),
-        Fix(
-            title="Keep the batch, halve the micro-batch: gradient accumulation",
-            snippet=(
-                "accum = 2\nfor i, (x, y) in enumerate(loader):  # loader with batch_size // accum\n"
-                "    loss = criterion(model(x), y) / accum\n    loss.backward()\n"
-                "    if (i + 1) % accum == 0:\n        optimizer.step()\n        optimizer.zero_grad()"
-            ),
-            why="Peak activation memory scales with the micro-batch; the effective batch and the gradients stay the same.",
-            verify="The step that failed now passes; the loss curve matches the larger batch.",
-        ),
-    ]
+        fixes.append(_inference_fix(case))
+    fixes += [_bf16_fix(), _checkpointing_fix(), _accumulation_fix()]
     if not fragmented:
-        fixes.append(_fragmentation_fix())
+        fixes.append(_fragmentation_fix(case))
     next_steps = [
         f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak and splits it into parameters, "
         "gradients, optimizer state and activations; add `--gpu-memory 10GiB` for a fit verdict.",
@@ -124,12 +153,42 @@ def out_of_memory(case: Case) -> Advice:
     return Advice(diagnosis, fixes, next_steps)
 
 
+def _host_allocation(case: Case, requested: float | None) -> Advice:
+    size = f" of {gib(requested)}" if requested is not None else ""
+    return Advice(
+        f"The CPU allocator could not get an allocation{size} from host RAM: a tensor this large does not fit in "
+        "what the machine (or the container's memory limit) has left.",
+        [
+            Fix(
+                title="Load data lazily instead of materialising it in RAM",
+                snippet="data = np.load('features.npy', mmap_mode='r')   # pages are read on access\n"
+                "x = torch.from_numpy(np.ascontiguousarray(data[i]))",
+                why="A memory-mapped array keeps only the pages in use resident.",
+                verify="Process RSS stays well below the machine's memory.",
+                location=case.location,
+            ),
+            _accumulation_fix(),
+        ],
+        [f"`{case.run_cmd('memory', extra='--steps 5')}` records the process RSS per step."],
+    )
+
+
 @SPECIALIST.handles("memory-growth")
 def memory_growth(case: Case) -> Advice:
     where = case.at()
-    slope = case.value("slope_mib_per_step")
-    measured = f" Live memory grows by about {slope:.1f} MiB per step." if isinstance(slope, (int, float)) else ""
-    name = case.value("variable", "total_loss")
+    slope = case.num("slope_mib_per_step")
+    steps = case.num("steps_observed")
+    nodes = case.num("graph_nodes_per_step")
+    measured = ""
+    if slope is not None:
+        measured = f" Live memory grows by about {mib(slope)} per step"
+        measured += f" over {count(steps, 'step')}." if steps is not None else "."
+    if nodes is not None:
+        measured += f" The autograd graph kept alive grows by about {nodes:.0f} nodes per step."
+    growing = case.text("tensor")
+    if growing:
+        measured += f" What grows: {growing}."
+    name = case.text("variable") or "total_loss"
     if where:
         diagnosis = f"{where} keeps a tensor that still holds its autograd graph alive across steps.{measured}"
     else:
@@ -169,13 +228,22 @@ def memory_growth(case: Case) -> Advice:
 
 @SPECIALIST.handles("fragmentation")
 def fragmentation(case: Case) -> Advice:
-    reserved_free = case.value("reserved_unallocated_gib")
-    amount = f" ({_gib(reserved_free)} reserved but unallocated)" if reserved_free is not None else ""
+    reserved_free = case.num("reserved_unallocated_gib")
+    reserved = case.num("reserved_gib")
+    allocated = case.num("allocated_gib")
+    amount = ""
+    if reserved_free is not None:
+        amount = f" ({gib(reserved_free)} reserved but unallocated"
+        if reserved is not None:
+            amount += f" of {gib(reserved)} reserved"
+        amount += ")"
+    elif reserved is not None and allocated is not None:
+        amount = f" ({gib(reserved)} reserved for {gib(allocated)} of live tensors)"
     return Advice(
         f"The caching allocator holds memory it cannot hand out in one piece{amount}: allocations of varying sizes "
         "have fragmented its segments.",
         [
-            _fragmentation_fix(),
+            _fragmentation_fix(case),
             Fix(
                 title="Make shapes more regular",
                 snippet="# pad or bucket variable-length batches to a few fixed lengths\n"
@@ -189,39 +257,72 @@ def fragmentation(case: Case) -> Advice:
     )
 
 
+# The share of the peak each kind of memory has, as the memory probe reports it.
+_BREAKDOWN = (
+    ("activations_gib", "activations"),
+    ("optimizer_gib", "optimizer state"),
+    ("params_gib", "parameters"),
+    ("grads_gib", "gradients"),
+)
+
+
 @SPECIALIST.handles("high-memory")
 def high_memory(case: Case) -> Advice:
-    peak = case.value("peak_gib")
-    budget = case.value("budget_gib")
+    peak = case.num("peak_gib")
+    budget = case.num("budget_gib")
+    batch = case.num("batch_size")
+    at_batch = f" at batch size {batch:.0f}" if batch is not None else ""
     if peak is not None and budget is not None:
-        diagnosis = f"The measured peak of {_gib(peak)} is above the {_gib(budget)} budget."
+        verdict = "does not fit in" if peak > budget else "leaves little headroom in"
+        diagnosis = f"The measured peak of {gib(peak)}{at_batch} {verdict} the {gib(budget)} budget."
     elif peak is not None:
-        diagnosis = f"The measured peak is {_gib(peak)}, close to what the device has."
+        diagnosis = f"The measured peak is {gib(peak)}{at_batch}, close to what the device has."
     else:
         diagnosis = "To cut memory, first learn what dominates the peak: parameters, gradients, optimizer state or activations."
+    parts = [(case.num(key), label) for key, label in _BREAKDOWN]
+    known = [(v, label) for v, label in parts if v is not None]
+    dominant = max(known)[1] if known else None
+    if known:
+        diagnosis += " Split: " + ", ".join(f"{label} {gib(v)}" for v, label in sorted(known, reverse=True)) + "."
+    by_kind = {
+        "activations": [_bf16_fix(), _checkpointing_fix(), _accumulation_fix()],
+        "optimizer state": [_optimizer_state_fix(), _bf16_fix()],
+        "parameters": [_optimizer_state_fix(), _bf16_fix()],
+        "gradients": [_accumulation_fix(), _optimizer_state_fix()],
+    }
+    fixes = list(by_kind.get(dominant or "activations", by_kind["activations"]))
+    for extra in (_bf16_fix(), _checkpointing_fix(), _optimizer_state_fix()):
+        if extra.title not in {f.title for f in fixes}:
+            fixes.append(extra)
     return Advice(
         diagnosis,
-        [
-            _bf16_fix(),
-            _checkpointing_fix(),
-            Fix(
-                title="Free the gradients and use a lighter optimizer state",
-                snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n"
-                "optimizer.zero_grad()  # sets grads to None (the default since PyTorch 2.0)",
-                why="Adam keeps two fp32 states per parameter (8 bytes each); fused kernels avoid extra temporaries.",
-                verify="The optimizer-state share of the peak drops.",
-                applies_when="When optimizer state is a large share of the peak (large models, small activations).",
-            ),
-        ],
+        fixes,
         [f"`{case.run_cmd('memory', extra='--steps 5 --gpu-memory 10GiB')}` gives the peak breakdown and a fit verdict."],
     )
 
 
+_SHM = {"dataloader-shm-limit", "dataloader-bus-error", "shm-open-failed"}
+
+
 @SPECIALIST.handles("host-oom")
 def host_oom(case: Case) -> Advice:
+    if case.sources & _SHM:
+        return _shared_memory(case)
+    rss = case.num("rss_gib")
+    host_total = case.num("host_total_gib")
+    workers = case.num("num_workers")
+    facts = ""
+    if rss is not None:
+        facts = f" The script's processes held {gib(rss)} of host RAM"
+        facts += f" of {gib(host_total)}" if host_total is not None else ""
+        facts += f" with {count(workers, 'DataLoader worker')}." if workers is not None else "."
+    pid = case.num("worker_pid")
+    signal = case.text("signal")
+    if pid is not None:
+        facts += f" DataLoader worker (pid {pid:.0f}) was killed" + (f" by {signal}." if signal else ".")
     return Advice(
         "Host RAM ran out: the OOM killer ended a process (often a DataLoader worker); each worker holds a copy of "
-        "whatever the Dataset keeps in Python objects.",
+        "whatever the Dataset keeps in Python objects." + facts,
         [
             Fix(
                 title="Keep dataset storage in arrays or tensors, not Python lists of objects",
@@ -229,6 +330,7 @@ def host_oom(case: Case) -> Advice:
                 why="Forked workers share pages copy-on-write, but touching Python objects updates their refcounts "
                 "and copies the pages: lists of objects end up duplicated in every worker.",
                 verify="RSS per worker (psutil or top) stays flat instead of climbing over the epoch.",
+                location=case.location,
             ),
             Fix(
                 title="Use fewer workers or a smaller prefetch",
@@ -241,6 +343,36 @@ def host_oom(case: Case) -> Advice:
     )
 
 
+def _shared_memory(case: Case) -> Advice:
+    return Advice(
+        "DataLoader workers pass batches to the main process through shared memory (/dev/shm), and it is too small: "
+        "containers often mount only 64 MiB there.",
+        [
+            Fix(
+                title="Give the container more shared memory",
+                snippet=f"docker run --shm-size=8g ... python {case.script}",
+                why="Each in-flight batch of each worker lives in /dev/shm until the main process takes it.",
+                verify="`df -h /dev/shm` inside the container shows the new size; the workers no longer die.",
+                applies_when="Inside Docker or Kubernetes (there: an emptyDir volume with medium: Memory on /dev/shm).",
+            ),
+            Fix(
+                title="Or share tensors through files instead of shared-memory segments",
+                snippet="import torch.multiprocessing\ntorch.multiprocessing.set_sharing_strategy('file_system')",
+                why="The file_system strategy avoids per-tensor shm file descriptors (also the 'too many open files' error).",
+                verify="The loader runs a full epoch without bus errors.",
+                location=case.location,
+            ),
+            Fix(
+                title="Hold fewer batches in flight",
+                snippet="DataLoader(ds, batch_size=64, num_workers=2, prefetch_factor=2)",
+                why="Shared memory in use is about num_workers x prefetch_factor batches.",
+                verify="No bus error / shm error over an epoch.",
+            ),
+        ],
+        [f"`{case.run_cmd('data', extra='--steps 20')}` records each DataLoader's workers and prefetch."],
+    )
+
+
 @SPECIALIST.handles("empty-cache-in-loop")
 def empty_cache(case: Case) -> Advice:
     where = case.at("the training loop")
@@ -250,20 +382,66 @@ def empty_cache(case: Case) -> Advice:
         [
             Fix(
                 title="Remove empty_cache() from the loop",
-                snippet="# delete the call; if another process needs the memory, call it once after training",
+                snippet="for x, y in loader:\n    ...  # no empty_cache() inside the loop\n"
+                "torch.cuda.empty_cache()  # once after training, only if another process needs the memory",
                 why="The caching allocator reuses freed blocks; emptying the cache only hides memory from nvidia-smi.",
                 verify="Step time drops; torch.cuda.memory_allocated() is unchanged.",
                 location=case.location,
             )
         ],
-        [],
+        [f"`{case.check_cmd(case.rule_code('TD1'))}` lists every such call."],
+    )
+
+
+@SPECIALIST.handles("eval-without-no-grad")
+def eval_memory(case: Case) -> Advice:
+    extra = case.num("extra_gib")
+    cost = f" (measured: {gib(extra)} more than the same forward without grad)" if extra is not None else ""
+    where = case.at("Validation")
+    return Advice(
+        f"{where} runs forward passes with grad enabled: each keeps its activations for a backward that never "
+        f"comes{cost}.",
+        [_inference_fix(case)],
+        [f"`{case.run_cmd('memory', extra='--steps 20')}` compares memory in training and validation passes."],
+    )
+
+
+@SPECIALIST.handles("reentrant-checkpoint")
+def checkpoint_memory(case: Case) -> Advice:
+    where = case.at("torch.utils.checkpoint")
+    return Advice(
+        f"{where} runs without an explicit use_reentrant: PyTorch 2.13 warns and falls back to the reentrant "
+        "variant, which always recomputes whole blocks and, when no input of a block requires grad, returns an "
+        "output without a graph, so the block's parameters silently get no gradients.",
+        [
+            Fix(
+                title="Pass use_reentrant=False",
+                snippet="x = checkpoint(block, x, use_reentrant=False)",
+                why="The non-reentrant variant stops recomputing as soon as the needed activations exist, records "
+                "the graph so parameters get gradients even when the inputs do not require grad, and supports "
+                "torch.autograd.grad and nested backward.",
+                verify="No use_reentrant warning; peak memory with checkpointing is below the peak without it.",
+                location=case.location,
+            )
+        ],
+        [f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak with and without the change."],
     )
 
 
 @SPECIALIST.general
 def general(case: Case) -> Advice:
+    growing = case.num("slope_mib_per_step")
+    peak = case.num("peak_gib")
+    figures = []
+    if peak is not None:
+        figures.append(f"peak {gib(peak)}")
+    if growing is not None:
+        figures.append(f"growth {mib(growing)} per step")
+    measured = f" ({', '.join(figures)})" if figures else ""
+    symptom = case.symptom.title[:1].lower() + case.symptom.title[1:]
     return Advice(
-        "From the memory side: measure what holds memory at the peak before changing the model.",
+        f"From the memory side of {symptom}{measured}: measure what holds memory at the peak before changing the model.",
         [_bf16_fix(), _checkpointing_fix()],
         [f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak and what it is made of."],
     )
+

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from tests.conftest import ROOT, SHARED
-
 from torchdoctor.ask import build_report
 
 EVAL = SHARED / "eval" / "ask_public.jsonl"

@@ -89,7 +89,9 @@ def _fix(i: int, fix: Fix) -> list[Block]:
     if fix.applies_when:
         out.append(Text(f"Applies when: {fix.applies_when}", "dim"))
     if fix.snippet:
-        out.append(Code(fix.snippet, "bash" if fix.snippet.startswith(("PYTORCH_", "torchdoctor ", "NCCL_", "TORCH_")) else "python"))
+        from torchdoctor.specialists.base import is_shell
+
+        out.append(Code(fix.snippet, "bash" if is_shell(fix.snippet) else "python"))
     out.append(Text(f"Why: {fix.why}"))
     out.append(Text(f"Verify: {fix.verify}"))
     return out
