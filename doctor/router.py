@@ -36,10 +36,13 @@ def route(symptoms: list[Symptom], contexts: Iterable[str] = ()) -> list[RouteSt
     if row is not None:
         row_symptoms = [s.id for s in ordered if s.id in row["symptoms"]]
         for position, specialist in enumerate(row["order"]):
-            lead = "first" if position == 0 else "then"
+            if position == 0:
+                why = f"{row['label']} -> {specialist} first: {row['why']}"
+            else:
+                why = f"{row['label']} -> then {specialist}, once {row['order'][position - 1]} has narrowed the cause."
             steps[specialist] = RouteStep(
                 specialist=specialist,
-                why=f"{row['label']} -> {specialist} {lead}: {row['why']}",
+                why=why,
                 symptoms=list(row_symptoms),
                 row=row["id"],
             )

@@ -33,11 +33,16 @@ def _emit(block: Block, out: list[str], indent: str) -> None:
         out.append("")
     elif isinstance(block, Text):
         prefix = {"error": "error: ", "warning": "warning: "}.get(block.style, "")
+        if block.style == "info" and out and out[-1]:
+            out.append("")  # a fix title opens a new paragraph
         out += _wrap(prefix + block.text, indent)
     elif isinstance(block, Bullets):
         for n, item in enumerate(block.items, 1):
             mark = f"{n}. " if block.numbered else "- "
-            out += _wrap(mark + item, indent + "  ", " " * len(mark))
+            first, _, rest = item.partition("\n")
+            out += _wrap(mark + first, indent + "  ", " " * len(mark))
+            if rest:  # a multi-line item carries code: keep it verbatim, indented under the item
+                out += [f"{indent}  {' ' * len(mark)}  {line}" for line in rest.splitlines()]
     elif isinstance(block, Code):
         out += [f"{indent}    {line}" for line in block.code.splitlines()]
     elif isinstance(block, Frame):
