@@ -1,12 +1,20 @@
-"""`torchdoctor ask`: text triage -> symptoms -> route -> fix reports."""
+"""`torchdoctor ask`: text triage -> symptoms -> route -> fix reports.
+
+When the text is too vague to route, triage returns one clarifying question:
+on a terminal it is asked and the answer continues the triage; `--answer N`
+answers it up front; otherwise the question is printed (a `question` object in
+JSON) and the command exits with `exitcodes.QUESTION`.
+"""
 
 from __future__ import annotations
 
 import sys
 
 from torchdoctor import exitcodes
-from torchdoctor.model import Report
+from torchdoctor.model import Question, Report
 from torchdoctor.textinput import InputError, clean, decode
+
+PROMPT_TRIES = 3  # invalid answers tolerated on a terminal before giving up
 
 
 def read_text(parts: list[str]) -> str:
@@ -27,6 +35,7 @@ def build_report(text: str, answer: int | None = None, interactive: bool = False
     from torchdoctor.triage import triage
 
     result = triage(text)
+    notes: list[str] = []
     if result.question is not None:
         choice = answer
         if choice is None and interactive:
@@ -38,6 +47,10 @@ def build_report(text: str, answer: int | None = None, interactive: bool = False
             for c in result.contexts:
                 if c not in answered.contexts:
                     answered.contexts.append(c)
+            if not answered.symptoms:
+                notes.append(
+                    "Paste the whole error message or log: `python train.py 2>&1 | tail -n 200 | torchdoctor ask -`."
+                )
             result = answered
     report = Report(
         command="ask",
@@ -45,22 +58,32 @@ def build_report(text: str, answer: int | None = None, interactive: bool = False
         symptoms=result.symptoms,
         contexts=result.contexts,
         question=result.question,
+        notes=notes,
     )
     if result.question is None:
         diagnose(report)
     return report
 
 
-def prompt(question) -> int | None:
+def prompt(question: Question) -> int | None:
     """Ask the question on the terminal; None when the user gives no usable answer."""
     sys.stderr.write(f"\n{question.text}\n")
     for n, c in enumerate(question.choices, 1):
         sys.stderr.write(f"  {n}. {c.label}\n")
-    try:
-        raw = input(f"Choose 1-{len(question.choices)}: ").strip()
-    except EOFError:
-        return None
-    return int(raw) if raw.isdigit() and 1 <= int(raw) <= len(question.choices) else None
+    for _ in range(PROMPT_TRIES):
+        sys.stderr.write(f"Choose 1-{len(question.choices)} (Enter to skip): ")
+        sys.stderr.flush()
+        raw = sys.stdin.readline()
+        if not raw:  # end of input
+            sys.stderr.write("\n")
+            return None
+        raw = raw.strip()
+        if not raw:
+            return None
+        if raw.isdigit() and 1 <= int(raw) <= len(question.choices):
+            return int(raw)
+        sys.stderr.write(f"Please type a number from 1 to {len(question.choices)}.\n")
+    return None
 
 
 def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
@@ -68,7 +91,7 @@ def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
 
     try:
         text = read_text(parts)
-        interactive = parts not in ([], ["-"]) and sys.stdin.isatty() and sys.stdout.isatty() and fmt == "text"
+        interactive = answer is None and parts not in ([], ["-"]) and sys.stdin.isatty() and sys.stdout.isatty()
         report = build_report(text, answer, interactive)
     except InputError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")

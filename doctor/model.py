@@ -42,11 +42,29 @@ def _plain(value: Any) -> Any:
 
 
 class _Serialisable:
+    """Shared __repr__/__eq__/to_dict for the model's dataclasses.
+
+    The dataclasses below are declared with repr=False, eq=False and inherit
+    these instead: generating those methods per class costs several
+    milliseconds at import, and `torchdoctor ask` must start fast.
+    """
+
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
+        return f"{type(self).__name__}({inner})"
 
-@dataclass
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))  # type: ignore[arg-type]
+
+    __hash__ = None  # mutable records, like dataclasses with eq=True
+
+
+@dataclass(repr=False, eq=False)
 class Location(_Serialisable):
     """A place in the user's code."""
 
@@ -61,7 +79,7 @@ class Location(_Serialisable):
         return f"{self.path}:{self.line}" if self.line else self.path
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Evidence(_Serialisable):
     """One fact behind a symptom: what gave it away, in words and numbers."""
 
@@ -73,7 +91,7 @@ class Evidence(_Serialisable):
     location: Location | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Symptom(_Serialisable):
     """A catalogue id (rules/data/symptoms.toml) with where and how sure."""
 
@@ -91,7 +109,7 @@ class Symptom(_Serialisable):
     specialists: list[str] = field(default_factory=list)  # the catalogue route
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class RouteStep(_Serialisable):
     """One specialist on the route, and why it stands where it stands."""
 
@@ -101,7 +119,7 @@ class RouteStep(_Serialisable):
     row: str | None = None  # id of the routing-table row that decided, if any
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Fix(_Serialisable):
     """One change, ranked by expected effect within its FixReport."""
 
@@ -113,7 +131,7 @@ class Fix(_Serialisable):
     location: Location | None = None  # the user's line it is about, when known
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FixReport(_Serialisable):
     """What one specialist says: diagnosis, evidence, ranked fixes, next steps."""
 
@@ -126,14 +144,14 @@ class FixReport(_Serialisable):
     next_steps: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Choice(_Serialisable):
     label: str
     symptoms: list[str] = field(default_factory=list)
     contexts: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Question(_Serialisable):
     """One clarifying question, asked instead of guessing."""
 
@@ -143,7 +161,7 @@ class Question(_Serialisable):
     specialist: str | None = None  # the area the question belongs to, if any
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Finding(_Serialisable):
     """A static rule's match at a place in a file (`torchdoctor check`)."""
 
@@ -159,9 +177,21 @@ class Finding(_Serialisable):
     fix: str
     end_line: int | None = None
     end_col: int | None = None
+    cell: int | None = None  # notebooks: the 1-based cell (among all cells); line is within that cell
+    frame: dict[str, Any] | None = None  # {"first_line": n, "lines": [...]}: source lines around `line`
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
+class RunError(_Serialisable):
+    """The script's uncaught exception under `torchdoctor run`."""
+
+    type: str
+    message: str
+    location: Location | None = None  # the user's deepest frame
+    step: int | None = None  # optimizer steps completed when it was raised
+
+
+@dataclass(repr=False, eq=False)
 class RunInfo(_Serialisable):
     """How a `torchdoctor run` ended."""
 
@@ -172,9 +202,12 @@ class RunInfo(_Serialisable):
     command: list[str] = field(default_factory=list)
     signal: str | None = None
     ranks: int = 1
+    probes: list[str] = field(default_factory=list)  # the probes that ran
+    measurements: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> measured numbers (unit in key)
+    error: RunError | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Report(_Serialisable):
     """Everything a door found; every renderer reads only this."""
 

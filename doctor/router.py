@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from torchdoctor.model import RouteStep, Symptom
 from torchdoctor.rules import catalog
 
+STRONG_MARGIN = 0.25  # a symptom within this of the most confident one counts as strong
+
 
 def matching_row(symptom_ids: Iterable[str], contexts: Iterable[str]) -> dict | None:
     """The first precedence row whose condition holds, or None."""
@@ -32,7 +34,10 @@ def route(symptoms: list[Symptom], contexts: Iterable[str] = ()) -> list[RouteSt
     ordered = sorted(symptoms, key=lambda s: -s.confidence)  # stable: ties keep discovery order
     steps: dict[str, RouteStep] = {}
 
-    row = matching_row([s.id for s in ordered], contexts)
+    # Only the strongest symptoms may pick the leading row: a weak secondary
+    # match (a word in a pasted log) must not put its specialist first.
+    top = ordered[0].confidence if ordered else 0.0
+    row = matching_row([s.id for s in ordered if s.confidence >= top - STRONG_MARGIN], contexts)
     if row is not None:
         row_symptoms = [s.id for s in ordered if s.id in row["symptoms"]]
         for position, specialist in enumerate(row["order"]):

@@ -29,6 +29,17 @@ def decode(data: bytes, where: str = "standard input") -> str:
     return clean(text, where)
 
 
+def _overwritten(text: str) -> str:
+    """Keep what a terminal would show of `\r` progress bars: the last segment of each line."""
+    if "\r" not in text:
+        return text
+    lines = []
+    for line in text.split("\n"):
+        segments = [s for s in line.split("\r") if s.strip()]
+        lines.append(segments[-1] if segments else "")
+    return "\n".join(lines)
+
+
 def clean(text: str, where: str = "the text") -> str:
     """Strip terminal colour codes and carriage returns; reject other control characters."""
     try:
@@ -37,7 +48,7 @@ def clean(text: str, where: str = "the text") -> str:
         raise InputError(f"{where} is not UTF-8 text (invalid byte at character {exc.start}).") from None
     if size > MAX_BYTES:
         raise InputError(f"{where} is longer than {MAX_BYTES // 1024} KiB; pass the end of the log instead.")
-    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    text = _overwritten(_ANSI.sub("", text).replace("\r\n", "\n"))
     bad = _CONTROL.search(text)
     if bad:
         raise InputError(

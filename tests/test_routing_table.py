@@ -50,3 +50,14 @@ def test_precedence_rows_name_known_symptoms_and_specialists():
         assert set(row["order"]) <= set(SPECIALISTS)
         for sid in row["symptoms"]:
             catalog.symptom(sid)
+
+
+def test_a_weak_secondary_symptom_does_not_pick_the_leading_row():
+    from torchdoctor.router import route
+    from torchdoctor.rules.catalog import make_symptom
+
+    strong = make_symptom("oom", confidence=1.0)
+    weak = make_symptom("slow-step", confidence=0.6)
+    assert [s.specialist for s in route([strong, weak])] == ["memory", "profiling"]
+    # the same symptom, as strong as the OOM, does lead: slow -> profiling first
+    assert route([strong, make_symptom("slow-step", confidence=1.0)])[0].specialist == "profiling"

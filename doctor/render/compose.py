@@ -63,7 +63,7 @@ def _symptoms(symptoms: list[Symptom]) -> Section:
         for ev in s.evidence[:4]:
             line = ev.summary
             if ev.quote and ev.kind in ("error", "text") and ev.quote not in line:
-                line += f': "{_clip(ev.quote)}"'
+                line = line.rstrip(".") + f': "{_clip(ev.quote)}"'
             given_away.append(line)
         if given_away:
             blocks.append(Bullets(given_away))

@@ -9,32 +9,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# repr=False, eq=False: generating those methods per class costs start-up time
+# (see model.py); blocks are never compared or printed.
 
-@dataclass
+
+@dataclass(repr=False, eq=False)
 class Heading:
     text: str
     level: int = 1
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Text:
     text: str
     style: str = ""  # "", "bold", "dim", "error", "warning", "info", "ok"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Bullets:
     items: list[str]
     numbered: bool = False
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Code:
     code: str
     language: str = "python"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Frame:
     """Lines of a user's file around a finding, one of them marked."""
 
@@ -44,7 +47,7 @@ class Frame:
     mark_line: int
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Section:
     title: str
     blocks: list = field(default_factory=list)
