@@ -1,0 +1,312 @@
+"""`torchdoctor check`: static rules over files -> findings -> symptoms -> the shared pipeline.
+
+    paths -> sources (walk, .gitignore, exclude) -> engine (one parse + one walk per file,
+    in worker processes for large trees) -> Findings -> Symptoms with static evidence ->
+    diagnose (merge, route, specialists) -> render -> exit code
+
+Nothing here imports torch or rich; rich is imported by the text renderer only
+when it writes to a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from torchdoctor import exitcodes
+from torchdoctor.config import ConfigError, Settings, check_fail_on, load
+from torchdoctor.model import SEVERITY_RANK, Evidence, Finding, Location, Report, Symptom
+
+if TYPE_CHECKING:
+    from torchdoctor.rules.static.engine import Result
+
+PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
+FORMATS = ("text", "json", "sarif", "github", "markdown")
+
+
+class UsageError(Exception):
+    """A bad option, path or config: one line on stderr, exit 2."""
+
+
+@dataclass
+class CheckRequest:
+    paths: list[str] = field(default_factory=lambda: ["."])
+    fmt: str = "text"
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    fail_on: str | None = None
+    statistics: bool = False
+    config: str | None = None
+    jobs: int | None = None
+    stdin_filename: str | None = None
+
+
+def split_codes(values: Iterable[str] | None) -> list[str]:
+    """`--select TD1,TD2 --select TD301` -> ["TD1", "TD2", "TD301"]."""
+    out: list[str] = []
+    for value in values or ():
+        out += [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
+
+# -- discovery --------------------------------------------------------------------------------
+
+
+def discover(paths: Sequence[str], settings: Settings) -> list[tuple[str, str]]:
+    """(path to read, path to show) for every source under the given paths, in order, once each."""
+    from torchdoctor.rules.static.gitignore import IgnoreFile
+    from torchdoctor.rules.static.sources import default_excludes, walk
+
+    root = os.path.abspath(settings.root).replace(os.sep, "/")
+    excludes = [default_excludes(), IgnoreFile(root, settings.exclude)]
+    seen: set[str] = set()
+    found: list[tuple[str, str]] = []
+    for given in paths:
+        if given == "-":
+            continue
+        if os.path.isdir(given):
+            candidates: Iterable[str] = walk(given, excludes, settings.respect_gitignore)
+        else:
+            candidates = [given]
+        for path in candidates:
+            key = os.path.realpath(path)
+            if key not in seen:
+                seen.add(key)
+                found.append((path, _display(path)))
+    return found
+
+
+def _display(path: str) -> str:
+    path = os.path.normpath(path) if not path.startswith("./") else path[2:]
+    return path.replace(os.sep, "/")
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+
+def default_jobs() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))  # type: ignore[attr-defined]
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def analyse(items: Sequence[tuple[str, str]], options, jobs: int | None) -> Iterator:
+    """FileResults in the order of `items`; across worker processes when there are many files."""
+    from torchdoctor.rules.static.engine import analyse_batch, analyse_file
+
+    jobs = default_jobs() if jobs is None or jobs <= 0 else jobs
+    if jobs == 1 or len(items) < PARALLEL_MIN_FILES:
+        for path, display in items:
+            yield analyse_file(path, display, options)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    size = max(4, min(64, len(items) // (jobs * 8) or 1))
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for batch in pool.map(analyse_batch, chunks, [options] * len(chunks)):
+            yield from batch
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def _per_file_ignored(settings: Settings) -> list[tuple[object, list[str]]]:
+    from torchdoctor.rules.static.gitignore import IgnoreFile
+
+    return [(IgnoreFile("", [pattern]), [c.upper() for c in codes]) for pattern, codes in settings.per_file_ignores.items()]
+
+
+def _relative(path: str, root: str) -> str:
+    absolute = os.path.abspath(path)
+    try:
+        rel = os.path.relpath(absolute, root)
+    except ValueError:
+        return path.replace(os.sep, "/")
+    return (absolute if rel.startswith("..") else rel).replace(os.sep, "/")
+
+
+def _dropped(finding: Finding, rules: list[tuple[object, list[str]]], root: str) -> bool:
+    from torchdoctor.rules.static.gitignore import matches_path_or_parent
+
+    if not rules:
+        return False
+    rel = _relative(finding.path, root)
+    for pattern, codes in rules:
+        if any(finding.code.startswith(c) for c in codes) and matches_path_or_parent(pattern, rel):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def symptom_of(result: Result) -> Symptom:
+    """A finding as a Symptom with static evidence (make_symptom fills title and route)."""
+    from torchdoctor.rules.catalog import make_symptom
+
+    f: Finding = result.finding
+    location = Location(f.path, f.line, f.col, f.end_line, result.function, result.code or None)
+    evidence = Evidence(
+        kind="static",
+        summary=(f"cell {f.cell}: " if f.cell else "") + f"{f.message} [{f.code}]",
+        quote=result.code or None,
+        values={**result.values, "rule": f.name},
+        source=f.code,
+        location=location,
+    )
+    return make_symptom(f.symptom, severity=f.severity, location=location, evidence=[evidence])
+
+
+def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None = None) -> Report:
+    from torchdoctor.rules.static import registry
+    from torchdoctor.rules.static.engine import Options, analyse_bytes
+
+    started = time.perf_counter()
+    codes = tuple(r.code for r in registry.selected(settings.select, settings.ignore))
+    options = Options(codes=codes, torch_version=settings.torch_version, max_bytes=settings.max_file_bytes)
+    items = discover(request.paths, settings)
+    results = []
+    files = 0
+    not_analysed = 0
+    contexts: set[str] = set()
+    if "-" in request.paths:
+        name = request.stdin_filename or "-"
+        results_stdin = analyse_bytes(stdin or b"", name, options)
+        files += 1
+        not_analysed += not results_stdin.analysed
+        contexts |= results_stdin.contexts
+        results += results_stdin.results
+    for file_result in analyse(items, options, request.jobs):
+        files += 1
+        not_analysed += not file_result.analysed
+        contexts |= file_result.contexts
+        results += file_result.results
+    root = os.path.abspath(settings.root)
+    pfi = _per_file_ignored(settings)
+    results = [r for r in results if r.finding.code in codes and not _dropped(r.finding, pfi, root)]
+    results.sort(key=lambda r: (r.finding.path, r.finding.cell or 0, r.finding.line, r.finding.col, r.finding.code))
+
+    report = Report(
+        command="check",
+        target=" ".join(request.paths),
+        findings=[r.finding for r in results],
+        symptoms=[symptom_of(r) for r in results if r.finding.code != "TD000"],
+        contexts=sorted(contexts),
+    )
+    report.environment = {
+        "torch_version": ".".join(map(str, settings.torch_version)) if settings.torch_version else None,
+        "torch_version_source": settings.torch_version_source,
+        "config": settings.config_path,
+        "rules": len(codes),
+    }
+    report.notes.append(_summary(files, not_analysed, report.findings))
+    report.timings["analyse_s"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _summary(files: int, not_analysed: int, findings: list[Finding]) -> str:
+    if files == 0:
+        return "No Python files or notebooks found under the given paths."
+    counts = Counter(f.severity for f in findings)
+    parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 and s != 'info' else ''}" for s in ("error", "warning", "info") if counts[s]]
+    text = f"Checked {files} file{'s' if files != 1 else ''}"
+    if not_analysed:
+        text += f" ({not_analysed} could not be analysed)"
+    text += ": " + (", ".join(parts) if parts else "no findings") + "."
+    return text
+
+
+def exit_code(findings: Iterable[Finding], fail_on: str) -> int:
+    if fail_on == "never":
+        return exitcodes.OK
+    threshold = SEVERITY_RANK[fail_on]
+    return exitcodes.FINDINGS if any(SEVERITY_RANK[f.severity] >= threshold for f in findings) else exitcodes.OK
+
+
+def statistics(findings: Iterable[Finding]) -> list[dict]:
+    counts = Counter((f.code, f.name, f.severity) for f in findings)
+    return [
+        {"code": code, "name": name, "severity": severity, "count": n}
+        for (code, name, severity), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0]))
+    ]
+
+
+def _write_statistics(rows: list[dict], fmt: str) -> None:
+    if fmt == "json":
+        import json
+
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    if not rows:
+        sys.stdout.write("No findings.\n")
+        return
+    width = max(len(str(r["count"])) for r in rows)
+    for r in rows:
+        sys.stdout.write(f"{r['count']:>{width}}  {r['code']}  {r['severity']:<7}  {r['name']}\n")
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def prepare(request: CheckRequest) -> Settings:
+    """Validate the request and resolve the settings; raises UsageError."""
+    from torchdoctor.rules.static import registry
+
+    if request.fmt not in FORMATS:
+        raise UsageError(f"unknown format {request.fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if request.statistics and request.fmt not in ("text", "json"):
+        raise UsageError("--statistics prints text or json; drop --format or use --format json")
+    if not request.paths:
+        request.paths = ["."]
+    missing = [p for p in request.paths if p != "-" and not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"no such file or directory: {missing[0]}")
+    if request.paths.count("-") > 1:
+        raise UsageError("`-` (standard input) can be given once")
+    first = next((p for p in request.paths if p != "-"), ".")
+    try:
+        settings = load(request.config, first)
+        if request.fail_on is not None:
+            settings.fail_on = check_fail_on(request.fail_on)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if request.select is not None:
+        settings.select = request.select
+    settings.ignore = [*settings.ignore, *request.ignore]
+    for selectors, where in ((settings.select, "select"), (settings.ignore, "ignore")):
+        unknown = registry.unknown_selectors(selectors)
+        if unknown:
+            raise UsageError(f"unknown rule code or prefix in {where}: {unknown[0]} (see `torchdoctor rules`)")
+    for codes in settings.per_file_ignores.values():
+        unknown = registry.unknown_selectors(codes)
+        if unknown:
+            raise UsageError(f"unknown rule code or prefix in per-file-ignores: {unknown[0]}")
+    if request.jobs is not None and request.jobs < 0:
+        raise UsageError("--jobs must be 0 (automatic) or more")
+    return settings
+
+
+def run_check(request: CheckRequest) -> int:
+    try:
+        settings = prepare(request)
+    except UsageError as exc:
+        sys.stderr.write(f"torchdoctor: {exc}\n")
+        return exitcodes.USAGE
+    stdin = sys.stdin.buffer.read() if "-" in request.paths else None
+    report = build_report(request, settings, stdin)
+    code = exit_code(report.findings, settings.fail_on)
+    if request.statistics:
+        _write_statistics(statistics(report.findings), request.fmt)
+        return code
+    from torchdoctor.diagnosis import diagnose
+    from torchdoctor.render import render
+
+    if request.fmt in ("text", "markdown", "json"):
+        diagnose(report)  # sarif and github carry findings only
+    render(report, request.fmt)
+    return code

@@ -1,0 +1,132 @@
+"""The rule API: `@rule(code, *node_types)` and the per-file `Context` a rule reports through.
+
+See the package docstring (`torchdoctor.rules.static`) for how to add a rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    """A rule's documentation and metadata: data, read from the family's TOML file."""
+
+    code: str
+    name: str
+    severity: str
+    symptom: str
+    specialist: str
+    summary: str  # one line: what the rule finds
+    message: str  # a format string; the rule's report() fields fill it
+    fix: str  # a format string too
+    why: str  # why it matters, and when it does not
+    bad: str  # an example that fires
+    good: str  # the same example, fixed (must not fire)
+    family: str = ""  # the TOML file's stem: memory, module_design, ...
+
+
+CheckFunction = Callable[[Any, "Context"], None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    doc: RuleDoc
+    check: CheckFunction | None  # None for TD000, which the engine raises itself
+    nodes: tuple[type[ast.AST], ...]
+
+    @property
+    def code(self) -> str:
+        return self.doc.code
+
+    @property
+    def name(self) -> str:
+        return self.doc.name
+
+
+# (code, node types, function, module) in registration order; registry.py pairs them with docs.
+REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str]] = []
+
+
+def rule(code: str, *nodes: type[ast.AST]) -> Callable[[CheckFunction], CheckFunction]:
+    """Register a check for the node types it subscribes to.
+
+    The function is called as `check(node, ctx)` once for every node of those
+    types in a file (in source order), after the file's semantic index is built.
+    Subscribe to `ast.Module` for a once-per-file check.
+    """
+    if not nodes or not all(isinstance(n, type) and issubclass(n, ast.AST) for n in nodes):
+        raise TypeError(f"@rule({code!r}, ...) needs at least one ast node type")
+
+    def register(fn: CheckFunction) -> CheckFunction:
+        REGISTERED.append((code, tuple(nodes), fn, fn.__module__))
+        return fn
+
+    return register
+
+
+@dataclass
+class Hit:
+    """One report() call: the rule, where, and the values that fill its message."""
+
+    rule: Rule
+    node: ast.AST
+    values: dict[str, str] = field(default_factory=dict)
+
+
+class Context:
+    """What a check sees of one file: its path, source, tree and semantic index.
+
+    `ctx.index` answers questions about the script (see index.py);
+    `ctx.report(node, **values)` records a finding at `node` with the values
+    that fill the rule's message and fix (e.g. `variable="total_loss"`).
+    """
+
+    def __init__(self, path: str, source: str, tree: ast.Module, index, torch_version: tuple[int, int] | None):
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.index = index
+        self.torch_version = torch_version
+        self.rule: Rule | None = None  # set by the engine before each check runs
+        self.hits: list[Hit] = []
+        self._lines: list[str] | None = None
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = split_lines(self.source)
+        return self._lines
+
+    def segment(self, node: ast.AST, limit: int = 80) -> str:
+        """The source text of a node on one line, clipped: for messages."""
+        text = ast.get_source_segment(self.source, node) or ""
+        text = " ".join(text.split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def memo(self, key: Any, factory: Callable[[], Any]) -> Any:
+        """A per-file cache shared by all rules (e.g. a set of names several checks need)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = factory()
+            return value
+
+    def torch_at_least(self, major: int, minor: int) -> bool:
+        """Whether the targeted torch is at least major.minor (unknown counts as current)."""
+        return self.torch_version is None or self.torch_version >= (major, minor)
+
+    def report(self, node: ast.AST, **values: str) -> None:
+        assert self.rule is not None
+        self.hits.append(Hit(self.rule, node, {k: str(v) for k, v in values.items()}))
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines as the Python tokenizer counts them (\\n, \\r\\n and \\r end a line; \\f does not)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")

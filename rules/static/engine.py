@@ -1,0 +1,367 @@
+"""The engine: one parse and one walk per file, then every rule on the nodes it subscribed to.
+
+`analyse_unit` never raises for a user's file: anything that stops the
+analysis (unreadable bytes, a syntax error, nesting too deep for the parser,
+a bug in a rule) becomes a TD000 finding for that file, and the other files
+are still checked. Nothing here imports or executes the code it reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from torchdoctor.model import Finding
+from torchdoctor.rules.static import registry
+from torchdoctor.rules.static.api import Context, Hit, Rule, RuleDoc, split_lines
+from torchdoctor.rules.static.index import INDEX_NODES, Index
+from torchdoctor.rules.static.sources import Unit, UnreadableSource, read_unit, unit_from_bytes
+
+FRAME_RADIUS = 2  # lines of context around a finding's line
+MAX_BYTES = 2 * 2**20  # files larger than this get TD000 (generated data, not a training script)
+
+# Leaf singletons (Load/Store, operators) have no children and are shared between
+# nodes: they get no parent and are never visited.
+_LEAVES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+@dataclass
+class Options:
+    """What the engine needs, picklable for worker processes."""
+
+    codes: tuple[str, ...]  # enabled rule codes
+    torch_version: tuple[int, int] | None = None
+    max_bytes: int = MAX_BYTES
+
+
+@dataclass
+class Result:
+    """One finding plus what the pipeline needs to turn it into a symptom."""
+
+    finding: Finding
+    values: dict[str, str] = field(default_factory=dict)
+    code: str = ""  # the source line, stripped
+    function: str | None = None
+
+
+@dataclass
+class FileResult:
+    path: str
+    results: list[Result] = field(default_factory=list)
+    contexts: set[str] = field(default_factory=set)
+    analysed: bool = True  # False when TD000 stopped the analysis
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        fields = tuple(f for f in cls._fields if f not in ("ctx", "op"))
+        _CHILD_FIELDS[cls] = fields
+    return fields
+
+
+def walk(tree: ast.AST, wanted: Iterable[type]) -> tuple[dict[type, list[ast.AST]], dict[ast.AST, ast.AST]]:
+    """The one walk: parents of every node, and the nodes of the wanted types in source order."""
+    buckets: dict[type, list[ast.AST]] = {t: [] for t in wanted}
+    parents: dict[ast.AST, ast.AST] = {}
+    stack: list[ast.AST] = [tree]
+    pop, push = stack.pop, stack.append
+    AST, leaves = ast.AST, _LEAVES
+    while stack:
+        node = pop()
+        cls = node.__class__
+        bucket = buckets.get(cls)
+        if bucket is not None:
+            bucket.append(node)
+        children: list[ast.AST] = []
+        for name in _CHILD_FIELDS.get(cls) or _child_fields(cls):
+            value = getattr(node, name, None)
+            if value.__class__ is list:
+                for item in value:
+                    if isinstance(item, AST) and not isinstance(item, leaves):
+                        children.append(item)
+            elif isinstance(value, AST) and not isinstance(value, leaves):
+                children.append(value)
+        for child in reversed(children):
+            parents[child] = node
+            push(child)
+    return buckets, parents
+
+
+def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None) -> FileResult:
+    """All enabled rules on one source unit; never raises for the user's input."""
+    result = FileResult(unit.path)
+    for number, why in unit.skipped_cells:
+        result.results.append(_td000(unit, f"cell {number} skipped ({why})", line=1, cell=number, severity="info"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like are not our findings
+            tree = ast.parse(unit.text, filename=unit.path)
+    except SyntaxError as exc:
+        result.analysed = False
+        result.results.append(_syntax_error(unit, exc))
+        return result
+    except (ValueError, TypeError) as exc:  # NUL bytes (Python < 3.12) and other unparsable text
+        result.analysed = False
+        result.results.append(_td000(unit, f"cannot parse the file: {exc}"))
+        return result
+    except (RecursionError, MemoryError):
+        result.analysed = False
+        result.results.append(_td000(unit, "the code is nested too deeply for Python's parser"))
+        return result
+
+    wanted = set(INDEX_NODES)
+    for r in rules:
+        wanted.update(r.nodes)
+    try:
+        buckets, parents = walk(tree, wanted)
+        index = Index(tree, buckets, parents, unit.text)
+        result.contexts = index.contexts()
+    except (RecursionError, MemoryError):
+        result.analysed = False
+        result.results.append(_td000(unit, "the code is nested too deeply to analyse"))
+        return result
+    except Exception as exc:  # noqa: BLE001 - a bug of ours must not hide the other files' findings
+        result.analysed = False
+        result.results.append(_td000(unit, f"internal error while indexing ({type(exc).__name__}: {exc}); please report it"))
+        return result
+
+    ctx = Context(unit.path, unit.text, tree, index, torch_version)
+    for r in rules:
+        if r.check is None:
+            continue
+        ctx.rule = r
+        try:
+            for kind in r.nodes:
+                for node in buckets.get(kind, ()):
+                    r.check(node, ctx)
+        except (RecursionError, MemoryError):
+            result.results.append(_td000(unit, f"{r.code} stopped: the code is nested too deeply"))
+        except Exception as exc:  # noqa: BLE001
+            result.results.append(
+                _td000(unit, f"{r.code} failed on this file ({type(exc).__name__}: {exc}); please report it")
+            )
+    if ctx.hits:
+        result.results.extend(_findings(unit, ctx))
+    return result
+
+
+def analyse_text(
+    text: str,
+    path: str = "<stdin>",
+    codes: Iterable[str] | None = None,
+    torch_version: tuple[int, int] | None = None,
+) -> FileResult:
+    """Convenience for tests and tools: analyse a string with the given (default: all) rules."""
+    table = registry.rules()
+    rules = [table[c] for c in (codes if codes is not None else table)]
+    return analyse_unit(Unit(path=path, text=text), rules, torch_version)
+
+
+# -- findings ---------------------------------------------------------------------------------
+
+_IGNORE = re.compile(r"#\s*torchdoctor\s*:\s*ignore\b(?:\[([^\]]*)\])?", re.IGNORECASE)
+
+
+def suppressions(text: str) -> dict[int, set[str] | None]:
+    """Inline `# torchdoctor: ignore[TD101,TD204]` (codes or prefixes) or a bare `ignore`, by line."""
+    if "torchdoctor" not in text:
+        return {}
+    table: dict[int, set[str] | None] = {}
+    for number, line in enumerate(split_lines(text), 1):
+        if "torchdoctor" not in line:
+            continue
+        for m in _IGNORE.finditer(line):
+            if m.group(1) is None:
+                table[number] = None
+            elif table.get(number, set()) is not None:
+                codes = {c.strip().upper() for c in m.group(1).split(",") if c.strip()}
+                table.setdefault(number, set()).update(codes)  # type: ignore[union-attr]
+    return table
+
+
+def _suppressed(table: dict[int, set[str] | None], line: int, code: str) -> bool:
+    if line not in table:
+        return False
+    codes = table[line]
+    return codes is None or any(code.startswith(c) for c in codes)
+
+
+def _char_col(line: str, byte_col: int) -> int:
+    """ast columns count UTF-8 bytes; findings count characters, 1-based."""
+    if line.isascii():
+        return byte_col + 1
+    return len(line.encode("utf-8")[:byte_col].decode("utf-8", "replace")) + 1
+
+
+def _frame(lines: list[str], line: int, first: int = 1, last: int | None = None) -> dict:
+    last = len(lines) if last is None else last
+    start = max(first, line - FRAME_RADIUS)
+    end = min(last, line + FRAME_RADIUS)
+    return {"first_line": start, "lines": [lines[i - 1].rstrip() for i in range(start, end + 1) if 0 < i <= len(lines)]}
+
+
+def _findings(unit: Unit, ctx: Context) -> Iterator[Result]:
+    lines = ctx.lines
+    ignored = suppressions(unit.text)
+    seen: set[tuple[str, int, int]] = set()
+    for hit in sorted(ctx.hits, key=lambda h: (getattr(h.node, "lineno", 1), getattr(h.node, "col_offset", 0))):
+        yield from _finding(unit, hit, lines, ignored, seen, ctx)
+
+
+def _finding(
+    unit: Unit,
+    hit: Hit,
+    lines: list[str],
+    ignored: dict[int, set[str] | None],
+    seen: set[tuple[str, int, int]],
+    ctx: Context,
+) -> Iterator[Result]:
+    doc = hit.rule.doc
+    node = hit.node
+    line = getattr(node, "lineno", 1) or 1
+    if _suppressed(ignored, line, doc.code):
+        return
+    key = (doc.code, line, getattr(node, "col_offset", 0))
+    if key in seen:
+        return
+    seen.add(key)
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    col = _char_col(text, getattr(node, "col_offset", 0) or 0)
+    end_line = getattr(node, "end_lineno", None)
+    end_col = None
+    if hasattr(node, "body") and isinstance(node, ast.stmt):
+        end_line, end_col = line, len(text.rstrip()) + 1  # a def/class/loop: its header line only
+    elif end_line is not None and 0 < end_line <= len(lines):
+        end_col = _char_col(lines[end_line - 1], getattr(node, "end_col_offset", 0) or 0)
+    values = hit.values
+    message = doc.message.format_map(values)
+    fix = doc.fix.format_map(values)
+    cell_number = None
+    shown_line, shown_end = line, end_line
+    first, last = 1, len(lines)
+    if unit.cells:
+        cell, shown_line = unit.cell_at(line)
+        if cell is not None:
+            cell_number = cell.number
+            first, last = cell.first_line, cell.first_line + cell.line_count - 1
+            shown_end = end_line - cell.first_line + 1 if end_line is not None else None
+    frame = _frame(lines, line, first, last)
+    if cell_number is not None:
+        frame["first_line"] = frame["first_line"] - first + 1
+    fn = ctx.index.function_of(node)
+    yield Result(
+        Finding(
+            code=doc.code,
+            name=doc.name,
+            severity=doc.severity,
+            symptom=doc.symptom,
+            specialist=doc.specialist,
+            path=unit.path,
+            line=shown_line,
+            col=col,
+            message=message,
+            fix=fix,
+            end_line=shown_end,
+            end_col=end_col,
+            cell=cell_number,
+            frame=frame,
+        ),
+        values=dict(values),
+        code=text.strip(),
+        function=fn.name if fn is not None else None,
+    )
+
+
+def _td000_doc() -> RuleDoc:
+    return registry.rules()["TD000"].doc
+
+
+def _td000(unit: Unit, reason: str, line: int = 1, col: int = 1, cell: int | None = None, severity: str | None = None) -> Result:
+    doc = _td000_doc()
+    lines = split_lines(unit.text) if unit.text else []
+    if unit.cells and cell is None and line:
+        found, in_cell = unit.cell_at(line)
+        if found is not None:
+            cell, frame_first, frame_last = found.number, found.first_line, found.first_line + found.line_count - 1
+            frame = _frame(lines, line, frame_first, frame_last)
+            frame["first_line"] -= frame_first - 1
+            line = in_cell
+        else:
+            frame = None
+    else:
+        frame = _frame(lines, line) if lines and line <= len(lines) and len(lines[line - 1]) < 2000 else None
+    message = doc.message.format_map({"reason": reason})
+    return Result(
+        Finding(
+            code=doc.code,
+            name=doc.name,
+            severity=severity or doc.severity,
+            symptom=doc.symptom,
+            specialist=doc.specialist,
+            path=unit.path,
+            line=line,
+            col=col,
+            message=message,
+            fix=doc.fix,
+            cell=cell,
+            frame=frame,
+        ),
+        values={"reason": reason},
+    )
+
+
+def _syntax_error(unit: Unit, exc: SyntaxError) -> Result:
+    line = exc.lineno or 1
+    msg = exc.msg or "invalid syntax"
+    hint = ""
+    if "Missing parentheses in call to" in msg or "multiple exception types must be parenthesized" in msg:
+        hint = " (Python 2 code?)"
+    elif re.search(r"^\s*print\s+[^(=\s]", unit.text, re.MULTILINE) and "print" in (exc.text or ""):
+        hint = " (Python 2 code?)"
+    col = max(1, exc.offset or 1)
+    where = f"line {line}"
+    if unit.cells:
+        cell, in_cell = unit.cell_at(line)
+        if cell is not None:
+            where = f"cell {cell.number}, line {in_cell}"
+    return _td000(unit, f"syntax error at {where}: {msg}{hint}", line=line, col=col)
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def analyse_file(path: str, display: str, options: Options) -> FileResult:
+    """Read and analyse one file; unreadable files become a TD000 result."""
+    table = registry.rules()
+    rules = [table[c] for c in options.codes if c in table]
+    try:
+        unit = read_unit(path, display, options.max_bytes)
+    except UnreadableSource as exc:
+        return _unreadable(display, str(exc))
+    return analyse_unit(unit, rules, options.torch_version)
+
+
+def analyse_bytes(data: bytes, display: str, options: Options) -> FileResult:
+    table = registry.rules()
+    rules = [table[c] for c in options.codes if c in table]
+    if len(data) > options.max_bytes:
+        return _unreadable(display, f"the input is {len(data) / 2**20:.1f} MiB, over the {options.max_bytes / 2**20:.1f} MiB limit")
+    try:
+        unit = unit_from_bytes(display, data)
+    except UnreadableSource as exc:
+        return _unreadable(display, str(exc))
+    return analyse_unit(unit, rules, options.torch_version)
+
+
+def _unreadable(display: str, reason: str) -> FileResult:
+    return FileResult(display, [_td000(Unit(display, ""), reason)], analysed=False)
+
+
+def analyse_batch(items: Sequence[tuple[str, str]], options: Options) -> list[FileResult]:
+    """A worker's share: several (path, display) pairs, to amortise inter-process overhead."""
+    return [analyse_file(path, display, options) for path, display in items]

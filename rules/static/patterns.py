@@ -1,0 +1,286 @@
+"""Expression-level questions several rules ask, answered through the index.
+
+Small, bounded data flow inside one function: a name is followed to its
+latest assignment before the point asked about (at most `DEPTH` hops), never
+across functions. Every helper returns False/None when unsure.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.rules.static.index import Index, dotted, kwarg, last_name
+
+DEPTH = 12
+
+SOFTMAX = frozenset({"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"})
+DROPOUT = frozenset({"torch.nn.functional.dropout", "torch.dropout"})
+MATMUL = frozenset({"torch.matmul", "torch.bmm", "torch.einsum", "torch.mm"})
+# Torch functions that create a tensor from nothing (no autograd history).
+TENSOR_FACTORIES = frozenset(
+    f"torch.{n}"
+    for n in (
+        "tensor as_tensor from_numpy ones zeros empty full eye arange linspace logspace rand randn randint "
+        "randperm ones_like zeros_like full_like empty_like rand_like randn_like tril triu"
+    ).split()
+)
+# Methods that keep a tensor's autograd history (the result still holds the graph).
+KEEPS_GRAPH = frozenset(
+    "sum mean cpu cuda to float double half bfloat16 clone view reshape squeeze unsqueeze flatten mul div add "
+    "sub pow abs norm sqrt exp log neg contiguous permute transpose type_as expand repeat".split()
+)
+# Methods and attributes whose result holds no graph.
+DROPS_GRAPH = frozenset(
+    "item detach detach_ tolist numpy argmax argmin size dim numel nonzero eq ne lt gt le ge bool long int "
+    "data grad shape dtype device ndim requires_grad is_cuda".split()
+)
+LOSS_NAME_WORDS = ("criterion", "loss_fn", "loss_func", "lossfn", "compute_loss", "loss_function")
+
+
+def latest_value(index: Index, name: str, at: ast.AST) -> ast.expr | None:
+    values = index.definitions(name, at)
+    return values[-1] if values else None
+
+
+def is_loss_callable(index: Index, func: ast.AST) -> bool:
+    """`criterion`, `loss_fn`, an `nn.*Loss()` binding, or `F.cross_entropy` and friends."""
+    b = index.binding(func)
+    if b is not None:
+        return b.kind == "loss"
+    q = index.resolve(func) or ""
+    if q.startswith("torch.nn.functional.") and ("loss" in q or q.endswith(("cross_entropy", "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits"))):
+        return True
+    name = (last_name(func) or "").lower()
+    return name.endswith(LOSS_NAME_WORDS) or name.endswith("_loss")
+
+
+def holds_graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str]) -> bool:
+    """Whether `expr` is (built from) a tensor that still holds its autograd graph at `at`:
+    a name `.backward()` is called on, a model's or a loss function's output computed with grad
+    enabled, or arithmetic on those."""
+    return bool(_graph(index, expr, at, backward_names, 0))
+
+
+def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str], depth: int) -> bool | None:
+    """True / False, or None when the expression's origin is unknown."""
+    if expr is None or depth > DEPTH:
+        return None
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        known = _graph(index, value, value, backward_names, depth + 1) if value is not None else None
+        if known is not None:
+            return known
+        return True if expr.id in backward_names else None
+    if isinstance(expr, ast.Constant):
+        return False
+    if isinstance(expr, ast.BinOp):
+        left = _graph(index, expr.left, at, backward_names, depth + 1)
+        right = _graph(index, expr.right, at, backward_names, depth + 1)
+        if left or right:
+            return True
+        return False if left is False and right is False else None
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+        return _graph(index, expr.operand, at, backward_names, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return _graph(index, expr.value, at, backward_names, depth + 1)
+    if isinstance(expr, ast.Attribute):
+        if expr.attr in DROPS_GRAPH:
+            return False
+        if expr.attr in ("loss", "logits"):  # Hugging Face model outputs
+            return _graph(index, expr.value, at, backward_names, depth + 1)
+        return None
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in DROPS_GRAPH:
+                return False
+            if func.attr in KEEPS_GRAPH:
+                return _graph(index, func.value, at, backward_names, depth + 1)
+        if isinstance(func, ast.Name) and func.id in ("float", "int", "len", "round", "str", "bool"):
+            return False
+        if index.is_model(func) or is_loss_callable(index, func):
+            return not index.grad_disabled(expr)
+    return None
+
+
+def backward_names(index: Index, scope: ast.AST | None = None) -> set[str]:
+    """Names that appear in what `.backward()` is called on (or passed to `accelerator.backward`)."""
+    names: set[str] = set()
+    for call in index.backward_calls:
+        if scope is not None and index.function_of(call) is not scope:
+            continue
+        parts: list[ast.AST] = list(call.args)
+        if isinstance(call.func, ast.Attribute):
+            parts.append(call.func.value)
+        for part in parts:
+            for node in ast.walk(part):
+                if isinstance(node, ast.Name):
+                    names.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    d = dotted(node)
+                    if d:
+                        names.add(d)
+    return names
+
+
+# -- softmax / attention -------------------------------------------------------------------------
+
+
+def _self_attr_is(index: Index, func: ast.AST, qualified: frozenset[str] | set[str]) -> bool:
+    """`self.softmax(...)` where `self.softmax = nn.Softmax(...)` in the class."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"):
+        return False
+    info = index.class_of(func)
+    if info is None:
+        return False
+    for assign in index.self_assignments(info, None):
+        if assign.attr == func.attr and isinstance(assign.value, ast.Call):
+            if index.resolve(assign.value.func) in qualified:
+                return True
+    return False
+
+
+def is_softmax_call(index: Index, expr: ast.AST) -> ast.AST | None:
+    """The input of a softmax call (`F.softmax(x)`, `x.softmax(-1)`, `nn.Softmax(1)(x)`, `self.softmax(x)`)."""
+    if not isinstance(expr, ast.Call):
+        return None
+    func = expr.func
+    q = index.resolve(func)
+    if q in SOFTMAX:
+        return kwarg(expr, "input", 0)
+    if isinstance(func, ast.Attribute) and func.attr == "softmax" and q is None:
+        return func.value
+    if isinstance(func, ast.Call) and index.resolve(func.func) == "torch.nn.Softmax":
+        return expr.args[0] if expr.args else None
+    if _self_attr_is(index, func, {"torch.nn.Softmax"}):
+        return expr.args[0] if expr.args else None
+    return None
+
+
+def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    """Whether `expr` holds softmax output: a softmax call, a name assigned one, or a model whose forward
+    ends in a softmax (an `nn.Sequential(..., nn.Softmax())` or a class returning `softmax(...)`)."""
+    if expr is None or depth > DEPTH:
+        return False
+    if is_softmax_call(index, expr) is not None:
+        return True
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return value is not None and is_probabilities(index, value, value, depth + 1)
+    if isinstance(expr, ast.Call) and model_returns_softmax(index, expr.func):
+        return True
+    return False
+
+
+def model_returns_softmax(index: Index, func: ast.AST) -> bool:
+    b = index.binding(func)
+    if b is None or b.kind != "module" or b.call is None:
+        return False
+    call = b.call
+    if b.cls == "torch.nn.Sequential" and call.args:
+        last = call.args[-1]
+        return isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Softmax"
+    info = index.classes.get(b.cls or "")
+    if info is None or not info.is_module:
+        return False
+    forward = info.method("forward")
+    if forward is None:
+        return False
+    returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
+    return bool(returns) and all(is_probabilities(index, r, r) for r in returns)
+
+
+def is_scores(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    """Attention scores: a matrix product (`q @ k.transpose(-2, -1)`, `torch.matmul`, `einsum`),
+    possibly scaled, biased or masked."""
+    if expr is None or depth > DEPTH:
+        return False
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.MatMult):
+            return True
+        return is_scores(index, expr.left, at, depth + 1) or is_scores(index, expr.right, at, depth + 1)
+    if isinstance(expr, ast.Call):
+        q = index.resolve(expr.func)
+        if q in MATMUL:
+            return True
+        if q == "torch.where":
+            return any(is_scores(index, a, at, depth + 1) for a in expr.args[1:])
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "masked_fill",
+            "masked_fill_",
+            "float",
+            "to",
+            "type_as",
+            "contiguous",
+            "add",
+            "mul",
+            "div",
+        ):
+            return is_scores(index, expr.func.value, at, depth + 1)
+        return False
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return value is not None and is_scores(index, value, value, depth + 1)
+    return False
+
+
+def attention_probs(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    """softmax(scores), possibly through dropout or a dtype cast."""
+    if expr is None or depth > DEPTH:
+        return False
+    inner = is_softmax_call(index, expr)
+    if inner is not None:
+        return is_scores(index, inner, at, depth + 1)
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        q = index.resolve(func)
+        is_dropout = (
+            q in DROPOUT
+            or _self_attr_is(index, func, {"torch.nn.Dropout"})
+            or (isinstance(func, ast.Attribute) and "drop" in func.attr.lower() and q is None)
+        )
+        if is_dropout and expr.args:
+            return attention_probs(index, expr.args[0], at, depth + 1)
+        if isinstance(func, ast.Attribute) and func.attr in ("to", "type_as", "float", "half", "contiguous"):
+            return attention_probs(index, func.value, at, depth + 1)
+        return False
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return value is not None and attention_probs(index, value, value, depth + 1)
+    return False
+
+
+# -- tensors -------------------------------------------------------------------------------------
+
+
+def tensor_factory(index: Index, expr: ast.AST | None) -> ast.Call | None:
+    """The torch factory call a tensor expression starts from (`torch.ones(n).tril().bool()` -> ones)."""
+    for _ in range(DEPTH):
+        if not isinstance(expr, ast.Call):
+            return None
+        q = index.resolve(expr.func)
+        if q in TENSOR_FACTORIES:
+            return expr
+        if isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            return None
+    return None
+
+
+def requires_grad_in_chain(expr: ast.AST | None) -> bool:
+    """`torch.randn(3, requires_grad=True)` or `torch.zeros(3).requires_grad_()` anywhere in a call chain."""
+    for _ in range(DEPTH):
+        if not isinstance(expr, ast.Call):
+            return False
+        for kw in expr.keywords:
+            if kw.arg == "requires_grad" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
+                return True
+        if isinstance(expr.func, ast.Attribute):
+            if expr.func.attr == "requires_grad_":
+                arg = kwarg(expr, "requires_grad", 0)
+                return not (isinstance(arg, ast.Constant) and arg.value is False)
+            expr = expr.func.value
+        else:
+            return False
+    return False

@@ -1,0 +1,163 @@
+"""TD1xx — tensor operations and memory: graphs kept alive across steps, validation with autograd on,
+the caching allocator emptied every step. Docs: memory.toml."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import dotted, is_constant, kwarg
+from torchdoctor.rules.static.patterns import backward_names, holds_graph
+
+
+def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
+    """(accumulator, values added) for `acc += v`, `acc = acc + v`, `acc.append(v)`, `acc.extend([v])`."""
+    if isinstance(node, ast.AugAssign):
+        if isinstance(node.op, ast.Add):
+            return node.target, [node.value]
+        return None
+    if isinstance(node, ast.Assign):
+        if len(node.targets) != 1 or not isinstance(node.value, ast.BinOp) or not isinstance(node.value.op, ast.Add):
+            return None
+        target = dotted(node.targets[0])
+        left, right = node.value.left, node.value.right
+        if target is not None and dotted(left) == target:
+            return node.targets[0], [right]
+        if target is not None and dotted(right) == target:
+            return node.targets[0], [left]
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        if node.func.attr == "append" and len(node.args) == 1:
+            return node.func.value, [node.args[0]]
+        if node.func.attr == "extend" and isinstance(node.args[0], ast.List | ast.Tuple):
+            return node.func.value, list(node.args[0].elts)
+    return None
+
+
+def _accumulator_name(target: ast.AST) -> str | None:
+    while isinstance(target, ast.Subscript):  # history["loss"].append(loss)
+        target = target.value
+    return dotted(target)
+
+
+@rule("TD101", ast.AugAssign, ast.Assign, ast.Call)
+def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
+    found = _accumulation(node)
+    if found is None:
+        return
+    index = ctx.index
+    loop = index.training_loop_of(node)
+    if loop is None or index.grad_disabled(node):
+        return
+    target, values = found
+    name = _accumulator_name(target)
+    if name is None:
+        return
+    fn = index.function_of(node)
+    names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
+    if name in names:
+        return  # the sum is what backward() is called on: one graph on purpose
+    step_loop = index.step_loop_of(node) or loop
+    step_range = (step_loop.node.lineno, step_loop.node.end_lineno or step_loop.node.lineno)
+    base = name.split(".", 1)[0]
+    for value_node in index.definitions(name, node) + ([] if base == name else index.definitions(base, node)):
+        stmt = index.statement_of(value_node)
+        if stmt is not None and step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node:
+            return  # reset inside the step loop: nothing survives the step
+    for value in values:
+        if holds_graph(index, value, node, names):
+            ctx.report(node, variable=name, value=ctx.segment(value, 40))
+            return
+
+
+@rule("TD102", ast.Module)
+def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    frozen = {dotted(c.func.value) for c in index.method_calls("requires_grad_") if isinstance(c.func, ast.Attribute) and is_constant(kwarg(c, "requires_grad", 0), False)}
+    for loop in index.validation_loops():
+        for call in loop.all_calls():
+            if not isinstance(call.func, ast.Name | ast.Attribute) or not index.is_model(call.func):
+                continue
+            if index.grad_disabled(call) or dotted(call.func) in frozen:
+                break
+            ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+            break
+
+
+@rule("TD103", ast.Call)
+def empty_cache_in_training_loop(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if index.callee(node) not in ("torch.cuda.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache"):
+        return
+    loop = index.step_loop_of(node)
+    if loop is None:
+        return
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            break
+        if isinstance(anc, ast.ExceptHandler):
+            return  # recovering from an OOM: the one place it belongs
+        if isinstance(anc, ast.If) and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(anc.test)
+        ):
+            return  # every N steps: a deliberate, cheap choice
+    where = f"the loop over `{loop.source}`" if loop.source else "the training loop"
+    ctx.report(node, variable=ctx.segment(node), loop=where)
+
+
+@rule("TD104", ast.Call)
+def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    assign = index.parent(node)
+    if not isinstance(assign, ast.Assign) or len(assign.targets) != 1 or not (node.args or node.keywords):
+        return
+    passed = {a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)}
+    if not passed:
+        return
+    outputs = {n.id for n in ast.walk(assign.targets[0]) if isinstance(n, ast.Name)} & passed
+    carried = [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in outputs]
+    if not carried or not isinstance(node.func, ast.Name | ast.Attribute) or not index.is_model(node.func):
+        return
+    loop = index.step_loop_of(node)
+    if loop is None or not loop.has_backward or index.grad_disabled(node):
+        return
+    state = carried[0]
+    start, end = loop.node.lineno, loop.node.end_lineno or loop.node.lineno
+    scope = index.scope_of(node)
+    for stmt, _ in index.defs(scope).get(state, []):
+        if stmt is not assign and start <= stmt.lineno <= end:
+            return  # re-initialised or detached inside the loop
+    for call in loop.all_calls():
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "detach_" and dotted(func.value) == state:
+            return
+        called = (dotted(func) or "").lower()
+        if ("detach" in called or "repackage" in called) and any(dotted(a) == state for a in call.args):
+            return
+    ctx.report(node, variable=state, model=dotted(node.func) or "model")
+
+
+@rule("TD105", ast.Call)
+def retain_graph_in_loop(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if node not in ctx.memo("backward-set", lambda: set(index.backward_calls)):
+        return
+    retain = kwarg(node, "retain_graph", 1 if isinstance(node.func, ast.Attribute) else 2)
+    if not is_constant(retain, True) or is_constant(kwarg(node, "create_graph"), True):
+        return
+    loop = index.step_loop_of(node)
+    if loop is None:
+        return
+    backward_set = ctx.memo("backward-set", lambda: set(index.backward_calls))
+    calls = list(loop.all_calls())
+    if sum(1 for c in calls if c in backward_set) != 1:
+        return  # several backward passes over a shared graph need it
+    if any(index.callee(c) in ("torch.autograd.grad",) for c in calls):
+        return
+    if isinstance(node.func, ast.Attribute) and index.resolve(node.func.value) not in (None, "torch.autograd"):
+        return  # a module's backward function (distributed autograd, ...), not a tensor's
+    fn = index.function_of(node)
+    if not any(index.function_of(c) is fn for c in index.step_calls):
+        return  # no optimizer step here: not a training step (tests, gradient checks)
+    receiver = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else node)
+    ctx.report(node, variable=ctx.segment(receiver, 40))

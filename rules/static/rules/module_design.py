@@ -1,0 +1,371 @@
+"""TD2xx — module design: registration of submodules, parameters and buffers, forward() misuse,
+softmax before a loss that expects logits, hand-written attention. Docs: module_design.toml."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, kwarg, last_name
+from torchdoctor.rules.static.patterns import (
+    attention_probs,
+    is_probabilities,
+    latest_value,
+    requires_grad_in_chain,
+    tensor_factory,
+)
+
+
+def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
+    info = ctx.index.classes.get(node.name)
+    return info if info is not None and info.node is node and info.is_module else None
+
+
+def _constructs_module(index: Index, expr: ast.AST | None) -> str | None:
+    """The class name when `expr` builds a module or a parameter (`nn.Linear(...)`, `Block(...)`)."""
+    if not isinstance(expr, ast.Call):
+        return None
+    q = index.resolve(expr.func)
+    if q is not None:
+        short = q.rsplit(".", 1)[-1]
+        if q.startswith("torch.nn.") and q.count(".") == 2 and short[:1].isupper():
+            return short
+        if q == "copy.deepcopy" and expr.args:
+            return _constructs_module(index, expr.args[0])
+        return None
+    local = dotted(expr.func)
+    info = index.classes.get(local or "")
+    return local if info is not None and info.is_module else None
+
+
+def _plain_container(index: Index, expr: ast.AST) -> tuple[str, str] | None:
+    """("list" | "dict", held class) when `expr` is a plain Python container of modules or parameters."""
+    if isinstance(expr, ast.List | ast.Tuple | ast.Set):
+        for elt in expr.elts:
+            held = _constructs_module(index, elt)
+            if held:
+                return "list", held
+    elif isinstance(expr, ast.ListComp | ast.GeneratorExp | ast.SetComp):
+        held = _constructs_module(index, expr.elt)
+        if held:
+            return "list", held
+    elif isinstance(expr, ast.Dict):
+        for value in expr.values:
+            held = _constructs_module(index, value)
+            if held:
+                return "dict", held
+    elif isinstance(expr, ast.DictComp):
+        held = _constructs_module(index, expr.value)
+        if held:
+            return "dict", held
+    elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        return _plain_container(index, expr.left) or _plain_container(index, expr.right)
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "tuple", "dict"):
+        if expr.args:
+            found = _plain_container(index, expr.args[0])
+            if found:
+                return ("dict" if expr.func.id == "dict" else "list"), found[1]
+    return None
+
+
+def _is_empty_container(expr: ast.AST) -> str | None:
+    if isinstance(expr, ast.List) and not expr.elts:
+        return "list"
+    if isinstance(expr, ast.Dict) and not expr.keys:
+        return "dict"
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "dict") and not expr.args:
+        return expr.func.id
+    return None
+
+
+def _registered_attrs(index: Index, info: ClassInfo) -> set[str]:
+    """Attributes that some assignment makes a registered container, module, parameter or buffer."""
+    registered: set[str] = set()
+    containers = index.names["module_containers"]
+    for a in index.self_assignments(info, None):
+        if isinstance(a.value, ast.Call):
+            q = index.resolve(a.value.func) or ""
+            if q in containers or q in ("torch.nn.Parameter", "torch.nn.Buffer"):
+                registered.add(a.attr)
+    for call in index.method_calls("register_buffer") + index.method_calls("register_parameter") + index.method_calls(
+        "register_module"
+    ) + index.method_calls("add_module"):
+        if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            if index.class_of(call) is info:
+                registered.add(call.args[0].value)
+    return registered
+
+
+_REPLACEMENT = {
+    ("list", False): "nn.ModuleList",
+    ("dict", False): "nn.ModuleDict",
+    ("list", True): "nn.ParameterList",
+    ("dict", True): "nn.ParameterDict",
+}
+
+
+@rule("TD201", ast.ClassDef)
+def modules_in_plain_container(node: ast.ClassDef, ctx: Context) -> None:
+    info = _module_class(ctx, node)
+    if info is None:
+        return
+    index = ctx.index
+    registered = _registered_attrs(index, info)
+    reported: set[str] = set()
+    empty: dict[str, str] = {}
+    for a in index.self_assignments(info, None):
+        if a.attr in registered or a.attr in reported:
+            continue
+        found = _plain_container(index, a.value)
+        if found is not None:
+            kind, held = found
+            reported.add(a.attr)
+            ctx.report(
+                a.stmt,
+                variable=f"self.{a.attr}",
+                container=kind,
+                held=held,
+                replacement=_REPLACEMENT[(kind, held == "Parameter")],
+            )
+        elif (kind := _is_empty_container(a.value)) is not None:
+            empty[a.attr] = kind
+    if not empty:
+        return
+    # self.blocks = []; self.blocks.append(nn.Linear(...))   /   self.heads = {}; self.heads[k] = nn.Linear(...)
+    candidates: list[tuple[ast.AST, str, ast.AST | None]] = []
+    for method in ("append", "insert"):
+        for call in index.method_calls(method):
+            receiver = call.func.value  # type: ignore[attr-defined]
+            value = call.args[-1] if call.args else None
+            candidates.append((call, dotted(receiver) or "", value))
+    for stmt in index.nodes(ast.Assign):
+        for target in stmt.targets:
+            if isinstance(target, ast.Subscript):
+                candidates.append((stmt, dotted(target.value) or "", stmt.value))
+    for where, receiver, value in sorted(candidates, key=lambda c: (c[0].lineno, c[0].col_offset)):
+        if not receiver.startswith("self."):
+            continue
+        attr = receiver[5:]
+        if attr not in empty or attr in registered or attr in reported:
+            continue
+        held = _constructs_module(index, value)
+        if held and index.class_of(where) is info:
+            reported.add(attr)
+            kind = empty[attr]
+            ctx.report(
+                where,
+                variable=f"self.{attr}",
+                container=kind,
+                held=held,
+                replacement=_REPLACEMENT[(kind, held == "Parameter")],
+            )
+
+
+@rule("TD202", ast.Call)
+def forward_called_directly(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    if not isinstance(func, ast.Attribute) or func.attr != "forward":
+        return
+    receiver = func.value
+    if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+        return
+    if isinstance(receiver, ast.Name) and receiver.id in ("self", "cls", "super"):
+        return
+    index = ctx.index
+    name = dotted(receiver)
+    if name is None:
+        return
+    root = name.split(".", 1)[0]
+    if root in index.classes or (index.resolve(receiver) or "").rsplit(".", 1)[-1][:1].isupper():
+        return  # Base.forward(self, x): an explicit base-class call
+    if root == "self":
+        info = index.class_of(node)
+        if info is None or not info.is_module:
+            return
+        fn = index.function_of(node)
+        if fn is not None and fn.name == "forward":
+            return  # a wrapper's forward delegating on purpose
+        attr = name.split(".")[1]
+        if not any(
+            a.attr == attr and _constructs_module(index, a.value) for a in index.self_assignments(info, None)
+        ):
+            return
+    else:
+        b = index.binding(receiver)
+        if b is not None:
+            if b.kind != "module":
+                return
+        elif not index.is_model(receiver):
+            return
+    ctx.report(node, variable=name)
+
+
+@rule("TD203", ast.ClassDef)
+def missing_super_init(node: ast.ClassDef, ctx: Context) -> None:
+    info = _module_class(ctx, node)
+    if info is None:
+        return
+    init = info.method("__init__")
+    if init is None:
+        return
+    for sub in ast.walk(init):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "__init__":
+            return  # super().__init__(...), super(Net, self).__init__(), nn.Module.__init__(self)
+    ctx.report(init, variable=node.name)
+
+
+def _tensor_value(index: Index, value: ast.AST, at: ast.AST) -> ast.AST | None:
+    """The expression a tensor attribute is assigned from, following one local name (`self.m = mask`)."""
+    if isinstance(value, ast.Name):
+        found = latest_value(index, value.id, at)
+        return found
+    return value
+
+
+@rule("TD204", ast.ClassDef)
+def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
+    info = _module_class(ctx, node)
+    if info is None or any(m in info.methods for m in ("_apply", "to", "cuda")):
+        return  # the class moves its tensors itself
+    index = ctx.index
+    registered = _registered_attrs(index, info)
+    reads: dict[str, list[ast.Attribute]] | None = None
+    reported: set[str] = set()
+    for a in index.self_assignments(info, "__init__"):
+        if a.attr in registered or a.attr in reported:
+            continue
+        value = _tensor_value(index, a.value, a.stmt)
+        if tensor_factory(index, value) is None or requires_grad_in_chain(value):
+            continue
+        if reads is None:
+            reads = index.self_reads(info)
+        if a.attr not in reads:
+            continue
+        reported.add(a.attr)
+        ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+@rule("TD205", ast.Call)
+def softmax_before_loss(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    kind = None
+    if q == "torch.nn.functional.cross_entropy":
+        kind = "cross_entropy"
+    elif q == "torch.nn.functional.nll_loss":
+        kind = "nll"
+    else:
+        b = index.binding(node.func)
+        if b is not None and b.kind == "loss":
+            kind = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}.get(b.cls or "")
+    if kind is None:
+        return
+    inputs = kwarg(node, "input", 0)
+    if inputs is None or not is_probabilities(index, inputs, node):
+        return
+    if kind == "cross_entropy":
+        expects = "logits: it applies log_softmax itself, so the softmax is applied twice"
+        remedy = f"Pass the raw logits to `{ctx.segment(node.func)}` and drop the softmax (keep softmax only for reporting probabilities)."
+    else:
+        expects = "log-probabilities (log_softmax output), not probabilities"
+        remedy = "Use `F.log_softmax(logits, dim=1)` in place of the softmax, or pass the logits to `F.cross_entropy`."
+    ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects, remedy=remedy)
+
+
+@rule("TD206", ast.BinOp, ast.Call)
+def manual_attention(node: ast.AST, ctx: Context) -> None:
+    index = ctx.index
+    if isinstance(node, ast.BinOp):
+        if not isinstance(node.op, ast.MatMult):
+            return
+        probs = node.left
+    else:
+        if index.callee(node) not in ("torch.matmul", "torch.bmm") or len(node.args) < 2:  # type: ignore[arg-type]
+            return
+        probs = node.args[0]  # type: ignore[attr-defined]
+    if not ctx.torch_at_least(2, 0):
+        return  # scaled_dot_product_attention arrived in 2.0
+    if not attention_probs(index, probs, node):
+        return
+    fn = index.function_of(node)
+    if fn is not None:
+        if ctx.memo(("calls-sdpa", fn), lambda: _calls_sdpa(index, fn)):
+            return  # a fallback branch next to the fused path (nanoGPT's `if self.flash:`)
+        if isinstance(probs, ast.Name) and _weights_needed(fn, probs.id):
+            return
+    name = probs.id if isinstance(probs, ast.Name) else "softmax(...)"
+    ctx.report(node, variable=name, expr=ctx.segment(node, 60))
+
+
+def _calls_sdpa(index: Index, fn: ast.AST) -> bool:
+    for call in index.calls_to("torch.nn.functional.scaled_dot_product_attention"):
+        if index.function_of(call) is fn:
+            return True
+    return False
+
+
+def _weights_needed(fn: ast.AST, name: str) -> bool:
+    """The attention weights are returned, stored or collected: SDPA does not return them."""
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Return) and sub.value is not None:
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(sub.value)):
+                return True
+        elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name:
+            if any(isinstance(t, ast.Attribute) for t in sub.targets):
+                return True
+        elif isinstance(sub, ast.Call) and last_name(sub.func) in ("append", "extend") and any(
+            isinstance(a, ast.Name) and a.id == name for a in sub.args
+        ):
+            return True
+    return False
+
+
+@rule("TD207", ast.ClassDef)
+def tensor_parameter_not_registered(node: ast.ClassDef, ctx: Context) -> None:
+    info = _module_class(ctx, node)
+    if info is None:
+        return
+    index = ctx.index
+    registered = _registered_attrs(index, info)
+    reported: set[str] = set()
+    for a in index.self_assignments(info, None):
+        if a.attr in registered or a.attr in reported:
+            continue
+        if tensor_factory(index, a.value) is None or not requires_grad_in_chain(a.value):
+            continue
+        reported.add(a.attr)
+        ctx.report(a.stmt, variable=f"self.{a.attr}", value=ctx.segment(a.value, 50))
+
+
+@rule("TD208", ast.Call)
+def layer_created_in_forward(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    if q is None or q not in index.names["stateful_layers"]:
+        return
+    info = index.forward_of(node)
+    if info is None:
+        return
+    parent = index.parent(node)
+    if isinstance(parent, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and dotted(t.value) == "self" for t in parent.targets
+    ):
+        return  # lazily building a submodule: assigning it to self registers it
+    ctx.report(node, variable=ctx.segment(node, 50), layer=q.rsplit(".", 1)[-1], cls=info.name)
+
+
+@rule("TD209", ast.Call)
+def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    if q is None or q not in index.names["functional_dropout"]:
+        return
+    if any(kw.arg == "training" or kw.arg is None for kw in node.keywords) or len(node.args) >= 3:
+        return
+    info = index.class_of(node)
+    if info is None or not info.is_module:
+        return
+    fn = index.function_of(node)
+    if fn is None or fn.name == "__init__":
+        return
+    ctx.report(node, variable=ctx.segment(node.func), cls=info.name)

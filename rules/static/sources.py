@@ -1,0 +1,262 @@
+"""What `check` reads: finding files under directories, decoding them, notebook cells.
+
+Nothing here imports or runs the user's code: files are read as bytes,
+decoded as Python source would be (PEP 263 coding cookie, UTF-8 by default),
+and notebooks are read as JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tokenize
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from torchdoctor.rules.static.gitignore import IgnoreFile, is_ignored
+
+SOURCE_SUFFIXES = (".py", ".ipynb")
+
+# Directories nobody wants checked: virtual environments, caches, VCS metadata.
+DEFAULT_EXCLUDE = (
+    ".git/",
+    ".hg/",
+    ".svn/",
+    ".venv/",
+    "venv/",
+    ".env/",
+    "env/",
+    "__pycache__/",
+    ".tox/",
+    ".nox/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".pytest_cache/",
+    ".ipynb_checkpoints/",
+    ".eggs/",
+    "node_modules/",
+    "site-packages/",
+    "build/",
+    "dist/",
+    "*.egg-info/",
+)
+
+
+class UnreadableSource(Exception):
+    """A file that cannot be analysed; the message becomes a TD000 finding."""
+
+
+@dataclass
+class Cell:
+    number: int  # 1-based position among all the notebook's cells
+    first_line: int  # first line of the cell in the concatenated source
+    line_count: int
+
+
+@dataclass
+class Unit:
+    """One analysable source: a .py file, stdin, or a notebook's code cells joined."""
+
+    path: str
+    text: str
+    cells: list[Cell] = field(default_factory=list)
+    skipped_cells: list[tuple[int, str]] = field(default_factory=list)  # (cell number, why)
+
+    def cell_at(self, line: int) -> tuple[Cell | None, int]:
+        """The cell holding a line of the joined source, and the line within that cell."""
+        for cell in self.cells:
+            if cell.first_line <= line < cell.first_line + cell.line_count:
+                return cell, line - cell.first_line + 1
+        return None, line
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+
+def decode_python(data: bytes) -> str:
+    """Bytes of a .py file -> text, as the interpreter would decode them."""
+    if b"\x00" in data:
+        raise UnreadableSource("the file contains NUL bytes (a binary file?)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        if "invalid or missing encoding declaration" in str(exc.msg):
+            encoding = "utf-8"  # undecodable bytes in the first two lines: reported below with their offset
+        else:
+            raise UnreadableSource(f"bad encoding declaration: {exc.msg}") from None
+    try:
+        return data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
+        hint = " (and no `# -*- coding: ... -*-` line declares another encoding)" if encoding.startswith("utf-8") else ""
+        raise UnreadableSource(f"not valid {encoding} text{where}{hint}") from None
+
+
+_MAGIC = re.compile(r"^\s*[%!]|^\s*\?|^[^#'\"\n]*\?\s*$")
+_PASSTHROUGH_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
+def notebook_unit(path: str, data: bytes) -> Unit:
+    """The code cells of a notebook joined into one source; magics become `pass`."""
+    try:
+        nb = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise UnreadableSource("the notebook is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise UnreadableSource(f"not a valid notebook: JSON error at line {exc.lineno}: {exc.msg}") from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        raise UnreadableSource("not a valid notebook: no list of cells")
+    language = ""
+    if isinstance(nb.get("metadata"), dict):
+        info = nb["metadata"].get("language_info") or nb["metadata"].get("kernelspec") or {}
+        language = str(info.get("name") or info.get("language") or "") if isinstance(info, dict) else ""
+    if language and "python" not in language.lower():
+        raise UnreadableSource(f"a {language} notebook, not Python")
+
+    unit = Unit(path=path, text="")
+    parts: list[str] = []
+    line = 1
+    for number, cell in enumerate(cells, 1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if not isinstance(source, str):
+            continue
+        lines = source.split("\n")
+        first = lines[0].strip() if lines else ""
+        if first.startswith("%%"):
+            if not first.startswith(_PASSTHROUGH_CELL_MAGICS):
+                unit.skipped_cells.append((number, f"cell magic {first.split()[0]}"))
+                continue
+        lines = [_neutralise(text) for text in lines]
+        unit.cells.append(Cell(number, line, len(lines)))
+        parts.append("\n".join(lines))
+        line += len(lines)
+    unit.text = "\n".join(parts)
+    return unit
+
+
+def _neutralise(line: str) -> str:
+    """A magic or shell line -> `pass` at the same indentation (keeps line numbers and blocks)."""
+    if _MAGIC.match(line):
+        indent = line[: len(line) - len(line.lstrip())]
+        return indent + "pass"
+    return line
+
+
+def read_unit(path: str, display: str, max_bytes: int) -> Unit:
+    """Read one file for analysis; raises UnreadableSource with a one-line reason."""
+    try:
+        size = os.path.getsize(path)
+        if size > max_bytes:
+            raise UnreadableSource(
+                f"the file is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.1f} MiB limit "
+                "(raise `max-file-bytes` in [tool.torchdoctor] to analyse it)"
+            )
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except UnreadableSource:
+        raise
+    except OSError as exc:
+        raise UnreadableSource(f"cannot read the file: {exc.strerror or exc}") from None
+    return unit_from_bytes(display, data)
+
+
+def unit_from_bytes(display: str, data: bytes) -> Unit:
+    if display.endswith(".ipynb"):
+        return notebook_unit(display, data)
+    return Unit(path=display, text=decode_python(data))
+
+
+# -- discovery -------------------------------------------------------------------------------
+
+
+def default_excludes() -> IgnoreFile:
+    """The built-in directory excludes; they match by name at any depth."""
+    return IgnoreFile("", DEFAULT_EXCLUDE)
+
+
+def _norm(path: str) -> str:
+    return os.path.abspath(path).replace(os.sep, "/")
+
+
+def _read_ignore_file(directory: str) -> IgnoreFile | None:
+    try:
+        with open(os.path.join(directory, ".gitignore"), encoding="utf-8", errors="replace") as fh:
+            return IgnoreFile(_norm(directory), fh.read().splitlines())
+    except OSError:
+        return None
+
+
+def _git_root(directory: str) -> str | None:
+    current = os.path.abspath(directory)
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+
+
+def _parent_ignore_files(directory: str) -> list[IgnoreFile]:
+    """The .gitignore files between the enclosing git work tree's root and `directory` (exclusive)."""
+    root = _git_root(directory)
+    if root is None:
+        return []
+    chain: list[IgnoreFile] = []
+    current = os.path.abspath(directory)
+    parents: list[str] = []
+    while current != root:
+        current = os.path.dirname(current)
+        parents.append(current)
+        if len(parents) > 64:
+            break
+    for parent in reversed(parents):
+        f = _read_ignore_file(parent)
+        if f is not None:
+            chain.append(f)
+    return chain
+
+
+def walk(directory: str, excludes: Sequence[IgnoreFile], respect_gitignore: bool = True) -> Iterator[str]:
+    """Source files under `directory`, sorted, skipping what .gitignore files and `exclude` skip.
+
+    The directory named by the user is always entered, even if a pattern
+    would exclude it; patterns apply to what lies below it.
+    """
+    chain = _parent_ignore_files(directory) if respect_gitignore else []
+    stack: list[tuple[str, list[IgnoreFile]]] = [(directory, chain)]
+    while stack:
+        current, inherited = stack.pop()
+        files = inherited
+        if respect_gitignore:
+            own = _read_ignore_file(current)
+            if own is not None:
+                files = [*inherited, own]
+        try:
+            with os.scandir(current) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs: list[str] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if not is_dir and not entry.is_file():
+                    continue
+            except OSError:
+                continue
+            absolute = _norm(entry.path)
+            if is_ignored((*excludes, *files), absolute, is_dir):
+                continue
+            if is_dir:
+                subdirs.append(entry.path)
+            elif entry.name.endswith(SOURCE_SUFFIXES):
+                yield entry.path
+        stack.extend((d, files) for d in reversed(subdirs))

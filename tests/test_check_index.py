@@ -1,0 +1,331 @@
+"""The semantic index answers what the rule families need: names, bindings, loops, classes, regions."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from torchdoctor.rules.static.engine import walk
+from torchdoctor.rules.static.index import INDEX_NODES, Index, canonical
+
+
+def build(source: str) -> Index:
+    tree = ast.parse(source)
+    buckets, parents = walk(tree, set(INDEX_NODES) | {ast.If, ast.With, ast.Expr})
+    return Index(tree, buckets, parents, source)
+
+
+def call_at(index: Index, text: str) -> ast.Call:
+    """The first call whose source starts with `text`."""
+    for call in index.nodes(ast.Call):
+        if ast.unparse(call).startswith(text):
+            return call
+    raise AssertionError(f"no call {text!r}")
+
+
+def test_import_aliases_resolve_to_qualified_names():
+    index = build(
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn, optim as o\n"
+        "from torch.cuda.amp import autocast as ac, GradScaler\nfrom torch.nn.modules.linear import Linear\n"
+        "F.softmax(x)\nnn.Linear(2, 2)\nac()\no.AdamW([])\nLinear(1, 1)\ntorch.nn.functional.relu(x)\n"
+    )
+    calls = {ast.unparse(c.func): index.callee(c) for c in index.nodes(ast.Call)}
+    assert calls == {
+        "F.softmax": "torch.nn.functional.softmax",
+        "nn.Linear": "torch.nn.Linear",
+        "ac": "torch.cuda.amp.autocast",
+        "o.AdamW": "torch.optim.AdamW",
+        "Linear": "torch.nn.Linear",
+        "torch.nn.functional.relu": "torch.nn.functional.relu",
+    }
+    assert canonical("torch.nn.parallel.distributed.DistributedDataParallel") == "torch.nn.parallel.DistributedDataParallel"
+    assert canonical("torch.optim.adamw.AdamW") == "torch.optim.AdamW"
+    assert canonical("torch.optim.lr_scheduler.OneCycleLR") == "torch.optim.lr_scheduler.OneCycleLR"
+
+
+def test_bindings_know_loaders_samplers_schedulers_optimizers_scalers_models():
+    index = build(
+        """
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.lr_scheduler import OneCycleLR
+from torch import nn
+
+class Net(nn.Module):
+    pass
+
+class Bigger(Net):
+    pass
+
+sampler = DistributedSampler(train_set, shuffle=True)
+train_loader = DataLoader(train_set, batch_size=32, sampler=sampler, num_workers=4, **extra)
+model = Bigger().to(device)
+model = torch.compile(model)
+model = DDP(model, device_ids=[local_rank])
+raw = model.module
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+scheduler = OneCycleLR(optimizer, max_lr=1e-3, total_steps=1000)
+scaler = torch.amp.GradScaler("cuda")
+criterion = nn.CrossEntropyLoss()
+ctx = torch.autocast("cuda", dtype=torch.bfloat16)
+self_less = nn.Sequential(nn.Linear(2, 2))
+"""
+    )
+    loader = index.binding("train_loader")
+    assert loader.kind == "dataloader" and loader.cls == "torch.utils.data.DataLoader"
+    assert set(loader.kwargs) == {"batch_size", "sampler", "num_workers"} and loader.star_kwargs
+    assert ast.unparse(loader.arg("num_workers")) == "4"
+    assert index.binding("sampler").cls == "torch.utils.data.DistributedSampler"  # canonical spelling
+    model = index.binding("model")
+    assert (model.kind, model.cls, model.wrapper, model.compiled, model.inner) == ("module", "Bigger", "ddp", True, "model")
+    assert index.binding("raw").kind == "module" and index.binding("raw").wrapper is None
+    assert index.binding("optimizer").cls == "torch.optim.AdamW"
+    assert index.binding("scheduler").cls == "torch.optim.lr_scheduler.OneCycleLR"
+    assert index.binding("scaler").kind == "scaler"
+    assert index.binding("criterion").kind == "loss"
+    assert index.binding("ctx").kind == "autocast"
+    assert index.binding("self_less").kind == "module"
+    assert {c.name for c in index.module_classes} == {"Net", "Bigger"}  # indirect base in the same file
+    assert index.kind_of(ast.parse("val_dl", mode="eval").body) == "dataloader"
+
+
+def test_accelerate_prepare_and_fsdp2_wrap_in_place():
+    index = build(
+        "from torch import nn\nfrom torch.distributed.fsdp import fully_shard\n"
+        "model = nn.Linear(2, 2)\noptimizer = torch.optim.SGD(model.parameters())\n"
+        "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "net = nn.Linear(2, 2)\nfully_shard(net)\n"
+    )
+    assert index.binding("model").wrapper == "accelerate" and index.binding("optimizer").kind == "optimizer"
+    assert index.binding("net").wrapper == "fsdp"
+
+
+LOOPS = """
+import torch
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        optimizer.step()
+
+def evaluate(model, val_loader):
+    model.eval()
+    for x, y in val_loader:
+        model(x)
+
+def main(model, train_loader, val_loader, optimizer, scheduler):
+    for epoch in range(10):
+        sampler.set_epoch(epoch)
+        train_one_epoch(model, train_loader, optimizer)
+        scheduler.step()
+        evaluate(model, val_loader)
+
+it = 0
+while True:
+    for micro in range(4):
+        loss = model(get_batch()).mean() / 4
+        loss.backward()
+    optimizer.step()
+    it += 1
+"""
+
+
+def test_loops_batch_vs_epoch_and_training_vs_validation():
+    index = build(LOOPS)
+    by_line = {loop.line: loop for loop in index.loops.values()}
+    batch, val, epoch, outer, micro = by_line[5], by_line[13], by_line[17], by_line[24], by_line[25]
+    assert batch.kind == "batch" and batch.trains and batch.has_backward and batch.has_step and batch.iterates_loader
+    assert val.kind == "batch" and val.validation and not val.trains
+    assert epoch.kind == "epoch" and epoch.trains and epoch.calls_training and not epoch.validation
+    assert outer.kind == "batch" and outer.has_step and micro.parent is outer and micro.has_backward
+    assert index.step_loop_of(call_at(index, "scheduler.step")) is None
+    assert index.loop_of(call_at(index, "scheduler.step")) is epoch
+    assert index.training_loop_of(call_at(index, "sampler.set_epoch")) is epoch
+    assert index.step_loop_of(call_at(index, "optimizer.step")) is batch
+    assert [lp.line for lp in index.loops_around(call_at(index, "loss.backward"))] == [5]
+    assert {fn.name for fn in index.training_functions if hasattr(fn, "name")} == {"train_one_epoch", "main"}
+
+
+def test_env_step_is_not_an_optimizer_step():
+    index = build("for t in range(10):\n    obs, r, done, info = env.step(action)\n    scheduler.step()\n")
+    assert index.step_calls == [] and not any(lp.trains for lp in index.loops.values())
+
+
+GUARDS = """
+import torch.distributed as dist
+
+if rank == 0:
+    torch.save(a, "a")
+if dist.get_rank() == 0:
+    torch.save(b, "b")
+if is_main_process():
+    torch.save(c, "c")
+if accelerator.is_main_process:
+    torch.save(d, "d")
+if self.global_rank == 0 and epoch % 5 == 0:
+    torch.save(e, "e")
+if master_process:
+    torch.save(f, "f")
+if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+    torch.save(g, "g")
+if args.local_rank in [-1, 0]:
+    torch.save(h, "h")
+if not dist.is_initialized() or dist.get_rank() == 0:
+    torch.save(i, "i")
+if rank != 0:
+    pass
+else:
+    torch.save(j, "j")
+torch.save(everyone, "x")
+if epoch % 5 == 0:
+    torch.save(periodic, "y")
+
+def save(state):
+    if dist.get_rank() != 0:
+        return
+    torch.save(state, "z")
+
+@rank_zero_only
+def log(state):
+    torch.save(state, "w")
+"""
+
+
+def test_rank_guards():
+    index = build(GUARDS)
+    saves = {ast.unparse(c.args[0]): index.rank_guarded(c) for c in index.calls_to("torch.save")}
+    assert saves == {**{k: True for k in "abcdefghij"}, "everyone": False, "periodic": False, "state": True}
+
+
+def test_grad_disabled_regions():
+    index = build(
+        """
+import torch
+
+@torch.no_grad()
+def a(m, x):
+    return m(x)
+
+@torch.inference_mode
+def b(m, x):
+    return m(x)
+
+def c(m, x):
+    with torch.inference_mode(mode=False):
+        return m(x)
+
+def d(m, x):
+    torch.set_grad_enabled(False)
+    return m(x)
+
+def helper(m, x):
+    return m(x)
+
+def e(m, x):
+    with torch.no_grad():
+        helper(m, x)
+
+def f(m, x):
+    return m(x)
+"""
+    )
+    results = {
+        index.function_of(c).name: index.grad_disabled(c)
+        for c in index.nodes(ast.Call)
+        if ast.unparse(c) == "m(x)"
+    }
+    assert results == {"a": True, "b": True, "c": False, "d": True, "helper": True, "f": False}
+
+
+def test_autocast_regions_and_dtypes():
+    index = build(
+        """
+import torch
+from torch.cuda.amp import autocast as ac
+
+ctx = torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+with torch.autocast("cuda"):
+    a = model(x)
+with torch.amp.autocast("cuda", torch.bfloat16):
+    b = model(x)
+with ac():
+    c = model(x)
+with ctx:
+    d = model(x)
+with torch.autocast("cpu"):
+    e = model(x)
+f = model(x)
+"""
+    )
+    found = {}
+    for call in index.nodes(ast.Call):
+        if ast.unparse(call) == "model(x)":
+            region = index.autocast_at(call)
+            name = ast.unparse(index.parent(call).targets[0])
+            found[name] = (region.device, region.dtype) if region else None
+    assert found == {
+        "a": ("cuda", "float16"),
+        "b": ("cuda", "bfloat16"),
+        "c": ("cuda", "float16"),
+        "d": ("cuda", "bfloat16"),
+        "e": ("cpu", "bfloat16"),
+        "f": None,
+    }
+    assert "amp" in index.contexts()
+
+
+def test_classes_forward_and_autograd_functions():
+    index = build(
+        """
+import torch
+from torch import nn
+from torch.autograd import Function
+import lightning as L
+
+class Square(Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * x
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.mask = torch.ones(2)
+
+    def forward(self, x):
+        return self.fc(x) * self.mask
+
+class Lit(L.LightningModule):
+    def training_step(self, batch, i):
+        return self(batch)
+"""
+    )
+    assert {c.name for c in index.function_classes} == {"Square"}
+    assert {c.name for c in index.module_classes} == {"Net", "Lit"}
+    net = index.classes["Net"]
+    assert [a.attr for a in index.self_assignments(net)] == ["fc", "mask"]
+    assert set(index.self_reads(net)) == {"fc", "mask"}
+    fc_call = call_at(index, "self.fc(x)")
+    assert index.forward_of(fc_call) is net
+    assert index.is_model(call_at(index, "self(batch)").func)
+    assert "custom-autograd" in index.contexts()
+
+
+@pytest.mark.parametrize(
+    "source, contexts",
+    [
+        ("import torch.distributed as dist\ndist.init_process_group('nccl')\n", {"distributed"}),
+        ("scaler = torch.amp.GradScaler()\n", {"amp"}),
+        ("model = torch.compile(model)\n", {"compile"}),
+        ("x = x.cuda()\n", {"gpu"}),
+        ("device = 'cuda:1'\n", {"gpu"}),
+        ("import torch\nx = torch.ones(2)\n", set()),
+    ],
+)
+def test_contexts(source, contexts):
+    assert build(source).contexts() == contexts

@@ -1,0 +1,178 @@
+"""Bad input never produces a traceback: each unreadable file gets TD000, the others are still
+checked, and `check` never runs the code it reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import cli
+from torchdoctor.rules.static import registry
+from torchdoctor.rules.static.engine import Options, analyse_bytes, analyse_text
+
+LEAK = (
+    "import torch\nmodel = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "total = 0\nfor x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n    total += loss\n"
+)
+
+
+@pytest.fixture(scope="module")
+def bad_tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    marker = root / "MARKER"
+    files = {
+        "syntax_error.py": b"def f(:\n    pass\n",
+        "latin1.py": "x = 'caf\xe9'\n".encode("latin-1"),
+        "bad_cookie.py": b"# -*- coding: klingon -*-\nx = 1\n",
+        "nul.py": b"x = 1\x00\n",
+        "python2.py": b"print 'hello'\nexcept_ok = 1\n",
+        "empty.py": b"",
+        "deep_parens.py": ("x = " + "(" * 100_000 + "1" + ")" * 100_000 + "\n").encode(),
+        "deep_binop.py": ("x = " + "1 + " * 100_000 + "1\n").encode(),
+        "broken.ipynb": b'{"cells": [ {"cell_type": "code", "source": ',
+        "not_a_notebook.ipynb": b'["just", "a", "list"]',
+        "runs_if_imported.py": (
+            f"open({str(marker)!r}, 'w').write('executed')\n"
+            f"import os\nos.system('touch {marker}')\n"
+            "if __name__ == '__main__':\n    open('MARKER', 'w')\n"
+        ).encode(),
+        "leak.py": LEAK.encode(),
+    }
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    # 5 MB of valid Python: over the default 2 MiB limit.
+    (root / "huge.py").write_bytes(b"x = 1\n" * (5 * 2**20 // 6 + 1))
+    return root, marker
+
+
+@pytest.fixture(scope="module")
+def bad_report(bad_tree):
+    root, _ = bad_tree
+    proc = cli("check", "--format", "json", ".", cwd=root)
+    return proc, json.loads(proc.stdout_text)
+
+
+def td000(report):
+    return {f["path"]: f["message"] for f in report["findings"] if f["code"] == "TD000"}
+
+
+def test_no_traceback_and_every_bad_file_reported(bad_report, validate_report):
+    proc, report = bad_report
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr_text and proc.stderr_text == ""
+    validate_report(report)
+    messages = td000(report)
+    assert set(messages) == {
+        "syntax_error.py",
+        "latin1.py",
+        "bad_cookie.py",
+        "nul.py",
+        "python2.py",
+        "deep_parens.py",
+        "deep_binop.py",
+        "broken.ipynb",
+        "not_a_notebook.ipynb",
+        "huge.py",
+    }
+    assert "syntax error at line 1" in messages["syntax_error.py"]
+    assert "not valid utf-8 text at byte 8" in messages["latin1.py"]
+    assert "bad encoding declaration" in messages["bad_cookie.py"]
+    assert "NUL bytes" in messages["nul.py"]
+    assert "(Python 2 code?)" in messages["python2.py"]
+    assert "too many nested parentheses" in messages["deep_parens.py"]
+    assert "nested too deeply" in messages["deep_binop.py"]
+    assert "JSON error at line 1" in messages["broken.ipynb"]
+    assert "no list of cells" in messages["not_a_notebook.ipynb"]
+    assert "5.0 MiB, over the 2.0 MiB limit" in messages["huge.py"]
+    assert "Checked 13 files (10 could not be analysed)" in report["notes"][0]
+
+
+def test_other_files_are_still_checked(bad_report):
+    _, report = bad_report
+    assert ("leak.py", "TD101", 9) in {(f["path"], f["code"], f["line"]) for f in report["findings"]}
+    assert not [f for f in report["findings"] if f["path"] in ("empty.py", "runs_if_imported.py")]
+    assert not [s for s in report["symptoms"] if s["id"] == "source-not-analysed"]  # TD000 is not a symptom
+
+
+def test_check_never_executes_the_code(bad_tree, bad_report):
+    root, marker = bad_tree
+    assert not marker.exists() and not (root / "MARKER").exists()
+
+
+def test_max_file_bytes_can_be_raised(tmp_path):
+    (tmp_path / "big.py").write_bytes(b"x = 1\n" + (b"# " + b"-" * 254 + b"\n") * 12_000)  # 3 MiB, few nodes
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\nmax-file-bytes = 8_000_000\n")
+    proc = cli("check", "big.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "Checked 1 file: no findings." in proc.stdout_text
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    (tmp_path / "train.py").write_text("x = 1\n")
+    proc = cli("check", "train.py", "missing_dir/", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr_text == "torchdoctor: no such file or directory: missing_dir/\n"
+
+
+def test_empty_directory(tmp_path):
+    proc = cli("check", str(tmp_path))
+    assert proc.returncode == 0 and "No Python files or notebooks found" in proc.stdout_text
+
+
+def test_ten_thousand_files(tmp_path):
+    """Many small files: all checked, across worker processes, with results in a stable order."""
+    for i in range(10_000):
+        body = "model = torch.nn.Linear(2, 2)\ny = model.forward(x)\n" if i % 1000 == 7 else "import torch\nx = 1\n"
+        (tmp_path / f"m{i:05d}.py").write_text(body)
+    (tmp_path / "broken.py").write_text("def (:\n")
+    proc = cli("check", "--format", "json", "--select", "TD202", ".", cwd=tmp_path, timeout=300)
+    report = json.loads(proc.stdout_text)
+    assert proc.returncode == 1, proc.stderr_text
+    assert report["notes"][0] == "Checked 10001 files (1 could not be analysed): 1 error, 10 warnings."
+    assert [f["path"] for f in report["findings"] if f["code"] == "TD202"] == [f"m{i:05d}.py" for i in range(7, 10_000, 1000)]
+    single = cli("check", "--statistics", "--select", "TD202", "--jobs", "1", ".", cwd=tmp_path, timeout=300)
+    assert single.stdout_text.split() == ["10", "TD202", "warning", "forward-called-directly", "1", "TD000", "error", "could-not-analyse"]
+
+
+python_like = st.lists(
+    st.sampled_from(
+        [
+            "import torch\n", "from torch import nn\n", "import torch.nn.functional as F\n", "for x in loader:\n",
+            "    loss = model(x)\n", "    loss.backward()\n", "    total += loss\n", "    optimizer.step()\n",
+            "class M(nn.Module):\n", "    def __init__(self):\n", "        self.l = [nn.Linear(2, 2)]\n",
+            "    def forward(self, x):\n", "        return F.softmax(x @ x.transpose(-2, -1), -1) @ x\n",
+            "with torch.no_grad():\n", "    pass\n", "if rank == 0:\n", "def f(\n", ")\n", "x = (\n", "'''\n",
+            "\t", "  ", "lambda: (yield)\n", "async def g():\n", "    await h()\n", "x = y = z\n", "del x\n",
+            "@torch.no_grad()\n", "try:\n", "except Exception as e:\n", "global q\n", "x[1:2, ...] = 3\n",
+            "model.forward(x)\n", "torch.cuda.empty_cache()\n", "a, *b = c\n", "print(f'{x!r:>{w}}')\n",
+        ]
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(python_like.map("".join), st.text(max_size=300)))
+def test_engine_never_raises_on_generated_source(source):
+    result = analyse_text(source, "gen.py")
+    for r in result.results:
+        assert r.finding.code in registry.rules()
+        if r.finding.code == "TD000":
+            assert r.finding.message.startswith("could not analyse: ")
+            assert "please report it" not in r.finding.message, r.finding.message
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from(["gen.py", "gen.ipynb"]))
+def test_engine_never_raises_on_generated_bytes(data, name):
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    result = analyse_bytes(data, name, options)
+    assert all(r.finding.code in registry.rules() for r in result.results)
+
+
+def test_warnings_from_the_parser_stay_quiet(capfd):
+    analyse_text('x = "\\d"\nassert (x, "always true")\n')
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
