@@ -76,7 +76,7 @@ class Hit:
 
     rule: Rule
     node: ast.AST
-    values: dict[str, str] = field(default_factory=dict)
+    values: dict[str, object] = field(default_factory=dict)
 
 
 class Context:
@@ -105,8 +105,21 @@ class Context:
         return self._lines
 
     def segment(self, node: ast.AST, limit: int = 80) -> str:
-        """The source text of a node on one line, clipped: for messages."""
-        text = ast.get_source_segment(self.source, node) or ""
+        """The source text of a node on one line, clipped: for messages.
+
+        Cut from the already split `lines` (ast.get_source_segment would
+        re-split the whole file on every call); columns are UTF-8 byte offsets.
+        """
+        first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if first is None or last is None or start is None or end is None or last > len(self.lines):
+            return ""
+        if first == last:
+            text = self.lines[first - 1].encode()[start:end].decode("utf-8", "replace")
+        else:
+            head = self.lines[first - 1].encode()[start:].decode("utf-8", "replace")
+            tail = self.lines[last - 1].encode()[:end].decode("utf-8", "replace")
+            text = " ".join([head, *self.lines[first : last - 1], tail])
         text = " ".join(text.split())
         return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -122,9 +135,11 @@ class Context:
         """Whether the targeted torch is at least major.minor (unknown counts as current)."""
         return self.torch_version is None or self.torch_version >= (major, minor)
 
-    def report(self, node: ast.AST, **values: str) -> None:
+    def report(self, node: ast.AST, **values: object) -> None:
         assert self.rule is not None
-        self.hits.append(Hit(self.rule, node, {k: str(v) for k, v in values.items()}))
+        # JSON scalars travel as they are (specialists test `is True`, compare numbers); the rest as text
+        kept = {k: v if isinstance(v, (str, bool, int, float)) else str(v) for k, v in values.items()}
+        self.hits.append(Hit(self.rule, node, kept))
 
 
 def split_lines(text: str) -> list[str]:

@@ -1,0 +1,633 @@
+"""TD8xx — custom autograd: torch.autograd.Function contracts (gradient count, ctx storage, .apply),
+activation checkpointing's use_reentrant, and graph cuts inside a module's forward. Docs: autograd.toml."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import FUNCTIONS, ClassInfo, Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.rules.profiling import snippet
+
+_CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+# Tensor methods and torch functions that return one tensor (what a backward usually returns).
+_ONE_TENSOR_METHODS = frozenset(
+    "clone mul mul_ div div_ add add_ sub neg mm bmm matmul t transpose permute sum mean expand expand_as reshape "
+    "view view_as contiguous masked_fill masked_fill_ where unsqueeze squeeze float double half to type_as "
+    "sign abs exp log sqrt pow clamp zero_ fill_ new_zeros new_ones zeros_like ones_like".split()
+)
+_TUPLE_FUNCTIONS = frozenset(
+    {"torch.split", "torch.chunk", "torch.unbind", "torch.autograd.grad", "torch.tensor_split", "torch.broadcast_tensors"}
+)
+_TO_TENSOR = frozenset(
+    {"torch.tensor", "torch.as_tensor", "torch.from_numpy", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor"}
+)
+_NO_GRAPH_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "training"})
+_NO_GRAPH_METHODS = frozenset({"size", "dim", "numel", "nelement", "get_device", "data_ptr", "stride"})
+# Results with no gradient by nature (indices, comparisons, rounding): not a cut anyone could fix.
+_NON_DIFFERENTIABLE = frozenset(
+    "argmax argmin argsort round floor ceil sign long int bool eq ne gt lt ge le nonzero isnan isinf isfinite "
+    "multinomial bernoulli".split()
+)
+
+
+def _function_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
+    info = ctx.index.classes.get(node.name)
+    return info if info is not None and info.node is node and info.is_function else None
+
+
+def _positional(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    return [*fn.args.posonlyargs, *fn.args.args]
+
+
+def _forward_inputs(info: ClassInfo) -> tuple[list[str], int] | None:
+    """(input names, how many have no default) of `forward`, without `ctx`; None for `*args`."""
+    forward = info.method("forward")
+    if forward is None or forward.args.vararg is not None:
+        return None
+    params = _positional(forward)
+    defaults = len(forward.args.defaults)
+    if "setup_context" not in info.methods:
+        if not params:
+            return None
+        params = params[1:]  # ctx
+    names = [p.arg for p in params]
+    return names, len(names) - defaults
+
+
+def _returns(fn: ast.AST) -> list[ast.Return]:
+    """Return statements of a function, not of functions nested in it."""
+    out: list[ast.Return] = []
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            out.append(node)
+        if not isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return sorted(out, key=lambda r: r.lineno)
+
+
+def _count(index: Index, expr: ast.AST | None, fn: ast.AST, depth: int = 0) -> tuple[int, list[ast.expr] | None] | None:
+    """(how many values a return expression holds, its elements when it is a literal), or None
+    when we cannot tell."""
+    if expr is None:
+        return 1, None  # bare `return`: None
+    if depth > 6:
+        return None
+    if isinstance(expr, ast.Tuple | ast.List):
+        if any(isinstance(e, ast.Starred) for e in expr.elts):
+            return None
+        return len(expr.elts), list(expr.elts)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Add):  # `(None, None) + (grad,)`: tuples concatenate
+            left, right = _count(index, expr.left, fn, depth + 1), _count(index, expr.right, fn, depth + 1)
+            if left is None or right is None:
+                return None
+            if left[1] is not None or right[1] is not None:
+                if left[1] is None or right[1] is None:
+                    return None
+                return left[0] + right[0], left[1] + right[1]
+        if isinstance(expr.op, ast.Mult) and (isinstance(expr.left, ast.Tuple) or isinstance(expr.right, ast.Tuple)):
+            return None
+        return 1, None
+    if isinstance(expr, ast.Constant | ast.UnaryOp | ast.Subscript):
+        return 1, None
+    if isinstance(expr, ast.IfExp):
+        a, b = _count(index, expr.body, fn, depth + 1), _count(index, expr.orelse, fn, depth + 1)
+        return a if a is not None and b is not None and a[0] == b[0] else None
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, expr)
+        if values:
+            return _count(index, values[-1], fn, depth + 1)
+        params = {a.arg for a in _positional(fn)}  # type: ignore[arg-type]
+        return (1, None) if expr.id in params else None
+    if isinstance(expr, ast.Call):
+        q = index.resolve(expr.func)
+        if q in _TUPLE_FUNCTIONS:
+            return None
+        if q is not None and q.startswith("torch."):
+            return 1, None
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in _ONE_TENSOR_METHODS:
+            return 1, None
+    return None
+
+
+def _wrong_count(count: int, elements: list[ast.expr] | None, expected: int) -> bool:
+    """Autograd refuses fewer gradients than inputs, and more unless the extra ones are all None."""
+    if count < expected:
+        return True
+    if count == expected or elements is None:
+        return False
+    return any(not (isinstance(e, ast.Constant) and e.value is None) for e in elements[expected:])
+
+
+def _apply_sites(ctx: Context, name: str) -> list[ast.Call]:
+    """Calls of `Name.apply(...)`, directly or through an alias (`my_op = Name.apply`)."""
+    index = ctx.index
+    aliases = {f"{name}.apply"}
+    for stmt in index.nodes(ast.Assign):
+        if dotted(stmt.value) == f"{name}.apply":
+            aliases |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return [c for a in sorted(aliases) for c in index.calls_by_name.get(a, [])]
+
+
+@rule("TD801", ast.ClassDef)
+def backward_gradient_count(node: ast.ClassDef, ctx: Context) -> None:
+    info = _function_class(ctx, node)
+    if info is None:
+        return
+    backward = info.method("backward") or info.method("vjp")
+    found = _forward_inputs(info)
+    if backward is None or found is None:
+        return
+    names, required = found
+    total = len(names)
+    passed = {
+        len(c.args)
+        for c in _apply_sites(ctx, node.name)
+        if not any(isinstance(a, ast.Starred) for a in c.args) and not c.keywords
+    }
+    index = ctx.index
+    for ret in _returns(backward):
+        found = _count(index, ret.value, backward)
+        if found is None:
+            continue
+        count, elements = found
+        if passed:
+            wrong = sorted(n for n in passed if _wrong_count(count, elements, n))
+            if not wrong:
+                continue
+            expected = str(wrong[0])
+        elif count >= required and not _wrong_count(count, elements, total):
+            continue
+        else:
+            expected = str(total) if required == total else f"{required} to {total}"
+        ctx.report(
+            ret,
+            variable=node.name,
+            expected=expected,
+            returned=str(count),
+            inputs=", ".join(names) or "(none)",
+        )
+
+
+def _tensor_inputs(index: Index, info: ClassInfo, names: list[str]) -> set[str]:
+    """Inputs that are tensors needing gradients: backward returns a non-None gradient in their
+    position, an annotation says Tensor, or the Function has a single input."""
+    forward = info.method("forward")
+    annotated = set()
+    if forward is not None:
+        for a in _positional(forward):
+            if a.annotation is not None and "Tensor" in (ast.unparse(a.annotation) if hasattr(ast, "unparse") else ""):
+                annotated.add(a.arg)
+    tensors = {n for n in names if n in annotated}
+    if len(names) == 1:
+        tensors.add(names[0])
+    backward = info.method("backward") or info.method("vjp")
+    if backward is not None:
+        for ret in _returns(backward):
+            value = ret.value
+            if isinstance(value, ast.Tuple) and len(value.elts) == len(names):
+                for name, elt in zip(names, value.elts, strict=True):
+                    if not (isinstance(elt, ast.Constant) and elt.value is None):
+                        tensors.add(name)
+    return tensors
+
+
+def _outputs(fn: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for ret in _returns(fn):
+        value = ret.value
+        elts = value.elts if isinstance(value, ast.Tuple) else [value]
+        names |= {e.id for e in elts if isinstance(e, ast.Name)}
+    return names
+
+
+def _ctx_stores(fn: ast.AST, ctx_name: str) -> list[tuple[ast.stmt, str, ast.expr]]:
+    """(statement, attribute, value) for `ctx.attr = value` (and `ctx.a, ctx.b = a, b`)."""
+    out = []
+    for stmt in ast.walk(fn):
+        if not isinstance(stmt, ast.Assign):
+            continue
+        for target in stmt.targets:
+            pairs = []
+            if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(target.elts) == len(stmt.value.elts):
+                pairs = list(zip(target.elts, stmt.value.elts, strict=True))
+            else:
+                pairs = [(target, stmt.value)]
+            for t, v in pairs:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == ctx_name:
+                    out.append((stmt, t.attr, v))
+    return out
+
+
+@rule("TD802", ast.ClassDef)
+def tensor_stored_on_ctx(node: ast.ClassDef, ctx: Context) -> None:
+    info = _function_class(ctx, node)
+    if info is None:
+        return
+    found = _forward_inputs(info)
+    if found is None:
+        return
+    names, _ = found
+    index = ctx.index
+    tensors = _tensor_inputs(index, info, names)
+    forward = info.method("forward")
+    setup = info.method("setup_context")
+    outputs = _outputs(forward) if forward is not None else set()
+    where: list[tuple[ast.AST, str, set[str], set[str]]] = []  # (method, ctx name, inputs, outputs)
+    if setup is not None:
+        params = [a.arg for a in _positional(setup)]
+        if len(params) >= 3:
+            ctx_name, inputs_name, output_name = params[:3]
+            unpacked = _unpacked(setup, inputs_name)
+            inputs = {unpacked[i] for i, n in enumerate(names) if i < len(unpacked) and n in tensors}
+            where.append((setup, ctx_name, inputs, {output_name} | _unpacked_set(setup, output_name)))
+    elif forward is not None:
+        params = [a.arg for a in _positional(forward)]
+        if params:
+            where.append((forward, params[0], tensors, outputs))
+    for method, ctx_name, inputs, outs in where:
+        for stmt, attr, value in _ctx_stores(method, ctx_name):
+            if not isinstance(value, ast.Name):
+                continue
+            if value.id in inputs:
+                role = "an input"
+            elif value.id in outs:
+                role = "an output"
+            else:
+                continue
+            ctx.report(stmt, variable=value.id, attr=attr, role=role, cls=node.name)
+
+
+def _unpacked(fn: ast.AST, name: str) -> list[str]:
+    """`x, w = inputs` -> ["x", "w"]."""
+    for stmt in ast.walk(fn):
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id == name:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Tuple | ast.List):
+                return [e.id if isinstance(e, ast.Name) else "" for e in target.elts]
+    return []
+
+
+def _unpacked_set(fn: ast.AST, name: str) -> set[str]:
+    return {n for n in _unpacked(fn, name) if n}
+
+
+@rule("TD803", ast.Module)
+def function_called_directly(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    if not index.function_classes:
+        return  # no custom Function in this file
+    for call in index.nodes(ast.Call):
+        _function_called_directly(call, ctx)  # type: ignore[arg-type]
+
+
+def _function_called_directly(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    index = ctx.index
+    if isinstance(func, ast.Call):  # MyFn()(x)
+        name = dotted(func.func)
+        info = index.classes.get(name or "")
+        if info is None or not info.is_function:
+            return
+        ctx.report(
+            node,
+            variable=snippet(ctx, node, 40),
+            how=f"calling an instance of `{name}` raises RuntimeError (legacy autograd function with non-static forward method)",
+            cls=name,
+        )
+        return
+    if isinstance(func, ast.Name):  # fn = MyFn(); fn(x)
+        values = index.definitions(func.id, node)
+        if not values or not isinstance(values[-1], ast.Call):
+            return
+        name = dotted(values[-1].func)
+        info = index.classes.get(name or "")
+        if info is None or not info.is_function or values[-1].args:
+            return
+        ctx.report(
+            node,
+            variable=snippet(ctx, node, 40),
+            how=f"`{func.id}` is an instance of `{name}`, and calling it raises RuntimeError (legacy autograd function with non-static forward method)",
+            cls=name,
+        )
+        return
+    if isinstance(func, ast.Attribute) and func.attr == "forward":
+        name = dotted(func.value)
+        info = index.classes.get(name or "")
+        if info is None or not info.is_function:
+            return
+        owner = index.class_of(node)
+        if owner is not None and owner.is_function:
+            return  # a Function delegating to another one's forward on purpose
+        ctx.report(
+            node,
+            variable=snippet(ctx, node, 40),
+            how=f"it runs forward as a plain function, so no graph node is recorded and `{name}.backward` never runs",
+            cls=name,
+        )
+
+
+@rule("TD804", ast.Module)
+def checkpoint_without_use_reentrant(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to(*sorted(_CHECKPOINT)):
+        _checkpoint_without_use_reentrant(call, ctx)
+
+
+def _checkpoint_without_use_reentrant(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    if q not in _CHECKPOINT or not ctx.torch_at_least(1, 11):
+        return
+    if any(kw.arg in ("use_reentrant", None) for kw in node.keywords):
+        return
+    target = node.args[0] if node.args else None
+    ctx.report(node, variable=snippet(ctx, node.func), target=snippet(ctx, target, 40) if target is not None else "the function")
+
+
+# -- graph cuts inside forward ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Cut:
+    node: ast.Call | ast.Attribute  # the .detach() / .numpy() / .item() / .tolist() / .data
+    kind: str  # "detach" | "host"
+    killed: frozenset  # the parameter uses upstream of the cut
+    back_to_tensor: bool = False
+
+
+@dataclass(frozen=True)
+class _Val:
+    """What an expression in forward depends on: parameter uses reaching it with gradient, and cuts."""
+
+    sources: frozenset = frozenset()
+    cuts: frozenset = field(default_factory=frozenset)
+
+
+_EMPTY = _Val()
+
+
+def _join(*vals: _Val) -> _Val:
+    if not vals:
+        return _EMPTY
+    if len(vals) == 1:
+        return vals[0]
+    return _Val(frozenset().union(*(v.sources for v in vals)), frozenset().union(*(v.cuts for v in vals)))
+
+
+class _Forward:
+    """A small flow analysis of one `forward`: which parameter uses reach the returned value."""
+
+    def __init__(self, index: Index, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: ClassInfo):
+        self.index = index
+        self.fn = fn
+        self.info = info
+        self.trainable = _trainable_attrs(index, info)
+        self.env: dict[str, _Val] = {}
+        self.returns: list[tuple[ast.Return, _Val]] = []
+
+    def run(self) -> None:
+        self.block(self.fn.body, conditional=False, grad_off=False, guarded=False)
+
+    def bind(self, target: ast.AST, val: _Val, conditional: bool) -> None:
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                self.env[n.id] = _join(self.env[n.id], val) if conditional and n.id in self.env else val
+
+    def block(self, stmts: list[ast.stmt], conditional: bool, grad_off: bool, guarded: bool) -> None:
+        for stmt in stmts:
+            self.stmt(stmt, conditional, grad_off, guarded)
+
+    def stmt(self, stmt: ast.stmt, conditional: bool, grad_off: bool, guarded: bool) -> None:
+        if isinstance(stmt, ast.Assign):
+            val = self.value(stmt.value, grad_off)
+            for target in stmt.targets:
+                self.bind(target, val, conditional)
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            self.bind(stmt.target, self.value(stmt.value, grad_off), conditional)
+        elif isinstance(stmt, ast.AugAssign):
+            val = self.value(stmt.value, grad_off)
+            if isinstance(stmt.target, ast.Name):
+                self.env[stmt.target.id] = _join(self.env.get(stmt.target.id, _EMPTY), val)
+        elif isinstance(stmt, ast.Expr):
+            call = stmt.value
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "detach_"
+                and isinstance(call.func.value, ast.Name)
+            ):
+                self.env[call.func.value.id] = self.value(call, grad_off)
+        elif isinstance(stmt, ast.If):
+            self.value(stmt.test, grad_off)
+            mode_test = _mentions_training(stmt.test)
+            self.block(stmt.body, True, grad_off, guarded or mode_test)
+            self.block(stmt.orelse, True, grad_off, guarded or mode_test)
+        elif isinstance(stmt, ast.For | ast.AsyncFor):
+            self.bind(stmt.target, self.value(stmt.iter, grad_off), True)
+            self.block(stmt.body, True, grad_off, guarded)
+            self.block(stmt.body, True, grad_off, guarded)  # a second pass: values carried round the loop
+            self.block(stmt.orelse, True, grad_off, guarded)
+        elif isinstance(stmt, ast.While):
+            self.block(stmt.body, True, grad_off, guarded)
+            self.block(stmt.body, True, grad_off, guarded)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            off = grad_off or any(_grad_off(self.index, item.context_expr) for item in stmt.items)
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    self.bind(item.optional_vars, self.value(item.context_expr, off), conditional)
+            self.block(stmt.body, conditional, off, guarded)
+        elif isinstance(stmt, ast.Try):
+            self.block(stmt.body, True, grad_off, guarded)
+            for handler in stmt.handlers:
+                self.block(handler.body, True, grad_off, guarded)
+            self.block(stmt.orelse, True, grad_off, guarded)
+            self.block(stmt.finalbody, conditional, grad_off, guarded)
+        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+            val = self.value(stmt.value, grad_off, primary=True)
+            if not guarded and not grad_off:
+                self.returns.append((stmt, val))
+
+    def value(self, expr: ast.AST | None, grad_off: bool, primary: bool = False) -> _Val:
+        val = self._value(expr, primary)
+        if grad_off:
+            return _Val(frozenset(), frozenset())  # computed without autograd on purpose
+        return val
+
+    def _value(self, expr: ast.AST | None, primary: bool = False) -> _Val:
+        if expr is None or isinstance(expr, ast.Constant):
+            return _EMPTY
+        if isinstance(expr, ast.Name):
+            return self.env.get(expr.id, _EMPTY)
+        if isinstance(expr, ast.Tuple) and primary and expr.elts:
+            return self._value(expr.elts[0])  # the module's main output; the rest may be detached on purpose
+        if isinstance(expr, ast.Attribute):
+            if isinstance(expr.value, ast.Name) and expr.value.id == "self":
+                # a parameter or a submodule's weights; buffers and plain attributes carry no gradient
+                return _Val(frozenset({expr})) if expr.attr in self.trainable else _EMPTY
+            if expr.attr in _NO_GRAPH_ATTRS:
+                return _EMPTY
+            inner = self._value(expr.value)
+            if expr.attr == "data":
+                return self._cut(expr, "detach", inner)
+            return inner
+        if isinstance(expr, ast.Call):
+            return self._call(expr)
+        if isinstance(expr, ast.ListComp | ast.GeneratorExp | ast.SetComp | ast.DictComp):
+            saved = dict(self.env)
+            for gen in expr.generators:
+                self.bind(gen.target, self._value(gen.iter), False)
+            parts = [expr.key, expr.value] if isinstance(expr, ast.DictComp) else [expr.elt]
+            val = _join(*(self._value(p) for p in parts))
+            self.env = saved
+            return val
+        if isinstance(expr, ast.Lambda | ast.Compare):
+            return _EMPTY  # a function object; a boolean mask
+        return _join(*(self._value(child) for child in ast.iter_child_nodes(expr) if isinstance(child, ast.expr)))
+
+    def _cut(self, node: ast.Call | ast.Attribute, kind: str, operand: _Val) -> _Val:
+        cuts = operand.cuts
+        if kind == "host":
+            # `.detach().cpu().numpy()`: the detach only silenced numpy()'s error; the host copy is the cut.
+            detached = {c for c in cuts if c.kind == "detach"}
+            cuts = (cuts - detached) | {_Cut(node, "host", c.killed) for c in detached}
+        if not operand.sources:
+            return _Val(frozenset(), frozenset(cuts))
+        return _Val(frozenset(), frozenset(cuts) | {_Cut(node, kind, operand.sources)})
+
+    def _call(self, call: ast.Call) -> _Val:
+        func = call.func
+        args = [*call.args, *(kw.value for kw in call.keywords)]
+        if isinstance(func, ast.Attribute):
+            method = func.attr
+            if isinstance(func.value, ast.Name) and func.value.id == "self":
+                joined = _join(*(self._value(a) for a in args))
+                method_def = self.info.method(method)
+                if method_def is not None and not _uses_trainable(method_def, self.trainable):
+                    return joined  # a helper method that applies no parameter
+                return _Val(joined.sources | {call}, joined.cuts)  # a submodule, or a method that uses one
+            if method in ("detach", "detach_"):
+                return self._cut(call, "detach", self._value(func.value))
+            if method in ("numpy", "item", "tolist"):
+                return self._cut(call, "host", self._value(func.value))
+            if method in _NO_GRAPH_METHODS or method in _NON_DIFFERENTIABLE:
+                return _EMPTY
+            q = self.index.resolve(func)
+            if q is not None and q.rsplit(".", 1)[-1] in _NON_DIFFERENTIABLE:
+                return _EMPTY
+            if q in _TO_TENSOR:
+                return _back_to_tensor(_join(*(self._value(a) for a in args)))
+            return _join(self._value(func.value), *(self._value(a) for a in args))
+        q = self.index.resolve(func)
+        if q in _TO_TENSOR:
+            return _back_to_tensor(_join(*(self._value(a) for a in args)))
+        if isinstance(func, ast.Name) and func.id in ("int", "float", "bool", "len", "str"):
+            return self._cut(call, "host", _join(*(self._value(a) for a in args)))
+        return _join(self._value(func), *(self._value(a) for a in args))
+
+
+def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
+    """`self.x` attributes that hold parameters: nn.Parameter, a module, a container of modules, or
+    registered with register_parameter / add_module. Unknown attributes (set elsewhere, inherited)
+    count too; buffers and plain tensors do not."""
+    trainable: set[str] = set()
+    plain: set[str] = set()
+    for assign in index.self_assignments(info, None):
+        value = assign.value
+        q = index.resolve(value.func) if isinstance(value, ast.Call) else None
+        local = dotted(value.func) if isinstance(value, ast.Call) else None
+        short = (q or "").rsplit(".", 1)[-1]
+        if (q and q.startswith("torch.nn.") and short[:1].isupper()) or (
+            local in index.classes and index.classes[local].is_module
+        ):
+            trainable.add(assign.attr)
+        elif isinstance(value, ast.Name | ast.Attribute) and assign.method.name == "__init__":
+            trainable.add(assign.attr)  # self.backbone = backbone: a module handed in
+        else:
+            plain.add(assign.attr)
+    for call in index.method_calls("register_buffer"):
+        if call.args and isinstance(call.args[0], ast.Constant) and index.class_of(call) is info:
+            plain.add(str(call.args[0].value))
+    for method in ("register_parameter", "add_module", "register_module"):
+        for call in index.method_calls(method):
+            if call.args and isinstance(call.args[0], ast.Constant) and index.class_of(call) is info:
+                trainable.add(str(call.args[0].value))
+    unknown = {
+        n.attr
+        for n in ast.walk(info.node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    } - plain - trainable - _NO_GRAPH_ATTRS
+    return trainable | {a for a in unknown if a not in info.methods}
+
+
+def _uses_trainable(fn: ast.AST, trainable: set[str]) -> bool:
+    return any(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr in trainable
+        for n in ast.walk(fn)
+    )
+
+
+def _grad_off(index: Index, expr: ast.AST) -> bool:
+    """`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`."""
+    if not isinstance(expr, ast.Call):
+        return False
+    q = index.resolve(expr.func)
+    if q in index.names["no_grad"]:
+        return not is_constant(kwarg(expr, "mode", 0), False)
+    return q in index.names["set_grad_enabled"] and is_constant(kwarg(expr, "mode", 0), False)
+
+
+def _back_to_tensor(val: _Val) -> _Val:
+    return _Val(val.sources, frozenset(_Cut(c.node, c.kind, c.killed, True) if c.kind == "host" else c for c in val.cuts))
+
+
+def _mentions_training(test: ast.AST) -> bool:
+    for n in ast.walk(test):
+        if isinstance(n, ast.Attribute) and n.attr == "training":
+            return True
+        if isinstance(n, ast.Call) and dotted(n.func) in ("torch.is_grad_enabled", "torch.jit.is_scripting"):
+            return True
+    return False
+
+
+@rule("TD805", ast.FunctionDef)
+def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
+    if node.name != "forward" or not node.body:
+        return
+    index = ctx.index
+    owner = index.parent(node)
+    if not isinstance(owner, ast.ClassDef):
+        return
+    info = index.classes.get(owner.name)
+    if info is None or info.node is not owner or not info.is_module:
+        return
+    if index.grad_disabled(node.body[0]):
+        return  # the whole forward runs without autograd: inference-only on purpose
+    flow = _Forward(index, node, info)
+    flow.run()
+    reported: set[ast.AST] = set()
+    for _, val in flow.returns:
+        for cut in val.cuts:
+            if cut.node in reported or cut.killed & val.sources:
+                continue  # the parameters before the cut still reach the output another way
+            if cut.kind == "detach" and val.sources:
+                continue  # later layers still train (a frozen feature extractor, a probe): deliberate
+            if cut.kind == "host" and not cut.back_to_tensor:
+                continue
+            reported.add(cut.node)
+            receiver = cut.node.func.value if isinstance(cut.node, ast.Call) else cut.node.value  # type: ignore[union-attr]
+            method = f".{cut.node.func.attr}()" if isinstance(cut.node, ast.Call) and isinstance(cut.node.func, ast.Attribute) else (
+                ".data" if isinstance(cut.node, ast.Attribute) else f"{dotted(cut.node.func)}()"  # type: ignore[union-attr]
+            )
+            upstream = sorted(cut.killed, key=lambda n: (n.lineno, n.col_offset))[0]
+            ctx.report(
+                cut.node,
+                variable=snippet(ctx, receiver, 40),
+                method=method,
+                cls=owner.name,
+                upstream=snippet(ctx, upstream, 40),
+            )

@@ -1,0 +1,422 @@
+"""TD7xx — checkpointing: what a training checkpoint holds, how it is loaded (weights_only,
+map_location), whole pickled modules and ignored strict=False mismatches. Docs: checkpointing.toml."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import Index, Loop, dotted, is_constant, kwarg, looks_like_model
+from torchdoctor.rules.static.patterns import latest_value
+from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+
+_COUNTER = re.compile(r"epoch|step|iter", re.I)
+
+
+# -- what a torch.save call writes -----------------------------------------------------------
+
+
+def _subscript_stores(ctx: Context) -> dict[tuple[ast.AST, str], list[tuple[ast.stmt, str | None, ast.expr]]]:
+    """`state["optimizer"] = ...` statements, by (scope, container name)."""
+    index = ctx.index
+
+    def build():
+        table: dict[tuple[ast.AST, str], list[tuple[ast.stmt, str | None, ast.expr]]] = {}
+        for stmt in index.nodes(ast.Assign):
+            for target in stmt.targets:
+                if isinstance(target, ast.Subscript):
+                    name = dotted(target.value)
+                    if name is None:
+                        continue
+                    key = target.slice.value if isinstance(target.slice, ast.Constant) else None
+                    table.setdefault((index.scope_of(stmt), name), []).append(
+                        (stmt, key if isinstance(key, str) else None, stmt.value)
+                    )
+        return table
+
+    return ctx.memo("checkpointing:subscript-stores", build)
+
+
+def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> tuple[list[ast.AST], list[str]] | None:
+    """(expressions, string keys) a saved object is built from, or None when we cannot see it."""
+    index = ctx.index
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Dict):
+        if any(k is None for k in expr.keys):
+            return None  # {**other, ...}
+        keys = [k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        return [v for v in expr.values if v is not None], keys
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id == "dict" and not expr.args:
+            if any(kw.arg is None for kw in expr.keywords):
+                return None
+            return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "state_dict":
+            return [expr], []
+        return None
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, at)
+        found = saved_contents(ctx, value, value, depth + 1) if value is not None else None
+        if found is None:
+            return None
+        values, keys = list(found[0]), list(found[1])
+        stmt = index.statement_of(at)
+        here = (stmt.lineno, stmt.col_offset) if stmt is not None else (1 << 30, 0)
+        for s, key, value in _subscript_stores(ctx).get((index.scope_of(at), expr.id), []):
+            if (s.lineno, s.col_offset) < here:
+                values.append(value)
+                if key:
+                    keys.append(key)
+        for call in index.method_calls("update"):
+            if dotted(call.func.value) == expr.id and index.scope_of(call) is index.scope_of(at) and call.lineno < here[0]:  # type: ignore[attr-defined]
+                values += list(call.args) + [kw.value for kw in call.keywords]
+                keys += [kw.arg for kw in call.keywords if kw.arg]
+                for arg in call.args:
+                    if isinstance(arg, ast.Dict):
+                        keys += [k.value for k in arg.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        return values, keys
+    return None
+
+
+def _kinds_in(index: Index, values: list[ast.AST]) -> set[str]:
+    kinds: set[str] = set()
+    for value in values:
+        for node in ast.walk(value):
+            if isinstance(node, ast.Name | ast.Attribute):
+                kind = index.kind_of(node)
+                if kind:
+                    kinds.add(kind)
+    return kinds
+
+
+def _names_in(values: list[ast.AST]) -> set[str]:
+    return {n.id for v in values for n in ast.walk(v) if isinstance(n, ast.Name)}
+
+
+def _optimizer_name(index: Index, model: str | None = None) -> str | None:
+    """The optimizer of `model` (built from its parameters) when there are several, else the one stepped."""
+    if model:
+        root = model.split(".")[0]
+        for b in index.bindings_of("optimizer"):
+            if b.call is not None and b.call.args and any(
+                isinstance(n, ast.Name) and n.id == root for n in ast.walk(b.call.args[0])
+            ):
+                return b.name
+    for call in index.step_calls:
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if index.kind_of(receiver) == "optimizer":
+            return dotted(receiver)
+        if call.args and index.kind_of(call.args[0]) == "optimizer":
+            return dotted(call.args[0])
+    found = index.bindings_of("optimizer")
+    return found[0].name if found else None
+
+
+def _stateless(index: Index, optimizer: str) -> bool:
+    """Plain SGD without momentum keeps no per-parameter state: its state_dict adds nothing."""
+    b = index.binding(optimizer) or index.binding(optimizer.rsplit(".", 1)[-1])
+    if b is None or b.cls != "torch.optim.SGD" or b.star_kwargs:
+        return False
+    momentum = b.arg("momentum", 2)
+    return momentum is None or (isinstance(momentum, ast.Constant) and momentum.value == 0)
+
+
+def _used_binding(index: Index, kind: str, method: str) -> str | None:
+    """The name of a `kind` object whose `.method()` the file calls (`scheduler.step()`, `scaler.scale()`)."""
+    for call in index.method_calls(method):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        b = index.binding(receiver)
+        if b is not None and b.kind == kind:
+            return dotted(receiver)
+    return None
+
+
+def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            break
+        if isinstance(anc, ast.If):
+            tests = list(ast.walk(anc.test))
+            compares = any(
+                isinstance(n, ast.Compare) and any(isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE) for op in n.ops)
+                for n in tests
+            )
+            periodic = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in tests)
+            if compares and not periodic:
+                return True
+            if any(isinstance(n, ast.Name | ast.Attribute) and "best" in (dotted(n) or "").lower() for n in tests):
+                return True
+    return False
+
+
+def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST, bool] | None:
+    """(loop, anchor, direct): the training loop a save runs in, directly or through one local function call."""
+    loop = index.training_loop_of(node)
+    if loop is not None:
+        return loop, node, True
+    fn = index.function_of(node)
+    if fn is None:
+        return None
+    for call in index.callers(fn):
+        outer = index.training_loop_of(call)
+        if outer is not None:
+            return outer, call, False
+    return None
+
+
+@rule("TD701", ast.Module)
+def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to("torch.save"):
+        _checkpoint_without_training_state(call, ctx)
+
+
+def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if index.callee(node) != "torch.save":
+        return
+    found = _training_loop_for_save(index, node)
+    if found is None:
+        return
+    loop, anchor, direct = found
+    path = kwarg(node, "f", 1)
+    if path is not None and "best" in ast.unparse(path).lower():
+        return
+    if _best_model_export(index, node, loop) or (anchor is not node and _best_model_export(index, anchor, loop)):
+        return
+    obj = kwarg(node, "obj", 0)
+    contents = saved_contents(ctx, obj, node)
+    if contents is None:
+        return
+    values, keys = list(contents[0]), list(contents[1])
+    model = _model_in(index, values)
+    optimizer = _optimizer_name(index, model)
+    if optimizer is None:
+        return
+    # What the loop saves altogether: a weights file next to `optimizer.pt`, `scheduler.pt` (the
+    # Hugging Face layout) or next to a full checkpoint is complete as a set.
+    paths = [path] if path is not None else []
+    for other in loop.all_calls():
+        if other is node or index.callee(other) != "torch.save":
+            continue
+        found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
+        if found_other is None:
+            return  # a companion save we cannot read may hold the rest
+        values += found_other[0]
+        keys += found_other[1]
+        other_path = kwarg(other, "f", 1)
+        if other_path is not None:
+            paths.append(other_path)
+    lowered = [k.lower() for k in keys]
+    kinds = _kinds_in(index, values)
+    missing: list[str] = []
+    additions: list[str] = []
+    if "optimizer" not in kinds and not any("optim" in k for k in lowered) and not _stateless(index, optimizer):
+        missing.append(f"the optimizer state (`{optimizer}.state_dict()`)")
+        additions.append(f'"optimizer": {optimizer}.state_dict()')
+    scheduler = _used_binding(index, "scheduler", "step")
+    if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered):
+        missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
+        additions.append(f'"scheduler": {scheduler}.state_dict()')
+    scaler = _used_binding(index, "scaler", "scale")
+    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
+        missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
+        additions.append(f'"scaler": {scaler}.state_dict()')
+    if direct:
+        counters = [t for lp in index.loops_around(node) for t in lp.targets if _COUNTER.search(t)]
+        referenced = _names_in(values) | _names_in(paths)
+        if counters and not any(_COUNTER.search(n) for n in referenced | set(lowered)):
+            missing.append(f"the epoch/step counter (`{counters[0]}`)")
+            additions.append(f'"{counters[0]}": {counters[0]}')
+    if not missing:
+        return
+    suggestion = "{" + ", ".join([f'"model": {model}.state_dict()', *additions]) + "}"
+    where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    ctx.report(
+        node,
+        variable=snippet(ctx, obj, 40) if obj is not None else "...",
+        missing=_join(missing),
+        loop=where,
+        suggestion=suggestion,
+    )
+
+
+def _model_in(index: Index, values: list[ast.AST]) -> str:
+    """The model whose `state_dict()` is saved (`netG.state_dict()` -> netG)."""
+    for value in values:
+        for node in ast.walk(value):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
+                name = dotted(node.func.value)
+                if name and (index.is_model(node.func.value) or looks_like_model(name.replace(".module", ""))):
+                    return name
+    return "model"
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# -- torch.load --------------------------------------------------------------------------------
+
+
+def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
+    if a is None or b is None:
+        return False
+    forms_a = {ast.dump(a)}
+    forms_b = {ast.dump(b)}
+    for expr, forms in ((a, forms_a), (b, forms_b)):
+        if isinstance(expr, ast.Name):
+            value = latest_value(index, expr.id, expr)
+            if value is not None:
+                forms.add(ast.dump(value))
+    return bool(forms_a & forms_b)
+
+
+def _written_here(index: Index, path: ast.AST | None) -> bool:
+    """The loaded path is one this file writes with torch.save (same expression or same constant)."""
+    return any(_same_path(index, path, kwarg(save, "f", 1)) for save in index.calls_to("torch.save"))
+
+
+@rule("TD702", ast.Module)
+def unsafe_torch_load(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to("torch.load"):
+        _unsafe_torch_load(call, ctx)
+
+
+def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if index.callee(node) != "torch.load" or not ctx.torch_at_least(1, 13):
+        return  # weights_only arrived in torch 1.13
+    if any(kw.arg is None for kw in node.keywords):
+        return  # **kwargs may carry it
+    weights_only = kwarg(node, "weights_only")
+    pickle_module = kwarg(node, "pickle_module", 2)
+    path = kwarg(node, "f", 0)
+    if weights_only is None:
+        if pickle_module is not None:
+            problem = "passes `pickle_module` without `weights_only`, so torch.load falls back to full unpickling (`weights_only=False`), which can run arbitrary code from the file"
+        elif not ctx.torch_at_least(2, 6):
+            problem = "runs with the pre-2.6 default `weights_only=False`: unpickling the file can run arbitrary code it contains"
+        else:
+            return  # weights_only=True is the default since 2.6
+    elif is_constant(weights_only, False):
+        if _written_here(index, path):
+            return  # a file this script wrote itself
+        problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
+    else:
+        return  # True, or a value chosen at run time
+    ctx.report(node, variable=_load_call(ctx, node), problem=problem)
+
+
+def _may_change_device(ctx: Context) -> str | None:
+    """Why a script may load a checkpoint on another device than the one that saved it."""
+    index = ctx.index
+    if GPU_SOURCE.search(ctx.source) is None:
+        return None
+    if index.calls_to("torch.cuda.is_available"):
+        return "the script picks its device at run time: a checkpoint saved from a GPU then fails to load on a machine without one"
+    if "distributed" in ctx.memo("checkpointing:contexts", index.contexts):
+        return "every rank of this distributed script runs it: each rank first materialises the tensors on the GPU that saved them (usually cuda:0), piling copies onto one GPU"
+    return None
+
+
+@rule("TD703", ast.Module)
+def load_without_map_location(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to("torch.load"):
+        _load_without_map_location(call, ctx)
+
+
+def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if index.callee(node) != "torch.load":
+        return
+    if kwarg(node, "map_location", 1) is not None or any(kw.arg is None for kw in node.keywords):
+        return
+    reason = _may_change_device(ctx)
+    if reason is None or _written_here(index, kwarg(node, "f", 0)):
+        return  # a file this script writes itself: saved and loaded by the same setup
+    ctx.report(node, variable=_load_call(ctx, node), reason=reason)
+
+
+def _load_call(ctx: Context, node: ast.Call) -> str:
+    """`torch.load(args.resume, ...)`: the call, named by what it loads."""
+    path = kwarg(node, "f", 0)
+    shown = snippet(ctx, path, 40) if path is not None else ""
+    more = ", ..." if len(node.args) + len(node.keywords) > 1 else ""
+    return f"{snippet(ctx, node.func, 30)}({shown}{more})"
+
+
+# -- torch.save of a module object ---------------------------------------------------------------
+
+
+def _module_object(index: Index, expr: ast.AST) -> bool:
+    """A module instance (not its state_dict): a module binding, `self` in a Module, `model.module`."""
+    if isinstance(expr, ast.Name) and expr.id == "self":
+        info = index.class_of(expr)
+        return bool(info and info.is_module)
+    name = dotted(expr)
+    if name is None:
+        return False
+    if name.endswith((".module", "._orig_mod")):
+        return _module_object(index, expr.value)  # type: ignore[attr-defined]
+    b = index.binding(expr)
+    if b is not None:
+        return b.kind == "module"
+    if not looks_like_model(name):
+        return False
+    if isinstance(expr, ast.Name) and latest_value(index, expr.id, expr) is not None:
+        return False  # assigned from something the index does not know as a module (a state dict, a load)
+    return True  # a parameter named like a model (`def save(model, path)`)
+
+
+@rule("TD704", ast.Module)
+def whole_model_saved(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to("torch.save"):
+        _whole_model_saved(call, ctx)
+
+
+def _whole_model_saved(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    if index.callee(node) != "torch.save":
+        return
+    obj = kwarg(node, "obj", 0)
+    if obj is None:
+        return
+    candidates: list[ast.AST] = [obj]
+    if isinstance(obj, ast.Dict):
+        candidates = [v for v in obj.values if v is not None]
+    for candidate in candidates:
+        if isinstance(candidate, ast.Name | ast.Attribute) and _module_object(index, candidate):
+            name = dotted(candidate) or "model"
+            ctx.report(node, variable=name)
+            return
+
+
+# -- load_state_dict(strict=False) with the result dropped ------------------------------------------
+
+
+@rule("TD705", ast.Module)
+def strict_false_result_ignored(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.method_calls("load_state_dict"):
+        _strict_false_result_ignored(call, ctx)
+
+
+def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    if not isinstance(func, ast.Attribute) or func.attr != "load_state_dict":
+        return
+    if not is_constant(kwarg(node, "strict", 1), False):
+        return
+    index = ctx.index
+    if not isinstance(index.parent(node), ast.Expr):
+        return  # the result (missing and unexpected keys) is kept
+    if index.kind_of(func.value) in ("optimizer", "scheduler", "scaler"):
+        return
+    ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))

@@ -1,0 +1,504 @@
+"""TD6xx — debugging: train/eval mode mistakes, anomaly detection left on, numerically unstable
+log(softmax) and BCE-on-sigmoid. Docs: debugging.toml."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.patterns import is_probabilities, is_softmax_call, latest_value
+from torchdoctor.rules.static.rules.profiling import snippet
+
+# Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
+_MODE_LAYERS = frozenset(
+    f"torch.nn.{n}"
+    for n in (
+        "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout "
+        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm "
+        "Transformer TransformerEncoderLayer TransformerDecoderLayer TransformerEncoder TransformerDecoder"
+    ).split()
+)
+_FUNCTIONAL_DROPOUT = frozenset(
+    {
+        "torch.nn.functional.dropout",
+        "torch.nn.functional.dropout1d",
+        "torch.nn.functional.dropout2d",
+        "torch.nn.functional.dropout3d",
+        "torch.nn.functional.alpha_dropout",
+        "torch.nn.functional.feature_alpha_dropout",
+    }
+)
+_ANOMALY_SET = frozenset({"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"})
+_ANOMALY_CONTEXT = frozenset({"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"})
+_SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
+_SHAPE_METHODS = frozenset({"squeeze", "unsqueeze", "view", "reshape", "flatten", "float", "double", "contiguous", "to"})
+
+
+# -- does a model change behaviour between train() and eval()? ---------------------------------
+
+
+def _dropout_p_zero(call: ast.Call) -> bool:
+    return is_constant(kwarg(call, "p", 0), 0.0) or is_constant(kwarg(call, "p", 0), 0)
+
+
+def _expr_has_mode_layers(index: Index, expr: ast.AST, seen: set[str]) -> bool:
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Call):
+            continue
+        q = index.resolve(node.func)
+        if q in _MODE_LAYERS:
+            if not ("Dropout" in q and _dropout_p_zero(node)):
+                return True
+        elif q in _FUNCTIONAL_DROPOUT:
+            if any(kw.arg == "training" for kw in node.keywords):
+                return True
+        elif q is None:
+            local = dotted(node.func)
+            info = index.classes.get(local or "")
+            if info is not None and info.is_module and _class_has_mode_layers(index, info, seen):
+                return True
+    return False
+
+
+def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> bool:
+    if info.name in seen:
+        return False
+    seen.add(info.name)
+    if _expr_has_mode_layers(index, info.node, seen):
+        return True
+    for base in info.bases:
+        local = index.classes.get(base)
+        if local is not None and _class_has_mode_layers(index, local, seen):
+            return True
+    return False
+
+
+def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+    """Whether a model holds dropout or batch-norm layers (so train()/eval() changes its output).
+    False when unsure."""
+    if expr is None or depth > 4:
+        return False
+    if isinstance(expr, ast.Name) and expr.id == "self":
+        info = index.class_of(expr)
+        return bool(info and info.is_module and _class_has_mode_layers(index, info, set()))
+    name = dotted(expr)
+    if name is not None and name.endswith((".module", "._orig_mod")):
+        return model_has_mode_layers(index, expr.value, depth + 1)  # type: ignore[attr-defined]
+    b = index.binding(expr)
+    if b is None or b.kind != "module":
+        return False
+    if b.inner is not None and b.inner != b.name:
+        inner = index.binding(b.inner)
+        if inner is not None and inner is not b and model_has_mode_layers(index, ast.Name(b.inner), depth + 1):
+            return True
+    cls = b.cls or ""
+    info = index.classes.get(cls)
+    if info is not None:
+        return info.is_module and _class_has_mode_layers(index, info, set())
+    if cls in _MODE_LAYERS:
+        return True
+    if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and b.call is not None:
+        return _expr_has_mode_layers(index, b.call, set())
+    if any(cls.startswith(p) for p in index.names["model_factory_prefixes"]):
+        return True  # torchvision / timm architectures carry batch norm or dropout
+    return cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"])
+
+
+# -- train()/eval() calls --------------------------------------------------------------------
+
+
+def _mode_of(index: Index, call: ast.Call) -> str | None:
+    """"eval" / "train" / "unknown" for `m.eval()`, `m.train()`, `m.train(False)`, `m.train(flag)`."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
+        return None
+    b = index.binding(func.value)
+    if b is not None and b.kind != "module":
+        return None
+    if not index.is_model(func.value):
+        return None
+    if func.attr == "eval":
+        return "eval" if not call.args and not call.keywords else None
+    mode = kwarg(call, "mode", 0)
+    if mode is None or is_constant(mode, True):
+        return "train"
+    if is_constant(mode, False):
+        return "eval"
+    return "unknown"
+
+
+def _model_key(expr: ast.AST) -> str | None:
+    name = dotted(expr)
+    if name is None:
+        return None
+    for suffix in (".module", "._orig_mod"):
+        while name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name.rsplit(".", 1)[-1]
+
+
+def _calls_by_function(ctx: Context) -> dict[ast.AST | None, list[ast.Call]]:
+    index = ctx.index
+
+    def build() -> dict[ast.AST | None, list[ast.Call]]:
+        table: dict[ast.AST | None, list[ast.Call]] = {}
+        for call in index.nodes(ast.Call):
+            table.setdefault(index.function_of(call), []).append(call)
+        for calls in table.values():
+            calls.sort(key=lambda c: (c.lineno, c.col_offset))
+        return table
+
+    return ctx.memo("debugging:calls-by-function", build)
+
+
+def _local_target(index: Index, call: ast.Call) -> ast.AST | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return index.functions.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        info = index.class_of(call)
+        return info.method(func.attr) if info is not None else None
+    return None
+
+
+def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
+    """Whether the last train/eval switch that runs before `anchor` is `.eval()` (in its function,
+    or, when the function itself switches nothing, before every call of it in the file)."""
+    index = ctx.index
+    fn = index.function_of(anchor)
+    position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
+    last = None
+    for call in _calls_by_function(ctx).get(fn, []):
+        if (call.lineno, call.col_offset) >= position:
+            break
+        mode = _mode_of(index, call)
+        if mode is None:
+            target = _local_target(index, call)  # set_eval(model), self.prepare_eval()
+            if target is not None and target is not fn:
+                modes = [m for m in map(lambda c: _mode_of(index, c), _calls_by_function(ctx).get(target, [])) if m]
+                mode = modes[-1] if modes else None
+        if mode is not None:
+            last = mode
+    if last is not None:
+        return last != "train"  # eval, or a mode we cannot read: not flagged
+    if fn is None or depth >= 3:
+        return False
+    callers = index.callers(fn)
+    return bool(callers) and all(_eval_before(ctx, c, depth + 1) for c in callers)
+
+
+@rule("TD601", ast.Module)
+def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for loop in index.validation_loops():
+        call = next(
+            (c for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func)),
+            None,
+        )
+        if call is None or not model_has_mode_layers(index, call.func):
+            continue
+        if _eval_before(ctx, call):
+            continue
+        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+
+
+# A train/eval switch or a training step, in execution order: (kind, call, model keys).
+Event = tuple[str, ast.Call, frozenset[str]]
+
+
+def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str]:
+    """Models run next to a backward/optimizer step: called, or passed to a function, in its loop
+    (or its function when the step is not in a loop)."""
+    loop = index.loop_of(step)
+    calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
+    keys: set[str] = set()
+    for c in calls:
+        if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func):
+            key = _model_key(c.func)
+            if key and not (isinstance(c.func, ast.Attribute) and c.func.attr in ("eval", "train", "zero_grad")):
+                keys.add(key)
+        for a in c.args:
+            if isinstance(a, ast.Name | ast.Attribute) and index.is_model(a):
+                key = _model_key(a)
+                if key:
+                    keys.add(key)
+    return frozenset(keys)
+
+
+def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AST, ...]) -> list[Event] | None:
+    index = ctx.index
+    steps = ctx.memo("debugging:steps", lambda: set(index.backward_calls) | set(index.step_calls))
+    out: list[Event] = []
+    for call in calls:
+        mode = _mode_of(index, call)
+        if mode == "unknown":
+            return None  # `model.train(flag)`: we cannot follow it
+        if mode is not None:
+            key = _model_key(call.func.value)  # type: ignore[attr-defined]
+            if key and not (mode == "eval" and _leaves_loop(index, call, depth)):
+                out.append((mode, call, frozenset({key})))
+            continue
+        if call in steps:
+            out.append(("step", call, _trained_models(index, ctx, call)))
+            continue
+        target = _local_target(index, call)
+        if target is not None and depth < 3 and target not in stack:
+            inner = _events(ctx, _calls_by_function(ctx).get(target, []), depth + 1, (*stack, target))
+            if inner is None:
+                return None
+            out.extend(inner)
+    return out
+
+
+@rule("TD602", ast.Module)
+def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    reported: set[ast.Call] = set()
+    for loop in index.training_loops():
+        calls = sorted(loop.all_calls(), key=lambda c: (c.lineno, c.col_offset))
+        events = _events(ctx, calls, 0, (index.function_of(loop.node),) if index.function_of(loop.node) else ())
+        if not events or not any(kind == "eval" for kind, _, _ in events):
+            continue
+        found = _stale_eval(events)
+        if found is None or found in reported:
+            continue
+        if not model_has_mode_layers(index, found.func.value):  # type: ignore[attr-defined]
+            continue
+        reported.add(found)
+        where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+        ctx.report(found, variable=dotted(found.func.value) or "model", loop=where, train_not_restored=True)  # type: ignore[attr-defined]
+
+
+def _leaves_loop(index: Index, call: ast.Call, depth: int) -> bool:
+    """`model.eval(); test(model); break`: the block leaves the training loop after it (a `return`
+    inside a called evaluation function only returns to the loop)."""
+    stmt = index.statement_of(call)
+    parent = index.parent(stmt) if stmt is not None else None
+    exits = (ast.Break, ast.Return, ast.Raise) if depth == 0 else (ast.Raise,)
+    for name in ("body", "orelse"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and stmt in block:
+            return any(isinstance(s, exits) for s in block[block.index(stmt) + 1 :])
+    return False
+
+
+def _stale_eval(events: list[Event]) -> ast.Call | None:
+    """Run the loop body twice: the `.eval()` still in force when a training step runs, if any."""
+    state: dict[str, ast.Call | None] = {}
+    for _ in range(2):
+        for kind, call, keys in events:
+            if kind == "eval":
+                for k in keys:
+                    state[k] = call
+            elif kind == "train":
+                for k in keys:
+                    state[k] = None
+            else:
+                for k in keys:
+                    if state.get(k) is not None:
+                        return state[k]
+    return None
+
+
+# -- anomaly detection -----------------------------------------------------------------------
+
+
+def _under_condition(index: Index, node: ast.AST) -> bool:
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.If | ast.IfExp | ast.Try):
+            return True
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef):
+            return "debug" in anc.name.lower() or anc.name.startswith("test")
+    return False
+
+
+def _contains_training(index: Index, block: ast.AST) -> bool:
+    """A training loop inside the block (a lone backward pass is a one-off check)."""
+    start, end = block.lineno, block.end_lineno or block.lineno  # type: ignore[attr-defined]
+    return any(start <= lp.node.lineno <= end and lp.trains for lp in index.loops.values())
+
+
+@rule("TD603", ast.Module)
+def anomaly_detection_left_on(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to(*sorted(_ANOMALY_SET | _ANOMALY_CONTEXT)):
+        _anomaly_detection_left_on(call, ctx)
+
+
+def _anomaly_detection_left_on(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    if q in _ANOMALY_SET:
+        if not is_constant(kwarg(node, "mode", 0), True):
+            return
+    elif q not in _ANOMALY_CONTEXT:
+        return
+    if not index.backward_calls or _under_condition(index, node):
+        return
+    parent = index.parent(node)
+    if isinstance(parent, ast.withitem):
+        block = index.parent(parent)
+        if not (_contains_training(index, block) or index.training_loop_of(block) is not None):
+            return  # one debugging pass, not the training run
+    elif isinstance(parent, ast.Expr):
+        if q in _ANOMALY_SET and any(
+            is_constant(kwarg(c, "mode", 0), False) for c in index.calls_to(*sorted(_ANOMALY_SET))
+        ):
+            return  # switched off again later
+        if not index.training_loops() and not index.training_functions:
+            return
+    elif isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef):
+        if parent not in index.training_functions:
+            return
+    else:
+        return
+    ctx.report(node, variable=snippet(ctx, node, 60))
+
+
+# -- log(softmax) ----------------------------------------------------------------------------
+
+
+def _strip_guards(index: Index, expr: ast.AST) -> ast.AST:
+    """`softmax(x) + 1e-8`, `softmax(x).clamp(min=eps)`, `torch.clamp(p, eps)`: still log of a softmax."""
+    for _ in range(4):
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            if isinstance(expr.right, ast.Constant) or isinstance(expr.right, ast.Name):
+                expr = expr.left
+                continue
+        if isinstance(expr, ast.Call):
+            q = index.resolve(expr.func)
+            if q in ("torch.clamp", "torch.clip", "torch.clamp_min") and expr.args:
+                expr = expr.args[0]
+                continue
+            if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("clamp", "clip", "clamp_min") and q is None:
+                expr = expr.func.value
+                continue
+        break
+    return expr
+
+
+@rule("TD604", ast.Module)
+def log_of_softmax(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in [*index.calls_to("torch.log"), *index.method_calls("log")]:
+        _log_of_softmax(call, ctx)
+
+
+def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == "log":
+        index = ctx.index
+        q = index.resolve(func)
+        if q == "torch.log":
+            inner = kwarg(node, "input", 0)
+        elif q is None and not node.args and not node.keywords:
+            inner = func.value
+        else:
+            return
+    else:
+        return
+    if inner is None:
+        return
+    probs = _strip_guards(index, inner)
+    if is_softmax_call(index, probs) is None and not (
+        isinstance(probs, ast.Name) and is_probabilities(index, probs, node)
+    ):
+        return
+    ctx.report(node, variable=snippet(ctx, inner, 50))
+
+
+# -- BCE on sigmoid --------------------------------------------------------------------------
+
+
+def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+    if expr is None or depth > 8:
+        return False
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return value is not None and _is_sigmoid(index, value, depth + 1)
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    q = index.resolve(func)
+    if q in _SIGMOID:
+        return True
+    if q in ("torch.clamp", "torch.clip") and expr.args:
+        return _is_sigmoid(index, expr.args[0], depth + 1)
+    if isinstance(func, ast.Attribute) and q is None:
+        if func.attr == "sigmoid" and not expr.args:
+            return True
+        if func.attr in _SHAPE_METHODS or func.attr in ("clamp", "clip"):
+            return _is_sigmoid(index, func.value, depth + 1)
+        if func.attr == "sigmoid":
+            return False
+    if isinstance(func, ast.Call) and index.resolve(func.func) == "torch.nn.Sigmoid":
+        return True
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        info = index.class_of(func)
+        if info is not None:
+            for assign in index.self_assignments(info, None):
+                if assign.attr == func.attr and isinstance(assign.value, ast.Call):
+                    return index.resolve(assign.value.func) == "torch.nn.Sigmoid"
+        return False
+    return _model_ends_in_sigmoid(index, func)
+
+
+def _model_ends_in_sigmoid(index: Index, func: ast.AST) -> bool:
+    b = index.binding(func)
+    if b is None or b.kind != "module" or b.call is None:
+        return False
+    if b.cls == "torch.nn.Sequential" and b.call.args:
+        last = b.call.args[-1]
+        return isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Sigmoid"
+    info = index.classes.get(b.cls or "")
+    if info is None or not info.is_module:
+        return False
+    forward = info.method("forward")
+    if forward is None:
+        return False
+    returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
+    return bool(returns) and all(_is_sigmoid(index, r, 1) for r in returns)
+
+
+def _bce_candidates(index: Index) -> list[ast.Call]:
+    """Calls of F.binary_cross_entropy, of a BCELoss binding, or of an inline `nn.BCELoss()`."""
+    found = list(index.calls_to("torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy"))
+    for b in index.bindings_of("loss"):
+        if b.cls == "torch.nn.BCELoss":
+            found += index.calls_by_name.get(b.name, [])
+    for construct in index.calls_to("torch.nn.BCELoss"):
+        parent = index.parent(construct)
+        if isinstance(parent, ast.Call) and parent.func is construct:
+            found.append(parent)
+    return found
+
+
+@rule("TD605", ast.Module)
+def bce_on_sigmoid(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in _bce_candidates(index):
+        _bce_on_sigmoid(call, ctx)
+
+
+def _bce_on_sigmoid(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    func = node.func
+    q = index.resolve(func)
+    if q in ("torch.nn.functional.binary_cross_entropy", "torch.binary_cross_entropy"):
+        probs = kwarg(node, "input", 0)
+        loss = dotted(func) or "binary_cross_entropy"
+    elif isinstance(func, ast.Call) and index.resolve(func.func) == "torch.nn.BCELoss":
+        probs = kwarg(node, "input", 0)
+        loss = "nn.BCELoss()"
+    elif isinstance(func, ast.Name | ast.Attribute):
+        b = index.binding(func)
+        if b is None or b.kind != "loss" or b.cls != "torch.nn.BCELoss":
+            return
+        probs = kwarg(node, "input", 0)
+        loss = dotted(func) or "BCELoss"
+    else:
+        return
+    if probs is None or not _is_sigmoid(index, probs):
+        return
+    ctx.report(node, variable=snippet(ctx, probs, 40), loss=loss)

@@ -1,0 +1,571 @@
+"""TD5xx — performance: the input pipeline (workers, pinned memory, asynchronous copies), torch.compile
+and device synchronisations inside the training loop. Docs: profiling.toml."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
+from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+
+# A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
+GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{""")
+# Positional slots of torch.utils.data.DataLoader's arguments.
+_LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
+_SYNCHRONIZE = frozenset(
+    {"torch.cuda.synchronize", "torch.accelerator.synchronize", "torch.xpu.synchronize", "torch.mps.synchronize"}
+)
+_TIMERS = frozenset(
+    {
+        "time.time",
+        "time.perf_counter",
+        "time.monotonic",
+        "time.time_ns",
+        "time.perf_counter_ns",
+        "time.monotonic_ns",
+        "timeit.default_timer",
+    }
+)
+_PROFILERS = ("torch.profiler.", "torch.autograd.profiler.", "torch.cuda.nvtx.", "torch.cuda.Event")
+_SYNC_METHODS = frozenset({"item", "cpu", "tolist", "numpy"})
+_SYNC_BUILTINS = frozenset({"print", "float", "int", "bool"})
+# Calls that add a value to a running total or a history (`meter.update(loss.item(), n)`).
+_ACCUMULATE = frozenset({"append", "extend", "update", "add", "insert", "add_"})
+
+
+# -- facts several profiling (and other) rules share ----------------------------------------------
+
+
+def snippet(ctx: Context, node: ast.AST, limit: int = 80) -> str:
+    """The user's source text of a node on one line, clipped: `ctx.segment` without re-splitting the
+    whole file on every call (it matters for findings in large files)."""
+    line, end = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+    lines = ctx.lines
+    if line is not None and line == end and 0 < line <= len(lines):
+        raw = lines[line - 1].encode("utf-8")
+        text = raw[node.col_offset : node.end_col_offset].decode("utf-8", "replace")  # type: ignore[attr-defined]
+    else:
+        text = ast.unparse(node)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def trains_on_gpu(ctx: Context) -> bool:
+    """The file has a training loop and puts work on a CUDA device."""
+    return ctx.memo(
+        "profiling:trains-on-gpu",
+        lambda: bool(ctx.index.training_loops()) and GPU_SOURCE.search(ctx.source) is not None,
+    )
+
+
+def loader_arg(b: Binding, name: str) -> ast.expr | None:
+    """A DataLoader argument by keyword (or by position for torch's own DataLoader)."""
+    position = _LOADER_POSITIONS.get(name) if b.cls == "torch.utils.data.DataLoader" else None
+    return b.arg(name, position)
+
+
+def loop_loaders(index: Index, loop: Loop) -> list[Binding]:
+    """The DataLoader bindings a loop iterates: its own source, or, for a function parameter
+    (`def train(model, loader)`), what every caller in the file passes in."""
+    b = loop.source_binding
+    if b is not None:
+        return [b] if b.kind == "dataloader" and b.call is not None else []
+    fn = index.function_of(loop.node)
+    if fn is None or loop.source is None or "." in loop.source:
+        return []
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if loop.source not in params:
+        return []
+    position = params.index(loop.source)
+    if params and params[0] in ("self", "cls") and isinstance(index.parent(fn), ast.ClassDef):
+        position -= 1
+    found: list[Binding] = []
+    for call in index.callers(fn):
+        arg = kwarg(call, loop.source, position)
+        passed = index.binding(arg)
+        if passed is None or passed.kind != "dataloader" or passed.call is None:
+            return []  # one caller passes something we cannot see: say nothing
+        found.append(passed)
+    return found
+
+
+def _loader_loops(ctx: Context) -> list[tuple[Loop, list[Binding]]]:
+    index = ctx.index
+
+    def build() -> list[tuple[Loop, list[Binding]]]:
+        out: list[tuple[Loop, list[Binding]]] = []
+        if not any(b.kind == "dataloader" for bs in index.bindings.values() for b in bs):
+            return out  # no DataLoader built in this file: nothing to follow
+        for loop in index.loops.values():
+            if loop.source is None:
+                continue
+            loaders = loop_loaders(index, loop)
+            if loaders:
+                out.append((loop, loaders))
+        return out
+
+    return ctx.memo("profiling:loader-loops", build)
+
+
+def batch_names(index: Index, loop: Loop) -> set[str]:
+    """Names holding the loop's batch: its targets and what is unpacked or indexed from them."""
+    names = set(loop.targets)
+    if not names:
+        return names
+    start, end = loop.node.lineno, loop.node.end_lineno or loop.node.lineno
+    for _ in range(2):
+        for name, entries in index.defs(loop.scope).items():
+            if name in names:
+                continue
+            for stmt, value in entries:
+                if start <= stmt.lineno <= end and _mentions(value, names) and not _is_model_call(index, value):
+                    names.add(name)
+                    break
+    return names
+
+
+def _mentions(expr: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expr))
+
+
+def _is_model_call(index: Index, expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name | ast.Attribute) and index.is_model(expr.func)
+
+
+def batch_copies(index: Index, loop: Loop) -> list[ast.Call]:
+    """`.to(device)` / `.cuda()` calls in the loop whose receiver is (part of) the batch, including
+    `{k: v.to(device) for k, v in batch.items()}`."""
+    names = batch_names(index, loop)
+    if not names:
+        return []
+    copies = []
+    for call in loop.all_calls():
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
+            continue
+        if func.attr == "to" and not _to_device(index, call):
+            continue
+        receiver_names = names | _comprehension_targets(index, call, names)
+        if _mentions(func.value, receiver_names) and not index.is_model(func.value):
+            copies.append(call)
+    return copies
+
+
+def _to_device(index: Index, call: ast.Call) -> bool:
+    """`.to(device)`, `.to("cuda")`, `.to(device=...)`: not a dtype-only cast, not a copy to the CPU."""
+    target = kwarg(call, "device", 0)
+    if target is None:
+        return False
+    if isinstance(target, ast.Constant):
+        return isinstance(target.value, str) and target.value.startswith("cuda")
+    q = index.resolve(target) or ""
+    return not q.startswith("torch.") or q == "torch.device"
+
+
+def _comprehension_targets(index: Index, node: ast.AST, names: set[str]) -> set[str]:
+    found: set[str] = set()
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.ListComp | ast.DictComp | ast.SetComp | ast.GeneratorExp):
+            for gen in anc.generators:
+                if _mentions(gen.iter, names):
+                    found |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        elif isinstance(anc, ast.stmt):
+            break
+    return found
+
+
+def _on_device_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+    """A dataset built from tensors moved to a device: workers and pinning do not apply."""
+    if expr is None or depth > 6:
+        return False
+    if isinstance(expr, ast.Name):
+        return _on_device_dataset(index, latest_value(index, expr.id, expr), depth + 1)
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("cuda", "to"):
+                return True
+            if any(kw.arg == "device" for kw in node.keywords):
+                return True
+    if isinstance(expr, ast.Call):
+        return any(_on_device_dataset(index, a, depth + 1) for a in expr.args if isinstance(a, ast.Name))
+    return False
+
+
+# Per-sample work that worker processes take off the training process: file reads, decoding, transforms.
+_SAMPLE_WORK = frozenset(
+    "open imread imdecode read read_image decode_image decode_jpeg load loadtxt fromfile read_file read_csv "
+    "transform transforms augment".split()
+)
+
+
+def _heavy_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+    """A dataset whose items cost real work to produce: a torchvision dataset, one built with a
+    `transform=`, or a Dataset class of this file whose `__getitem__` reads, decodes or transforms."""
+    if expr is None or depth > 6:
+        return False
+    if isinstance(expr, ast.Name):
+        return _heavy_dataset(index, latest_value(index, expr.id, expr), depth + 1)
+    if not isinstance(expr, ast.Call):
+        return False
+    if any(kw.arg in ("transform", "transforms") for kw in expr.keywords):
+        return True
+    q = index.resolve(expr.func) or ""
+    if q.startswith(("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")):
+        return True
+    if q.endswith(("random_split", "Subset", "ConcatDataset")) and expr.args:
+        return _heavy_dataset(index, expr.args[0], depth + 1)
+    info = index.classes.get(dotted(expr.func) or "")
+    getitem = info.method("__getitem__") if info is not None else None
+    if getitem is None:
+        return False
+    for node in ast.walk(getitem):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _SAMPLE_WORK:
+                return True
+    return False
+
+
+def _gpu_training_loaders(ctx: Context) -> list[tuple[Binding, Loop]]:
+    """(loader, loop) for training loops that copy their batches to the GPU, one per loader."""
+    if not trains_on_gpu(ctx):
+        return []
+
+    def build() -> list[tuple[Binding, Loop]]:
+        index = ctx.index
+        seen: set[int] = set()
+        out = []
+        for loop, loaders in _loader_loops(ctx):
+            if not loop.trains or not batch_copies(index, loop):
+                continue
+            for b in loaders:
+                if id(b.call) in seen or b.star_kwargs:
+                    continue
+                seen.add(id(b.call))
+                out.append((b, loop))
+        return out
+
+    return ctx.memo("profiling:gpu-training-loaders", build)
+
+
+def _positive_int(expr: ast.AST | None) -> bool:
+    return isinstance(expr, ast.Constant) and type(expr.value) is int and expr.value > 0
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+@rule("TD501", ast.Module)
+def dataloader_without_workers(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for b, _loop in _gpu_training_loaders(ctx):
+        workers = loader_arg(b, "num_workers")
+        if workers is not None and not is_constant(workers, 0):
+            continue
+        dataset = loader_arg(b, "dataset")
+        if not _heavy_dataset(index, dataset) or _on_device_dataset(index, dataset):
+            continue  # cheap items (tensors in memory, pre-tokenised data): workers would only add IPC
+        setting = "num_workers=0" if workers is not None else "num_workers unset (0)"
+        ctx.report(b.call, variable=b.name, setting=setting)
+
+
+@rule("TD502", ast.Module)
+def pin_memory_unset(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for b, _loop in _gpu_training_loaders(ctx):
+        workers = loader_arg(b, "num_workers")
+        if workers is None or is_constant(workers, 0):
+            continue  # TD501's case: workers first
+        if loader_arg(b, "pin_memory") is not None:
+            continue  # set either way: the user chose
+        if _on_device_dataset(index, loader_arg(b, "dataset")):
+            continue
+        ctx.report(b.call, variable=b.name)
+
+
+def _iterated_per_epoch(index: Index, loop: Loop) -> bool:
+    """The loop over the loader runs once per iteration of an outer (epoch) loop, directly or through
+    a function called there; not an evaluation called every N steps from inside a batch loop."""
+    if loop.parent is not None:
+        return loop.parent.kind != "batch"
+    fn = index.function_of(loop.node)
+    if fn is None:
+        return False
+    outer = [index.loop_of(c) for c in index.callers(fn)]
+    return any(o is not None and o.kind != "batch" for o in outer)
+
+
+@rule("TD503", ast.Module)
+def persistent_workers_unset(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    reported: set[int] = set()
+    for loop, loaders in _loader_loops(ctx):
+        if not _iterated_per_epoch(index, loop):
+            continue
+        for b in loaders:
+            if id(b.call) in reported or b.star_kwargs:
+                continue
+            workers = loader_arg(b, "num_workers")
+            if not _positive_int(workers) or b.arg("persistent_workers") is not None:
+                continue
+            reported.add(id(b.call))
+            ctx.report(b.call, variable=b.name, workers=str(workers.value))  # type: ignore[union-attr]
+
+
+def _non_blocking(call: ast.Call) -> bool:
+    if any(kw.arg in ("non_blocking", None) for kw in call.keywords):
+        return True  # set either way (or passed through **kwargs)
+    return any(is_constant(a, True) for a in call.args)
+
+
+@rule("TD504", ast.Module)
+def blocking_copy_from_pinned_loader(node: ast.Module, ctx: Context) -> None:
+    loader_loops = _loader_loops(ctx)
+    if not loader_loops or GPU_SOURCE.search(ctx.source) is None:
+        return
+    index = ctx.index
+    for loop, loaders in loader_loops:
+        if not all(is_constant(loader_arg(b, "pin_memory"), True) for b in loaders):
+            continue
+        for call in batch_copies(index, loop):
+            if not _non_blocking(call):
+                ctx.report(call, variable=snippet(ctx, call, 50), loader=loaders[0].name)
+
+
+def _conditional_within(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """Whether `node` sits under an `if`/`try` (or in an `if` test) between itself and the loop."""
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            return False
+        if isinstance(anc, ast.If | ast.IfExp | ast.Try | ast.ExceptHandler | ast.Assert | ast.While):
+            return True
+    return False
+
+
+@rule("TD505", ast.Module)
+def compile_in_training_loop(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to(*sorted(index.names["compile"])):
+        _compile_in_training_loop(call, ctx)
+
+
+def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    loop = index.training_loop_of(node)
+    if loop is None or _conditional_within(index, node, loop):
+        return  # `if epoch == warmup: model = torch.compile(model)` runs once
+    target = kwarg(node, "model", 0)
+    where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    ctx.report(node, variable=snippet(ctx, node, 50), target=snippet(ctx, target, 30) if target is not None else "model", loop=where)
+
+
+def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
+    """The loop (or its function) measures time or profiles: synchronising is how GPU timing works."""
+    for call in loop.all_calls():
+        q = index.callee(call) or ""
+        if q in _TIMERS or q.startswith(_PROFILERS):
+            return True
+        if isinstance(call.func, ast.Attribute) and call.func.attr in ("elapsed_time", "record_function"):
+            return True
+        if q.startswith(("torch.cuda.max_memory", "torch.cuda.memory_", "torch.cuda.reset_peak_memory")):
+            return True  # measuring memory: the synchronisation makes the figure exact
+    if fn is not None and re.search(r"bench|profil|timing|measure|speed", getattr(fn, "name", ""), re.I):
+        return True
+    for anc in index.ancestors(loop.node):
+        if isinstance(anc, ast.With | ast.AsyncWith):
+            for item in anc.items:
+                expr = item.context_expr
+                q = index.callee(expr) if isinstance(expr, ast.Call) else index.resolve(expr)
+                if (q or "").startswith(_PROFILERS) or "profil" in (dotted(expr) or "").lower():
+                    return True
+    return False
+
+
+@rule("TD506", ast.Module)
+def synchronize_in_training_loop(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to(*sorted(_SYNCHRONIZE)):
+        _synchronize_in_training_loop(call, ctx)
+
+
+def _synchronize_in_training_loop(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    loop = index.step_loop_of(node)
+    if loop is None or _conditional_within(index, node, loop):
+        return
+    if _timed(index, loop, index.function_of(node)):
+        return
+    ctx.report(node, variable=snippet(ctx, node, 40))
+
+
+def _chained_into_sync(index: Index, node: ast.Call) -> bool:
+    """`x.cpu()` in `x.cpu().numpy()`: the outer call reports the chain."""
+    parent = index.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.attr in _SYNC_METHODS:
+        grand = index.parent(parent)
+        return isinstance(grand, ast.Call) and grand.func is parent
+    return False
+
+
+def _accumulated(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """The synced value goes into a running total or a history (`total += loss.item()`,
+    `losses.append(loss.item())`, `meter.update(loss.item(), n)`)."""
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.AugAssign):
+            return True
+        if isinstance(anc, ast.Assign):
+            targets = {dotted(t) for t in anc.targets}
+            if any(dotted(n) in targets for n in ast.walk(anc.value) if isinstance(n, ast.Name | ast.Attribute)):
+                return True  # total = total + loss.item()
+            names = {n.id for t in anc.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            return bool(names) and _collected_later(loop, names)  # preds = out.cpu(); all_preds.append(preds)
+        if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Attribute) and anc.func.attr in _ACCUMULATE:
+            return True
+        if isinstance(anc, ast.stmt) or anc is loop.node:
+            return False
+    return False
+
+
+def _collected_later(loop: Loop, names: set[str]) -> bool:
+    """A name that the loop only adds to a running total or a history."""
+    for sub in ast.walk(loop.node):
+        if isinstance(sub, ast.AugAssign) and _mentions(sub.value, names):
+            return True
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in _ACCUMULATE
+            and any(_mentions(a, names) for a in sub.args)
+        ):
+            return True
+    return False
+
+
+def _feeds_a_branch(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """`value = loss.item()` then `if not math.isfinite(value): ...`: the step decides on the value."""
+    stmt = index.parent(node)
+    if not isinstance(stmt, ast.Assign):
+        return False
+    names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if not names:
+        return False
+    for sub in ast.walk(loop.node):
+        if isinstance(sub, ast.If | ast.While | ast.Assert | ast.IfExp) and _mentions(sub.test, names):
+            return True
+    return False
+
+
+def _on_host(index: Index, expr: ast.AST, at: ast.AST) -> bool:
+    """A value that is certainly not on the GPU: a raw batch straight from the loader (never moved),
+    a numpy array, or a Python number."""
+    root = expr
+    while isinstance(root, ast.Attribute | ast.Subscript | ast.Call):
+        if isinstance(root, ast.Call):
+            q = index.callee(root) or ""
+            if q.startswith(("numpy.", "np.", "math.")):
+                return True
+            root = root.func
+        else:
+            root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    if index.resolve(root) is not None:
+        return (index.resolve(root) or "").startswith(("numpy", "math"))
+    loop = index.loop_of(at)
+    values = index.definitions(root.id, at)
+    if not values:
+        return loop is not None and root.id in loop.targets
+    value = values[-1]
+    if isinstance(value, ast.Call):
+        q = index.callee(value) or ""
+        if q.startswith(("numpy.", "np.")):
+            return True
+        if isinstance(value.func, ast.Attribute) and value.func.attr in ("numpy", "tolist", "item", "cpu"):
+            return True
+    return False
+
+
+def _tensor_value(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
+    """A name known to hold a tensor on the device: a loss, a model's output."""
+    return holds_graph(index, expr, at, names)
+
+
+@rule("TD507", ast.Module)
+def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
+    if not trains_on_gpu(ctx):
+        return
+    index = ctx.index
+    candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
+    candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
+    for call in candidates:
+        _host_sync_every_step(call, ctx)
+
+
+def _host_sync_every_step(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        if func.attr not in _SYNC_METHODS or node.args or node.keywords:
+            return
+        kind = f".{func.attr}()"
+    elif isinstance(func, ast.Name) and func.id in _SYNC_BUILTINS:
+        if not node.args or node.keywords and func.id != "print":
+            return
+        kind = f"{func.id}()"
+    else:
+        return
+    index = ctx.index
+    loop = index.step_loop_of(node)
+    if loop is None:
+        return
+    if index.grad_disabled(node) and index.grad_disabled(loop.node):
+        return  # a loop that only looks like a step loop
+    if _conditional_within(index, node, loop) or _accumulated(index, node, loop) or _feeds_a_branch(index, node, loop):
+        return
+    fn = index.function_of(node)
+    names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
+    if isinstance(func, ast.Attribute):
+        if _chained_into_sync(index, node):
+            return
+        receiver = func.value
+        if func.attr == "cpu" and index.is_model(receiver):
+            return
+        if _on_host(index, receiver, node):
+            return
+        if func.attr in ("cpu", "tolist") and not _tensor_value(index, receiver, node, names) and not _derived_tensor(index, receiver, node, names):
+            return
+        variable = snippet(ctx, node, 50)
+    else:
+        if func.id == "print":
+            shown = [a for a in node.args if _printed_tensor(index, a, node, names)]
+            if not shown:
+                return
+            variable = snippet(ctx, node, 50)
+            kind = "print() of a tensor"
+        else:
+            if not _tensor_value(index, node.args[0], node, names):
+                return
+            variable = snippet(ctx, node, 50)
+    where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    ctx.report(node, variable=variable, kind=kind, loop=where)
+
+
+def _derived_tensor(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
+    """`(logits.argmax(1) == y).float()`, `model(x).softmax(-1)`: built from a model output or a loss."""
+    for sub in ast.walk(expr):
+        if isinstance(sub, ast.Name) and _tensor_value(index, sub, at, names):
+            return True
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name | ast.Attribute) and index.is_model(sub.func):
+            return True
+    return False
+
+
+def _printed_tensor(index: Index, arg: ast.AST, at: ast.AST, names: set[str]) -> bool:
+    """A print argument that formats a device tensor (not its `.shape`, not an `.item()`, which
+    reports itself)."""
+    if isinstance(arg, ast.JoinedStr):
+        return any(
+            isinstance(v, ast.FormattedValue) and _printed_tensor(index, v.value, at, names) for v in arg.values
+        )
+    return isinstance(arg, ast.Name) and _tensor_value(index, arg, at, names)
