@@ -101,7 +101,7 @@ def _prefix_of(missing: list[str], unexpected: list[str]) -> str | None:
     return None
 
 
-@SPECIALIST.handles("state-dict-mismatch")
+@SPECIALIST.handles("state-dict-mismatch", "wrapped-state-dict-saved")
 def state_dict_mismatch(case: Case) -> Advice:
     missing = case.names("missing_keys")
     unexpected = case.names("unexpected_keys")

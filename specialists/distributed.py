@@ -324,6 +324,43 @@ def save_on_all_ranks(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("wrapped-state-dict-saved")
+def wrapped_state_dict_saved(case: Case) -> Advice:
+    variable = case.text("variable") or "model"
+    wrapper = case.text("wrapper") or "DDP"
+    where = case.at("The checkpoint code")
+    return Advice(
+        f"{where} saves `{variable}.state_dict()` from the {wrapper} wrapper: every key gets the `module.` "
+        "prefix, so the file loads only into an identically wrapped model.",
+        [
+            Fix(
+                title="Save the wrapped module's state_dict, on rank 0",
+                snippet=(
+                    f"raw_model = {variable}.module   # the model DDP wraps\n"
+                    "if dist.get_rank() == 0:\n"
+                    "    torch.save({'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict()}, path)"
+                ),
+                why="DDP registers your model as its submodule `module`; its own state_dict is the same "
+                "tensors under longer names.",
+                verify="`torch.load(path)['model']` loads into a plain, unwrapped model with strict=True.",
+                location=case.location,
+            ),
+            Fix(
+                title="For checkpoints already written: strip the prefix when loading",
+                snippet=(
+                    "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
+                    "state = torch.load(path, map_location='cpu', weights_only=True)\n"
+                    "consume_prefix_in_state_dict_if_present(state, 'module.')\n"
+                    "model.load_state_dict(state)"
+                ),
+                why="The parameters are right; only their names differ.",
+                verify="load_state_dict reports no missing or unexpected keys.",
+            ),
+        ],
+        [f"`{case.check_cmd('TD304')}` finds every place that saves the wrapper's state_dict."],
+    )
+
+
 _NO_SYNC = """\
 from contextlib import nullcontext
 

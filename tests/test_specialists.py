@@ -8,6 +8,7 @@ import re
 import tokenize
 
 import pytest
+
 from torchdoctor.model import Evidence, Location, Report
 from torchdoctor.rules import catalog
 from torchdoctor.specialists import MODULES, consult, get
@@ -313,6 +314,7 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
     import random
 
     import torch
+
     from torchdoctor.specialists import checkpointing
 
     model = torch.nn.Linear(4, 2)
@@ -340,6 +342,7 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
 
 def test_recommended_custom_function_passes_gradcheck():
     import torch
+
     from torchdoctor.specialists import autograd
 
     scope = {"torch": torch}
@@ -351,6 +354,7 @@ def test_recommended_custom_function_passes_gradcheck():
 def test_recommended_decay_groups_separate_biases_and_norms():
     import torch
     from torch import nn
+
     from torchdoctor.specialists import mixed_precision
 
     model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 2))
@@ -364,6 +368,7 @@ def test_recommended_decay_groups_separate_biases_and_norms():
 def test_recommended_bf16_loop_runs_on_cpu():
     import torch
     from torch import nn
+
     from torchdoctor.specialists import mixed_precision
 
     model = nn.Linear(4, 2)

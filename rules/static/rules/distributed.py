@@ -1,0 +1,630 @@
+"""TD3xx — distributed training: samplers and their epochs, rank-0 duties, the DDP wrapper's state_dict,
+gradient accumulation without no_sync, device binding for NCCL, expand() in a DDP model's forward.
+Docs: distributed.toml."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import (
+    Binding,
+    ClassInfo,
+    Index,
+    Loop,
+    dotted,
+    is_constant,
+    is_eval_word,
+    kwarg,
+    last_name,
+)
+from torchdoctor.rules.static.rules.mixed_precision import accumulations, number
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _binding_at(index: Index, expr: ast.AST | str | None, at: ast.AST) -> Binding | None:
+    """The binding a name holds at `at`: the latest one assigned before it, else the file's last."""
+    name = expr if isinstance(expr, str) else dotted(expr)
+    found = index.bindings.get(name or "")
+    if not found:
+        return None
+    before = [b for b in found if _position(b.node) < _position(at)]
+    return before[-1] if before else found[-1]
+
+
+def _distributed_setup(ctx: Context) -> ast.AST | None:
+    """The call that makes this a multi-process script: init_process_group, DDP/FSDP, Accelerator()."""
+
+    def find() -> ast.AST | None:
+        index = ctx.index
+        names = sorted(
+            index.names["ddp"] | index.names["fsdp"] | {"torch.distributed.init_process_group", "accelerate.Accelerator"}
+        )
+        calls = index.calls_to(*names)
+        return calls[0] if calls else None
+
+    return ctx.memo("distributed-setup", find)
+
+
+# -- TD301 ---------------------------------------------------------------------------------------
+
+_SAMPLER_POSITION = 3  # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)
+
+
+def _loaders_using(index: Index, sampler: str) -> list[Binding]:
+    return [b for b in index.bindings_of("dataloader") if dotted(b.arg("sampler", _SAMPLER_POSITION)) == sampler]
+
+
+def _loaders_reused_across_epochs(index: Index, epoch_loops: list[Loop]) -> dict[str, Loop]:
+    """Loader names iterated inside an epoch loop, or passed to a call made in one, with that epoch loop."""
+    found: dict[str, Loop] = {}
+    for epoch in epoch_loops:
+        for child in _descendants(epoch):
+            if child.source and child.iterates_loader:
+                found.setdefault(child.source, epoch)
+        for call in epoch.all_calls():
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                name = dotted(arg)
+                if name is not None:
+                    found.setdefault(name, epoch)
+    return found
+
+
+def _descendants(loop: Loop) -> list[Loop]:
+    out: list[Loop] = []
+    todo = list(loop.children)
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo += child.children
+    return out
+
+
+@rule("TD301", ast.Module)
+def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    dist_samplers = index.names["distributed_samplers"]
+    # (how the sampler is reached, its constructor call, loaders that use it)
+    candidates: list[tuple[str, ast.Call, list[Binding]]] = []
+    for b in index.bindings_of("sampler"):
+        if b.cls in dist_samplers and b.call is not None:
+            candidates.append((b.name, b.call, _loaders_using(index, b.name)))
+    for loader in index.bindings_of("dataloader"):
+        inline = loader.arg("sampler", _SAMPLER_POSITION)
+        if isinstance(inline, ast.Call) and index.resolve(inline.func) in dist_samplers:
+            candidates.append((f"{loader.name}.sampler", inline, [loader]))
+    if not candidates:
+        return
+    epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
+    if not epoch_loops:
+        return  # one pass over the data: the order never repeats
+    repeated = _loaders_reused_across_epochs(index, epoch_loops)
+    set_epoch = index.method_calls("set_epoch")
+    if ctx.source.count("set_epoch") > len(set_epoch):
+        return  # `getattr(sampler, "set_epoch")` or a similar indirect call
+    targets = {dotted(c.func.value) for c in set_epoch}  # type: ignore[attr-defined]
+    if None in targets:
+        return  # `get_sampler().set_epoch(epoch)`: a receiver we cannot name
+    reach = {name: {name} | {f"{lb.name}.sampler" for lb in loaders} for name, _, loaders in candidates}
+    known = set().union(*reach.values())
+    for name, call, loaders in candidates:
+        if is_constant(kwarg(call, "shuffle", 3), False):
+            continue  # a fixed order by design (validation shards)
+        if is_eval_word(name) or (loaders and all(is_eval_word(lb.name) for lb in loaders)):
+            continue
+        used = [lb for lb in loaders if lb.name in repeated]
+        if not used:
+            continue  # no loader over it is iterated epoch after epoch
+        if targets & reach[name] or any(t not in known for t in targets):
+            continue  # set on this sampler, or on a receiver we cannot tie to another sampler
+        epoch_loop = repeated[used[0].name]
+        values = dict(variable=name, loop=f"line {epoch_loop.line}")
+        it = getattr(epoch_loop.node, "iter", None)
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
+            count = number(ctx, it.args[0], epoch_loop.node)
+            if count is not None:
+                values["epochs"] = f"{count:.0f}"  # the specialist quotes it
+        ctx.report(call, **values)
+
+
+# -- TD302 ---------------------------------------------------------------------------------------
+
+
+@rule("TD302", ast.Module)
+def shuffle_with_sampler(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.calls_to(*sorted(index.names["dataloaders"])):
+        if is_constant(kwarg(call, "shuffle", 2), True):
+            _check_sampler_options(call, ctx)
+
+
+def _check_sampler_options(node: ast.Call, ctx: Context) -> None:
+    for option, position in (("sampler", 3), ("batch_sampler", 4)):
+        given = kwarg(node, option, position)
+        if given is None or is_constant(given, None):
+            continue
+        error = (
+            "sampler option is mutually exclusive with shuffle"
+            if option == "sampler"
+            else "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last"
+        )
+        conditional = isinstance(given, ast.IfExp) or isinstance(given, ast.Name)
+        when = f" whenever `{ctx.segment(given, 40)}` is not None" if conditional else ""
+        ctx.report(node, variable=ctx.segment(given, 40), option=option, error=error, when=when)
+        return
+
+
+# -- TD303 ---------------------------------------------------------------------------------------
+
+_SAVES = ("torch.save",)
+
+
+def _names_rank(index: Index, expr: ast.AST | None) -> bool:
+    """A path built from the rank (`f"ckpt_rank{rank}.pt"`): one file per rank on purpose."""
+    if expr is None:
+        return False
+    rank_names = index.vocab["rank"]["rank_names"]
+    for sub in ast.walk(expr):
+        if isinstance(sub, ast.Name | ast.Attribute) and last_name(sub) in rank_names:
+            return True
+        if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "get_global_rank", "get_local_rank"):
+            return True
+    return False
+
+
+_TEMP = re.compile(r"temp|tmp", re.I)
+
+
+def _temporary(index: Index, expr: ast.AST | None, at: ast.AST) -> bool:
+    """A path or file object from `tempfile` (`with tempfile.NamedTemporaryFile() as tmp`): private to each
+    process."""
+    if expr is None:
+        return False
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    if not names:
+        return False
+    scope = index.function_of(at) or index.tree
+    for node in ast.walk(scope):
+        if isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                bound = {n.id for n in ast.walk(item.optional_vars) if isinstance(n, ast.Name)} if item.optional_vars else set()
+                if bound & names and isinstance(item.context_expr, ast.Call):
+                    if _TEMP.search(index.callee(item.context_expr) or ""):
+                        return True
+    for name in names:
+        values = index.definitions(name, at)
+        if values and isinstance(values[-1], ast.Call) and _TEMP.search(index.callee(values[-1]) or ""):
+            return True
+    return False
+
+
+def _in_memory(index: Index, expr: ast.AST | None, at: ast.AST) -> bool:
+    """`torch.save(obj, buffer)` into an `io.BytesIO()`: not a file."""
+    if isinstance(expr, ast.Call):
+        return last_name(expr.func) == "BytesIO"
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, at)
+        return bool(values) and isinstance(values[-1], ast.Call) and last_name(values[-1].func) == "BytesIO"
+    return False
+
+
+def _zero_test(index: Index, test: ast.AST) -> bool:
+    """A condition true on the main process only: the index's rank-zero tests, plus the first process of
+    each node (`args.rank % ngpus_per_node == 0`, PyTorch's ImageNet example), also inside `and`/`or`."""
+    if index.is_rank_zero_test(test):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        left, right = test.left, test.comparators[0]
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod) and is_constant(right, 0):
+            return last_name(left.left) in index.vocab["rank"]["rank_names"]
+        return False
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And):
+            return any(_zero_test(index, v) for v in test.values)
+        # `not args.multiprocessing_distributed or (... and args.rank % ngpus_per_node == 0)`
+        single = [isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Not) for v in test.values]
+        zero = [_zero_test(index, v) for v in test.values]
+        return any(zero) and all(z or one for z, one in zip(zero, single, strict=True))
+    return False
+
+
+_DISTRIBUTED_FLAGS = frozenset(
+    {"ddp", "distributed", "is_distributed", "use_ddp", "multiprocessing_distributed", "is_initialized"}
+)
+
+
+def _single_process_test(test: ast.AST) -> bool:
+    """`if not ddp:` / `if not dist.is_initialized():` / `if world_size == 1:`: only one process runs."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return last_name(test.operand) in _DISTRIBUTED_FLAGS
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        return last_name(test.left) in ("world_size", "WORLD_SIZE") and is_constant(test.comparators[0], 1)
+    return False
+
+
+def _main_process_only(index: Index, node: ast.AST, depth: int = 0) -> bool:
+    """Whether `node` runs on one process: the index's rank guards, the per-node guards above,
+    single-process branches, and functions whose every caller in the file is guarded."""
+    if index.rank_guarded(node):
+        return True
+    child = node
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.If) and child in anc.body and (_zero_test(index, anc.test) or _single_process_test(anc.test)):
+            return True
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef):
+            callers = index.callers(anc)
+            return bool(callers) and depth < 4 and all(_main_process_only(index, c, depth + 1) for c in callers)
+        child = anc
+    return False
+
+
+@rule("TD303", ast.Module)
+def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    saves = index.calls_to(*_SAVES)
+    if not saves:
+        return
+    setup = _distributed_setup(ctx)
+    if setup is None:
+        return
+    for call in saves:
+        path = kwarg(call, "f", 1)
+        if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
+            continue
+        if _main_process_only(index, call):
+            continue
+        what = kwarg(call, "obj", 0)
+        values = dict(
+            variable=ctx.segment(what, 40) if what is not None else "the checkpoint",
+            path=ctx.segment(path, 40) if path is not None else "",
+            setup=ctx.segment(setup.func, 40),  # type: ignore[attr-defined]
+        )
+        ctx.report(call, **values)
+
+
+# -- TD304 ---------------------------------------------------------------------------------------
+
+
+def _saved_expressions(index: Index, call: ast.Call) -> list[ast.AST]:
+    """What a save call writes: its first argument, plus the values of names in it (one hop, same scope)."""
+    obj = kwarg(call, "obj", 0) or kwarg(call, "tensors", 0)
+    if obj is None:
+        return []
+    found: list[ast.AST] = [obj]
+    for sub in ast.walk(obj):
+        if isinstance(sub, ast.Name):
+            found += index.definitions(sub.id, call)
+    return found
+
+
+def _parameter_of_other_scope(index: Index, receiver: ast.AST, at: ast.AST, b: Binding) -> bool:
+    """The receiver is a parameter of the function holding `at`, and the binding was made elsewhere."""
+    fn = index.function_of(at)
+    root = (dotted(receiver) or "").split(".", 1)[0]
+    if fn is None or not root:
+        return False
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    return root in params and index.function_of(b.node) is not fn
+
+
+@rule("TD304", ast.Module)
+def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    saves = index.calls_to("torch.save", "safetensors.torch.save_file")
+    if not saves or not any(b.wrapper in ("ddp", "dp") for b in index.bindings_of("module")):
+        return
+    for call in index.method_calls("load_state_dict"):
+        b = _binding_at(index, call.func.value, call)  # type: ignore[attr-defined]
+        if b is not None and b.kind == "module" and b.wrapper in ("ddp", "dp"):
+            return  # the checkpoint goes back into a wrapped model: the prefix is what it expects
+    reported: set[ast.AST] = set()
+    for save in saves:
+        for expr in _saved_expressions(index, save):
+            for sub in ast.walk(expr):
+                if not (
+                    isinstance(sub, ast.Call)
+                    and isinstance(sub.func, ast.Attribute)
+                    and sub.func.attr == "state_dict"
+                    and sub not in reported
+                ):
+                    continue
+                receiver = sub.func.value
+                b = _binding_at(index, receiver, sub)
+                if b is None or b.kind != "module" or b.wrapper not in ("ddp", "dp"):
+                    continue
+                if _parameter_of_other_scope(index, receiver, sub, b):
+                    continue  # `def save(model): ...`: which model the caller passes is unknown
+                reported.add(sub)
+                wrapper = "DistributedDataParallel" if b.wrapper == "ddp" else "DataParallel"
+                name = dotted(receiver) or "model"
+                ctx.report(sub, variable=name, wrapper=wrapper, save=ctx.segment(save.func, 30), prefix="module.")
+
+
+# -- TD305 ---------------------------------------------------------------------------------------
+
+
+def _ddp_model_called(index: Index, loop: Loop) -> str | None:
+    """The name of a DDP-wrapped model the loop calls (its forward runs there), if any."""
+    for call in loop.all_calls():
+        func = call.func
+        if not isinstance(func, ast.Name | ast.Attribute):
+            continue
+        b = _binding_at(index, func, call)
+        if b is None or b.kind != "module" or b.wrapper != "ddp":
+            continue
+        if not _parameter_of_other_scope(index, func, call, b):
+            return dotted(func)
+    return None
+
+
+@rule("TD305", ast.Module)
+def accumulation_without_no_sync(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    if not index.backward_calls or not any(b.wrapper == "ddp" for b in index.bindings_of("module")):
+        return
+    if "no_sync" in ctx.source or "require_backward_grad_sync" in ctx.source or index.method_calls("accumulate"):
+        return  # synchronisation is already switched (no_sync, nanoGPT's flag, accelerate's accumulate)
+    for acc in accumulations(ctx):
+        model = _ddp_model_called(index, acc.loop)
+        if model is None:
+            continue  # the loop runs no model we know to be DDP-wrapped
+        call = acc.backward[0]
+        n = number(ctx, acc.count, call)
+        values = dict(
+            variable=ctx.segment(call, 50),
+            model=model,
+            count=ctx.segment(acc.count, 40),
+            micro_steps=f"{n:.0f}" if n is not None else "",
+            allreduces_per_step=f"{n:.0f}" if n is not None else "",
+        )
+        ctx.report(call, **values)
+
+
+# -- TD306 ---------------------------------------------------------------------------------------
+
+
+def _mentions_nccl(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str) and "nccl" in expr.value.lower()
+    if isinstance(expr, ast.IfExp):
+        return _mentions_nccl(index, expr.body, at, depth + 1) or _mentions_nccl(index, expr.orelse, at, depth + 1)
+    if isinstance(expr, ast.Attribute):
+        return expr.attr == "NCCL"  # dist.Backend.NCCL
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, at) or [v for _, v in index.defs(index.tree).get(expr.id, [])]
+        return any(_mentions_nccl(index, v, v, depth + 1) for v in values)
+    return False
+
+
+_DEVICE_BINDERS = ("set_device", "set_device_index")
+
+
+def _binds_device(ctx: Context) -> bool:
+    """torch.cuda.set_device / torch.accelerator.set_device_index / `with torch.cuda.device(i)` /
+    CUDA_VISIBLE_DEVICES set per process anywhere in the file."""
+    index = ctx.index
+    if any(index.method_calls(m) for m in _DEVICE_BINDERS):
+        return True
+    if index.calls_to("torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"):
+        return True
+    if any(isinstance(c.func, ast.Name) and c.func.id in _DEVICE_BINDERS for c in index.nodes(ast.Call)):
+        return True
+    return "CUDA_VISIBLE_DEVICES" in ctx.source
+
+
+@rule("TD306", ast.Module)
+def nccl_without_set_device(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    inits = index.calls_to("torch.distributed.init_process_group")
+    if not inits:
+        return
+    for call in inits:
+        if kwarg(call, "device_id") is not None:
+            continue  # bound to a device explicitly
+        if not _mentions_nccl(index, kwarg(call, "backend", 0), call):
+            continue
+        if _binds_device(ctx):
+            return
+        ctx.report(call, variable=ctx.segment(call, 60))
+
+
+# -- TD307 ---------------------------------------------------------------------------------------
+
+_COLLECTIVE_PREFIX = "torch.distributed."
+
+
+def _wrapped_class(index: Index, b: Binding) -> str | None:
+    """The class a DDP binding wraps, also for `DDP(Net(...).cuda(), ...)` built in place."""
+    if b.cls is not None or b.call is None:
+        return b.cls
+    inner = kwarg(b.call, "module", 0)
+    same = index.names["same_object_methods"]
+    while isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in same:
+        inner = inner.func.value
+    if isinstance(inner, ast.Call):
+        return dotted(inner.func)
+    return None
+
+
+def _ddp_classes(ctx: Context) -> set[str]:
+    """Local nn.Module classes that run under DDP: wrapped models and their submodule classes."""
+
+    def build() -> set[str]:
+        index = ctx.index
+        roots = {_wrapped_class(index, b) for b in index.bindings_of("module") if b.wrapper == "ddp"}
+        roots &= set(index.classes)
+        seen: set[str] = set()
+        todo = list(roots)
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            info = index.classes[name]
+            for sub in ast.walk(info.node):
+                if isinstance(sub, ast.Call):
+                    local = dotted(sub.func)
+                    if local in index.classes and index.classes[local].is_module and local not in seen:
+                        todo.append(local)
+            # subclasses of a wrapped class are not wrapped by this; bases share its forward
+            for base in info.bases:
+                if base in index.classes and base not in seen:
+                    todo.append(base)
+        return seen
+
+    return ctx.memo("ddp-classes", build)
+
+
+def _registered_tensors(ctx: Context, info: ClassInfo) -> dict[str, str]:
+    """Parameters and buffers of a class by attribute name: "parameter" | "buffer"."""
+
+    def build() -> dict[str, str]:
+        index = ctx.index
+        found: dict[str, str] = {}
+        for a in index.self_assignments(info, None):
+            if isinstance(a.value, ast.Call):
+                q = index.resolve(a.value.func)
+                if q == "torch.nn.Parameter":
+                    found[a.attr] = "parameter"
+                elif q == "torch.nn.Buffer":
+                    found[a.attr] = "buffer"
+        for method, kind in (("register_buffer", "buffer"), ("register_parameter", "parameter")):
+            for call in index.method_calls(method):
+                if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                    if index.class_of(call) is info or (
+                        index.class_of(call) is not None and index.class_of(call).node is info.node  # type: ignore[union-attr]
+                    ):
+                        found[call.args[0].value] = kind
+        return found
+
+    return ctx.memo(("registered-tensors", info.node), build)
+
+
+_INPLACE = re.compile(r"^[a-z]\w*_$")
+
+_CONSEQUENCE = {
+    "write-parameter": (
+        "PyTorch refuses the in-place write (\"a view of a leaf Variable that requires grad is being used in an "
+        "in-place operation\"), and if only some ranks reach it, the others wait in the next all-reduce"
+    ),
+    "write-buffer": (
+        "the view's elements share memory, so PyTorch refuses the in-place write (\"more than one element of the "
+        "written-to tensor refers to a single memory location\"), and if only some ranks reach it, the others "
+        "wait in the next all-reduce"
+    ),
+    "register": (
+        "DDP broadcasts parameters and buffers from rank 0 into every rank's tensors, and writing into a stride-0 "
+        "tensor fails"
+    ),
+    "collective": "NCCL requires contiguous tensors (\"Tensors must be contiguous\"), and the result is written into memory the view shares",
+}
+
+
+def _risky_use(index: Index, expand: ast.Call, fn: ast.AST, registered: dict[str, str]) -> tuple[str, str] | None:
+    """(how the expanded view is used, which consequence) for a use that matters under DDP, else None."""
+    parent = index.parent(expand)
+    if isinstance(parent, ast.Attribute) and _INPLACE.match(parent.attr):
+        return f"the expanded view is written in place by `.{parent.attr}()`", "write"
+    if isinstance(parent, ast.Assign):
+        for target in parent.targets:
+            if isinstance(target, ast.Attribute) and dotted(target.value) == "self" and target.attr in registered:
+                return f"the expanded view is stored into the {registered[target.attr]} `self.{target.attr}`", "register"
+    if isinstance(parent, ast.Call):
+        q = index.resolve(parent.func) or ""
+        if q.startswith(_COLLECTIVE_PREFIX):
+            return f"the expanded view is passed to `{q}`", "collective"
+        if q in ("torch.nn.Parameter", "torch.nn.Buffer") or last_name(parent.func) in ("register_buffer", "register_parameter"):
+            return "the expanded view is registered as a parameter or buffer", "register"
+    name = None
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+    if name is None:
+        return None
+    start = _position(parent)
+    view = f"the expanded view `{name}`"
+    for sub in ast.walk(fn):
+        if _position(sub) <= start:
+            continue
+        line = getattr(sub, "lineno", 0)
+        if isinstance(sub, ast.Assign):
+            for target in sub.targets:
+                if isinstance(target, ast.Subscript) and dotted(target.value) == name:
+                    return f"{view} is written in place on line {line}", "write"
+                if (
+                    isinstance(target, ast.Attribute)
+                    and dotted(target.value) == "self"
+                    and target.attr in registered
+                    and dotted(sub.value) == name
+                ):
+                    return f"{view} is stored into the {registered[target.attr]} `self.{target.attr}` on line {line}", "register"
+        elif isinstance(sub, ast.AugAssign) and dotted(sub.target) == name:
+            return f"{view} is updated in place on line {line}", "write"
+        elif isinstance(sub, ast.Call):
+            func = sub.func
+            if isinstance(func, ast.Attribute) and dotted(func.value) == name and _INPLACE.match(func.attr):
+                return f"{view} is written in place by `.{func.attr}()` on line {line}", "write"
+            args = [*sub.args, *(k.value for k in sub.keywords)]
+            if any(dotted(a) == name for a in args):
+                q = index.resolve(func) or ""
+                if q.startswith(_COLLECTIVE_PREFIX):
+                    return f"{view} is passed to `{q}` on line {line}", "collective"
+                if q in ("torch.nn.Parameter", "torch.nn.Buffer") or last_name(func) in (
+                    "register_buffer",
+                    "register_parameter",
+                ):
+                    return f"{view} is registered as a parameter or buffer on line {line}", "register"
+    return None
+
+
+@rule("TD307", ast.Module)
+def expand_in_ddp_forward(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    expands = index.method_calls("expand") + index.method_calls("expand_as")
+    if expands and _ddp_classes(ctx):
+        for call in expands:
+            _check_expand(call, ctx)
+
+
+def _check_expand(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    index = ctx.index
+    info = index.forward_of(node)
+    if info is None or info.name not in _ddp_classes(ctx):
+        return
+    receiver = func.value
+    while isinstance(receiver, ast.Subscript):
+        receiver = receiver.value
+    if not (isinstance(receiver, ast.Attribute) and dotted(receiver.value) == "self"):
+        return
+    registered = _registered_tensors(ctx, info)
+    kind = registered.get(receiver.attr)
+    if kind is None:
+        return
+    fn = index.function_of(node)
+    risky = _risky_use(index, node, fn, registered) if fn is not None else None
+    if risky is not None:
+        use, consequence = risky
+        if consequence == "write":
+            consequence = f"write-{kind}"
+        detail = f"{use}, and that matters: {_CONSEQUENCE[consequence]}"
+        fix = (
+            "Materialise the view before that use: `.expand(...).clone()` (or `.repeat(...)`); keep plain "
+            "`.expand()` for read-only broadcasting."
+        )
+    else:
+        detail = (
+            "it is only read here, which is fine under DDP (expand's backward sums the gradient back to the "
+            f"{kind}'s shape, so DDP reduces an ordinary gradient) and cheaper than `.repeat()`; it would matter only "
+            "if the view were written in place, stored as a parameter or buffer, or passed to a collective"
+        )
+        fix = (
+            "Nothing to change for a read-only use; `.clone()` the view first if you later write into it, store it "
+            "as a parameter or buffer, or pass it to a collective."
+        )
+    ctx.report(node, variable=f"self.{receiver.attr}", cls=info.name, kind=kind, detail=detail, remedy=fix)

@@ -1,0 +1,1065 @@
+"""TD4xx — mixed precision and optimization: the AMP API and the order of its calls (autocast,
+GradScaler, unscale_, clipping), learning-rate schedulers, gradient accumulation, zero_grad and
+weight decay. Docs: mixed_precision.toml.
+
+The gradient-accumulation helper (`accumulations`) is shared with the distributed family (TD305).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import (
+    FUNCTIONS,
+    AutocastRegion,
+    Index,
+    Loop,
+    dotted,
+    is_constant,
+    kwarg,
+    last_name,
+)
+
+# -- small expression helpers ----------------------------------------------------------------------
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _between(index: Index, node: ast.AST, stop: ast.AST) -> Iterator[tuple[ast.AST, ast.AST]]:
+    """(ancestor, child) pairs from `node` up to, not including, `stop`."""
+    child = node
+    for anc in index.ancestors(node):
+        if anc is stop:
+            return
+        yield anc, child
+        child = anc
+
+
+def _value_of(index: Index, name: str, at: ast.AST) -> ast.expr | None:
+    """The latest value assigned to `name` before `at` in its scope, else its only module-level value."""
+    values = index.definitions(name, at)
+    if values:
+        return values[-1]
+    module = index.defs(index.tree).get(name, [])
+    return module[0][1] if len(module) == 1 else None
+
+
+def _augmented(ctx: Context, name: str) -> bool:
+    """`name += ...` / `name //= ...` somewhere: its assigned value is not the whole story."""
+    key = ("augmented", name)
+    return ctx.memo(key, lambda: bool(re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/%@&|^]|//|\*\*)=", ctx.source)))
+
+
+def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> float | None:
+    """The value of a small arithmetic expression of constants and once-assigned names, else None."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Constant):
+        v = expr.value
+        return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        v = number(ctx, expr.operand, at, depth + 1)
+        return -v if v is not None else None
+    if isinstance(expr, ast.BinOp):
+        left, right = number(ctx, expr.left, at, depth + 1), number(ctx, expr.right, at, depth + 1)
+        if left is None or right is None:
+            return None
+        op = expr.op
+        try:
+            if isinstance(op, ast.Add):
+                return left + right
+            if isinstance(op, ast.Sub):
+                return left - right
+            if isinstance(op, ast.Mult):
+                return left * right
+            if isinstance(op, ast.Div):
+                return left / right
+            if isinstance(op, ast.FloorDiv):
+                return float(left // right)
+            if isinstance(op, ast.Pow) and abs(right) <= 64:
+                return float(left**right)
+        except (ZeroDivisionError, OverflowError):
+            return None
+        return None
+    if isinstance(expr, ast.Name) and not _augmented(ctx, expr.id):
+        return number(ctx, _value_of(ctx.index, expr.id, at), at, depth + 1)
+    return None
+
+
+def _count_text(n: float) -> str:
+    return f"{n:,.0f}" if n == int(n) else f"{n:g}"
+
+
+_STEP_WORD = re.compile(r"step|iter|batch|update", re.I)
+_EPOCH_WORD = re.compile(r"epoch", re.I)
+
+
+def units(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> set[str]:
+    """What a length expression counts, read from its names: "len" (a len() call), "batch" (names about
+    steps, iterations, batches or updates: `total_steps`, `steps_per_epoch`, `max_iters`) or "epoch"."""
+    found: set[str] = set()
+    if expr is None or depth > 2:
+        return found
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+            found.add("len")
+        elif isinstance(node, ast.Name | ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Store):
+            word = node.id if isinstance(node, ast.Name) else node.attr
+            if _STEP_WORD.search(word):
+                found.add("batch")
+            elif _EPOCH_WORD.search(word):
+                found.add("epoch")
+            if isinstance(node, ast.Name):
+                value = _value_of(index, node.id, at)
+                if value is not None and value is not expr:
+                    found |= units(index, value, value, depth + 1)
+        elif isinstance(node, ast.arg):
+            if _STEP_WORD.search(node.arg):
+                found.add("batch")
+            elif _EPOCH_WORD.search(node.arg):
+                found.add("epoch")
+    return found
+
+
+def _plan(found: set[str]) -> str | None:
+    if "len" in found or "batch" in found:
+        return "batch"
+    if found == {"epoch"}:
+        return "epoch"
+    return None
+
+
+# -- gradient accumulation (shared with TD305) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accumulation:
+    """A loop whose iterations are micro-steps: several backward() calls per optimizer step."""
+
+    loop: Loop  # the loop that runs the micro-steps
+    count: ast.expr  # micro-steps per optimizer step (`accum_steps`, `args.gradient_accumulation_steps`, 4)
+    backward: tuple[ast.Call, ...]  # the micro-step backward calls
+    steps: tuple[ast.Call, ...]  # the optimizer steps they feed
+    style: str  # "modulo": step under `if (i + 1) % n == 0`; "inner-loop": `for _ in range(n): backward()`
+
+
+_ACCUM_NAME = re.compile(r"accum|micro|grad_acc|acc_steps|update_freq", re.I)
+
+
+def _find_mod(index: Index, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.expr | None:
+    """The modulus in a test like `(i + 1) % accum == 0`, also through a name assigned one
+    (`last_micro = (i + 1) % accum == 0; if last_micro:`)."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+                continue  # "%d" % x: string formatting
+            return node.right
+    if depth >= 2:
+        return None
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            value = _value_of(index, node.id, at)
+            if value is not None:
+                found = _find_mod(index, value, value, depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _mod_guard(index: Index, node: ast.AST, loop: Loop) -> ast.expr | None:
+    """The accumulation modulus when `node` runs only on some iterations of `loop`: under an
+    `if ... % n ...` or after an `if not <...% n...>: continue` earlier in the loop body."""
+    for anc, child in _between(index, node, loop.node):
+        if isinstance(anc, ast.If):
+            mod = _find_mod(index, anc.test, anc)
+            if mod is not None:
+                return mod
+        if isinstance(child, ast.stmt) and anc is not None:
+            body = getattr(anc, "body", None)
+            if isinstance(body, list) and child in body:
+                for s in body:
+                    if s is child:
+                        break
+                    if isinstance(s, ast.If) and s.body and isinstance(s.body[-1], ast.Continue):
+                        mod = _find_mod(index, s.test, s)
+                        if mod is not None:
+                            return mod
+    # a statement directly in the loop body
+    for s in loop.node.body:
+        if _position(s) >= _position(node):
+            break
+        if isinstance(s, ast.If) and s.body and isinstance(s.body[-1], ast.Continue):
+            mod = _find_mod(index, s.test, s)
+            if mod is not None:
+                return mod
+    return None
+
+
+def _range_count(call: ast.AST) -> ast.expr | None:
+    """n for `range(n)`."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range":
+        if len(call.args) == 1 and not call.keywords:
+            return call.args[0]
+    return None
+
+
+def is_engine_backward(call: ast.Call) -> bool:
+    """`accelerator.backward(loss)`, `engine.backward(loss)`, `self.manual_backward(loss)`: a framework
+    that scales, normalises and syncs on its own."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr == "manual_backward":
+        return True
+    return bool(call.args) and last_name(func.value) not in ("autograd",)
+
+
+def accumulations(ctx: Context) -> list[Accumulation]:
+    """Every gradient-accumulation loop of the file (memoised)."""
+    return ctx.memo("accumulations", lambda: _accumulations(ctx.index))
+
+
+def _accumulations(index: Index) -> list[Accumulation]:
+    found: list[Accumulation] = []
+    backward = set(index.backward_calls)
+    steps = set(index.step_calls)
+    for loop in index.loops.values():
+        backs = [c for c in loop.calls if c in backward and not is_engine_backward(c)]
+        if not backs:
+            continue
+        here = [c for c in loop.calls if c in steps]
+        if here:
+            mods = [_mod_guard(index, s, loop) for s in here]
+            if any(m is None for m in mods):
+                continue  # an optimizer step on every iteration: no accumulation
+            free = tuple(b for b in backs if _mod_guard(index, b, loop) is None)
+            if free:
+                found.append(Accumulation(loop, mods[0], free, tuple(here), "modulo"))  # type: ignore[arg-type]
+            continue
+        count = _range_count(getattr(loop.node, "iter", None))
+        parent = loop.parent
+        if count is None or parent is None:
+            continue
+        name = dotted(count) or ""
+        if not (_ACCUM_NAME.search(name) or isinstance(count, ast.Constant)):
+            continue  # `for task in range(n_tasks)`: several losses on purpose, not micro-batches
+        end = (getattr(loop.node, "end_lineno", 0) or 0, 1 << 30)
+        after = tuple(c for c in parent.calls if c in steps and _position(c) > end)
+        if after:
+            found.append(Accumulation(loop, count, tuple(backs), after, "inner-loop"))
+    return found
+
+
+# -- autocast regions --------------------------------------------------------------------------
+
+
+def _autocast_enabled(index: Index, region: AutocastRegion) -> bool:
+    """False only when the autocast call says `enabled=False`."""
+    call = region.call
+    if call is None:
+        return True
+    q = index.resolve(call.func) or ""
+    position = 0 if q.startswith(("torch.cuda.", "torch.cpu.")) else 2
+    return not is_constant(kwarg(call, "enabled", position), False)
+
+
+def autocast_regions(ctx: Context) -> list[AutocastRegion]:
+    """`with autocast(...)` blocks and `@autocast(...)` functions (rules using this subscribe to ast.With)."""
+
+    def build() -> list[AutocastRegion]:
+        index = ctx.index
+        regions = []
+        for node in index.nodes(ast.With) + index.nodes(ast.AsyncWith) + index.nodes(ast.FunctionDef):
+            if isinstance(node, FUNCTIONS) and not node.decorator_list:
+                continue
+            if not node.body:
+                continue
+            region = index.autocast_at(node.body[0])
+            if region is not None and region.node is node:
+                regions.append(region)
+        return regions
+
+    return ctx.memo("autocast-regions", build)
+
+
+def _uses_a_scaler(ctx: Context) -> bool:
+    """A GradScaler, or anything called like one (`self.scaler.scale(loss)`, timm's `loss_scaler(...)`)."""
+    index = ctx.index
+    return bool(
+        index.bindings_of("scaler")
+        or index.method_calls("unscale_")
+        or any("scaler" in name.lower() or "loss_scale" in name for name in index.calls_by_name)
+    )
+
+
+# -- TD401 ---------------------------------------------------------------------------------------
+
+_DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": 'torch.autocast("cuda", ...)',
+    "torch.cuda.amp.GradScaler": 'torch.amp.GradScaler("cuda", ...)',
+    "torch.cuda.amp.custom_fwd": 'torch.amp.custom_fwd(device_type="cuda")',
+    "torch.cuda.amp.custom_bwd": 'torch.amp.custom_bwd(device_type="cuda")',
+    "torch.cpu.amp.autocast": 'torch.autocast("cpu", ...)',
+    "torch.cpu.amp.GradScaler": 'torch.amp.GradScaler("cpu", ...)',
+}
+
+
+@rule("TD401", ast.Module)
+def deprecated_amp_api(node: ast.Module, ctx: Context) -> None:
+    if not ctx.torch_at_least(2, 4):
+        return  # deprecated (a FutureWarning) since torch 2.4
+    index = ctx.index
+    used: list[tuple[ast.AST, ast.AST]] = []  # (where, the name used)
+    for call in index.calls_to(*_DEPRECATED_AMP):
+        used.append((call, call.func))
+    for fn in index.nodes(ast.FunctionDef) + index.nodes(ast.AsyncFunctionDef):
+        for d in fn.decorator_list:  # type: ignore[attr-defined]
+            if isinstance(d, ast.Name | ast.Attribute) and index.resolve(d) in _DEPRECATED_AMP:
+                used.append((d, d))  # a bare `@torch.cuda.amp.custom_bwd`
+    for where, expr in used:
+        q = index.resolve(expr) or ""
+        shown = ctx.segment(expr)
+        via = "" if shown == q else f" (`{q}`)"
+        ctx.report(where, variable=shown, via=via, call=q, new=_DEPRECATED_AMP[q])
+
+
+# -- TD402 ---------------------------------------------------------------------------------------
+
+
+@rule("TD402", ast.Module, ast.With, ast.AsyncWith)
+def fp16_without_scaler(node: ast.AST, ctx: Context) -> None:
+    if not isinstance(node, ast.Module):
+        return
+    index = ctx.index
+    if not index.backward_calls or any(is_engine_backward(c) for c in index.backward_calls):
+        return  # no training here, or a framework (Accelerate, DeepSpeed, Lightning) that scales for you
+    regions = [r for r in autocast_regions(ctx) if r.dtype == "float16" and _autocast_enabled(index, r)]
+    if not regions or _uses_a_scaler(ctx):
+        return
+    for region in regions:
+        if index.grad_disabled(region.node):
+            continue
+        owner = region.node if isinstance(region.node, FUNCTIONS) else index.function_of(region.node)
+        backs = [c for c in index.backward_calls if index.function_of(c) is owner]
+        trains = backs or index.training_loop_of(region.node) is not None
+        if isinstance(region.node, FUNCTIONS) and region.node.name == "forward":
+            trains, backs = True, index.backward_calls[:1]  # an autocast forward: every training step runs it
+        if not trains:
+            continue
+        call = region.call
+        where = call if call is not None else region.node
+        implicit = call is not None and kwarg(call, "dtype") is None and not (
+            len(call.args) > 1 and (index.resolve(call.func) or "") in ("torch.autocast", "torch.amp.autocast")
+        )
+        dtype = "float16 (the CUDA default when no dtype is given)" if implicit else "float16"
+        backward = f"`{ctx.segment(backs[0], 40)}` (line {backs[0].lineno})" if backs else "the backward pass"
+        ctx.report(where, variable=ctx.segment(where, 60), dtype=dtype, backward=backward)
+
+
+# -- TD403 ---------------------------------------------------------------------------------------
+
+_CLIPS = (
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad_norm",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+)
+
+
+def _scaler_method(index: Index, call: ast.Call, method: str) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and func.attr == method and index.kind_of(func.value) == "scaler"
+
+
+@rule("TD403", ast.Module)
+def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    clips = index.calls_to(*_CLIPS)
+    if not clips:
+        return
+    scaler_steps = [c for c in index.method_calls("step") if _scaler_method(index, c, "step")]
+    if not scaler_steps:
+        return
+    unscales = [c for c in index.method_calls("unscale_") if _scaler_method(index, c, "unscale_")]
+    for clip in clips:
+        fn = index.function_of(clip)
+        loop = index.loop_of(clip)
+        later = [
+            s for s in scaler_steps
+            if index.function_of(s) is fn and index.loop_of(s) is loop and _position(s) > _position(clip)
+        ]
+        if not later:
+            continue
+        scaler = later[0].func.value  # type: ignore[attr-defined]
+        b = index.binding(scaler)
+        if b is not None and b.call is not None:
+            q = index.resolve(b.call.func) or ""
+            enabled = kwarg(b.call, "enabled", 4 if q.startswith(("torch.cuda.", "torch.cpu.")) else 5)
+            if is_constant(enabled, False):
+                continue
+        if any(index.function_of(u) is fn and _position(u) < _position(clip) for u in unscales):
+            continue
+        ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step=ctx.segment(later[0], 50))
+
+
+# -- TD404 ---------------------------------------------------------------------------------------
+
+
+@rule("TD404", ast.Module, ast.With, ast.AsyncWith)
+def scaler_with_bf16(node: ast.AST, ctx: Context) -> None:
+    if not isinstance(node, ast.Module):
+        return
+    index = ctx.index
+    scalers = [b for b in index.bindings_of("scaler") if b.call is not None]
+    if not scalers:
+        return
+    regions = [r for r in autocast_regions(ctx) if _autocast_enabled(index, r)]
+    if not regions or any(r.dtype != "bfloat16" for r in regions):
+        return
+    for b in scalers:
+        q = index.resolve(b.call.func) or ""  # type: ignore[union-attr]
+        enabled = kwarg(b.call, "enabled", 4 if q.startswith(("torch.cuda.", "torch.cpu.")) else 5)  # type: ignore[arg-type]
+        if enabled is not None and not is_constant(enabled, True):
+            continue  # `enabled=(dtype == "float16")`: switched off for bf16 already
+        ctx.report(b.call, variable=b.name, autocast=ctx.segment(regions[0].call or regions[0].node, 60))  # type: ignore[arg-type]
+
+
+# -- TD405 ---------------------------------------------------------------------------------------
+
+
+@rule("TD405", ast.Module)
+def backward_in_autocast(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.backward_calls:
+        region = index.autocast_at(call)
+        if region is None or not _autocast_enabled(index, region):
+            continue
+        opened = region.call if region.call is not None else region.node
+        ctx.report(call, variable=ctx.segment(call, 50), autocast=ctx.segment(opened, 50), line=str(region.node.lineno))
+
+
+# -- schedulers ----------------------------------------------------------------------------------
+
+_HF_FACTORY = re.compile(r"^transformers\.(?:optimization\.)?get_\w*schedule\w*$|^transformers\.get_scheduler$")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str  # the variable: "scheduler", "self.sched"
+    cls: str  # OneCycleLR, CosineAnnealingLR, LambdaLR, get_cosine_schedule_with_warmup, ...
+    call: ast.Call  # the constructor or factory call
+    via: ast.FunctionDef | ast.AsyncFunctionDef | None = None  # a local factory function that builds it
+
+    def arg(self, name: str, position: int | None = None) -> ast.expr | None:
+        return kwarg(self.call, name, position)
+
+
+def schedules(ctx: Context) -> dict[str, Schedule]:
+    """Scheduler variables by name: direct constructions and calls of local factory functions."""
+    return ctx.memo("schedules", lambda: _schedules(ctx.index))
+
+
+def _scheduler_call(index: Index, expr: ast.AST | None) -> str | None:
+    if not isinstance(expr, ast.Call):
+        return None
+    q = index.resolve(expr.func) or ""
+    n = index.names
+    if q in n["scheduler_factories"] or any(q.startswith(p) for p in n["scheduler_prefixes"]):
+        return q
+    return None
+
+
+def _schedules(index: Index) -> dict[str, Schedule]:
+    table: dict[str, Schedule] = {}
+    stepped = {dotted(c.func.value) for c in index.method_calls("step")}  # type: ignore[attr-defined]
+    stepped.discard(None)
+    if not stepped:
+        return table
+    for b in index.bindings_of("scheduler"):
+        if b.call is not None and b.cls and b.name in stepped:
+            table[b.name] = Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)
+    built: dict[str, str | None] = {}  # local factory function -> the scheduler it returns
+    for stmt in index.nodes(ast.Assign):
+        value = stmt.value  # type: ignore[attr-defined]
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in index.functions):
+            continue
+        names = [n for n in map(dotted, stmt.targets) if n in stepped and n not in table]  # type: ignore[attr-defined]
+        if not names:
+            continue
+        fn = index.functions[value.func.id]
+        if fn.name not in built:
+            returned = [
+                n.value
+                for n in ast.walk(fn)
+                if isinstance(n, ast.Return) and n.value is not None and index.function_of(n) is fn
+            ]
+            kinds = {_scheduler_call(index, r) for r in returned}
+            built[fn.name] = kinds.pop() if len(kinds) == 1 else None
+        q = built[fn.name]
+        if q is not None:
+            for name in names:
+                table[name] = Schedule(name, q.rsplit(".", 1)[-1], value, fn)
+    return table
+
+
+def _scheduler_steps(ctx: Context) -> list[tuple[ast.Call, Schedule]]:
+    found = []
+    table = schedules(ctx)
+    for call in ctx.index.method_calls("step"):
+        s = table.get(dotted(call.func.value) or "")  # type: ignore[attr-defined]
+        if s is not None:
+            found.append((call, s))
+    return found
+
+
+def _epoch_loop_count(ctx: Context, loop: Loop) -> tuple[float | None, str | None]:
+    """(number, source text) of the epochs an epoch loop runs: `range(E)` / `range(start, E)`."""
+    it = getattr(loop.node, "iter", None)
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args):
+        return None, None
+    if len(it.args) == 1:
+        return number(ctx, it.args[0], loop.node), ctx.segment(it.args[0], 30)
+    start, stop = number(ctx, it.args[0], loop.node), number(ctx, it.args[1], loop.node)
+    text = f"{ctx.segment(it.args[1], 30)} - {ctx.segment(it.args[0], 20)}"
+    if is_constant(it.args[0], 0):
+        text = ctx.segment(it.args[1], 30)
+    return (stop - start if start is not None and stop is not None else None), text
+
+
+def _epoch_count(ctx: Context) -> tuple[float | None, str | None]:
+    """The epoch count of the file's first training epoch loop over a range()."""
+    for loop in ctx.index.epoch_loops():
+        if loop.trains:
+            n, text = _epoch_loop_count(ctx, loop)
+            if text is not None:
+                return n, text
+    return None, None
+
+
+def _granularity(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
+    loop = index.loop_of(call)
+    if loop is None or loop.kind not in ("batch", "epoch"):
+        return None
+    return loop.kind, loop
+
+
+def _shown(ctx: Context, expr: ast.AST, at: ast.AST) -> str:
+    """`total_steps` -> "`total_steps` (= epochs * len(loader))" when the name has a visible value."""
+    text = f"`{ctx.segment(expr, 40)}`"
+    if isinstance(expr, ast.Name):
+        value = _value_of(ctx.index, expr.id, at)
+        if value is not None:
+            text += f" (= {ctx.segment(value, 50)})"
+    return text
+
+
+def _warmup_steps(ctx: Context, s: Schedule) -> float | None:
+    """The warm-up length of a warm-up schedule (`num_warmup_steps`, or a factory's `warmup*` parameter)."""
+    expr = s.arg("num_warmup_steps", 2 if s.cls == "get_scheduler" else 1) if s.cls.startswith("get_") else None
+    if s.via is not None:
+        params = [a.arg for a in s.via.args.args]
+        for i, param in enumerate(params):
+            if "warmup" in param:
+                expr = kwarg(s.call, param, i)
+                break
+    return number(ctx, expr, s.call) if expr is not None else None
+
+
+def _batch_length(ctx: Context, s: Schedule, epochs: float | None) -> tuple[str, str, float | None] | None:
+    """For a per-batch scheduler: (what it plans, in words; the plan's source text; its number of steps),
+    or None when its length is not counted in batches."""
+    index = ctx.index
+    at = s.call
+    if s.cls == "OneCycleLR":
+        total = s.arg("total_steps", 2)
+        per_epoch = s.arg("steps_per_epoch", 4)
+        if total is not None:
+            plan = _plan(units(index, total, at))
+            n = number(ctx, total, at)
+            if plan == "epoch" or (plan is None and (n is None or epochs is None or n <= epochs)):
+                return None
+            return "total_steps", _shown(ctx, total, at), n
+        if per_epoch is None or is_constant(per_epoch, 1):
+            return None
+        e = s.arg("epochs", 3)
+        n_e, n_p = number(ctx, e, at), number(ctx, per_epoch, at)
+        text = f"`{ctx.segment(e, 20) if e is not None else 'epochs'} × {ctx.segment(per_epoch, 30)}` steps"
+        return "epochs × steps_per_epoch", text, (n_e * n_p if n_e is not None and n_p is not None else None)
+    if s.cls == "CyclicLR":
+        up = s.arg("step_size_up", 3)
+        if up is None:
+            return "step_size_up", "a half-cycle of 2,000 steps (the default)", 2000.0
+        plan = _plan(units(index, up, at))
+        n = number(ctx, up, at)
+        if plan == "epoch" or (plan is None and (n is None or epochs is None or n < epochs)):
+            return None
+        return "step_size_up", f"half-cycles of {_shown(ctx, up, at)} steps", n
+    if s.cls in ("LambdaLR", "MultiplicativeLR") or s.via is not None or _HF_FACTORY.match(f"transformers.{s.cls}"):
+        total = None
+        if s.via is None and s.cls.startswith("get_"):
+            total = s.arg("num_training_steps", 3 if s.cls == "get_scheduler" else 2)
+        if total is not None:
+            plan = _plan(units(index, total, at))
+            n = number(ctx, total, at)
+            if plan == "epoch" or (plan is None and (n is None or epochs is None or n <= epochs)):
+                return None
+            return "num_training_steps", _shown(ctx, total, at), n
+        evidence: set[str] = set()
+        parts: list[ast.AST] = [*s.call.args[1:], *(k.value for k in s.call.keywords)]
+        shown = "a schedule counted in steps"
+        for part in parts:
+            found = units(index, part, at)
+            if isinstance(part, ast.Name) and part.id in index.functions:
+                found |= units(index, index.functions[part.id], at)
+            if _plan(found) == "batch" and shown == "a schedule counted in steps" and not isinstance(part, ast.Lambda):
+                shown = _shown(ctx, part, at) + " steps"
+            evidence |= found
+        if _plan(evidence) != "batch":
+            return None
+        return "its lambda", shown, None
+    return None
+
+
+@rule("TD406", ast.Module)
+def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    steps = _scheduler_steps(ctx)
+    if not steps:
+        return
+    per_batch_names = {s.name for call, s in steps if (_granularity(index, call) or ("", None))[0] == "batch"}
+    for call, s in steps:
+        where = _granularity(index, call)
+        if where is None or where[0] != "epoch" or s.name in per_batch_names:
+            continue
+        e_num, e_text = _epoch_loop_count(ctx, where[1])
+        length = _batch_length(ctx, s, e_num)
+        if length is None:
+            continue
+        what, plan_text, planned = length
+        share = e_num / planned if planned and e_num is not None else None
+        if share is not None and planned is not None and e_num is not None:
+            usage = (
+                f"the run makes {_count_text(e_num)} scheduler steps where it plans {_count_text(planned)}: "
+                f"{share:.1%} of the schedule"
+            )
+        else:
+            per = re.search(r"len\([^()]*\)", plan_text)
+            fraction = f"1/{per.group(0)}" if per else "a small fraction"
+            if what == "epochs × steps_per_epoch":
+                fraction = f"1/{ctx.segment(s.arg('steps_per_epoch', 4), 30)}"  # type: ignore[arg-type]
+            steps = f"`{e_text}` scheduler steps" if e_text else "one scheduler step per epoch"
+            usage = f"the run makes {steps} where it plans {plan_text}: {fraction} of the schedule"
+        pct = number(ctx, s.arg("pct_start", 5), s.call) if s.arg("pct_start", 5) is not None else 0.3
+        if s.cls == "OneCycleLR" and pct is not None and (share is None or share < pct):
+            usage += f", so the learning rate never leaves the warm-up (the first {pct:.0%})"
+        else:
+            warmup = _warmup_steps(ctx, s)
+            if warmup is not None and e_num is not None and e_num < warmup:
+                usage += f", so the learning rate never leaves the {_count_text(warmup)}-step warm-up"
+            elif "warmup" in s.cls or s.via is not None:
+                usage += ", so it ends early in the schedule (often still in the warm-up)"
+        values = dict(variable=s.name, scheduler=s.cls, usage=usage, stepped_per="epoch")
+        if planned is not None:
+            values["lr_steps_planned"] = _count_text(planned).replace(",", "")
+        if e_num is not None:
+            values["lr_steps_taken"] = _count_text(e_num).replace(",", "")
+        ctx.report(call, **values)
+
+
+def _per_epoch_effect(ctx: Context, s: Schedule, epochs: float | None) -> str | None:
+    """Why stepping this scheduler per batch is wrong, or None when its length may be in batches."""
+    index = ctx.index
+    at = s.call
+
+    def epoch_sized(expr: ast.AST | None) -> bool:
+        if expr is None:
+            return False
+        plan = _plan(units(index, expr, at))
+        if plan is not None:
+            return plan == "epoch"
+        n = number(ctx, expr, at)
+        return n is not None and epochs is not None and n <= epochs
+
+    def amount(expr: ast.AST) -> str:
+        n = number(ctx, expr, at)
+        return _count_text(n) if n is not None else f"`{ctx.segment(expr, 30)}`"
+
+    if s.cls == "CosineAnnealingLR":
+        t_max = s.arg("T_max", 1)
+        if t_max is None or not epoch_sized(t_max):
+            return None
+        return (
+            f"`T_max={ctx.segment(t_max, 30)}` counts epochs, so the cosine reaches its minimum after "
+            f"{amount(t_max)} batches instead of {amount(t_max)} epochs and then climbs back up: the schedule "
+            "repeats about len(loader) times as often as planned"
+        )
+    if s.cls == "StepLR":
+        size = s.arg("step_size", 1)
+        if size is None or not epoch_sized(size):
+            return None
+        gamma = ctx.segment(s.arg("gamma", 2), 10) if s.arg("gamma", 2) is not None else "0.1"  # type: ignore[arg-type]
+        return f"the learning rate is multiplied by {gamma} every {amount(size)} batches instead of every {amount(size)} epochs"
+    if s.cls == "MultiStepLR":
+        milestones = s.arg("milestones", 1)
+        if milestones is None:
+            return None
+        if not isinstance(milestones, ast.List | ast.Tuple) or not milestones.elts:
+            if not epoch_sized(milestones):
+                return None
+            last = None
+        elif not all(epoch_sized(m) for m in milestones.elts):
+            return None
+        else:
+            values = [number(ctx, m, at) for m in milestones.elts]
+            last = max(values) if all(v is not None for v in values) else None  # type: ignore[type-var]
+        when = f"within the first {_count_text(last)} batches" if last is not None else "within the first batches"
+        return (
+            f"every milestone in `{ctx.segment(milestones, 30)}` passes {when}, so the learning rate reaches its "
+            "final value early in the run"
+        )
+    if s.cls == "ExponentialLR":
+        gamma = number(ctx, s.arg("gamma", 1), at)
+        if gamma is None or not 0 < gamma <= 0.95:
+            return None
+        return f"the learning rate shrinks by {gamma:g} every batch: after 1,000 batches it is {gamma ** 1000:.1e} of its start"
+    if s.cls == "ReduceLROnPlateau":
+        patience = s.arg("patience", 3)
+        n = number(ctx, patience, at) if patience is not None else 10.0
+        if n is None or n >= 100:
+            return None
+        return (
+            f"its patience ({_count_text(n)}) counts batches, so the learning rate is cut whenever "
+            f"{_count_text(n + 1)} batches in a row fail to beat the best per-batch value seen, which with noisy "
+            "batch values happens over and over"
+        )
+    return None
+
+
+def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
+    """True when `call` runs on every batch of `loop`, or on every optimizer update of an accumulation
+    loop (under the same `if (i + 1) % n == 0` as the optimizer step), and under no other condition."""
+    steps = set(index.step_calls)
+    for anc, _child in _between(index, call, loop.node):
+        if isinstance(anc, ast.If):
+            mod = _find_mod(index, anc.test, anc)
+            if mod is None or not any(c in steps for c in loop.calls if _inside(index, c, anc)):
+                return False  # `if i == len(loader) - 1:`, `if step % eval_every == 0:`: not every update
+            found = units(index, mod, anc)
+            if "len" in found or "epoch" in found or "epoch" in (dotted(mod) or "").lower():
+                return False  # `% len(loader)`, `% steps_per_epoch`: once per epoch
+        elif isinstance(anc, ast.ExceptHandler | ast.Try):
+            return False
+    return True
+
+
+def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
+    return any(anc is container for anc in index.ancestors(node))
+
+
+@rule("TD407", ast.Module)
+def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    steps = _scheduler_steps(ctx)
+    if not steps:
+        return
+    epochs, _ = _epoch_count(ctx)
+    for call, s in steps:
+        where = _granularity(index, call)
+        if where is None or where[0] != "batch" or not where[1].trains:
+            continue
+        if not _per_update_guard(index, call, where[1]):
+            continue
+        effect = _per_epoch_effect(ctx, s, epochs)
+        if effect is None:
+            continue
+        ctx.report(call, variable=s.name, scheduler=s.cls, effect=effect, stepped_per="batch")
+
+
+# -- TD408 ---------------------------------------------------------------------------------------
+
+_SCHED_NAME = re.compile(r"sched", re.I)
+
+
+@rule("TD408", ast.Module)
+def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    if not index.step_calls:
+        return
+    table = schedules(ctx)
+    steps = set(index.step_calls)
+    trainers = {c for fn in index.training_functions for c in index.callers(fn)}
+    for call in index.method_calls("step"):
+        receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+        if receiver is None or call in steps:
+            continue
+        s = table.get(receiver)
+        if s is None:
+            if not _SCHED_NAME.search(receiver.rsplit(".", 1)[-1]) or call.args or call.keywords:
+                continue
+        elif s.cls == "ReduceLROnPlateau":
+            continue  # steps on a metric; PyTorch does not check its order
+        loop = index.loop_of(call)
+        if loop is None:
+            continue
+        here = _position(call)
+        # Where this loop's iteration steps an optimizer: directly, through a training function of this
+        # file, or in a nested training loop.
+        updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers]
+        updates += [child.node for child in loop.children if child.trains]
+        if any(_position(u) < here for u in updates):
+            continue  # an optimizer step comes first in the iteration
+        later = [u for u in updates if _position(u) > here and not _exclusive(index, u, call)]
+        if not later:
+            continue
+        first = min(later, key=_position)
+        shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
+        ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
+
+
+def _exclusive(index: Index, a: ast.AST, b: ast.AST) -> bool:
+    """`a` and `b` sit in different branches of the same `if` (never both in one iteration)."""
+    branch_of: dict[ast.AST, str] = {}
+    child = a
+    for anc in index.ancestors(a):
+        if isinstance(anc, ast.If):
+            branch_of[anc] = "body" if child in anc.body else "orelse"
+        child = anc
+    child = b
+    for anc in index.ancestors(b):
+        if isinstance(anc, ast.If) and anc in branch_of:
+            return branch_of[anc] != ("body" if child in anc.body else "orelse")
+        child = anc
+    return False
+
+
+# -- TD409 ---------------------------------------------------------------------------------------
+
+
+def _divides_by(node: ast.AST, count: ast.expr) -> bool:
+    target = dotted(count) or (repr(count.value) if isinstance(count, ast.Constant) else None)
+    if target is None:
+        return False
+    for sub in ast.walk(node):
+        right = None
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Div | ast.FloorDiv):
+            right = sub.right
+        elif isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Div):
+            right = sub.value
+        elif isinstance(sub, ast.Call) and last_name(sub.func) in ("div", "div_", "true_divide") and sub.args:
+            right = sub.args[-1]
+        if right is None:
+            continue
+        for part in ast.walk(right):
+            text = dotted(part) or (repr(part.value) if isinstance(part, ast.Constant) else None)
+            if text == target:
+                return True
+    return False
+
+
+def _loss_divided(index: Index, acc: Accumulation, call: ast.Call) -> bool:
+    """Any division in what the backward is called on, or in the loop's assignments of its names."""
+    receiver: list[ast.AST] = list(call.args)
+    if isinstance(call.func, ast.Attribute):
+        receiver.append(call.func.value)
+    names = {n.id for r in receiver for n in ast.walk(r) if isinstance(n, ast.Name)}
+    for r in receiver:
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.FloorDiv | ast.Mult) for n in ast.walk(r)):
+            return True
+    for sub in ast.walk(acc.loop.node):
+        if isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id in names:
+            if isinstance(sub.op, ast.Div | ast.Mult):
+                return True
+        elif isinstance(sub, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in names for target in sub.targets for t in ast.walk(target)
+        ):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.Mult) for n in ast.walk(sub.value)):
+                return True
+    return False
+
+
+@rule("TD409", ast.Module)
+def accumulation_not_normalized(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for acc in accumulations(ctx):
+        count = acc.count
+        if _divides_by(index.function_of(acc.loop.node) or index.tree, count):
+            continue
+        target = dotted(count) or (repr(count.value) if isinstance(count, ast.Constant) else None)
+        if target is None:
+            continue
+        passed = any(
+            any((dotted(a) == target) for a in [*c.args, *(k.value for k in c.keywords)])
+            for c in acc.loop.all_calls()
+            if c not in acc.steps
+        )
+        if passed:
+            continue  # the count goes into a helper: it may divide there
+        for call in acc.backward:
+            if _loss_divided(index, acc, call):
+                break
+            values = dict(variable=ctx.segment(call, 50), count=ctx.segment(count, 40))
+            n = number(ctx, count, call)
+            values["micro_steps"] = _count_text(n).replace(",", "") if n is not None else ""
+            ctx.report(call, **values)
+            break
+
+
+# -- TD410 ---------------------------------------------------------------------------------------
+
+_ZERO = re.compile(r"\bzero_grad\b|\.grad\s*=\s*None|\.grad(?:\.data)?\.zero_\(|_foreach_zero_|\.grad\s*=\s*torch\.zeros")
+
+
+def _built_inside(index: Index, step: ast.Call, loop: Loop) -> bool:
+    """The stepped optimizer is constructed inside `loop` itself."""
+    opt = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
+    b = index.binding(opt)
+    return b is not None and _inside(index, b.node, loop.node)
+
+
+def _functions_by_name(index: Index) -> dict[str, list[ast.AST]]:
+    table: dict[str, list[ast.AST]] = {}
+    for fn in index.nodes(ast.FunctionDef) + index.nodes(ast.AsyncFunctionDef):
+        table.setdefault(fn.name, []).append(fn)  # type: ignore[attr-defined]
+    return table
+
+
+def _clears_gradients(ctx: Context, nodes: list[ast.AST], depth: int = 0) -> bool:
+    """Whether any of these subtrees (or a function of this file they call) clears gradients."""
+    table = ctx.memo("functions-by-name", lambda: _functions_by_name(ctx.index))
+    for node in nodes:
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 1)
+        text = "\n".join(ctx.lines[getattr(node, "lineno", 1) - 1 : end])
+        if _ZERO.search(text):
+            return True
+        if depth >= 3:
+            continue
+        called: list[ast.AST] = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                name = last_name(sub.func)
+                if name and name in table:
+                    called += table[name]
+        if called and _clears_gradients(ctx, called, depth + 1):
+            return True
+    return False
+
+
+@rule("TD410", ast.Module)
+def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    if not index.step_calls or not index.backward_calls:
+        return
+    backward = set(index.backward_calls)
+    steps = set(index.step_calls)
+    for loop in index.loops.values():
+        here = [c for c in loop.calls if c in steps]
+        if not here:
+            continue
+        if any(
+            index.kind_of(c.func.value) == "optimizer" and (c.args or c.keywords)  # type: ignore[attr-defined]
+            for c in here
+        ):
+            continue  # `optimizer.step(closure)` (L-BFGS): the closure clears and computes the gradients
+        calls = list(loop.all_calls())
+        if not any(c in backward for c in calls):
+            continue
+        if any(_built_inside(index, c, loop) for c in here):
+            continue  # a fresh optimizer every iteration: a one-off update, not a training loop
+        if _clears_gradients(ctx, [loop.node]):
+            continue
+        step = here[0]
+        optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
+        ctx.report(loop.node, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+
+
+# -- TD411 / TD412 -------------------------------------------------------------------------------
+
+_NORM_LAYERS = re.compile(r"(?:Layer|RMS|Group)Norm|Embedding|Transformer|MultiheadAttention")
+
+
+def _transformer_style(ctx: Context, cls: str | None, depth: int = 0) -> bool:
+    """A model with norms and embeddings: a local class whose tree builds LayerNorm/RMSNorm/GroupNorm/
+    Embedding layers (or local classes named like norms), a torch Transformer, or a Hugging Face model."""
+    if not cls or depth > 6:
+        return False
+    index = ctx.index
+    info = index.classes.get(cls)
+    if info is None:
+        short = cls.rsplit(".", 1)[-1]
+        return cls.startswith("transformers.") or (cls.startswith("torch.nn.") and bool(_NORM_LAYERS.search(short)))
+    for sub in ast.walk(info.node):
+        if isinstance(sub, ast.Call):
+            q = index.resolve(sub.func) or dotted(sub.func) or ""
+            if _NORM_LAYERS.search(q.rsplit(".", 1)[-1]):
+                return True
+            if q in index.classes and q != cls and _transformer_style(ctx, q, depth + 1):
+                return True
+    return False
+
+
+def _optimizer_params(index: Index, call: ast.Call) -> ast.AST | None:
+    """The model whose `.parameters()` are passed whole (no parameter groups), else None."""
+    params = kwarg(call, "params", 0)
+    if isinstance(params, ast.Call) and isinstance(params.func, ast.Name) and params.func.id in ("filter", "list"):
+        params = params.args[-1] if params.args else None
+    if isinstance(params, ast.Call) and isinstance(params.func, ast.Attribute) and params.func.attr == "parameters":
+        return params.func.value
+    return None
+
+
+def _model_class(index: Index, model: ast.AST) -> str | None:
+    if isinstance(model, ast.Name) and model.id == "self":
+        info = index.class_of(model)
+        return info.name if info is not None and info.is_module else None
+    b = index.binding(model)
+    return b.cls if b is not None and b.kind == "module" else None
+
+
+@rule("TD411", ast.Module)
+def weight_decay_on_all_parameters(node: ast.Module, ctx: Context) -> None:
+    for call in ctx.index.calls_to("torch.optim.AdamW", "torch.optim.SGD"):
+        _check_decay_groups(call, ctx)
+
+
+def _check_decay_groups(node: ast.Call, ctx: Context) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    model = _optimizer_params(index, node)
+    if model is None:
+        return
+    decay = kwarg(node, "weight_decay", 4)
+    if decay is None:
+        if q != "torch.optim.AdamW":
+            return
+        value = "0.01, AdamW's default"
+    else:
+        n = number(ctx, decay, node)
+        if n == 0 or (n is None and isinstance(decay, ast.Constant)):
+            return
+        value = ctx.segment(decay, 30)
+    if not _transformer_style(ctx, _model_class(index, model)):
+        return
+    ctx.report(node, variable=ctx.segment(node.func), model=ctx.segment(model, 30), weight_decay=value)
+
+
+@rule("TD412", ast.Module)
+def adam_with_weight_decay(node: ast.Module, ctx: Context) -> None:
+    for call in ctx.index.calls_to("torch.optim.Adam"):
+        _check_adam(call, ctx)
+
+
+def _check_adam(node: ast.Call, ctx: Context) -> None:
+    if is_constant(kwarg(node, "decoupled_weight_decay"), True):
+        return  # decoupled decay: AdamW under another name
+    decay = kwarg(node, "weight_decay", 4)
+    n = number(ctx, decay, node)
+    if n is None or n <= 0:
+        return
+    ctx.report(node, variable=ctx.segment(node.func), weight_decay=f"{n:g}", value=ctx.segment(decay, 30))  # type: ignore[arg-type]
