@@ -84,16 +84,28 @@ def demo(fmt: FormatOpt = "text") -> None:
     raise typer.Exit(run_demo(fmt))
 
 
-def _register_optional() -> None:
-    """Commands that live in their own modules (each imports only typer at top level)."""
-    from torchdoctor import cli_check, cli_run
+# Commands that live in their own modules, and the module of each.
+_MODULE_OF = {"check": "cli_check", "rules": "cli_check", "explain": "cli_check", "run": "cli_run"}
 
-    cli_check.register(app)
-    cli_run.register(app)
+
+def _register_optional(argv: list[str]) -> None:
+    """Add the commands of the other doors to the app, only when they may be invoked.
+
+    typer builds every registered command's options at start-up; `ask` should not
+    pay for `check`'s and `run`'s. Help and unknown commands get all of them.
+    """
+    from importlib import import_module
+
+    command = next((a for a in argv[1:] if not a.startswith("-")), None)
+    if command in {"ask", "routes", "schema", "demo"}:
+        return
+    wanted = [_MODULE_OF[command]] if command in _MODULE_OF else sorted(set(_MODULE_OF.values()))
+    for name in wanted:
+        import_module(f"torchdoctor.{name}").register(app)
 
 
 def main() -> None:
-    _register_optional()
+    _register_optional(sys.argv)
     try:
         app()
     except KeyboardInterrupt:
