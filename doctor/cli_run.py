@@ -1,9 +1,113 @@
-"""CLI command of the run-time door: run (see doctor/runner.py)."""
+"""CLI command of the run-time door: run (see doctor/runner.py). Only typer at module level."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+
+HELP = """Run a training script under probes and diagnose it from measurements.
+
+The script runs as under `python SCRIPT ARGS` (same argv, working directory,
+sys.path and __main__); its own arguments go after `--`:
+
+  torchdoctor run train.py -- --lr 3e-4 --batch-size 64
+
+  torchdoctor run train.py --steps 50 --fail-on error
+
+  torchdoctor run -m mypkg.train --gpu-memory 10GiB -- --epochs 1
+
+Exit codes: 0 nothing at or above --fail-on; 1 a measured symptom at or above
+--fail-on; 2 usage error; 4 the script failed (non-zero exit, exception,
+crash, killed, --timeout, hang); 130 interrupted. Evidence and report.json go
+to --out (default .torchdoctor/runs/<timestamp>/).
+"""
+
+
+def _probe_help() -> str:
+    from torchdoctor.probes import names  # the probe table: no torch
+
+    return f"A probe to run (repeatable): {', '.join(names())}, all, none. Default: all."
+
+
+COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
 
 
 def register(app: typer.Typer) -> None:
-    """Add `run` to the app (filled in with the runner)."""
+    """Add `run` to the app."""
+
+    @app.command("run", help=HELP, context_settings={"allow_interspersed_args": True})
+    def run(
+        target: Annotated[
+            list[str] | None,
+            typer.Argument(
+                help="SCRIPT, then the script's own arguments after `--`.",
+                metavar="SCRIPT [-- ARGS]",
+                show_default=False,
+            ),
+        ] = None,
+        module: Annotated[
+            str | None, typer.Option("--module", "-m", help="Run a module like `python -m MODULE`.")
+        ] = None,
+        steps: Annotated[
+            int | None, typer.Option("--steps", help="Stop cleanly after N optimizer steps (exit 0).")
+        ] = None,
+        timeout: Annotated[
+            float | None, typer.Option("--timeout", help="Stop the script after SECONDS of wall time (exit 4).")
+        ] = None,
+        hang_timeout: Annotated[
+            float | None,
+            typer.Option(
+                "--hang-timeout",
+                help="A hang is no optimizer step for SECONDS (default 60; 0 turns the watchdog off). Before the "
+                "first step it counts from the start and waits at least 60 s.",
+            ),
+        ] = None,
+        probe: Annotated[
+            list[str] | None,
+            typer.Option("--probe", "-p", help=_probe_help()),
+        ] = None,
+        gpu_memory: Annotated[
+            str | None,
+            typer.Option("--gpu-memory", help="A memory budget for the fit verdict, e.g. 10GiB or 24GB."),
+        ] = None,
+        out: Annotated[
+            str | None, typer.Option("--out", "-o", help="Run directory (default .torchdoctor/runs/<timestamp>/).")
+        ] = None,
+        fmt: Annotated[
+            str, typer.Option("--format", "-f", help="text | json | markdown (json: the script's stdout goes to stderr)")
+        ] = "text",
+        fail_on: Annotated[
+            str, typer.Option("--fail-on", help="error | warning | never: exit 1 when a symptom at or above it is measured.")
+        ] = "error",
+        compile_backend: Annotated[
+            str | None,
+            typer.Option("--compile-backend", help="Force every torch.compile onto this backend (eager, aot_eager, "
+                         "inductor): `eager` finds graph breaks and recompiles in seconds on a CPU."),
+        ] = None,
+    ) -> None:
+        import os
+        import sys
+
+        from torchdoctor.runner import RunRequest, run_command
+
+        if compile_backend is not None:
+            if compile_backend not in COMPILE_BACKENDS:
+                sys.stderr.write(f"torchdoctor: --compile-backend {compile_backend!r}: choose one of: "
+                                 f"{', '.join(COMPILE_BACKENDS)}\n")
+                raise typer.Exit(2)
+            os.environ["TORCHDOCTOR_COMPILE_BACKEND"] = compile_backend  # read by the compile probe in the script
+
+        request = RunRequest(
+            target=list(target or []),
+            module=module,
+            steps=steps,
+            timeout=timeout,
+            hang_timeout=hang_timeout,
+            probes=list(probe or []),
+            gpu_memory=gpu_memory,
+            out=out,
+            fmt=fmt,
+            fail_on=fail_on,
+        )
+        raise typer.Exit(run_command(request))

@@ -1,1 +1,94 @@
-"""Run-time instruments that live inside the user's process."""
+"""Run-time instruments that live inside the user's process (`torchdoctor run`).
+
+Importing this package does not import torch: the parent process reads the
+probe table below to validate `--probe NAME` and to find each probe's
+analysis. The instruments themselves (`torchdoctor.probes.<name>`) import
+torch when the script does.
+
+How a probe is built, how it is called and how to add one: see
+`torchdoctor.probes.base` (the probe API).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """One row of the probe table."""
+
+    name: str  # what `--probe NAME` selects; also the key of its step-record fields
+    instrument: str  # "module:Class" of the Probe subclass that runs inside the script's process
+    analysis: str  # module with `analyse(run) -> Analysis`, run in the parent (no torch)
+    measures: str  # one line for `torchdoctor run --help` and the docs
+    cost: str  # what it costs, measured (see bench/bench_run.py)
+    default: bool = True  # selected when no --probe is given
+    # False: the instrument module imports no torch at module level and is
+    # installed before the script starts; True: right after the script's own
+    # `import torch` (the bootstrap never imports torch first).
+    needs_torch: bool = True
+
+
+PROBES: dict[str, ProbeInfo] = {
+    p.name: p
+    for p in (
+        ProbeInfo(
+            name="memory",
+            instrument="torchdoctor.probes.memory:MemoryProbe",
+            analysis="torchdoctor.analysis.memory",
+            measures="RSS / CUDA allocator per step, live-tensor census, autograd-graph holders, peak breakdown, OOM",
+            cost="a few µs per step; sparse census and graph scans kept under 2% of step time after the first 40 steps",
+        ),
+        ProbeInfo(
+            name="env",
+            instrument="torchdoctor.probes.env:EnvProbe",
+            analysis="torchdoctor.analysis.env",
+            measures="torch / CUDA / cuDNN versions, device, TF32 and determinism flags, relevant environment variables",
+            cost="about a millisecond, once at the first step and once at the end",
+            needs_torch=False,
+        ),
+        ProbeInfo(
+            name="nan",
+            instrument="torchdoctor.probes.nan:NanProbe",
+            analysis="torchdoctor.analysis.nan",
+            measures="finite loss / gradients / parameters every step, per-layer gradient norms, GradScaler skips; "
+            "the first bad module, op and line on the first NaN/Inf",
+            cost="< 1 µs per step for the loss, ~3 µs per gradient tensor for the norms (kept under 2% of the "
+            "step); a replay of one step, once, after a NaN",
+        ),
+        ProbeInfo(
+            name="data",
+            instrument="torchdoctor.probes.data:DataProbe",
+            analysis="torchdoctor.analysis.data",
+            measures="each DataLoader's settings and call site, and the time each step waits for its batches",
+            cost="~1 µs per batch (a wrapper around the loader iterator's __next__)",
+        ),
+        ProbeInfo(
+            name="profile",
+            instrument="torchdoctor.probes.profile:ProfileProbe",
+            analysis="torchdoctor.analysis.profile",
+            measures="torch.profiler over a short window of steps: Perfetto trace, step split (data / forward / "
+            "backward / optimizer / other), top operators, host syncs with their lines, CPU/GPU utilisation",
+            cost="nothing outside its window of 5 steps; inside it ~1-2 µs per operator, then ~0.1-0.5 s to summarise",
+        ),
+        ProbeInfo(
+            name="compile",
+            instrument="torchdoctor.probes.compile:CompileProbe",
+            analysis="torchdoctor.analysis.compile",
+            measures="torch.compile graph breaks (reason, user line) and recompilations (the failing guard), "
+            "from dynamo's logs and counters; --compile-backend eager makes detection fast on CPU",
+            cost="none until dynamo logs a break or a recompile; a regular expression per record",
+        ),
+    )
+}
+
+
+def names() -> list[str]:
+    """Every probe name, in table order."""
+    return list(PROBES)
+
+
+def defaults() -> list[str]:
+    """The probes a run gets when no --probe is given."""
+    return [p.name for p in PROBES.values() if p.default]

@@ -1,0 +1,216 @@
+"""A finished run as the analysis sees it: events per rank, how it ended, the limits.
+
+Pure Python, no torch. `read_events` tolerates a last line cut short (a disk
+filled up mid-write); `EventTail` follows the streams while the script runs,
+for the supervisor's watchdog.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchdoctor.model import Evidence, Location, Symptom
+from torchdoctor.probes.userframes import display_path
+from torchdoctor.rules import catalog
+
+_RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
+
+
+def event_files(run_dir: str | Path) -> dict[int, Path]:
+    out: dict[int, Path] = {}
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return out
+    for name in names:
+        m = _RANK_FILE.match(name)
+        if m:
+            out[int(m.group(1))] = Path(run_dir) / name
+    return dict(sorted(out.items()))
+
+
+def read_events(run_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's events, in order; unreadable lines are skipped."""
+    events: dict[int, list[dict[str, Any]]] = {}
+    for rank, path in event_files(run_dir).items():
+        rows: list[dict[str, Any]] = []
+        with open(path, "rb") as fh:
+            for raw in fh:
+                try:
+                    row = json.loads(raw)
+                except ValueError:
+                    continue  # a line cut short
+                if isinstance(row, dict) and "kind" in row:
+                    rows.append(row)
+        events[rank] = rows
+    return events
+
+
+class EventTail:
+    """Follows `events.rank*.jsonl` while the script runs: steps, start events (pids)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = run_dir
+        self.offsets: dict[int, int] = {}
+        self.partial: dict[int, bytes] = {}
+        self.steps: dict[int, int] = {}
+        self.pids: dict[int, int] = {}
+
+    def poll(self) -> bool:
+        """Read what was appended since the last call; True if a new optimizer step was seen."""
+        progressed = False
+        for rank, path in event_files(self.run_dir).items():
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            offset = self.offsets.get(rank, 0)
+            if size <= offset:
+                continue
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(size - offset)
+            self.offsets[rank] = offset + len(data)
+            lines = (self.partial.get(rank, b"") + data).split(b"\n")
+            self.partial[rank] = lines.pop()
+            for line in lines:
+                if line.startswith(b'{"kind":"step"'):
+                    self.steps[rank] = self.steps.get(rank, 0) + 1
+                    progressed = True
+                elif line.startswith(b'{"kind":"start"'):
+                    try:
+                        self.pids[rank] = int(json.loads(line)["pid"])
+                    except (ValueError, KeyError, TypeError):
+                        pass
+        return progressed
+
+
+@dataclass
+class Outcome:
+    """How the script ended (decided by analysis/outcome.py)."""
+
+    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    exit_code: int | None
+    signal: str | None
+    duration_s: float
+    seconds_without_step: float | None = None
+    hang_timeout_s: float | None = None
+    timeout_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunEvidence:
+    run_dir: Path
+    cwd: str
+    target: str  # as the user named it: "train.py" or "-m pkg.train"
+    project: str | None  # the script's directory (or the working directory for -m)
+    probes: list[str]
+    events: dict[int, list[dict[str, Any]]]
+    outcome: Outcome
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. gpu_memory_gib
+
+    # -- looking things up --------------------------------------------------------
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.events) or [0]
+
+    @property
+    def world_size(self) -> int:
+        start = self.start(self.ranks[0])
+        return int(start.get("world_size", 1)) if start else max(len(self.events), 1)
+
+    def limits(self, section: str) -> dict[str, Any]:
+        """A table of rules/data/thresholds.toml, e.g. limits('memory')."""
+        return self.thresholds.get(section, {})
+
+    def of_kind(self, kind: str, probe: str | None = None, rank: int | None = None) -> list[dict[str, Any]]:
+        ranks = self.ranks if rank is None else [rank]
+        return [
+            e
+            for r in ranks
+            for e in self.events.get(r, [])
+            if e.get("kind") == kind and (probe is None or e.get("probe") == probe)
+        ]
+
+    def start(self, rank: int = 0) -> dict[str, Any] | None:
+        found = self.of_kind("start", rank=rank)
+        return found[0] if found else None
+
+    def exit_event(self, rank: int = 0) -> dict[str, Any] | None:
+        found = self.of_kind("exit", rank=rank)
+        return found[-1] if found else None
+
+    def steps(self, rank: int = 0) -> list[dict[str, Any]]:
+        return self.of_kind("step", rank=rank)
+
+    def steps_completed(self, rank: int = 0) -> int:
+        steps = self.steps(rank)
+        return int(steps[-1]["step"]) if steps else 0
+
+    def series(self, probe: str, key: str, rank: int = 0) -> tuple[list[int], list[float]]:
+        """(steps, values) of a per-step number a probe returned from after_step."""
+        xs: list[int] = []
+        ys: list[float] = []
+        for e in self.steps(rank):
+            fields = e.get(probe)
+            if isinstance(fields, dict) and isinstance(fields.get(key), (int, float)):
+                xs.append(int(e["step"]))
+                ys.append(float(fields[key]))
+        return xs, ys
+
+    def rank_of(self, rank: int) -> int | None:
+        """The `rank` a symptom carries: None for a single-process run (merges with check/ask)."""
+        return rank if self.world_size > 1 else None
+
+    def file(self, stem: str, suffix: str, rank: int = 0) -> Path:
+        return self.run_dir / f"{stem}.rank{rank}{suffix}"
+
+    # -- building results ------------------------------------------------------------
+
+    def location(self, path: str, line: int | None, function: str | None = None) -> Location:
+        code = linecache.getline(path, line).strip() if line else ""
+        return Location(
+            path=display_path(path, self.cwd),
+            line=line,
+            function=function,
+            code=code or None,
+        )
+
+    def symptom(
+        self,
+        symptom_id: str,
+        *,
+        probe: str,
+        summary: str,
+        values: dict[str, Any] | None = None,
+        location: Location | None = None,
+        step: int | None = None,
+        rank: int = 0,
+        quote: str | None = None,
+        confidence: float = 1.0,
+        severity: str | None = None,
+        evidence: list[Evidence] | None = None,
+    ) -> Symptom:
+        """A catalogue symptom with one piece of probe evidence (more via `evidence`)."""
+        first = Evidence(
+            kind="probe", summary=summary, quote=quote, values=dict(values or {}), source=probe, location=location
+        )
+        fields: dict[str, Any] = {
+            "confidence": confidence,
+            "evidence": [first, *(evidence or [])],
+            "location": location,
+            "step": step,
+            "rank": self.rank_of(rank),
+        }
+        if severity:
+            fields["severity"] = severity
+        return catalog.make_symptom(symptom_id, **fields)

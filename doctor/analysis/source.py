@@ -1,0 +1,113 @@
+"""Find the line that makes a variable grow: `name += …`, `name = name + …`, `name.append(…)`.
+
+The memory probe knows which variable holds a growing graph or list, and the
+frame (file, function, current line) it lives in; this module reads that
+file's syntax tree — never executes it — to point at the statement that
+accumulates into the variable, preferring one inside the loop that encloses
+the frame's current line.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+
+GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"}
+
+
+@lru_cache(maxsize=64)
+def _tree(path: str) -> ast.Module | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return ast.parse(fh.read(), filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _matches(node: ast.AST, name: str) -> bool:
+    """`node` is the expression `name` (a plain name or `self.attr`)."""
+    head, _, attr = name.partition(".")
+    if attr:
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == attr
+            and isinstance(node.value, ast.Name)
+            and node.value.id == head
+        )
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _mentions(node: ast.AST, name: str) -> bool:
+    return any(_matches(n, name) for n in ast.walk(node))
+
+
+def _scope(tree: ast.Module, firstlineno: int | None, function: str | None) -> ast.AST:
+    if function in (None, "<module>") or firstlineno is None:
+        return tree
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if first == firstlineno or node.lineno == firstlineno:
+                return node
+    return tree
+
+
+def _walk_scope(scope: ast.AST):
+    """Nodes of a scope, not descending into nested functions or classes (other namespaces)."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _candidates(scope: ast.AST, name: str) -> list[tuple[int, ast.stmt]]:
+    """(priority, statement): 0 for `+=` and `.append(`, 1 for `x = x + …`, 2 for `x[k] = …`."""
+    found: list[tuple[int, ast.stmt]] = []
+    walker = ast.walk(scope) if "." in name else _walk_scope(scope)
+    for node in walker:
+        if isinstance(node, ast.AugAssign) and _matches(node.target, name):
+            found.append((0, node))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in GROWING_METHODS and _matches(func.value, name):
+                found.append((0, node))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if _matches(target, name) and _mentions(node.value, name):
+                    found.append((1, node))
+                elif isinstance(target, ast.Subscript) and _matches(target.value, name):
+                    found.append((2, node))
+    return found
+
+
+def _loops_around(scope: ast.AST, line: int | None) -> list[ast.AST]:
+    if line is None:
+        return []
+    loops = [
+        n
+        for n in ast.walk(scope)
+        if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+        and n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    return sorted(loops, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)  # innermost first
+
+
+def accumulation_line(
+    path: str, name: str, current_line: int | None = None, firstlineno: int | None = None, function: str | None = None
+) -> int | None:
+    """The line where `name` grows, in the function (or module) the frame belongs to."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    scope = _scope(tree, firstlineno, function)
+    found = _candidates(scope, name)
+    if not found:
+        return None
+    for loop in _loops_around(scope, current_line):
+        inside = [(p, n) for p, n in found if loop.lineno <= n.lineno <= (loop.end_lineno or loop.lineno)]
+        if inside:
+            return min(inside, key=lambda pn: (pn[0], pn[1].lineno))[1].lineno
+    return min(found, key=lambda pn: (pn[0], pn[1].lineno))[1].lineno

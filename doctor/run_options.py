@@ -1,0 +1,233 @@
+"""`torchdoctor run` options -> a checked plan: what to start, where evidence goes, which probes.
+
+Every mistake in the command line is a `UsageError` with one clear sentence
+(exit code 2), found before anything is started; nothing of the user's is
+touched. No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("text", "json", "markdown")
+FAIL_ON = ("error", "warning", "never")
+OUR_FILES = re.compile(r"^(report\.json|(events|stacks|crash)\.rank\d+\.(jsonl|txt)|memory_snapshot\.rank\d+\.pickle)$")
+
+
+class UsageError(Exception):
+    """A mistake in the command line: one sentence for the user, exit code 2."""
+
+
+@dataclass
+class RunRequest:
+    """The command line as typed."""
+
+    target: list[str] = field(default_factory=list)  # SCRIPT [ARGS…], or ARGS… with --module
+    module: str | None = None
+    steps: int | None = None
+    timeout: float | None = None
+    hang_timeout: float | None = None
+    probes: list[str] = field(default_factory=list)
+    gpu_memory: str | None = None
+    out: str | None = None
+    fmt: str = "text"
+    fail_on: str = "error"
+
+
+@dataclass
+class RunPlan:
+    script: str | None  # as typed
+    module: str | None
+    args: list[str]
+    project: str  # the script's directory, or the working directory for -m
+    run_dir: Path
+    probes: list[str]
+    steps: int | None
+    timeout_s: float | None
+    hang_timeout_s: float | None  # None: no watchdog
+    gpu_memory_gib: float | None
+    fmt: str
+    fail_on: str
+    cwd: str
+    thresholds: dict[str, Any]
+
+    @property
+    def display_target(self) -> str:
+        return f"-m {self.module}" if self.module else str(self.script)
+
+    @property
+    def user_command(self) -> list[str]:
+        """The command this run stands for, as the user would type it without torchdoctor."""
+        head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
+        return head + self.args
+
+    def child_argv(self) -> list[str]:
+        target = ["-m", self.module] if self.module else [str(self.script)]
+        return [sys.executable, "-m", "torchdoctor.probes.bootstrap", *target, *self.args]
+
+    def child_config(self) -> dict[str, Any]:
+        """What reaches the bootstrap through TORCHDOCTOR_RUN (JSON)."""
+        return {
+            "v": 1,
+            "run_dir": str(self.run_dir),
+            "probes": self.probes,
+            "steps": self.steps,
+            "project": self.project,
+            "options": {name: self.thresholds.get(name, {}).get("instrument", {}) for name in self.probes},
+        }
+
+
+_UNITS = {
+    "": 1.0, "b": 2**-30, "k": 2**-20, "kb": 1e3 / 2**30, "kib": 2**-20, "m": 2**-10, "mb": 1e6 / 2**30,
+    "mib": 2**-10, "g": 1.0, "gb": 1e9 / 2**30, "gib": 1.0, "t": 2**10, "tb": 1e12 / 2**30, "tib": 2**10,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size_gib(text: str) -> float:
+    """'10GiB', '10 GB', '8000MiB', '12' (GiB) -> GiB. GB/MB are decimal, GiB/MiB binary."""
+    m = _SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise UsageError(f"--gpu-memory {text!r} is not a size; write it like 10GiB, 24GB or 8000MiB")
+    value = float(m.group(1)) * _UNITS[unit]
+    if value <= 0:
+        raise UsageError("--gpu-memory must be larger than 0")
+    return value
+
+
+def _probes(selected: list[str]) -> list[str]:
+    from torchdoctor.probes import defaults, names
+
+    if not selected:
+        return defaults()
+    chosen: list[str] = []
+    for item in selected:
+        for name in (part.strip() for part in item.split(",")):
+            if not name:
+                continue
+            if name == "none":
+                return []
+            if name == "all":
+                chosen += [n for n in names() if n not in chosen]
+            elif name in names():
+                if name not in chosen:
+                    chosen.append(name)
+            else:
+                raise UsageError(f"unknown probe {name!r}; choose from: {', '.join(names())} (or all, none)")
+    return chosen
+
+
+def _module_exists(name: str, cwd: str) -> bool:
+    """Find `name` the way `python -m` would, without importing (executing) anything."""
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return False
+    path = [cwd, *sys.path[1:]]
+    spec = None
+    for i, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part if i == 0 else ".".join(parts[: i + 1]), path)
+        if spec is None:
+            return i == 0 and part in sys.builtin_module_names
+        path = list(spec.submodule_search_locations or [])
+    return spec is not None
+
+
+def _run_dir(out: str | None, cwd: str) -> Path:
+    if out:
+        run_dir = Path(out).expanduser()
+        if not run_dir.is_absolute():
+            run_dir = Path(cwd) / run_dir
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UsageError(f"--out {out}: exists and is not a directory")
+    else:
+        base = Path(cwd) / ".torchdoctor"
+        fresh = not base.exists()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = base / "runs" / stamp
+        n = 1
+        while run_dir.exists():
+            n += 1
+            run_dir = base / "runs" / f"{stamp}-{n}"
+        if fresh:
+            try:
+                base.mkdir()
+                (base / ".gitignore").write_text("# torchdoctor run directories\n*\n", encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(f"cannot create {base}: {exc.strerror}") from None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the run directory {run_dir}: {exc.strerror}") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UsageError(f"cannot write to the run directory {run_dir}")
+    names = {p.name for p in run_dir.iterdir()}
+    if "report.json" in names and not any(n.startswith("events.rank") for n in names):
+        raise UsageError(f"--out {out}: holds a report.json that is not from a torchdoctor run; choose another directory")
+    for name in names:  # a previous run's evidence, never anything else
+        if OUR_FILES.match(name) and (run_dir / name).is_file():
+            (run_dir / name).unlink()
+    return run_dir
+
+
+def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
+    from torchdoctor.rules import catalog
+
+    cwd = cwd or os.getcwd()
+    if req.fmt not in FORMATS:
+        raise UsageError(f"unknown format {req.fmt!r}; choose one of: {', '.join(FORMATS)}")
+    if req.fail_on not in FAIL_ON:
+        raise UsageError(f"--fail-on {req.fail_on!r}: choose one of: {', '.join(FAIL_ON)}")
+    if req.steps is not None and req.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if req.timeout is not None and req.timeout <= 0:
+        raise UsageError("--timeout must be more than 0 seconds")
+    if req.hang_timeout is not None and req.hang_timeout < 0:
+        raise UsageError("--hang-timeout must be 0 (off) or more seconds")
+    thresholds = catalog.load_toml("thresholds.toml")
+    probes = _probes(req.probes)
+    gpu = parse_size_gib(req.gpu_memory) if req.gpu_memory is not None else None
+
+    args = list(req.target)
+    script: str | None = None
+    if req.module:
+        if not _module_exists(req.module, cwd):
+            raise UsageError(f"no module named {req.module!r} (looked in {cwd} and the Python path)")
+        project = cwd
+    else:
+        if not args:
+            raise UsageError("missing the script to run: torchdoctor run train.py [OPTIONS] [-- SCRIPT ARGS]")
+        script = args.pop(0)
+        path = Path(cwd) / script
+        if not path.exists():
+            raise UsageError(f"no such script: {script}")
+        if path.is_dir() and not (path / "__main__.py").exists():
+            raise UsageError(f"{script} is a directory without __main__.py")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"cannot read {script}")
+        project = str(path.resolve().parent if path.is_file() else path.resolve())
+
+    hang = req.hang_timeout if req.hang_timeout is not None else float(thresholds["run"]["hang_timeout_s"])
+    return RunPlan(
+        script=script,
+        module=req.module,
+        args=args,
+        project=project,
+        run_dir=_run_dir(req.out, cwd),
+        probes=probes,
+        steps=req.steps,
+        timeout_s=req.timeout,
+        hang_timeout_s=hang or None,
+        gpu_memory_gib=gpu,
+        fmt=req.fmt,
+        fail_on=req.fail_on,
+        cwd=cwd,
+        thresholds=thresholds,
+    )

@@ -1,0 +1,202 @@
+"""`torchdoctor run`: run a training script under probes and diagnose it from measurements.
+
+The flow, one module per step:
+
+1. run_options.py  the command line -> a checked `RunPlan` (usage errors: exit 2)
+2. run_process.py  start `python -m torchdoctor.probes.bootstrap SCRIPT ARGS…` in its
+                   own process group with the probe configuration in TORCHDOCTOR_RUN;
+                   supervise it (timeout, hang watchdog, Ctrl-C, clean-up)
+3. analysis/       read the evidence streams, decide how it ended, classify symptoms
+4. here            the Report -> diagnosis (route, specialists) -> report.json in the
+                   run directory (always) -> the chosen format on stdout -> exit code
+
+The parent never imports torch. With `--format json` the script's stdout goes
+to our stderr, so stdout carries the report alone.
+
+Exit codes (precedence, first match wins):
+130 interrupted (Ctrl-C) > 4 the script failed (non-zero exit, exception,
+fatal signal, killed, --timeout, hang) > 1 a measured symptom at or above
+--fail-on > 0. Usage errors exit 2 before anything runs; a torchdoctor bug 70.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from torchdoctor import exitcodes
+from torchdoctor.analysis import analyse
+from torchdoctor.analysis.evidence import RunEvidence, read_events
+from torchdoctor.analysis.outcome import decide
+from torchdoctor.model import SEVERITY_RANK, Report, RunInfo
+from torchdoctor.probes.session import ENV
+from torchdoctor.probes.userframes import display_path
+from torchdoctor.run_options import RunPlan, RunRequest, UsageError, make_plan
+from torchdoctor.run_process import ChildResult, Supervisor
+
+SCRIPT_FAILED = ("crashed", "killed", "timeout", "hang")
+
+
+def exit_code(report: Report, fail_on: str) -> int:
+    """The documented exit code of a run (see the module docstring for the precedence)."""
+    run = report.run
+    assert run is not None
+    if run.stopped == "interrupted":
+        return exitcodes.INTERRUPTED
+    if run.stopped in SCRIPT_FAILED or (run.stopped == "completed" and run.exit_code not in (0, None)):
+        return exitcodes.SCRIPT_FAILED
+    if fail_on != "never":
+        bar = SEVERITY_RANK[fail_on]
+        if any(SEVERITY_RANK.get(s.severity, 0) >= bar for s in report.symptoms):
+            return exitcodes.FINDINGS
+    return exitcodes.OK
+
+
+def supervise(plan: RunPlan) -> ChildResult:
+    env = dict(os.environ)
+    env[ENV] = json.dumps(plan.child_config())
+    limits = plan.thresholds.get("run", {})
+    stdout = sys.stderr.fileno() if plan.fmt == "json" else None
+    return Supervisor(
+        argv=plan.child_argv(),
+        env=env,
+        cwd=plan.cwd,
+        run_dir=plan.run_dir,
+        stdout=stdout,
+        timeout_s=plan.timeout_s,
+        hang_timeout_s=plan.hang_timeout_s,
+        startup_s=float(limits.get("startup_timeout_s", 60.0)),
+        grace_s=float(limits.get("terminate_grace_s", 5.0)),
+        stacks_wait_s=float(limits.get("stacks_wait_s", 2.0)),
+    ).run()
+
+
+def _drop_empty_files(run_dir: Path) -> None:
+    """faulthandler's files exist from the start; keep them only when something was written."""
+    for pattern in ("crash.rank*.txt", "stacks.rank*.txt"):
+        for path in run_dir.glob(pattern):
+            try:
+                if path.stat().st_size == 0:
+                    path.unlink()
+            except OSError:
+                pass
+
+
+def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
+    _drop_empty_files(plan.run_dir)
+    events = read_events(plan.run_dir)
+    exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
+    outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
+    outcome.seconds_without_step = result.seconds_without_step
+    outcome.hang_timeout_s = plan.hang_timeout_s
+    outcome.timeout_s = plan.timeout_s
+    return RunEvidence(
+        run_dir=plan.run_dir,
+        cwd=plan.cwd,
+        target=plan.display_target,
+        project=plan.project,
+        probes=plan.probes,
+        events=events,
+        outcome=outcome,
+        thresholds=plan.thresholds,
+        options={"gpu_memory_gib": plan.gpu_memory_gib} if plan.gpu_memory_gib is not None else {},
+    )
+
+
+def build_report(plan: RunPlan, run: RunEvidence) -> Report:
+    from torchdoctor.diagnosis import diagnose
+
+    started = time.perf_counter()
+    found = analyse(run)
+    outcome = run.outcome
+    report = Report(
+        command="run",
+        target=plan.display_target,
+        symptoms=found.symptoms,
+        contexts=found.contexts,
+        run=RunInfo(
+            exit_code=outcome.exit_code,
+            steps_completed=run.steps_completed(0),
+            stopped=outcome.stopped,
+            duration_s=outcome.duration_s,
+            command=plan.user_command,
+            signal=outcome.signal,
+            ranks=max(run.world_size, 1),
+            probes=list(plan.probes),
+            measurements=found.measurements,
+            error=found.error,
+        ),
+        environment=found.environment,
+        artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd), **found.artifacts},
+        notes=found.notes,
+    )
+    diagnose(report, target_hint=plan.script)
+    report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
+    report.timings = {"run_s": outcome.duration_s, "analysis_s": round(time.perf_counter() - started, 3)}
+    first = found.measurements.get("steps", {}).get("first_step_s")
+    if first is not None:
+        report.timings["first_step_s"] = first
+    return report
+
+
+def write_report(report: Report, run_dir: Path) -> None:
+    from torchdoctor.render import to_json
+
+    tmp = run_dir / f"report.json.{os.getpid()}.tmp"
+    tmp.write_text(to_json(report) + "\n", encoding="utf-8")
+    os.replace(tmp, run_dir / "report.json")
+
+
+def run_command(req: RunRequest) -> int:
+    try:
+        plan = make_plan(req)
+    except UsageError as exc:
+        sys.stderr.write(f"torchdoctor: {exc}\n")
+        return exitcodes.USAGE
+    probes = ", ".join(plan.probes) or "no probes"
+    sys.stderr.write(
+        f"torchdoctor: running {plan.display_target} under {probes}; evidence in "
+        f"{display_path(str(plan.run_dir), plan.cwd)}\n"
+    )
+    sys.stderr.flush()
+    result = supervise(plan)
+    run = evidence_of(plan, result)
+    try:
+        report = build_report(plan, run)
+    except Exception as exc:
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        report = _fallback_report(plan, run, exc)
+        write_report(report, plan.run_dir)
+        sys.stderr.write(f"torchdoctor: internal error while diagnosing: {type(exc).__name__}: {exc}\n")
+        return exitcodes.INTERNAL
+    write_report(report, plan.run_dir)
+    from torchdoctor.render import render
+
+    sys.stdout.flush()
+    render(report, plan.fmt)
+    return exit_code(report, plan.fail_on)
+
+
+def _fallback_report(plan: RunPlan, run: RunEvidence, exc: Exception) -> Report:
+    """The run's facts without a diagnosis: report.json exists even when torchdoctor has a bug."""
+    outcome = run.outcome
+    return Report(
+        command="run",
+        target=plan.display_target,
+        run=RunInfo(
+            exit_code=outcome.exit_code,
+            steps_completed=run.steps_completed(0),
+            stopped=outcome.stopped,
+            duration_s=outcome.duration_s,
+            command=plan.user_command,
+            signal=outcome.signal,
+            probes=list(plan.probes),
+        ),
+        artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd)},
+        notes=[f"torchdoctor failed to diagnose this run ({type(exc).__name__}: {exc}); the evidence is in the run "
+               "directory. Please report it (set TORCHDOCTOR_DEBUG=1 for the traceback)."],
+    )

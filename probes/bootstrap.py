@@ -1,0 +1,175 @@
+"""Start a script under the probes: `python -m torchdoctor.probes.bootstrap SCRIPT ARGS…`.
+
+Also `… bootstrap -m MODULE ARGS…`, like `python -m`. The run configuration
+comes from the TORCHDOCTOR_RUN environment variable (see session.py), so a
+launcher that passes the environment on (torchrun: `torchrun … -m
+torchdoctor.probes.bootstrap train.py …`) starts a probed session in every
+rank.
+
+The script runs as Python would run it:
+
+- `sys.argv` is `[SCRIPT, ARGS…]` as typed (for `-m`, argv[0] is the
+  module's file, as with `python -m`);
+- `sys.path[0]` is the script's directory (resolved), or the working
+  directory for `-m` (unless PYTHONSAFEPATH / -P is set);
+- the script is the `__main__` module for the rest of the process, with an
+  absolute `__file__` and no `__spec__` (modules: `runpy`, as `python -m`);
+- an uncaught exception prints the same traceback (through sys.excepthook,
+  without the bootstrap's frames) and exits with 1; `sys.exit(n)` exits
+  with n; Ctrl-C prints the KeyboardInterrupt traceback and exits with 130.
+
+Differences from plain Python, all documented in docs/run.md: `--steps N`
+ends the script from inside `optimizer.step()` of step N with a
+BaseException (`StopRun`), exit 0; SIGTERM raises `Terminated` so the
+probes can write their last evidence (exit 143).
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import runpy
+import sys
+import types
+from dataclasses import dataclass
+
+from torchdoctor.probes.session import Session, StopRun, Terminated, trim_traceback
+
+
+@dataclass
+class Target:
+    module: str | None  # `-m MODULE`
+    script: str | None  # the script path as typed
+    args: list[str]
+
+    @property
+    def display(self) -> str:
+        return f"-m {self.module}" if self.module else str(self.script)
+
+
+def parse_target(argv: list[str]) -> Target:
+    if not argv:
+        raise ValueError("usage: python -m torchdoctor.probes.bootstrap (SCRIPT | -m MODULE) [ARGS…]")
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            raise ValueError("-m needs a module name")
+        return Target(module=argv[1], script=None, args=argv[2:])
+    return Target(module=None, script=argv[0], args=argv[1:])
+
+
+def _fresh_main() -> types.ModuleType:
+    """A new `__main__` module, so the script never shares globals with the bootstrap."""
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    return main
+
+
+def _run_script(path: str) -> None:
+    """What `python path` does for a .py file (runpy for a directory or zip with __main__.py)."""
+    real = os.path.abspath(path)
+    if not sys.flags.safe_path:
+        sys.path[0] = os.path.dirname(os.path.realpath(path))
+    if os.path.isdir(real) or not real.endswith((".py", ".pyw")) and _is_zip(real):
+        sys.path[0] = real
+        runpy.run_path(real, run_name="__main__")
+        return
+    from importlib.machinery import SourceFileLoader
+
+    main = _fresh_main()
+    main.__file__ = real
+    main.__loader__ = SourceFileLoader("__main__", real)
+    main.__spec__ = None
+    main.__package__ = None
+    main.__cached__ = None  # type: ignore[attr-defined]
+    with io.open_code(real) as fh:
+        source = fh.read()
+    code = compile(source, real, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
+def _run_module(name: str) -> None:
+    """What `python -m name` does."""
+    _fresh_main()
+    run_as_main = getattr(runpy, "_run_module_as_main", None)
+    if run_as_main is not None:
+        run_as_main(name, alter_argv=True)
+    else:  # pragma: no cover - every CPython since 2.7 has it
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+
+
+def _print_exception(exc: BaseException) -> None:
+    exc.__traceback__ = trim_traceback(exc.__traceback__)
+    try:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    except Exception:  # noqa: BLE001 - a broken custom hook: fall back to Python's
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    sys.stderr.flush()
+
+
+def set_argv(target: Target) -> None:
+    if target.module:
+        sys.argv = [target.module, *target.args]  # runpy puts the module's file in argv[0]
+    else:
+        sys.argv = [str(target.script), *target.args]
+
+
+def run(session: Session, target: Target) -> int:
+    """Run the target as `__main__`; return the process exit code (SystemExit propagates)."""
+    try:
+        if target.module:
+            _run_module(target.module)
+        else:
+            _run_script(str(target.script))
+    except StopRun:
+        session.finish("steps", 0)
+        return 0
+    except SystemExit as exc:
+        session.finish("exit", _exit_status(exc.code))
+        raise
+    except KeyboardInterrupt as exc:
+        session.finish("interrupted", 130)
+        _print_exception(exc)
+        return 130
+    except Terminated:
+        session.finish("terminated", 143)
+        return 143
+    except BaseException as exc:  # noqa: BLE001 - the script's own failure is evidence
+        session.record_exception(exc)
+        session.notify_exception(exc)
+        _print_exception(exc)
+        session.finish("exception", 1)
+        return 1
+    session.finish("completed", 0)
+    return 0
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1  # sys.exit("message") prints the message and exits with 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        target = parse_target(list(sys.argv[1:] if argv is None else argv))
+        session = Session.from_env()
+    except (ValueError, RuntimeError, KeyError) as exc:
+        sys.stderr.write(f"torchdoctor bootstrap: {exc}\n")
+        return 2
+    set_argv(target)
+    session.start(target.display)
+    return run(session, target)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The data probe: every DataLoader as constructed, and how long each step waits for its batches.
+
+Measures
+--------
+- each `torch.utils.data.DataLoader` when it is constructed: num_workers,
+  batch_size, pin_memory, persistent_workers, prefetch_factor, drop_last,
+  the sampler / batch sampler / dataset classes, the dataset's length, the
+  timeout, the CPUs this process may use, and the user's line that built it
+  (probes/patches.py wraps `DataLoader.__init__`);
+- per optimizer step: the wall time the loop spent blocked in the loader
+  iterator's `__next__` (the data wait) and the number of batches it took;
+  per loader: total wait, batches, epochs, and the first batch's wait
+  (worker start-up, kept apart from the steady state).
+
+Cost: one wrapper call per batch (~1 µs: two `perf_counter` reads) and a
+dictionary per step; nothing per sample.
+
+Symptom (thresholds in rules/data/thresholds.toml, [data]; classified in
+doctor/analysis/data.py)
+-----------------------------------------------------------------------
+- dataloader-bound: after `warmup_steps`, the data wait is at least
+  `wait_fraction` of the step time and at least `min_wait_ms` per step, over
+  at least `min_steps` steps; located at the DataLoader's construction line,
+  with its settings and suggested ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.patches import LoaderInfo, data_watch
+
+
+class DataProbe(Probe):
+    name = "data"
+
+    def install(self) -> None:
+        import torch
+
+        self.watch = data_watch(torch)
+        self.watch.subscribe(self, self._constructed)
+        self._wait_s = self.watch.wait_s
+        self._batches = self.watch.batches
+        self._loader_wait: dict[int, float] = {}
+
+    def _constructed(self, loader: Any, info: LoaderInfo) -> None:
+        event: dict[str, Any] = {"index": info.index, **info.settings}
+        if info.site is not None:
+            event["path"], event["line"], event["function"] = info.site
+        self.emit("dataloader", **event)
+
+    def after_step(self, step: int, optimizer: Any) -> dict[str, Any] | None:
+        watch = self.watch
+        if watch.batches == self._batches and not watch.loaders:
+            return None
+        waited = watch.wait_s - self._wait_s
+        record: dict[str, Any] = {"wait_ms": round(waited * 1e3, 3), "batches": watch.batches - self._batches}
+        self._wait_s, self._batches = watch.wait_s, watch.batches
+        if len(watch.loaders) > 1:  # which loader the step waited on
+            busiest, most = None, 0.0
+            for info in watch.loaders:
+                delta = info.wait_s - self._loader_wait.get(info.index, 0.0)
+                self._loader_wait[info.index] = info.wait_s
+                if delta > most:
+                    busiest, most = info.index, delta
+            if busiest is not None:
+                record["loader"] = busiest
+        elif watch.loaders:
+            record["loader"] = watch.loaders[0].index
+        return record
+
+    def finish(self, reason: str) -> None:
+        for info in self.watch.loaders:
+            self.emit(
+                "dataloader-total",
+                index=info.index,
+                wait_ms=round(info.wait_s * 1e3, 3),
+                batches=info.batches,
+                epochs=info.epochs,
+                first_wait_ms=None if info.first_wait_s is None else round(info.first_wait_s * 1e3, 3),
+            )

@@ -1,0 +1,126 @@
+"""Who holds tensors across steps: a scan of the user's frames at the optimizer step.
+
+At the optimizer post-hook the training loop's frame is on the stack. Its
+locals (or the module's globals, for a loop at the top level of a script),
+and the attributes of `self` in a method, are the places a step's results
+survive into the next step. For each name that holds
+
+- a tensor with an autograd graph: the graph's node count (bounded walk) and
+  storage bytes — `total_loss += loss` shows up as a node count that grows
+  every step while the bytes stay flat;
+- a big tensor (≥ 1 MiB) without a graph: its bytes (`cache = cat([cache, x])`);
+- a list / tuple / deque / dict of tensors: its length, and from a sample of
+  elements at both ends an estimate of the tensors, graph-holding tensors and
+  bytes it keeps (`history.append(out)`).
+
+Each record names the variable, its scope and the frame's file, function and
+current line, so the parent can find the line that accumulates into it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from types import FrameType
+from typing import Any
+
+from torchdoctor.probes.census import MIB, TensorTypes, count_graph_nodes, storage_key_and_bytes
+
+BIG_TENSOR = MIB
+_CONTAINERS = (list, tuple, deque, dict)
+
+
+class HolderScan:
+    def __init__(self, is_tensor: TensorTypes, walk_limit: int, sample: int, top: int = 20):
+        self.is_tensor = is_tensor
+        self.walk_limit = walk_limit
+        self.sample = sample
+        self.top = top
+
+    def scan(self, frames: list[FrameType]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        walked: dict[int, tuple[int, bool]] = {}  # id(grad_fn) -> count, shared by holders in one scan
+        seen_values: set[int] = set()
+        for frame in frames:
+            code = frame.f_code
+            at_module = code.co_name == "<module>"
+            namespace = frame.f_globals if at_module else frame.f_locals
+            where = {
+                "path": code.co_filename,
+                "function": code.co_name,
+                "firstlineno": code.co_firstlineno,
+                "lineno": frame.f_lineno,
+            }
+            for name, value in list(namespace.items()):
+                if name.startswith("__"):
+                    continue
+                self._consider(name, "global" if at_module else "local", value, where, found, walked, seen_values)
+            owner = None if at_module else namespace.get("self")
+            attrs = getattr(owner, "__dict__", None) if owner is not None else None
+            if isinstance(attrs, dict):
+                for name, value in list(attrs.items()):
+                    self._consider(f"self.{name}", "attribute", value, where, found, walked, seen_values)
+        found.sort(key=lambda h: (-(h.get("graph_nodes") or 0), -(h.get("mib") or 0.0)))
+        return found[: self.top]
+
+    def _consider(self, name, scope, value, where, found, walked, seen_values) -> None:
+        if id(value) in seen_values:
+            return
+        if self.is_tensor(value):
+            record = self._tensor(value, walked)
+        elif type(value) in _CONTAINERS and len(value) > 0:
+            record = self._container(value, walked)
+        else:
+            return
+        if record is None:
+            return
+        seen_values.add(id(value))
+        record.update(name=name, scope=scope, **where)
+        found.append(record)
+
+    def _nodes(self, grad_fn: Any, walked: dict) -> tuple[int, bool]:
+        key = id(grad_fn)
+        if key not in walked:
+            walked[key] = count_graph_nodes([grad_fn], self.walk_limit)
+        return walked[key]
+
+    def _tensor(self, t: Any, walked: dict) -> dict[str, Any] | None:
+        grad_fn = getattr(t, "grad_fn", None)
+        found = storage_key_and_bytes(t)
+        nbytes = found[1] if found else 0
+        if grad_fn is None and nbytes < BIG_TENSOR:
+            return None
+        record: dict[str, Any] = {"kind": "tensor", "mib": round(nbytes / MIB, 4), "shape": list(t.shape)}
+        if grad_fn is not None:
+            nodes, truncated = self._nodes(grad_fn, walked)
+            record.update(graph_nodes=nodes, truncated=truncated, grad_fn=type(grad_fn).__name__)
+        return record
+
+    def _container(self, box: Any, walked: dict) -> dict[str, Any] | None:
+        values = box.values() if isinstance(box, dict) else box
+        n = len(box)
+        k = self.sample
+        if n <= 2 * k:
+            picked = list(values)
+        elif isinstance(box, dict):
+            items = list(values)
+            picked = items[:k] + items[-k:]
+        else:
+            picked = [box[i] for i in range(k)] + [box[i] for i in range(n - k, n)]
+        tensors = [v for v in picked if self.is_tensor(v)]
+        if not tensors:
+            return None
+        share = len(tensors) / len(picked)
+        graph = [t for t in tensors if getattr(t, "grad_fn", None) is not None]
+        sizes = [found[1] for found in map(storage_key_and_bytes, tensors) if found]
+        mean_bytes = sum(sizes) / len(sizes) if sizes else 0.0
+        record: dict[str, Any] = {
+            "kind": type(box).__name__,
+            "length": n,
+            "tensors": round(share * n),
+            "graph_tensors": round(len(graph) / len(picked) * n),
+            "mib": round(share * n * mean_bytes / MIB, 4),
+        }
+        if graph:
+            nodes, truncated = self._nodes(graph[-1], walked)
+            record.update(graph_nodes_each=nodes, truncated=truncated)
+        return record

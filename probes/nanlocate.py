@@ -1,0 +1,389 @@
+"""Find the first non-finite value of a step by replaying that step's forward (and backward).
+
+The nan probe's sentinel only says *that* a loss or a gradient went
+non-finite. When it fires, this module replays the same step once, with
+everything that was needed kept from the real step at no real cost: the
+top-level modules' inputs (references, not copies), the RNG state before
+their forward (so dropout draws the same masks), and — for a backward
+replay — the gradients that reached the model's outputs. The parameters
+have not changed yet: the sentinel fires before `optimizer.step()`.
+
+Forward replay: forward pre/post hooks on every submodule record, in the
+order modules finish, whether their inputs, own parameters and outputs are
+finite; a `TorchFunctionMode` checks every torch call the same way and
+remembers the user's line of the first op that turns finite inputs into a
+non-finite output (`torch.log` of a zero). The first bad module is the first
+module, in execution order, whose output is non-finite while its inputs and
+own parameters are finite.
+
+Backward replay: the same forward, then `torch.autograd.grad` from the
+outputs (with the recorded output gradients, or ones where none were kept)
+to the parameters — never touching `.grad` — with a hook on every autograd
+node created by the replay. The first node, in backward execution order,
+that turns finite incoming gradients into non-finite ones is the culprit; the
+forward replay already knows which module and line created it.
+
+Side effects are contained: the RNG state is forked and restored, buffers
+(BatchNorm running statistics) are saved and restored, and the forward
+replay runs under no_grad. Compiled and DDP-wrapped models are replayed
+through their inner module, eagerly.
+
+Cost: roughly 2-4× one forward for a forward replay and 3-6× one step for a
+backward replay (a finiteness check per module and per op), paid once per
+run, only after something went wrong (bench/bench_run.py measures it next
+to anomaly mode).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchdoctor.probes.models import ModelMap, unwrap
+from torchdoctor.probes.userframes import is_library_file
+
+MAX_TENSORS = 64  # inputs/outputs looked at per call
+
+
+@dataclass
+class Call:
+    """One call of a top-level module, kept so the step can be replayed."""
+
+    module: Any  # as the script called it (maybe a compiled or DDP wrapper)
+    args: tuple
+    kwargs: dict
+    cpu_rng: Any = None
+    cuda_rng: Any = None
+    out_grads: dict[int, Any] = field(default_factory=dict)  # output index -> gradient from the real backward
+
+
+def tensors_in(obj: Any, torch: Any, path: str = "", limit: int = MAX_TENSORS) -> list[tuple[str, Any]]:
+    """(field, tensor) pairs inside nested tuples, lists, dicts and dataclass-like outputs."""
+    out: list[tuple[str, Any]] = []
+
+    def walk(value: Any, where: str, depth: int) -> None:
+        if len(out) >= limit or depth > 4:
+            return
+        if isinstance(value, torch.Tensor):
+            out.append((where, value))
+        elif isinstance(value, dict):
+            for key, item in list(value.items())[:limit]:
+                walk(item, f"{where}[{key!r}]", depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value[:limit]):
+                walk(item, f"{where}[{i}]", depth + 1)
+
+    walk(obj, path, 0)
+    return out
+
+
+def is_float(t: Any) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def finite(t: Any) -> bool:
+    if not is_float(t) or t.numel() == 0:
+        return True
+    return bool(t.isfinite().all())
+
+
+def all_finite(obj: Any, torch: Any) -> bool:
+    return all(finite(t) for _, t in tensors_in(obj, torch))
+
+
+def nonfinite_count(t: Any) -> int:
+    return int((~t.isfinite()).sum()) if is_float(t) else 0
+
+
+_PREFIXES = (
+    ("torch._C._nn", "F."),
+    ("torch.nn.functional", "F."),
+    ("torch._C._VariableFunctions", "torch."),
+    ("torch._C._linalg", "torch.linalg."),
+    ("torch._C._special", "torch.special."),
+    ("torch._C._fft", "torch.fft."),
+    ("torch", "torch."),
+)
+
+
+def op_name(func: Any) -> str:
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or repr(func)
+    if qual.startswith("_VariableFunctionsClass."):
+        return "torch." + qual.split(".", 1)[1]
+    if qual.startswith(("TensorBase.", "_TensorBase.", "Tensor.")):
+        return "Tensor." + qual.split(".", 1)[1]
+    module = getattr(func, "__module__", None) or ""
+    for prefix, shown in _PREFIXES:
+        if module == prefix or module.startswith(prefix + "."):
+            return shown + qual
+    return f"{module}.{qual}" if module else qual
+
+
+class Recorder:
+    """Module and op records of one replayed forward."""
+
+    def __init__(self, torch: Any, names: ModelMap) -> None:
+        self.torch = torch
+        self.names = names
+        self.stack: list[str] = []
+        self.pending: list[dict[str, Any]] = []
+        self.finished: list[dict[str, Any]] = []  # modules in the order they finished
+        self.first_op: dict[str, Any] | None = None
+        self.nodes: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(autograd node) -> (node, what made it)
+        self.map_nodes = False
+
+    def pre(self, module: Any, args: Any) -> None:
+        label = self.names.label(module)
+        with self.torch._C.DisableTorchFunction():  # our own checks are not the model's ops
+            params_finite = all(finite(p) for p in module.parameters(recurse=False))
+            inputs_finite = all_finite(args, self.torch)
+        self.pending.append({
+            "module": label, "module_type": type(module).__name__,
+            "inputs_finite": inputs_finite, "params_finite": params_finite,
+        })
+        self.stack.append(label)
+
+    def post(self, module: Any, args: Any, output: Any) -> None:
+        if not self.pending:
+            return
+        entry = self.pending.pop()
+        if self.stack:
+            self.stack.pop()
+        with self.torch._C.DisableTorchFunction():
+            entry["output_finite"] = all_finite(output, self.torch)
+        self.finished.append(entry)
+
+    def op(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        outs = tensors_in(out, self.torch, limit=8)
+        if not outs:
+            return
+        info: dict[str, Any] | None = None
+        if self.first_op is None and not all(finite(t) for _, t in outs):
+            if all_finite(args, self.torch) and all_finite(kwargs, self.torch):
+                info = self._describe(func)
+                self.first_op = info
+        if self.map_nodes:
+            for _, t in outs:
+                node = getattr(t, "grad_fn", None)
+                if node is not None and id(node) not in self.nodes:
+                    self._map(node, info or self._describe(func))
+
+    def _describe(self, func: Any) -> dict[str, Any]:
+        site = _replayed_site(sys._getframe(1))
+        info: dict[str, Any] = {"op": op_name(func), "module": self.stack[-1] if self.stack else None}
+        if site is not None:
+            info.update(path=site[0], line=site[1], function=site[2])
+        return info
+
+    def _map(self, node: Any, info: dict[str, Any]) -> None:
+        """Attribute `node` and the nodes it created on the way (not yet mapped) to one op."""
+        todo = [node]
+        while todo:
+            current = todo.pop()
+            if current is None or id(current) in self.nodes or type(current).__name__ == "AccumulateGrad":
+                continue
+            self.nodes[id(current)] = (current, info)
+            todo.extend(n for n, _ in getattr(current, "next_functions", ()))
+
+
+def _replayed_site(frame: Any) -> tuple[str, int, str] | None:
+    """The user's line of a replayed op; None when only library code sits between it and the replay."""
+    while frame is not None:
+        if frame.f_code is _REPLAY_CODE:
+            return None
+        if not is_library_file(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+        frame = frame.f_back
+    return None
+
+
+def _ops_mode(torch: Any, recorder: Recorder) -> Any:
+    from torch.overrides import TorchFunctionMode
+
+    class RecordOps(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if getattr(func, "__name__", "") != "__get__":
+                recorder.op(func, args, kwargs, out)
+            return out
+
+    return RecordOps()
+
+
+class Replay:
+    """One replay of the recorded calls, restoring RNG and buffers afterwards."""
+
+    def __init__(self, torch: Any, calls: list[Call], names: ModelMap) -> None:
+        self.torch = torch
+        self.calls = calls
+        self.names = names
+
+    def _devices(self) -> list[int]:
+        cuda = self.torch.cuda
+        if cuda.is_available() and cuda.is_initialized():
+            return list(range(cuda.device_count()))
+        return []
+
+    def run(self, recorder: Recorder, with_grad: bool) -> list[tuple[Call, Any]]:
+        torch = self.torch
+        outputs: list[tuple[Call, Any]] = []
+        devices = self._devices()
+        with torch.random.fork_rng(devices=devices):
+            for call in self.calls:
+                inner = unwrap(call.module)
+                saved = [(b, b.detach().clone()) for b in inner.buffers()]
+                handles = []
+                for module in inner.modules():
+                    handles.append(module.register_forward_pre_hook(recorder.pre))
+                    handles.append(module.register_forward_hook(recorder.post))
+                try:
+                    if call.cpu_rng is not None:
+                        torch.set_rng_state(call.cpu_rng)
+                    if call.cuda_rng is not None and devices:
+                        torch.cuda.set_rng_state_all(call.cuda_rng)
+                    grad = torch.enable_grad() if with_grad else torch.no_grad()
+                    with grad, _ops_mode(torch, recorder):
+                        out = inner(*call.args, **call.kwargs)
+                    outputs.append((call, out))
+                finally:
+                    for h in handles:
+                        h.remove()
+                    with torch.no_grad():
+                        for b, copy in saved:
+                            b.copy_(copy)
+                if recorder.first_op is not None and not with_grad:
+                    break
+        return outputs
+
+
+_REPLAY_CODE = Replay.run.__code__
+
+
+def check_inputs(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any] | None:
+    """The first non-finite float input of a top-level module, if any."""
+    for call in calls:
+        for where, t in tensors_in(call.args, torch, "args") + tensors_in(call.kwargs, torch, "kwargs"):
+            if not finite(t):
+                return {
+                    "phase": "input",
+                    "module": names.label(call.module),
+                    "field": where,
+                    "nonfinite_count": nonfinite_count(t),
+                    "numel": t.numel(),
+                    "shape": list(t.shape),
+                }
+    return None
+
+
+def check_parameters(names: ModelMap) -> dict[str, Any] | None:
+    """The first layer (execution order) holding a non-finite parameter."""
+    for layer in names.layers:
+        for plabel, p in layer.params:
+            if not finite(p.detach()):
+                return {"phase": "parameters", "module": layer.label, "module_type": layer.module_type,
+                        "parameter": plabel, "nonfinite_count": nonfinite_count(p.detach()), "numel": p.numel()}
+    return None
+
+
+def first_bad_module(recorder: Recorder) -> dict[str, Any] | None:
+    for entry in recorder.finished:
+        if not entry["output_finite"] and entry["inputs_finite"] and entry["params_finite"]:
+            return entry
+    return None
+
+
+def locate_forward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
+    """Why a loss was non-finite: the batch, the parameters, a module, or code after the model."""
+    started = time.perf_counter()
+    result = check_inputs(torch, calls, names) or check_parameters(names)
+    if result is None:
+        recorder = Recorder(torch, names)
+        Replay(torch, calls, names).run(recorder, with_grad=False)
+        result = _forward_result(recorder)
+    result["cost_ms"] = round((time.perf_counter() - started) * 1e3, 3)
+    return result
+
+
+def _forward_result(recorder: Recorder) -> dict[str, Any]:
+    bad = first_bad_module(recorder)
+    op = recorder.first_op
+    if bad is None and op is None:
+        return {"phase": "forward", "module": None, "outside_model": True}
+    result: dict[str, Any] = {"phase": "forward"}
+    if bad is not None:
+        result.update(module=bad["module"], module_type=bad["module_type"])
+    if op is not None:
+        result["op"] = op["op"]
+        if bad is None or op.get("module") == bad["module"] or (op.get("module") or "").startswith(bad["module"] + "."):
+            result.update({k: op[k] for k in ("path", "line", "function") if k in op})
+        if bad is None:
+            result["module"] = op.get("module")
+    return result
+
+
+def locate_backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
+    """Which module first turns finite gradients into non-finite ones (loss finite, gradients not)."""
+    started = time.perf_counter()
+    result = check_inputs(torch, calls, names) or check_parameters(names)
+    if result is None:
+        result = _backward(torch, calls, names)
+    result["cost_ms"] = round((time.perf_counter() - started) * 1e3, 3)
+    return result
+
+
+def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
+    recorder = Recorder(torch, names)
+    recorder.map_nodes = True
+    outputs = Replay(torch, calls, names).run(recorder, with_grad=True)
+    forward = _forward_result(recorder)
+    if forward.get("module") is not None or forward.get("op"):
+        return forward  # the replay's forward already goes non-finite: report where
+    roots: list[Any] = []
+    grads: list[Any] = []
+    for call, out in outputs:
+        for i, (_, t) in enumerate(tensors_in(out, torch)):
+            if t.requires_grad and t.grad_fn is not None and is_float(t):
+                kept = call.out_grads.get(i)
+                usable = kept is not None and tuple(kept.shape) == tuple(t.shape)
+                roots.append(t)
+                grads.append(kept if usable else torch.ones_like(t))
+    params = [p for layer in names.layers for _, p in layer.params if p.requires_grad]
+    if not roots or not params:
+        return {"phase": "backward", "module": None, "reproduced": False,
+                "note": "the replayed forward produced no output that requires grad"}
+    fired: list[tuple[int, bool, bool]] = []
+    handles = []
+
+    def hook_for(node_id: int) -> Any:
+        def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+            incoming = all(g is None or finite(g) for g in grad_outputs)
+            outgoing = all(g is None or finite(g) for g in grad_inputs)
+            fired.append((node_id, incoming, outgoing))
+        return hook
+
+    for node_id, (node, _) in recorder.nodes.items():
+        try:
+            handles.append(node.register_hook(hook_for(node_id)))
+        except (RuntimeError, AttributeError):
+            continue
+    try:
+        replayed = torch.autograd.grad(roots, params, grad_outputs=grads, allow_unused=True)
+    finally:
+        for h in handles:
+            h.remove()
+    bad_params = [(names.params.get(id(p), "?"), names.owner.get(id(p))) for p, g in zip(params, replayed, strict=True)
+                  if g is not None and not finite(g)]
+    culprit = next((recorder.nodes[i][1] for i, inc, outg in fired if inc and not outg), None)
+    if culprit is None:
+        return {"phase": "backward", "module": None, "reproduced": bool(bad_params),
+                "parameter": bad_params[-1][0] if bad_params else None}
+    module = culprit.get("module")
+    own = [p for p, owner in bad_params if owner == module]
+    result = {"phase": "backward", "module": module, "op": culprit.get("op"), "reproduced": True,
+              "parameter": own[0] if own else (bad_params[-1][0] if bad_params else None)}
+    result["module_type"] = next((e["module_type"] for e in recorder.finished if e["module"] == module), None)
+    result.update({k: culprit[k] for k in ("path", "line", "function") if k in culprit})
+    return result

@@ -1,0 +1,304 @@
+"""One rank's probing session: evidence stream, step counting, probes, fault capture.
+
+`Session.from_env()` reads the run configuration the runner put in the
+TORCHDOCTOR_RUN environment variable (JSON), so the same session starts in a
+script launched by `python -m torchdoctor.probes.bootstrap …` and, through the
+environment, in every rank of a torchrun job. The bootstrap (bootstrap.py)
+creates one, calls `start()`, runs the script and reports how it ended with
+`record_exception()` / `finish()`.
+
+What the session itself records (the runner's own events, no `probe` field):
+start, torch (the script imported torch), step, exception, exit, probe-error
+(docs/run.md).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import weakref
+from types import TracebackType
+from typing import Any
+
+from torchdoctor.probes import PROBES
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.evidence import EvidenceWriter
+from torchdoctor.probes.importwatch import when_imported
+from torchdoctor.probes.userframes import pick_user_frame
+
+ENV = "TORCHDOCTOR_RUN"
+CONFIG_VERSION = 1
+
+
+class StopRun(BaseException):
+    """Raised from the optimizer post-hook once `--steps N` steps are done.
+
+    A BaseException, so a script's `except Exception:` does not swallow it;
+    its `finally:` blocks and context managers still run.
+    """
+
+
+class Terminated(BaseException):
+    """SIGTERM from the runner (--timeout, a hang, a second Ctrl-C): end cleanly."""
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Session:
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.run_dir: str = config["run_dir"]
+        self.project: str | None = config.get("project")
+        self.steps_limit: int | None = config.get("steps")
+        self.probe_names: list[str] = list(config.get("probes", []))
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.local_rank = _env_int("LOCAL_RANK", 0)
+        self.pid = os.getpid()
+        self.t0 = time.perf_counter()
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.writer = EvidenceWriter(self.file_for("events.jsonl"), self.t0)
+        self.step = 0
+        self.probes: list[Probe] = []
+        self._pre: list[Probe] = []
+        self._post: list[Probe] = []
+        self._primary: weakref.ref | None = None
+        self._hooked = False
+        self._ended = False
+        self._files: list[Any] = []  # keep faulthandler's files open for the whole run
+
+    @classmethod
+    def from_env(cls) -> Session:
+        raw = os.environ.get(ENV)
+        if not raw:
+            raise RuntimeError(f"{ENV} is not set: the bootstrap is started by `torchdoctor run`")
+        return cls(json.loads(raw))
+
+    # -- files and events --------------------------------------------------------
+
+    def file_for(self, filename: str) -> str:
+        """'events.jsonl' -> '<run_dir>/events.rank<R>.jsonl'."""
+        stem, dot, suffix = filename.partition(".")
+        return os.path.join(self.run_dir, f"{stem}.rank{self.rank}{dot}{suffix}")
+
+    def emit(self, kind: str, probe: str | None = None, **fields: Any) -> None:
+        event: dict[str, Any] = {"kind": kind}
+        if probe:
+            event["probe"] = probe
+        event["step"] = self.step
+        event.update(fields)
+        self.writer.write(event)
+
+    def options_for(self, probe: str) -> dict[str, Any]:
+        return self.config.get("options", {}).get(probe, {})
+
+    # -- start -----------------------------------------------------------------
+
+    def start(self, target: str) -> None:
+        """Fault capture, signal handling, the start event; probes once torch is imported."""
+        self._faulthandler()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        self.emit(
+            "start",
+            pid=self.pid,
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            target=target,
+            argv=list(sys.argv),
+            cwd=os.getcwd(),
+            project=self.project,
+            python=sys.version.split()[0],
+            executable=sys.executable,
+            probes=self.probe_names,
+            steps_limit=self.steps_limit,
+            time=time.time(),
+            main_thread=threading.main_thread().ident,
+        )
+        os.register_at_fork(after_in_child=self._forked)
+        early = [n for n in self.probe_names if not self._needs_torch(n)]
+        self._load(early)
+        when_imported("torch", self._torch_imported)
+
+    def _faulthandler(self) -> None:
+        crash = open(self.file_for("crash.txt"), "w")  # noqa: SIM115 - must outlive this call
+        self._files.append(crash)
+        faulthandler.enable(crash, all_threads=True)
+        if hasattr(signal, "SIGUSR1"):
+            stacks = open(self.file_for("stacks.txt"), "w")  # noqa: SIM115
+            self._files.append(stacks)
+            faulthandler.register(signal.SIGUSR1, stacks, all_threads=True, chain=False)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.pid:  # a forked DataLoader worker: die as it would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if self._ended:  # already writing the last evidence; the runner's SIGKILL bounds the wait
+            return
+        raise Terminated()
+
+    def _forked(self) -> None:
+        # Forked workers inherit the hooks; only the rank's main process counts steps.
+        self._ended = True
+
+    @staticmethod
+    def _needs_torch(name: str) -> bool:
+        info = PROBES.get(name)
+        return info.needs_torch if info is not None else False
+
+    def _torch_imported(self, torch_module: Any) -> None:
+        self.emit("torch", version=str(getattr(torch_module, "__version__", "")))
+        late = [n for n in self.probe_names if self._needs_torch(n)]
+        self._load(late)
+        self._hook_optimizers()
+
+    def _load(self, names: list[str]) -> None:
+        for name in names:
+            info = PROBES.get(name)
+            if info is None:
+                self.emit("probe-error", probe=name, where="load", error=f"unknown probe {name!r}")
+                continue
+            try:
+                probe = _probe_class(info.instrument)(self)
+                probe.install()
+            except Exception as exc:  # noqa: BLE001 - a broken probe must not stop the script
+                self.emit("probe-error", probe=name, where="install", error=_describe(exc))
+                continue
+            self.probes.append(probe)
+        self._pre = [p for p in self.probes if type(p).before_step is not Probe.before_step]
+        self._post = [p for p in self.probes if type(p).after_step is not Probe.after_step]
+
+    def _hook_optimizers(self) -> None:
+        if self._hooked:
+            return
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(self._pre_hook)
+        register_optimizer_step_post_hook(self._post_hook)
+        self._hooked = True
+
+    # -- steps -----------------------------------------------------------------
+
+    def _is_primary(self, optimizer: Any) -> bool:
+        current = self._primary() if self._primary is not None else None
+        if current is None:
+            try:
+                self._primary = weakref.ref(optimizer)
+            except TypeError:
+                return True
+            return True
+        return current is optimizer
+
+    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._ended or not self._pre or not self._is_primary(optimizer):
+            return
+        step = self.step + 1
+        for probe in self._pre:
+            if probe.enabled:
+                try:
+                    probe.before_step(step, optimizer)
+                except Exception as exc:  # noqa: BLE001
+                    self._disable(probe, "before_step", exc)
+
+    def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._ended or not self._is_primary(optimizer):
+            return
+        self.step += 1
+        step = self.step
+        record: dict[str, Any] = {"kind": "step", "step": step}
+        for probe in self._post:
+            if not probe.enabled:
+                continue
+            try:
+                fields = probe.after_step(step, optimizer)
+            except Exception as exc:  # noqa: BLE001
+                self._disable(probe, "after_step", exc)
+                continue
+            if fields:
+                record[probe.name] = fields
+        self.writer.write(record)
+        if self.steps_limit and step >= self.steps_limit:
+            raise StopRun(f"torchdoctor: stopping after {step} optimizer steps (--steps {self.steps_limit})")
+
+    def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
+        probe.enabled = False
+        self.emit("probe-error", probe=probe.name, where=where, error=_describe(exc))
+
+    # -- the end -----------------------------------------------------------------
+
+    def record_exception(self, exc: BaseException) -> None:
+        """The script's uncaught exception as evidence: type, message, frames, the user's frame."""
+        summary = traceback.extract_tb(exc.__traceback__)
+        frames = [
+            {"path": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip() or None}
+            for f in summary
+            if not f.filename.startswith(os.path.dirname(__file__))
+        ][-40:]
+        user = pick_user_frame([(f["path"], f["line"], f["function"]) for f in frames], self.project)
+        user_frame = next((f for f in reversed(frames) if user and (f["path"], f["line"]) == user[:2]), None)
+        try:
+            message = str(exc)
+        except Exception:  # noqa: BLE001 - a broken __str__ must not hide the rest
+            message = "<unprintable>"
+        text = "".join(traceback.format_exception(type(exc), exc, trim_traceback(exc.__traceback__)))
+        self.emit(
+            "exception",
+            type=type(exc).__name__,
+            module=type(exc).__module__,
+            message=message[:4000],
+            traceback=text[-20000:],
+            frames=frames,
+            user_frame=user_frame,
+        )
+
+    def notify_exception(self, exc: BaseException) -> None:
+        for probe in self.probes:
+            if probe.enabled and type(probe).on_exception is not Probe.on_exception:
+                try:
+                    probe.on_exception(exc)
+                except Exception as err:  # noqa: BLE001
+                    self._disable(probe, "on_exception", err)
+
+    def finish(self, reason: str, code: int | None = None) -> None:
+        """Let every probe write its final evidence, then the exit event (once)."""
+        if self._ended:
+            return
+        self._ended = True
+        for probe in self.probes:
+            if probe.enabled and type(probe).finish is not Probe.finish:
+                try:
+                    probe.finish(reason)
+                except Exception as exc:  # noqa: BLE001
+                    self._disable(probe, "finish", exc)
+        self.emit("exit", reason=reason, code=code)
+
+
+def _probe_class(spec: str) -> type[Probe]:
+    module_name, _, class_name = spec.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def trim_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """Drop the bootstrap's own leading frames, so the traceback reads like plain Python's."""
+    ours = os.path.dirname(__file__)
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(ours):
+        tb = tb.tb_next
+    return tb

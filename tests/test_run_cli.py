@@ -1,0 +1,190 @@
+"""`torchdoctor run` from the command line: usage errors, fidelity to plain Python, --steps, formats, env."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import cli
+from tests.test_run_support import (
+    RUN_FIXTURES,
+    assert_sound,
+    changed_files,
+    processes_of,
+    shared_root,
+    shared_run,
+    tree_hash,
+)
+from torchdoctor import exitcodes
+
+# -- usage errors: one line, exit 2, nothing created ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["missing.py"], "no such script: missing.py"),
+        ([], "missing the script to run"),
+        (["fidelity.py", "--probe", "nosuch"], "unknown probe 'nosuch'"),
+        (["fidelity.py", "--gpu-memory", "ten"], "--gpu-memory 'ten' is not a size"),
+        (["fidelity.py", "--format", "sarif"], "unknown format 'sarif'"),
+        (["fidelity.py", "--fail-on", "info"], "--fail-on 'info'"),
+        (["fidelity.py", "--steps", "0"], "--steps must be at least 1"),
+        (["fidelity.py", "--hang-timeout", "-1"], "--hang-timeout must be 0"),
+        (["-m", "no_such_pkg.train"], "no module named 'no_such_pkg.train'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, fragment):
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    before = sorted(os.listdir(tmp_path))
+    proc = cli("run", *args, cwd=tmp_path)
+    assert proc.returncode == exitcodes.USAGE
+    assert proc.stderr_text.count("\n") == 1 and proc.stderr_text.startswith("torchdoctor: ")
+    assert fragment in proc.stderr_text
+    assert "Traceback" not in proc.stderr_text and proc.stdout_text == ""
+    assert sorted(os.listdir(tmp_path)) == before  # no .torchdoctor, nothing touched
+
+
+def test_out_must_be_a_directory(tmp_path):
+    (tmp_path / "taken").write_text("mine")
+    proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path / "taken"))
+    assert proc.returncode == exitcodes.USAGE and "is not a directory" in proc.stderr_text
+    assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_out_never_overwrites_a_foreign_report(tmp_path):
+    (tmp_path / "report.json").write_text("{}")
+    proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path))
+    assert proc.returncode == exitcodes.USAGE and "not from a torchdoctor run" in proc.stderr_text
+    assert (tmp_path / "report.json").read_text() == "{}"
+
+
+def test_the_parent_never_imports_torch():
+    code = (
+        "import sys, torchdoctor.cli, torchdoctor.cli_run, torchdoctor.runner, torchdoctor.run_process, "
+        "torchdoctor.analysis.memory, torchdoctor.analysis.env, torchdoctor.analysis.faults, "
+        "torchdoctor.render.run_summary, torchdoctor.probes, torchdoctor.probes.session; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# -- the script runs as under plain Python ----------------------------------------------------
+
+
+def _plain(args: list[str], out: str, cwd) -> dict:
+    env = {**os.environ, "FIDELITY_OUT": out}
+    subprocess.run([sys.executable, *args], cwd=cwd, env=env, check=True, capture_output=True)
+    with open(out) as fh:
+        return json.load(fh)
+
+
+@pytest.fixture(scope="module")
+def fidelity(tmp_path_factory):
+    out = shared_root(tmp_path_factory)  # the run may be made by another xdist worker
+    env = {"FIDELITY_OUT": str(out / "fidelity-probed.json")}
+    # run from the fixtures' parent with a relative path, as a user would type it
+    result = shared_run(tmp_path_factory, "fidelity", "run/fidelity.py", "--", "--lr", "3e-4", "a b",
+                        env=env, cwd=RUN_FIXTURES.parent)
+    probed = json.loads((out / "fidelity-probed.json").read_text())
+    plain = _plain(["run/fidelity.py", "--lr", "3e-4", "a b"], str(out / "fidelity-plain.json"), RUN_FIXTURES.parent)
+    return result, probed, plain
+
+
+def test_script_sees_what_plain_python_shows(fidelity, validate_report):
+    result, probed, plain = fidelity
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert probed["argv"] == ["run/fidelity.py", "--lr", "3e-4", "a b"]
+    for key in ("argv", "cwd", "path0", "name", "file", "main_file", "spec"):
+        assert probed[key] == plain[key], key
+    assert probed["torch_preloaded"] is False  # the bootstrap waits for the script's own import
+
+
+def test_json_keeps_the_scripts_stdout_off_stdout(fidelity):
+    result, _, _ = fidelity
+    json.loads(result.stdout)  # stdout is the report alone
+    assert "fidelity stdout line" in result.stderr
+    assert any("No optimizer step was counted" in note for note in result.report["notes"])
+
+
+def test_module_runs_like_python_dash_m(tmp_path_factory, validate_report):
+    out = shared_root(tmp_path_factory)
+    result = shared_run(tmp_path_factory, "module", "-m", "mypkg.train", "--", "x", "y",
+                        env={"FIDELITY_OUT": str(out / "module-probed.json")})
+    assert_sound(result, validate_report, exitcodes.OK)
+    probed = json.loads((out / "module-probed.json").read_text())
+    plain = _plain(["-m", "mypkg.train", "x", "y"], str(out / "module-plain.json"), RUN_FIXTURES)
+    assert probed == plain
+    assert result.report["target"] == "-m mypkg.train"
+    assert result.run["command"] == ["python", "-m", "mypkg.train", "x", "y"]
+    assert result.run["steps_completed"] == 2
+
+
+def test_default_run_directory(tmp_path):
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    proc = cli("run", "fidelity.py", "--probe", "none", cwd=tmp_path, env={"FIDELITY_OUT": str(tmp_path / "f.json")})
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    runs = list((tmp_path / ".torchdoctor" / "runs").iterdir())
+    assert len(runs) == 1 and (runs[0] / "report.json").exists()
+    assert (tmp_path / ".torchdoctor" / ".gitignore").read_text().strip().endswith("*")
+    assert "No symptoms found." in proc.stdout_text and "The script completed" in proc.stdout_text
+
+
+def test_markdown_format(tmp_path):
+    proc = cli("run", "fidelity.py", "--out", str(tmp_path), "-f", "markdown", "--probe", "none",
+               cwd=RUN_FIXTURES, env={"FIDELITY_OUT": str(tmp_path / "f.json")})
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    # markdown and text leave the script's own stdout where it was; the report follows it
+    script_line, _, report = proc.stdout_text.partition("\n")
+    assert script_line == "fidelity stdout line"
+    assert report.startswith("# torchdoctor run fidelity.py")
+    assert "## Run" in report and "The script completed" in report
+
+
+# -- --steps -------------------------------------------------------------------------------------
+
+
+def test_steps_stops_the_script_on_purpose(tmp_path, validate_report):
+    before = tree_hash(RUN_FIXTURES)
+    marker = tmp_path / "marker.txt"
+    proc = cli("run", "marker_steps.py", "--steps", "3", "--out", str(tmp_path / "run"), "-f", "json",
+               "--", str(marker), cwd=RUN_FIXTURES)
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    report = validate_report(proc.stdout_text)
+    assert report["run"]["stopped"] == "steps" and report["run"]["exit_code"] == 0
+    assert report["run"]["steps_completed"] == 3
+    # step 3 was stopped inside optimizer.step(): the script never wrote "3" nor went on
+    assert marker.read_text().split() == ["1", "2"]
+    assert "Traceback" not in proc.stderr_text
+    assert processes_of(tmp_path / "run") == [] and changed_files(before, tree_hash(RUN_FIXTURES)) == []
+
+
+# -- env probe -----------------------------------------------------------------------------------
+
+
+def test_env_probe_fills_the_environment(tmp_path_factory):
+    result = shared_run(tmp_path_factory, "healthy", "healthy.py", "--gpu-memory", "10GiB")
+    env = result.report["environment"]
+    import torch
+
+    assert env["torch"] == torch.__version__ and env["device"] == "cpu"
+    assert env["python"] == sys.version.split()[0]
+    for key in ("float32_matmul_precision", "tf32_matmul", "cudnn_benchmark", "deterministic_algorithms",
+                "num_threads", "variables"):
+        assert key in env
+    assert not result.symptoms("anomaly-detection-enabled")  # the healthy twin
+
+
+def test_anomaly_detection_left_on(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "anomaly", "anomaly.py", "--probe", "env",
+                        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    assert_sound(result, validate_report, exitcodes.OK)  # a warning: below the default --fail-on error
+    assert result.symptoms("anomaly-detection-enabled")[0]["severity"] == "warning"
+    assert result.report["environment"]["variables"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert result.report["environment"]["anomaly_detection"] is True

@@ -1,0 +1,111 @@
+"""The probing session in-process: step counting, --steps, probe isolation, the watchdog's limit.
+
+These drive the session's optimizer hooks directly with stand-in optimizers,
+so they need no torch; the real hooks are exercised by the run tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.session import Session, StopRun
+from torchdoctor.run_process import Supervisor
+
+
+class FakeOptimizer:
+    """Stands in for a torch.optim optimizer: the session only needs its identity."""
+
+
+class Recorder(Probe):
+    name = "recorder"
+
+    def install(self) -> None:
+        self.seen: list[int] = []
+
+    def after_step(self, step, optimizer):
+        self.seen.append(step)
+        return {"step_seen": step}
+
+
+class Broken(Probe):
+    name = "broken"
+
+    def after_step(self, step, optimizer):
+        raise ValueError("instrument bug")
+
+
+def _session(tmp_path: Path, steps: int | None = None, *probes: type[Probe]) -> Session:
+    session = Session({"run_dir": str(tmp_path), "probes": [], "steps": steps, "project": str(tmp_path)})
+    for cls in probes:
+        probe = cls(session)
+        probe.install()
+        session.probes.append(probe)
+    session._post = [p for p in session.probes if type(p).after_step is not Probe.after_step]
+    return session
+
+
+def _events(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "events.rank0.jsonl").read_text().splitlines()]
+
+
+def test_steps_of_the_primary_optimizer_only(tmp_path):
+    session = _session(tmp_path, None, Recorder)
+    main, other = FakeOptimizer(), FakeOptimizer()
+    for _ in range(3):
+        session._post_hook(main, (), {})
+        session._post_hook(other, (), {})  # a second optimizer (a GAN's) does not double the count
+    assert session.step == 3
+    steps = [e for e in _events(tmp_path) if e["kind"] == "step"]
+    assert [e["step"] for e in steps] == [1, 2, 3]
+    assert steps[0]["recorder"] == {"step_seen": 1}
+
+
+def test_a_new_optimizer_takes_over_when_the_first_is_gone(tmp_path):
+    session = _session(tmp_path)
+    first = FakeOptimizer()
+    session._post_hook(first, (), {})
+    del first
+    session._post_hook(FakeOptimizer(), (), {})
+    assert session.step == 2
+
+
+def test_steps_limit_raises_stoprun_after_recording_the_step(tmp_path):
+    session = _session(tmp_path, 2, Recorder)
+    opt = FakeOptimizer()
+    session._post_hook(opt, (), {})
+    with pytest.raises(StopRun):
+        session._post_hook(opt, (), {})
+    assert [e["step"] for e in _events(tmp_path) if e["kind"] == "step"] == [1, 2]
+    assert not isinstance(StopRun("x"), Exception)  # a script's `except Exception` cannot swallow it
+
+
+def test_a_failing_probe_is_switched_off_and_the_script_goes_on(tmp_path):
+    session = _session(tmp_path, None, Broken, Recorder)
+    opt = FakeOptimizer()
+    for _ in range(3):
+        session._post_hook(opt, (), {})
+    events = _events(tmp_path)
+    errors = [e for e in events if e["kind"] == "probe-error"]
+    assert len(errors) == 1 and errors[0]["probe"] == "broken" and "instrument bug" in errors[0]["error"]
+    assert session.probes[1].seen == [1, 2, 3]
+
+
+def test_finish_writes_the_exit_event_once(tmp_path):
+    session = _session(tmp_path)
+    session.finish("completed", 0)
+    session.finish("exception", 1)
+    exits = [e for e in _events(tmp_path) if e["kind"] == "exit"]
+    assert exits == [{"kind": "exit", "step": 0, "reason": "completed", "code": 0, "t": exits[0]["t"]}]
+
+
+def test_watchdog_gives_start_up_its_allowance(tmp_path):
+    sup = Supervisor([], {}, str(tmp_path), tmp_path, None, timeout_s=None, hang_timeout_s=3.0, startup_s=60.0)
+    assert sup._hang_limit() == 60.0  # before the first step: imports and data preparation are not a hang
+    sup.tail.steps[0] = 1
+    assert sup._hang_limit() == 3.0
+    slow = Supervisor([], {}, str(tmp_path), tmp_path, None, timeout_s=None, hang_timeout_s=120.0, startup_s=60.0)
+    assert slow._hang_limit() == 120.0
