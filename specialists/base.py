@@ -245,7 +245,7 @@ def _anchor(advice: Advice, case: Case, dedicated: bool) -> Advice:
     loc = case.location
     if loc is None or not loc.line:
         return advice
-    if f"line {loc.line}" not in advice.diagnosis:
+    if f"line {loc.line}" not in advice.diagnosis.lower():
         advice.diagnosis = f"At {case.at()}: {advice.diagnosis}"
     if not dedicated:
         for fix in advice.fixes:

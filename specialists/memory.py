@@ -178,7 +178,7 @@ def memory_growth(case: Case) -> Advice:
     where = case.at()
     slope = case.num("slope_mib_per_step")
     steps = case.num("steps_observed")
-    nodes = case.num("graph_nodes_per_step")
+    nodes = case.num("graph_nodes_growth_per_step", "graph_nodes_per_step")
     measured = ""
     if slope is not None:
         measured = f" Live memory grows by about {mib(slope)} per step"
@@ -189,6 +189,25 @@ def memory_growth(case: Case) -> Advice:
     if growing:
         measured += f" What grows: {growing}."
     name = case.text("variable") or "total_loss"
+    holds_graph = _flag(case, "holds_graph", "tensor_holds_graph")
+    if where and holds_graph is False:
+        # a container of plain tensors (no graph): it grows by what is appended, not by graphs
+        diagnosis = f"{where} keeps adding tensors to `{name}` every step, and nothing ever frees them.{measured}"
+        fixes = [
+            Fix(
+                title=f"Keep numbers, or a bounded window, in `{name}`",
+                snippet=f"{name}.append(value.item())            # a float, not a tensor\n"
+                f"# or keep only the last N:\nfrom collections import deque\n{name} = deque(maxlen=1000)",
+                why="Each appended tensor stays alive as long as the container does, so memory grows linearly with steps.",
+                verify="RSS (or torch.cuda.memory_allocated()) stays flat after the first steps.",
+                location=case.location,
+            )
+        ]
+        return Advice(
+            diagnosis,
+            fixes,
+            [f"`{case.run_cmd('memory', extra='--steps 30')}` measures the growth per step and names what grows."],
+        )
     if where:
         diagnosis = f"{where} keeps a tensor that still holds its autograd graph alive across steps.{measured}"
     else:
@@ -259,11 +278,22 @@ def fragmentation(case: Case) -> Advice:
 
 # The share of the peak each kind of memory has, as the memory probe reports it.
 _BREAKDOWN = (
-    ("activations_gib", "activations"),
-    ("optimizer_gib", "optimizer state"),
-    ("params_gib", "parameters"),
-    ("grads_gib", "gradients"),
+    (("activations_gib",), "activations"),
+    (("optimizer_state_gib", "optimizer_gib"), "optimizer state"),
+    (("parameters_gib", "params_gib"), "parameters"),
+    (("gradients_gib", "grads_gib"), "gradients"),
 )
+
+
+def _flag(case: Case, *keys: str) -> bool | None:
+    """A yes/no evidence value, whether it arrived as a bool or as text."""
+    for key in keys:
+        value = case.value(key)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    return None
 
 
 @SPECIALIST.handles("high-memory")
@@ -279,7 +309,7 @@ def high_memory(case: Case) -> Advice:
         diagnosis = f"The measured peak is {gib(peak)}{at_batch}, close to what the device has."
     else:
         diagnosis = "To cut memory, first learn what dominates the peak: parameters, gradients, optimizer state or activations."
-    parts = [(case.num(key), label) for key, label in _BREAKDOWN]
+    parts = [(case.num(*keys), label) for keys, label in _BREAKDOWN]
     known = [(v, label) for v, label in parts if v is not None]
     dominant = max(known)[1] if known else None
     if known:
