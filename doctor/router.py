@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from torchdoctor.model import RouteStep, Symptom
+from torchdoctor.model import SEVERITY_RANK, RouteStep, Symptom
 from torchdoctor.rules import catalog
 
 STRONG_MARGIN = 0.25  # a symptom within this of the most confident one counts as strong
+SEVERITY_WEIGHT = 0.04  # one severity level weighs less than one rank within a signature (0.05)
 
 
 def matching_row(symptom_ids: Iterable[str], contexts: Iterable[str]) -> dict | None:
@@ -31,13 +32,23 @@ def matching_row(symptom_ids: Iterable[str], contexts: Iterable[str]) -> dict | 
 
 def route(symptoms: list[Symptom], contexts: Iterable[str] = ()) -> list[RouteStep]:
     contexts = set(contexts)
-    ordered = sorted(symptoms, key=lambda s: -s.confidence)  # stable: ties keep discovery order
+    # The surest and most severe first: severity breaks near-ties of confidence
+    # (a rule's error before its warning) without letting a weakly matched
+    # error word outrank what the user plainly described. Stable: ties keep
+    # the order in which the doors found them.
+    ordered = sorted(symptoms, key=lambda s: -(s.confidence + SEVERITY_WEIGHT * SEVERITY_RANK.get(s.severity, 0)))
     steps: dict[str, RouteStep] = {}
 
     # Only the strongest symptoms may pick the leading row: a weak secondary
-    # match (a word in a pasted log) must not put its specialist first.
-    top = ordered[0].confidence if ordered else 0.0
-    row = matching_row([s.id for s in ordered if s.confidence >= top - STRONG_MARGIN], contexts)
+    # match (a word in a pasted log) or a mere warning next to an error must
+    # not put its specialist first.
+    lead = ordered[0] if ordered else None
+    strong = [
+        s.id
+        for s in ordered
+        if lead is not None and s.severity == lead.severity and s.confidence >= lead.confidence - STRONG_MARGIN
+    ]
+    row = matching_row(strong, contexts)
     if row is not None:
         row_symptoms = [s.id for s in ordered if s.id in row["symptoms"]]
         for position, specialist in enumerate(row["order"]):

@@ -59,5 +59,7 @@ def test_a_weak_secondary_symptom_does_not_pick_the_leading_row():
     strong = make_symptom("oom", confidence=1.0)
     weak = make_symptom("slow-step", confidence=0.6)
     assert [s.specialist for s in route([strong, weak])] == ["memory", "profiling"]
-    # the same symptom, as strong as the OOM, does lead: slow -> profiling first
-    assert route([strong, make_symptom("slow-step", confidence=1.0)])[0].specialist == "profiling"
+    # a warning next to an error does not lead either, however sure
+    assert route([strong, make_symptom("slow-step", confidence=1.0)])[0].specialist == "memory"
+    # as strong and as severe as the OOM, it does: slow -> profiling first
+    assert route([strong, make_symptom("slow-step", confidence=1.0, severity="error")])[0].specialist == "profiling"

@@ -1,14 +1,95 @@
-"""`torchdoctor demo`: the bundled example, diagnosed with every door that exists."""
+"""`torchdoctor demo`: the bundled patient, diagnosed through every door.
+
+The demo copies `train_demo.py` (five planted problems, see its docstring)
+into a fresh temporary folder, so nothing in the user's working directory is
+read or written, then:
+
+1. `check` reads it without running it (static rules -> findings);
+2. `run` trains it for real on the CPU under the probes (measurements);
+3. both kinds of evidence go into one report: a mistake seen by a rule and by
+   a probe becomes one symptom with both its line and its numbers.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 from torchdoctor import exitcodes
+from torchdoctor.model import Report
+
+SCRIPT = Path(__file__).with_name("train_demo.py")
+
+
+def static_report(script: Path) -> Report:
+    from torchdoctor.check import CheckRequest, build_report, prepare
+
+    request = CheckRequest(paths=[str(script)])
+    return build_report(request, prepare(request))
+
+
+def run_report(script: Path, run_dir: Path) -> Report:
+    from torchdoctor.run_options import RunRequest, make_plan
+    from torchdoctor.runner import build_report, evidence_of, supervise, write_report
+
+    # The script's own output goes to stderr, so the report alone is on stdout.
+    target = [str(script), "--checkpoint", "demo_checkpoint.pt"]
+    plan = make_plan(RunRequest(target=target, out=str(run_dir), fmt="json", hang_timeout=60, timeout=300))
+    result = supervise(plan)
+    report = build_report(plan, evidence_of(plan, result))
+    write_report(report, plan.run_dir)
+    return report
+
+
+def combine(static: Report, measured: Report, script_name: str) -> Report:
+    from torchdoctor.diagnosis import diagnose
+
+    report = Report(
+        command="demo",
+        target=script_name,
+        findings=static.findings,
+        symptoms=[*static.symptoms, *measured.symptoms],
+        contexts=sorted({*static.contexts, *measured.contexts}),
+        run=measured.run,
+        environment=measured.environment,
+        artifacts=measured.artifacts,
+        notes=[
+            f"The demo patient: {script_name}, a small classifier with five planted problems, copied into a "
+            "temporary folder, read by `torchdoctor check` and trained for real under `torchdoctor run`.",
+            *measured.notes,
+        ],
+    )
+    diagnose(report, target_hint=script_name)
+    report.notes.append(
+        "On your own script: `torchdoctor check train.py`, `torchdoctor run train.py --steps 50`, "
+        'or describe a problem: `torchdoctor ask "loss goes nan after epoch 3"`.'
+    )
+    return report
 
 
 def run_demo(fmt: str) -> int:
-    from torchdoctor.ask import build_report
     from torchdoctor.render import render
 
-    report = build_report("Getting OOM after a few batches, and memory grows every step")
+    workdir = Path(tempfile.mkdtemp(prefix="torchdoctor-demo-"))
+    shutil.copyfile(SCRIPT, workdir / SCRIPT.name)
+    sys.stderr.write(f"torchdoctor demo: checking and running {SCRIPT.name} in {workdir}\n")
+    sys.stderr.flush()
+    here = os.getcwd()
+    os.chdir(workdir)  # paths in the report read `train_demo.py:71`; nothing lands in the user's folder
+    try:
+        script = Path(SCRIPT.name)
+        static = static_report(script)
+        measured = run_report(script, Path("run"))
+        report = combine(static, measured, SCRIPT.name)
+    finally:
+        os.chdir(here)
+        # keep the run directory (trace, events, report.json) for inspection; drop the rest
+        for leftover in (workdir / SCRIPT.name, workdir / "demo_checkpoint.pt"):
+            leftover.unlink(missing_ok=True)
+    sys.stdout.flush()
     render(report, fmt)
+    sys.stderr.write(f"torchdoctor demo: evidence and report.json kept in {workdir / 'run'}\n")
     return exitcodes.OK

@@ -34,7 +34,7 @@ class Classifier(nn.Module):
         return self.net(x)
 
 
-def make_data(n: int = 512, features: int = 32, seed: int = 0):
+def make_data(n: int = 2048, features: int = 32, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, features, generator=g)
     y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()

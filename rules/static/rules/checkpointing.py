@@ -213,23 +213,28 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     lowered = [k.lower() for k in keys]
     kinds = _kinds_in(index, values)
     missing: list[str] = []
+    parts: list[str] = []  # the short names the checkpointing specialist reads
     additions: list[str] = []
     if "optimizer" not in kinds and not any("optim" in k for k in lowered) and not _stateless(index, optimizer):
         missing.append(f"the optimizer state (`{optimizer}.state_dict()`)")
+        parts.append("optimizer")
         additions.append(f'"optimizer": {optimizer}.state_dict()')
     scheduler = _used_binding(index, "scheduler", "step")
     if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered):
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
+        parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
     scaler = _used_binding(index, "scaler", "scale")
     if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
+        parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
     if direct:
         counters = [t for lp in index.loops_around(node) for t in lp.targets if _COUNTER.search(t)]
         referenced = _names_in(values) | _names_in(paths)
         if counters and not any(_COUNTER.search(n) for n in referenced | set(lowered)):
             missing.append(f"the epoch/step counter (`{counters[0]}`)")
+            parts.append("epoch")
             additions.append(f'"{counters[0]}": {counters[0]}')
     if not missing:
         return
@@ -238,7 +243,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     ctx.report(
         node,
         variable=snippet(ctx, obj, 40) if obj is not None else "...",
-        missing=_join(missing),
+        missing=", ".join(parts),
+        missing_text=_join(missing),
         loop=where,
         suggestion=suggestion,
     )
