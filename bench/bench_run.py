@@ -78,6 +78,8 @@ def configs() -> dict[str, list[str] | None]:
     out: dict[str, list[str] | None] = {"plain": None, "runner": ["--probe", "none"], "default": []}
     for name in names():
         out[name] = ["--probe", name]
+    # The training-protocol probes together (issue 6; bench/bench_protocol.py has their own loops).
+    out["protocol"] = ["--probe", "schedule,amp,accumulation,validation,checkpoint,gradcheck,gradflow"]
     return out
 
 
@@ -171,8 +173,9 @@ def main() -> None:
 ANOMALY_ON = "import torch; torch.autograd.set_detect_anomaly(True)\n"  # same line numbers as the original
 
 # Each case trains `warmup` healthy steps, then feeds a batch that makes the first non-finite value in a
-# known module and line (marked `# BAD`): in the forward (log of a zero) or only in the backward (the
-# derivative of a hand-written norm at an all-zero row: sqrt'(0) = inf, inf × 0 = NaN).
+# known module and line (marked `# BAD`) and trains on: the log of a zero (-inf, which the next ReLU
+# clamps: only its gradient, 1/0, goes non-finite) and the derivative of a hand-written norm at an
+# all-zero row (sqrt'(0) = inf, inf × 0 = NaN). Anomaly mode stops at the first NaN in backward.
 NAN_CASE = '''
 import sys, time
 import torch
@@ -191,7 +194,7 @@ model = torch.nn.Sequential(torch.nn.Linear(256, 512), Features(), torch.nn.ReLU
                             torch.nn.ReLU(), torch.nn.Linear(512, 10))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 y = torch.randint(0, 10, (64,))
-for step in range(warmup + 1):
+for step in range(warmup + 5):  # the bad batch, then training goes on as it would
     x = torch.randn(64, 256)
     if step == warmup:
         {trigger}
@@ -202,12 +205,12 @@ for step in range(warmup + 1):
 '''
 
 NAN_CASES = {
-    "forward: log of a zero": {
+    "log of a zero": {
         "body": "return torch.log(x.abs())  # BAD",
         "width": 512,
         "trigger": "x[0] = 0.0; model[0].bias.data[:] = 0.0  # an all-zero hidden row",
     },
-    "backward: norm of a zero row": {
+    "norm of a zero row": {
         "body": "return torch.cat([x, torch.sqrt((x * x).sum(1, keepdim=True))], 1)  # BAD",
         "width": 513,
         "trigger": "x[0] = 0.0; model[0].bias.data[:] = 0.0  # an all-zero hidden row",
@@ -255,7 +258,8 @@ def _localise(threads: int, work: Path) -> None:
 
     warmup = 200
     print(f"\nlocalising the first non-finite value after {warmup} healthy steps (MLP 256-512-…-10, batch 64):")
-    print("wall s: the whole run (start-up, 200 steps, the failing one); line: the script line each tool blames")
+    print("wall s: the whole run (start-up, 200 steps, the failing one and 4 more); line: the script line each "
+          "tool blames")
     print(f"{'case':<30} {'tool':<14} {'wall s':>7} {'finds':<44} {'line':>5}")
     for case, parts in NAN_CASES.items():
         script = work / "nan_case.py"

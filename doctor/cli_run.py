@@ -17,6 +17,10 @@ sys.path and __main__); its own arguments go after `--`:
 
   torchdoctor run -m mypkg.train --gpu-memory 10GiB -- --epochs 1
 
+  torchdoctor run --nproc-per-node 2 train.py -- --epochs 3   (through torchrun)
+
+  torchdoctor run -- torchrun --nproc-per-node 2 train.py     (your own torchrun line)
+
 Exit codes: 0 nothing at or above --fail-on; 1 a measured symptom at or above
 --fail-on; 2 usage error; 4 the script failed (non-zero exit, exception,
 crash, killed, --timeout, hang); 130 interrupted. Evidence and report.json go
@@ -85,11 +89,45 @@ def register(app: typer.Typer) -> None:
             typer.Option("--compile-backend", help="Force every torch.compile onto this backend (eager, aot_eager, "
                          "inductor): `eager` finds graph breaks and recompiles in seconds on a CPU."),
         ] = None,
+        nproc_per_node: Annotated[
+            str | None,
+            typer.Option("--nproc-per-node", "--nproc_per_node", help="Launch through torchrun with N processes on "
+                         "this node (a number, or auto/cpu/gpu); every rank runs under the probes.",
+                         rich_help_panel="Distributed"),
+        ] = None,
+        nnodes: Annotated[str | None, typer.Option("--nnodes", help="torchrun: number of nodes (or MIN:MAX).",
+                                                    rich_help_panel="Distributed")] = None,
+        node_rank: Annotated[str | None, typer.Option("--node-rank", "--node_rank", help="torchrun: this node's rank.",
+                                                       rich_help_panel="Distributed")] = None,
+        master_addr: Annotated[str | None, typer.Option("--master-addr", "--master_addr", help="torchrun: rank 0's "
+                                                         "host (static rendezvous).", rich_help_panel="Distributed")] = None,
+        master_port: Annotated[str | None, typer.Option("--master-port", "--master_port", help="torchrun: rank 0's "
+                                                         "port (static rendezvous).", rich_help_panel="Distributed")] = None,
+        rdzv_backend: Annotated[str | None, typer.Option("--rdzv-backend", "--rdzv_backend", help="torchrun: "
+                                                          "rendezvous backend (c10d).", rich_help_panel="Distributed")] = None,
+        rdzv_endpoint: Annotated[str | None, typer.Option("--rdzv-endpoint", "--rdzv_endpoint", help="torchrun: "
+                                                           "rendezvous HOST:PORT.", rich_help_panel="Distributed")] = None,
+        rdzv_id: Annotated[str | None, typer.Option("--rdzv-id", "--rdzv_id", help="torchrun: job id.",
+                                                     rich_help_panel="Distributed")] = None,
+        rdzv_conf: Annotated[str | None, typer.Option("--rdzv-conf", "--rdzv_conf", help="torchrun: rendezvous "
+                                                       "settings (k=v,…).", rich_help_panel="Distributed")] = None,
+        standalone: Annotated[bool, typer.Option("--standalone", help="torchrun: one node, a free port (the default "
+                                                  "without rendezvous options).", rich_help_panel="Distributed")] = False,
+        ddp_debug: Annotated[bool, typer.Option("--ddp-debug", help="Set TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank: "
+                                                 "collectives are checked across ranks (slower).",
+                                                 rich_help_panel="Distributed")] = False,
     ) -> None:
         import os
         import sys
 
         from torchdoctor.runner import RunRequest, run_command
+
+        passed = {"--nnodes": nnodes, "--node-rank": node_rank, "--master-addr": master_addr,
+                  "--master-port": master_port, "--rdzv-backend": rdzv_backend, "--rdzv-endpoint": rdzv_endpoint,
+                  "--rdzv-id": rdzv_id, "--rdzv-conf": rdzv_conf}
+        rendezvous = [item for name, value in passed.items() if value is not None for item in (name, value)]
+        if standalone:
+            rendezvous.append("--standalone")
 
         if compile_backend is not None:
             if compile_backend not in COMPILE_BACKENDS:
@@ -109,5 +147,8 @@ def register(app: typer.Typer) -> None:
             out=out,
             fmt=fmt,
             fail_on=fail_on,
+            nproc_per_node=nproc_per_node,
+            rendezvous=rendezvous,
+            ddp_debug=ddp_debug,
         )
         raise typer.Exit(run_command(request))

@@ -12,9 +12,18 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from torchdoctor.run_launch import (
+    Launch,
+    LaunchError,
+    is_launcher_line,
+    own_launch,
+    parse_launcher_line,
+    torch_available,
+)
 
 FORMATS = ("text", "json", "markdown")
 FAIL_ON = ("error", "warning", "never")
@@ -39,6 +48,9 @@ class RunRequest:
     out: str | None = None
     fmt: str = "text"
     fail_on: str = "error"
+    nproc_per_node: str | None = None  # launch through torchrun with N processes on this node
+    rendezvous: list[str] = field(default_factory=list)  # torchrun's rendezvous options, passed through
+    ddp_debug: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank
 
 
 @dataclass
@@ -57,6 +69,12 @@ class RunPlan:
     fail_on: str
     cwd: str
     thresholds: dict[str, Any]
+    launch: Launch | None = None  # a torchrun job (run_launch.py); None: one process
+    ddp_debug: bool = False
+
+    @property
+    def distributed(self) -> bool:
+        return self.launch is not None
 
     @property
     def display_target(self) -> str:
@@ -65,16 +83,20 @@ class RunPlan:
     @property
     def user_command(self) -> list[str]:
         """The command this run stands for, as the user would type it without torchdoctor."""
+        if self.launch is not None:
+            return list(self.launch.typed)
         head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
         return head + self.args
 
     def child_argv(self) -> list[str]:
+        if self.launch is not None:
+            return self.launch.argv()
         target = ["-m", self.module] if self.module else [str(self.script)]
         return [sys.executable, "-m", "torchdoctor.probes.bootstrap", *target, *self.args]
 
     def child_config(self) -> dict[str, Any]:
         """What reaches the bootstrap through TORCHDOCTOR_RUN (JSON)."""
-        return {
+        config: dict[str, Any] = {
             "v": 1,
             "run_dir": str(self.run_dir),
             "probes": self.probes,
@@ -82,6 +104,9 @@ class RunPlan:
             "project": self.project,
             "options": {name: self.thresholds.get(name, {}).get("instrument", {}) for name in self.probes},
         }
+        if self.launch is not None:
+            config["launcher"] = "torchrun"  # the bootstrap records each rank's exit status (bootstrap.py)
+        return config
 
 
 _UNITS = {
@@ -196,6 +221,20 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
     gpu = parse_size_gib(req.gpu_memory) if req.gpu_memory is not None else None
 
     args = list(req.target)
+    launch: Launch | None = None
+    if is_launcher_line(args, cwd):
+        if req.nproc_per_node is not None or req.rendezvous or req.module:
+            raise UsageError("give either torchdoctor's --nproc-per-node/-m/rendezvous options or your own "
+                             "torchrun line after --, not both")
+        try:
+            launch = parse_launcher_line(args, cwd)
+        except LaunchError as exc:
+            raise UsageError(str(exc)) from None
+        req = _target_of(req, launch)
+        args = list(req.target)
+    elif req.rendezvous and req.nproc_per_node is None:
+        raise UsageError("rendezvous options (--nnodes, --node-rank, --master-addr, --master-port, --rdzv-*, "
+                         "--standalone) need --nproc-per-node")
     script: str | None = None
     if req.module:
         if not _module_exists(req.module, cwd):
@@ -214,6 +253,17 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
             raise UsageError(f"cannot read {script}")
         project = str(path.resolve().parent if path.is_file() else path.resolve())
 
+    if req.nproc_per_node is not None:
+        try:
+            launch = own_launch(req.nproc_per_node, list(req.rendezvous), req.module, script, args)
+        except LaunchError as exc:
+            raise UsageError(str(exc)) from None
+    if launch is not None and not torch_available():
+        raise UsageError(f"a distributed run needs torch in this Python ({sys.executable}): torchrun is "
+                         "torch.distributed.run")
+    if req.ddp_debug and launch is None:
+        raise UsageError("--ddp-debug needs a distributed run (--nproc-per-node N, or a torchrun line after --)")
+
     hang = req.hang_timeout if req.hang_timeout is not None else float(thresholds["run"]["hang_timeout_s"])
     return RunPlan(
         script=script,
@@ -230,4 +280,13 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         fail_on=req.fail_on,
         cwd=cwd,
         thresholds=thresholds,
+        launch=launch,
+        ddp_debug=req.ddp_debug,
     )
+
+
+def _target_of(req: RunRequest, launch: Launch) -> RunRequest:
+    """The request as if the launcher line's script (or module) had been given to torchdoctor directly."""
+    if launch.module:
+        return replace(req, module=launch.target, target=list(launch.args))
+    return replace(req, target=[launch.target, *launch.args])

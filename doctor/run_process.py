@@ -18,6 +18,21 @@ whole group — DataLoader workers included — can be stopped at once:
 - after the child has exited, whatever is left in its group (orphaned
   workers) gets SIGTERM, then SIGKILL: no process outlives the run.
 
+A distributed run (`distributed=True`) starts torchrun's agent as the child.
+The agent starts every rank in a session of its own, so the supervisor also
+tracks the ranks' process groups (from the ranks' start events, checked to
+descend from the agent, and from a scan of the agent's descendants) and
+handles them as it handles the child's group:
+
+- stacks and SIGTERM go to each rank's main process, never to the agent;
+  ranks still alive after `rank_grace_s` are killed (a rank blocked inside
+  a C++ collective cannot run Python's SIGTERM handler), then the agent;
+- a rank that failed (an exception, a non-zero exit, a fatal signal) while
+  others keep running without a step for `peer_wait_s`: the others wait for
+  a partner that is gone. Their stacks are taken and the job is stopped, so
+  nobody waits for torchrun's 30 s shutdown or a collective's timeout;
+- a second Ctrl-C kills every group of the job.
+
 No torch here; the parent never imports it.
 """
 
@@ -34,6 +49,7 @@ from typing import IO
 from torchdoctor.analysis.evidence import EventTail
 
 POLL_S = 0.25
+SCAN_EVERY_S = 1.0  # how often a distributed run's process tree is scanned for new process groups
 
 
 @dataclass
@@ -44,6 +60,8 @@ class ChildResult:
     seconds_without_step: float | None = None
     sent_signal: str | None = None  # the last signal torchdoctor sent to end it
     pids: dict[int, int] = field(default_factory=dict)
+    decided_at: float | None = None  # wall-clock time of torchdoctor's decision (hang, timeout, a dead peer)
+    peer_failed: int | None = None  # the failed rank whose waiting peers torchdoctor stopped
 
 
 def group_alive(pgid: int) -> bool:
@@ -78,6 +96,10 @@ class Supervisor:
         startup_s: float = 60.0,
         grace_s: float = 5.0,
         stacks_wait_s: float = 2.0,
+        *,
+        distributed: bool = False,
+        rank_grace_s: float = 1.0,
+        peer_wait_s: float = 3.0,
     ):
         self.argv = argv
         self.env = env
@@ -95,6 +117,16 @@ class Supervisor:
         self.sent: str | None = None
         self.interrupts = 0
         self.stop_requested: int | None = None  # a signal torchdoctor itself received
+        self.distributed = distributed
+        self.rank_grace_s = rank_grace_s
+        self.peer_wait_s = peer_wait_s
+        self.ranks: dict[int, int] = {}  # rank -> pid of its main process, on this host, in this job
+        self.groups: set[int] = set()  # the ranks' process groups (distributed runs)
+        self.decided_at: float | None = None
+        self.peer_failed: int | None = None
+        self._failed_seen: tuple[int, float] | None = None  # (rank, monotonic time) of a failed rank
+        self._verdicts: dict[int, bool] = {}  # rank -> did its process fail (once it is gone)
+        self._last_scan = 0.0
 
     # -- signals to torchdoctor ------------------------------------------------------
 
@@ -103,6 +135,7 @@ class Supervisor:
         self.decided = self.decided or "interrupted"
         if self.interrupts > 1:
             self._signal_group(signal.SIGKILL)
+            self._kill_groups()
         elif signum == signal.SIGINT:
             self._signal_group(signal.SIGINT)
         else:
@@ -140,6 +173,8 @@ class Supervisor:
                 now = time.monotonic()
                 if self.tail.poll():
                     last_progress = now
+                if self.distributed:
+                    self._track_ranks(now)
                 if self.stop_requested is not None:
                     self.stop_requested = None
                     self._terminate()
@@ -149,6 +184,8 @@ class Supervisor:
                 elif self.hang_timeout_s and now - last_progress > self._hang_limit():
                     waited = now - last_progress
                     self._stop("hang")
+                elif self._peer_failed(now, last_progress):
+                    self._stop(None)
         finally:
             duration = time.monotonic() - started
             if self.proc is not None:
@@ -164,7 +201,9 @@ class Supervisor:
             duration_s=duration,
             seconds_without_step=waited,
             sent_signal=self.sent,
-            pids=dict(self.tail.pids),
+            pids=dict(self.ranks or self.tail.pids),
+            decided_at=self.decided_at,
+            peer_failed=self.peer_failed,
         )
 
     def _hang_limit(self) -> float:
@@ -174,21 +213,31 @@ class Supervisor:
             return self.hang_timeout_s
         return max(self.hang_timeout_s, self.startup_s)
 
-    def _stop(self, reason: str) -> None:
-        self.decided = reason
+    def _stop(self, reason: str | None) -> None:
+        """End the run for `reason` (None: a failed rank's peers wait for it): stacks first, then terminate."""
+        self.decided = reason or self.decided
+        self.decided_at = time.time()
         self._dump_stacks()
         self._terminate()
 
+    def _targets(self) -> dict[int, int]:
+        """rank -> the pid of each rank's main process: the processes to signal (never torchrun's agent)."""
+        assert self.proc is not None
+        if self.distributed:
+            return {rank: pid for rank, pid in self.ranks.items() if _alive(pid)}
+        return dict(self.tail.pids) or {0: self.proc.pid}
+
     def _dump_stacks(self) -> None:
         """SIGUSR1 to each rank's main process; wait until faulthandler has written."""
-        assert self.proc is not None
-        pids = list(self.tail.pids.values()) or [self.proc.pid]
-        for pid in pids:
+        targets = self._targets()
+        for pid in targets.values():
             try:
                 os.kill(pid, signal.SIGUSR1)
             except (ProcessLookupError, PermissionError):
                 pass
-        files = [self.run_dir / f"stacks.rank{rank}.txt" for rank in (self.tail.pids or {0: 0})]
+        files = [self.run_dir / f"stacks.rank{rank}.txt" for rank in targets]
+        if not files:
+            return
         deadline = time.monotonic() + self.stacks_wait_s
         sizes: list[int] = []
         while time.monotonic() < deadline:
@@ -208,11 +257,17 @@ class Supervisor:
         if self.proc.poll() is not None:
             return
         self.sent = "SIGTERM"
-        for pid in list(self.tail.pids.values()) or [self.proc.pid]:
+        targets = self._targets()
+        for pid in targets.values():
             try:
                 os.kill(pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
+        if self.distributed:
+            self._scan()
+            if not targets:  # no rank has started yet: torchrun's agent stops its workers itself
+                self._signal_group(signal.SIGTERM)
+            self._end_ranks(targets)
         try:
             self.proc.wait(timeout=self.grace_s)
         except subprocess.TimeoutExpired:
@@ -223,23 +278,118 @@ class Supervisor:
                 pass
 
     def _clean_group(self) -> None:
-        """Nothing of the run outlives it: leftovers in the group get SIGTERM, then SIGKILL."""
+        """Nothing of the run outlives it: leftovers in the groups get SIGTERM, then SIGKILL."""
         assert self.proc is not None
-        pgid = self.proc.pid
-        if not group_alive(pgid):
+        if self.distributed:
+            self._scan()
+        groups = [g for g in (self.proc.pid, *sorted(self.groups)) if group_alive(g)]
+        if not groups:
             return
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
+        for pgid in groups:
+            _killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and group_alive(pgid):
+        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
             time.sleep(0.05)
-        if group_alive(pgid):
+        groups = [g for g in groups if group_alive(g)]
+        for pgid in groups:
+            _killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+            time.sleep(0.05)
+
+    # -- distributed runs --------------------------------------------------------------
+
+    def _track_ranks(self, now: float) -> None:
+        """Learn the ranks' main processes and process groups as they start."""
+        assert self.proc is not None
+        new = {r: p for r, p in self.tail.pids.items() if self.ranks.get(r) != p}
+        if new or now - self._last_scan >= SCAN_EVERY_S:
+            family = self._scan()
+            for rank, pid in new.items():
+                if pid in family:  # a start event of this job on this host (a shared --out holds other nodes')
+                    self.ranks[rank] = pid
+
+    def _scan(self) -> set[int]:
+        """The agent's descendants now; their process groups join the ones to clean up."""
+        import psutil
+
+        assert self.proc is not None
+        self._last_scan = time.monotonic()
+        try:
+            family = {p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)}
+        except psutil.Error:
+            return set()
+        for pid in family:
             try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                return
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline and group_alive(pgid):
-                time.sleep(0.05)
+                self.groups.add(os.getpgid(pid))
+            except OSError:
+                continue
+        self.groups.discard(os.getpgrp())  # never torchdoctor's own group
+        return family
+
+    def _peer_failed(self, now: float, last_progress: float) -> bool:
+        """A rank failed and the others have made no step for peer_wait_s since: they wait for it."""
+        if not self.distributed or not self.ranks or self.peer_wait_s <= 0:
+            return False
+        if self._failed_seen is None:
+            rank = self._failed_rank()
+            if rank is None:
+                return False
+            self._failed_seen = (rank, now)
+        rank, since = self._failed_seen
+        if now - max(since, last_progress) < self.peer_wait_s or not self._targets():
+            return False
+        self.peer_failed = rank
+        return True
+
+    def _failed_rank(self) -> int | None:
+        """A rank whose process is gone after a failure while other ranks still run."""
+        from torchdoctor.analysis.ranks import failed_during_training
+
+        gone = [r for r, pid in self.ranks.items() if not _alive(pid)]
+        if not gone or len(gone) == len(self.ranks):
+            return None
+        for rank in gone:
+            if rank not in self._verdicts:
+                verdict = failed_during_training(self.run_dir, rank)
+                if verdict is None:  # its waiter has not written the process's end yet
+                    continue
+                self._verdicts[rank] = verdict
+            if self._verdicts[rank]:
+                return rank
+        return None
+
+    def _end_ranks(self, targets: dict[int, int]) -> None:
+        """After SIGTERM: ranks get rank_grace_s to write their last evidence, then SIGKILL to their groups."""
+        deadline = time.monotonic() + self.rank_grace_s
+        while time.monotonic() < deadline and any(_alive(pid) for pid in targets.values()):
+            time.sleep(0.05)
+        if any(_alive(pid) for pid in targets.values()):
+            self.sent = "SIGKILL"
+            self._kill_groups()
+
+    def _kill_groups(self) -> None:
+        for pgid in sorted(self.groups):
+            _killpg(pgid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Is the process there and not a zombie?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

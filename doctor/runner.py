@@ -10,6 +10,16 @@ The flow, one module per step:
 4. here            the Report -> diagnosis (route, specialists) -> report.json in the
                    run directory (always) -> the chosen format on stdout -> exit code
 
+A distributed run (`--nproc-per-node N`, or the user's own torchrun line
+after `--`; run_launch.py) starts `python -m torch.distributed.run … -m
+torchdoctor.probes.bootstrap SCRIPT ARGS…` instead: every rank streams its own
+events, the supervisor follows every rank, and how the job ended is decided
+from every rank's end (analysis/ranks.py), not from torchrun's exit code. The
+cross-rank analysis (analysis/distributed.py) runs for every multi-rank run;
+its hang classification (collective-mismatch, ddp-hang, rank-crashed) replaces
+the generic per-rank `hang`. The torchdoctor whose node holds rank 0 prints
+the report; on other nodes it writes report.json and prints one line.
+
 The parent never imports torch. With `--format json` the script's stdout goes
 to our stderr, so stdout carries the report alone.
 
@@ -28,7 +38,7 @@ import time
 from pathlib import Path
 
 from torchdoctor import exitcodes
-from torchdoctor.analysis import analyse
+from torchdoctor.analysis import RunAnalysis, analyse
 from torchdoctor.analysis.evidence import RunEvidence, read_events
 from torchdoctor.analysis.outcome import decide
 from torchdoctor.model import SEVERITY_RANK, Report, RunInfo
@@ -59,6 +69,12 @@ def supervise(plan: RunPlan) -> ChildResult:
     env = dict(os.environ)
     env[ENV] = json.dumps(plan.child_config())
     limits = plan.thresholds.get("run", {})
+    spread = plan.thresholds.get("distributed", {})
+    if plan.distributed:
+        if plan.ddp_debug:
+            env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        # torchrun's own wait after a signal before it kills its workers (default 30 s)
+        env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(int(float(limits.get("terminate_grace_s", 5.0)))))
     stdout = sys.stderr.fileno() if plan.fmt == "json" else None
     return Supervisor(
         argv=plan.child_argv(),
@@ -71,6 +87,9 @@ def supervise(plan: RunPlan) -> ChildResult:
         startup_s=float(limits.get("startup_timeout_s", 60.0)),
         grace_s=float(limits.get("terminate_grace_s", 5.0)),
         stacks_wait_s=float(limits.get("stacks_wait_s", 2.0)),
+        distributed=plan.distributed,
+        rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
+        peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
     ).run()
 
 
@@ -88,8 +107,16 @@ def _drop_empty_files(run_dir: Path) -> None:
 def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
     _drop_empty_files(plan.run_dir)
     events = read_events(plan.run_dir)
-    exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
-    outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
+    options: dict = {"gpu_memory_gib": plan.gpu_memory_gib} if plan.gpu_memory_gib is not None else {}
+    if plan.distributed:
+        from torchdoctor.analysis import ranks
+
+        ends = {rank: ranks.rank_end(rank, rows) for rank, rows in events.items() if rows}
+        outcome = ranks.decide(result.returncode, result.decided, ends, result.duration_s, result.sent_signal)
+        options["distributed"] = {"decided_at": result.decided_at, "peer_failed": result.peer_failed}
+    else:
+        exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
+        outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
     outcome.seconds_without_step = result.seconds_without_step
     outcome.hang_timeout_s = plan.hang_timeout_s
     outcome.timeout_s = plan.timeout_s
@@ -102,7 +129,7 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
         events=events,
         outcome=outcome,
         thresholds=plan.thresholds,
-        options={"gpu_memory_gib": plan.gpu_memory_gib} if plan.gpu_memory_gib is not None else {},
+        options=options,
     )
 
 
@@ -111,6 +138,11 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
 
     started = time.perf_counter()
     found = analyse(run)
+    if plan.distributed or len(run.ranks) > 1:
+        _across_ranks(run, found)
+    from torchdoctor.analysis.static import add_static
+
+    add_static(plan, found)  # check's findings on the same script; diagnose() merges them with the measured ones
     outcome = run.outcome
     report = Report(
         command="run",
@@ -119,7 +151,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
         contexts=found.contexts,
         run=RunInfo(
             exit_code=outcome.exit_code,
-            steps_completed=run.steps_completed(0),
+            steps_completed=run.steps_completed(run.ranks[0]),
             stopped=outcome.stopped,
             duration_s=outcome.duration_s,
             command=plan.user_command,
@@ -131,7 +163,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
         ),
         environment=found.environment,
         artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd), **found.artifacts},
-        notes=found.notes,
+        notes=list(dict.fromkeys(found.notes)),  # every rank writes the same probe notes
     )
     diagnose(report, target_hint=plan.script)
     report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
@@ -140,6 +172,18 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     if first is not None:
         report.timings["first_step_s"] = first
     return report
+
+
+def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
+    """The cross-rank analysis joins every multi-rank run; it names the error and the hang."""
+    from torchdoctor.analysis import distributed
+
+    if "distributed" not in run.probes:
+        found.absorb("distributed", distributed.analyse(run))
+    found.error = distributed.first_error(run) or found.error
+    classified = {"collective-mismatch", "ddp-hang", "rank-crashed"}
+    if run.outcome.stopped == "hang" and any(s.id in classified for s in found.symptoms):
+        found.symptoms = [s for s in found.symptoms if s.id != "hang"]
 
 
 def write_report(report: Report, run_dir: Path) -> None:
@@ -177,7 +221,13 @@ def run_command(req: RunRequest) -> int:
     from torchdoctor.render import render
 
     sys.stdout.flush()
-    render(report, plan.fmt)
+    if plan.distributed and run.events and 0 not in run.events:
+        ranks = ("rank " if len(run.ranks) == 1 else "ranks ") + ", ".join(str(r) for r in run.ranks)
+        sys.stderr.write(f"torchdoctor: {ranks} on this node: report in "
+                         f"{display_path(str(plan.run_dir / 'report.json'), plan.cwd)} (rank 0's node prints the "
+                         "whole report)\n")
+    else:
+        render(report, plan.fmt)
     return exit_code(report, plan.fail_on)
 
 
@@ -189,11 +239,12 @@ def _fallback_report(plan: RunPlan, run: RunEvidence, exc: Exception) -> Report:
         target=plan.display_target,
         run=RunInfo(
             exit_code=outcome.exit_code,
-            steps_completed=run.steps_completed(0),
+            steps_completed=run.steps_completed(run.ranks[0]),
             stopped=outcome.stopped,
             duration_s=outcome.duration_s,
             command=plan.user_command,
             signal=outcome.signal,
+            ranks=max(run.world_size, 1),
             probes=list(plan.probes),
         ),
         artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd)},

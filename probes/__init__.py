@@ -80,6 +80,73 @@ PROBES: dict[str, ProbeInfo] = {
             "from dynamo's logs and counters; --compile-backend eager makes detection fast on CPU",
             cost="none until dynamo logs a break or a recompile; a regular expression per record",
         ),
+        # The training-protocol probes (issue 6): thin wrappers around what the script calls.
+        ProbeInfo(
+            name="schedule",
+            instrument="torchdoctor.probes.schedule:ScheduleProbe",
+            analysis="torchdoctor.analysis.schedule",
+            measures="each LR scheduler's kind and planned length, scheduler.step() calls per optimizer step, "
+            "a step before the first optimizer.step(); the intended and the projected LR curves",
+            cost="< 1 µs per optimizer step, ~2 µs per scheduler.step(); the curve replayed once at the end",
+        ),
+        ProbeInfo(
+            name="amp",
+            instrument="torchdoctor.probes.amp:AmpProbe",
+            analysis="torchdoctor.analysis.amp",
+            measures="autocast regions entered (device, dtype), float16 backward without a GradScaler, clipping "
+            "before unscale_, a scaler with bfloat16, the loss scale and skipped steps",
+            cost="~1 µs per autocast region and per GradScaler call, < 1 µs per backward",
+        ),
+        ProbeInfo(
+            name="accumulation",
+            instrument="torchdoctor.probes.accumulation:AccumulationProbe",
+            analysis="torchdoctor.analysis.accumulation",
+            measures="backward passes per optimizer step, the constant the loss is divided by, gradient norms "
+            "after one and after all micro-steps, micro-steps thrown away or left over",
+            cost="< 1 µs per backward and per step; a loss-graph walk on sampled backwards, a norm on 3 steps",
+        ),
+        ProbeInfo(
+            name="validation",
+            instrument="torchdoctor.probes.validation:ValidationProbe",
+            analysis="torchdoctor.analysis.validation",
+            measures="top-level forwards no backward reaches: grad mode, dropout/batch-norm train mode, the memory "
+            "their graph holds, model.train() not restored",
+            cost="~5-10 µs per top-level forward, nothing per layer",
+        ),
+        ProbeInfo(
+            name="checkpoint",
+            instrument="torchdoctor.probes.checkpoint:CheckpointProbe",
+            analysis="torchdoctor.analysis.checkpoint",
+            measures="what each torch.save holds (weights, optimizer, scheduler, scaler, epoch/step, RNG; whole "
+            "modules; module. prefixes), torch.load settings, load_state_dict missing/unexpected keys",
+            cost="nothing per step; a walk over the top two levels of each saved or loaded object",
+        ),
+        ProbeInfo(
+            name="gradcheck",
+            instrument="torchdoctor.probes.gradcheck:GradcheckProbe",
+            analysis="torchdoctor.analysis.gradcheck",
+            measures="each custom autograd.Function of the script: its inputs at first use, then "
+            "torch.autograd.gradcheck on double-precision inputs once, after the run",
+            cost="< 1 µs per Function.apply; gradcheck once per Function after the run (reported apart)",
+        ),
+        ProbeInfo(
+            name="gradflow",
+            instrument="torchdoctor.probes.gradflow:GradflowProbe",
+            analysis="torchdoctor.analysis.gradflow",
+            measures="parameters no gradient reaches (frozen, cut off by .detach()/.numpy(), never used, in no "
+            "optimizer) and a loss that stays exactly constant",
+            cost="< 1 µs per backward, ~0.1 µs per parameter on checked steps; one localising forward if needed",
+        ),
+        ProbeInfo(
+            name="distributed",
+            instrument="torchdoctor.probes.distributed:DistributedProbe",
+            analysis="torchdoctor.analysis.distributed",
+            measures="DDP checks in every torchrun rank: DistributedSampler epochs, parameters without gradients, "
+            "torch.save on every rank, gradient syncs per optimizer step, .expand() of parameters, per-rank step "
+            "times; inert without torchrun",
+            cost="~1.5 µs per DDP forward and ~0.3 µs per step; the first DDP forward is watched once (a few µs "
+            "per operator); nothing in a single-process run",
+        ),
     )
 }
 

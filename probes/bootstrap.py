@@ -22,6 +22,17 @@ Differences from plain Python, all documented in docs/run.md: `--steps N`
 ends the script from inside `optimizer.step()` of step N with a
 BaseException (`StopRun`), exit 0; SIGTERM raises `Terminated` so the
 probes can write their last evidence (exit 143).
+
+Under torchrun (the configuration says `"launcher": "torchrun"` and RANK is
+set) the bootstrap first forks: the child is the rank and runs the script;
+the parent only waits for it and appends a `process-exit` event (exit code or
+fatal signal, wall-clock time) to the rank's stream, then ends the same way
+(same code, or the same signal re-raised), so torchrun sees what it would have
+seen. Only the parent of a process learns how it ended, and torchrun's agent
+is the parent of the ranks: without this a rank that aborts in interpreter
+shutdown, segfaults or is killed leaves no trace in the evidence. The waiter
+ignores the catchable signals (torchrun and torchdoctor signal the rank's
+whole process group, so the rank still receives them).
 """
 
 from __future__ import annotations
@@ -30,11 +41,15 @@ import builtins
 import io
 import os
 import runpy
+import signal
 import sys
+import time
 import types
 from dataclasses import dataclass
+from typing import Any
 
-from torchdoctor.probes.session import Session, StopRun, Terminated, trim_traceback
+from torchdoctor.probes.evidence import EvidenceWriter
+from torchdoctor.probes.session import Session, StopRun, Terminated, rank_file, read_config, trim_traceback
 
 
 @dataclass
@@ -159,10 +174,51 @@ def _exit_status(code: object) -> int:
     return 1  # sys.exit("message") prints the message and exits with 1
 
 
+_WAITER_IGNORES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def record_exit_status(config: dict[str, Any], t0: float) -> None:
+    """Under torchrun: fork; return in the child (the rank); the parent records how it ended and exits alike."""
+    rank = int(os.environ.get("RANK", "0") or 0)
+    path = rank_file(config["run_dir"], "events.jsonl", rank)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return
+    for name in _WAITER_IGNORES:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:  # pragma: no cover - nothing else reaps it
+            os._exit(1)
+    code = os.waitstatus_to_exitcode(status)
+    died_of = signal.Signals(-code).name if code < 0 and -code in signal.valid_signals() else None
+    try:
+        writer = EvidenceWriter(path, t0)
+        writer.write({"kind": "process-exit", "rank": rank, "rank_pid": pid, "code": code, "signal": died_of,
+                      "time": time.time()})
+        writer.close()
+    except OSError:
+        pass
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        os._exit(128 - code)  # a signal that does not end a process by default (it ended the rank)
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
+    t0 = time.perf_counter()
     try:
         target = parse_target(list(sys.argv[1:] if argv is None else argv))
-        session = Session.from_env()
+        config = read_config()
+        if config.get("launcher") == "torchrun" and "RANK" in os.environ:
+            record_exit_status(config, t0)
+        session = Session(config)
     except (ValueError, RuntimeError, KeyError) as exc:
         sys.stderr.write(f"torchdoctor bootstrap: {exc}\n")
         return 2

@@ -6,26 +6,28 @@ Measures
   is wrapped; `Tensor.backward` calls it), checked before the pass runs — on
   CPU one `item()`, on CUDA a device-side flag copied to pinned memory and
   read one step later, so the sentinel never stalls the GPU queue;
-- the gradients: at the optimizer step pre-hook, `torch._foreach_norm` over
-  every gradient, stacked into one vector read as one transfer: the total
-  norm (finite ⇔ every gradient is finite) and the norm of each layer (a
-  module that owns parameters, in execution order). Every step for the
-  first `dense_steps` steps, then spaced so the check stays under
-  `budget_fraction` of the step time; in between, every step, the same check
-  on the gradients of at most `always_check_elements` elements (biases,
-  norm layers: a NaN reaching a layer's output gradient reaches its bias's
-  gradient too), which triggers the full check when it fires. What both
-  miss turns the next loss non-finite, which the loss sentinel catches;
+- the gradients: at the optimizer step pre-hook, the norm of every gradient
+  (`torch.linalg.vector_norm` each for up to 16 CPU tensors; else
+  `torch._foreach_norm`, stacked and read as one transfer): the total norm
+  (finite ⇔ every gradient is finite) and the norm of each layer (a
+  module that owns parameters, in execution order). Every step, unless the
+  check alone costs more than `budget_fraction` of the step (a tiny model
+  with very many parameter tensors on a CPU): then every k-th step after the
+  first `dense_steps`, and a non-finite gradient on an unchecked step turns
+  the next loss non-finite, which the sentinel catches there (the report
+  then says which update wrote non-finite parameters, without the backward
+  op). On a GPU the check is a few kernel launches; on a CPU it is one
+  memory-bound pass over the gradients (~80-120 µs for 0.4 M parameters);
 - the parameters: the same norm check every `param_check_every` steps;
 - a `GradScaler`, when the script uses one (its `scale`, `step` and `update`
   are wrapped): the scale after each update and the steps it skipped. An
   inf/NaN gradient on a step the scaler skips is its normal overflow
   handling, not a diagnosis; an unscaled loss that stays non-finite for
   `scaler_localise_after` steps is.
-- the top-level modules' inputs (references) and CPU/CUDA RNG state before
-  each forward (one forward pre-hook on each top-level module, ~2-4 µs), and
-  the gradients reaching their outputs when smaller than
-  `keep_output_grad_elements` (a tensor hook) — what a replay needs.
+- the top-level modules' inputs (references, no copies) and, when the model
+  has dropout, the CPU/CUDA RNG state before each forward: one forward
+  pre-hook on each top-level module (~5 µs; ~10 µs with the RNG state) —
+  what a replay needs.
 
 Localisation (probes/nanlocate.py), once per kind of failure, only after the
 sentinel fired and before the optimizer applies anything: the input batch
@@ -41,12 +43,13 @@ as soon as `torch.compile` is called, so compiled code never depends on
 them). A model called inside code compiled as a function is not replayed
 (hooking it would change dynamo's guards): its report names no module.
 
-Costs (bench/bench_run.py, CPU, 1 thread)
------------------------------------------
-Loss sentinel < 1 µs per step on CPU; gradient norms ~70-100 µs per step for
-0.4 M parameters in 6 tensors (≈3 µs per tensor plus a memory pass);
-module input capture 2-4 µs per forward. A localisation costs a few
-forward/backward passes, once.
+Costs (bench/bench_run.py, CPU, 1 thread; its own account is in the report,
+`probe_us_per_step`)
+-----------------------------------------------------------------------------
+Loss sentinel ~1-5 µs per step on CPU (one `item()`); gradient norms
+~100-150 µs per checked step for 0.4 M parameters (a memory pass over the
+gradients, cold in cache after backward); module input capture ~5-10 µs per
+forward. A localisation costs a few forward/backward passes, once.
 
 Symptoms (thresholds in rules/data/thresholds.toml, [nan]; classified in
 doctor/analysis/nan.py)
@@ -70,6 +73,7 @@ doctor/analysis/nan.py)
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
 import weakref
@@ -98,6 +102,9 @@ def _number(x: float) -> float | str:
 
 def _sig(x: float, digits: int = 4) -> float | str:
     return _number(float(f"{x:.{digits}g}")) if math.isfinite(x) else _number(x)
+
+
+PER_TENSOR_MAX = 16  # up to this many CPU gradients, a norm per tensor beats foreach (CPU has no fused kernel)
 
 
 class _Deferred:
@@ -129,11 +136,10 @@ class NanProbe(Probe):
         self.torch = torch
         opt = self.options
         self.dense_steps = int(opt.get("dense_steps", 20))
-        self.always_elements = int(opt.get("always_check_elements", 65536))
-        self.budget = float(opt.get("budget_fraction", 0.02))
+        self.budget = float(opt.get("budget_fraction", 0.10))
         self.param_every = int(opt.get("param_check_every", 50))
         self.layer_every = int(opt.get("layer_norms_every", 25))
-        self.keep_grad_elements = int(opt.get("keep_output_grad_elements", 1 << 22))
+        self.keep_rng = True  # until the models are known: dropout needs the same masks in a replay
         self.scaler_after = int(opt.get("scaler_localise_after", 3))
         self.max_events = int(opt.get("max_events", 200))
         self.names: ModelMap | None = None
@@ -142,6 +148,8 @@ class NanProbe(Probe):
         self.call_gen: dict[int, int] = {}  # id(module) -> backward count when it was called
         self._root_handles: list[Any] = []
         self._global_handles: list[Any] = []
+        self._first_seen = 0
+        self.first_calls_limit = int(opt.get("first_calls_limit", 256))
         self._first_calls: dict[int, Call] = {}
         self._first_order: list[int] = []
         self._depth = 0
@@ -157,6 +165,8 @@ class NanProbe(Probe):
         self._last_t: float | None = None
         self._step_s = 0.0
         self._check_cost = array("d")
+        self._costs = array("d")  # the probe's own seconds in each step
+        self._spent = 0.0
         self.checked = 0
         self.nonfinite_seen = {"loss": 0, "grad": 0, "parameters": 0}
         # GradScaler
@@ -190,6 +200,9 @@ class NanProbe(Probe):
     def _first_pre(self, module: Any, args: Any) -> None:
         if self._depth == 0 and self.enabled:
             self._first_calls[id(module)] = Call(module, (), {}, *self._rng())
+            self._first_seen += 1
+            if self._first_seen > self.first_calls_limit:  # no backward in sight (inference, data prep)
+                self._drop_global_hooks()
         self._depth += 1
 
     def _first_post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
@@ -232,9 +245,6 @@ class NanProbe(Probe):
         self.params = [p for layer in self.names.layers for _, p in layer.params]
         known = {id(p) for p in self.params}
         self.params += [p for p in params if id(p) not in known]
-        # checked every step, whatever the budget: biases, norms, small weights (a NaN that reaches a
-        # layer's output gradient also reaches its bias's gradient)
-        self.small = [i for i, p in enumerate(self.params) if p.numel() <= self.always_elements]
         compiled = self._compiled_anything()
         for root in self.names.roots:
             if compiled and not is_compiled(root):
@@ -246,7 +256,7 @@ class NanProbe(Probe):
             if first is not None:
                 self.calls[id(root)] = first
             self._root_handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
-            self._root_handles.append(root.register_forward_hook(self._root_post))
+        self.keep_rng = any(_stochastic(self.torch, m) for root in self.names.roots for m in root.modules())
         self._first_calls = {}
         self.emit(
             "layers",
@@ -260,18 +270,10 @@ class NanProbe(Probe):
     def _root_pre(self, module: Any, args: Any, kwargs: Any) -> None:
         if self.torch.compiler.is_compiling() or not self.enabled:
             return
-        self.calls[id(module)] = Call(module, args, kwargs, *self._rng())
+        started = time.perf_counter()
+        self.calls[id(module)] = Call(module, args, kwargs, *(self._rng() if self.keep_rng else (None, None)))
         self.call_gen[id(module)] = self.backward.calls
-
-    def _root_post(self, module: Any, args: Any, output: Any) -> None:
-        if self.torch.compiler.is_compiling() or not self.enabled:
-            return
-        call = self.calls.get(id(module))
-        if call is None:
-            return
-        for i, (_, t) in enumerate(tensors_in(output, self.torch, limit=8)):
-            if t.requires_grad and t.numel() <= self.keep_grad_elements:
-                t.register_hook(_keeper(call.out_grads, i))
+        self._spent += time.perf_counter() - started
 
     def _current_calls(self, generation: int) -> list[Call]:
         return [c for mid, c in self.calls.items() if self.call_gen.get(mid) == generation and c.args is not None]
@@ -279,6 +281,13 @@ class NanProbe(Probe):
     # -- the loss --------------------------------------------------------------------------------
 
     def _before_backward(self, tensors: Any) -> None:
+        started = time.perf_counter()
+        try:
+            self._check_loss(tensors)
+        finally:
+            self._spent += time.perf_counter() - started
+
+    def _check_loss(self, tensors: Any) -> None:
         torch = self.torch
         ts = [t for t in (tensors if isinstance(tensors, (list, tuple)) else (tensors,)) if isinstance(t, torch.Tensor)]
         if not ts:
@@ -291,9 +300,12 @@ class NanProbe(Probe):
         self._scaled = None
         loss = ts[0]
         if loss.device.type == "cpu" or self.sync:
-            ok = all(finite(t.detach()) for t in ts[:4])
-            if loss.numel() == 1:
-                self._loss = _number(float(loss.detach()))
+            if len(ts) == 1 and loss.numel() == 1 and loss.is_floating_point():
+                value = loss.item()  # one scalar: 0.3 µs on CPU, where isfinite().all() costs ~8 µs
+                ok = math.isfinite(value)
+                self._loss = _number(value)
+            else:
+                ok = all(finite(t.detach()) for t in ts[:4])
         else:
             flag = torch.stack([t.detach().isfinite().all() for t in ts[:4]]).all()
             self._defer("loss", flag)
@@ -403,6 +415,13 @@ class NanProbe(Probe):
     # -- gradients and parameters ----------------------------------------------------------------------
 
     def before_step(self, step: int, optimizer: Any) -> None:
+        started = time.perf_counter()
+        try:
+            self._before_step(step, optimizer)
+        finally:
+            self._spent += time.perf_counter() - started
+
+    def _before_step(self, step: int, optimizer: Any) -> None:
         self._pre_calls += 1
         if self._optimizer is None or self._optimizer() is not optimizer:
             self._optimizer = weakref.ref(optimizer)
@@ -417,11 +436,9 @@ class NanProbe(Probe):
             if step < self.dense_steps or self._step_s <= 0:
                 self._next_check = step + 1
             else:
-                self._next_check = step + max(1, math.ceil(cost / (self.budget * self._step_s)))
-        elif self.small:
-            self._check_small(step)
-        for call in self.calls.values():
-            call.out_grads.clear()
+                # the median of recent checks: one preempted check must not space out the next ones
+                typical = statistics.median(self._check_cost[-16:]) if self._check_cost else cost
+                self._next_check = step + max(1, math.ceil(typical / (self.budget * self._step_s)))
 
     def _norms(self, tensors: list[Any]) -> Any:
         torch = self.torch
@@ -437,27 +454,21 @@ class NanProbe(Probe):
         if not pairs:
             return
         self.checked += 1
-        vec = self._norms([g for _, g in pairs])
         index = [i for i, _ in pairs]
-        if vec.device.type != "cpu" and not self.sync:
-            self._defer("grad", vec, index)
-            return
-        total = self._grad_values(step, index, vec.tolist(), late=False)
+        grads = [g for _, g in pairs]
+        if len(grads) <= PER_TENSOR_MAX and grads[0].device.type == "cpu":
+            # a handful of CPU tensors: one norm each is ~25% cheaper than the foreach fallback plus stack
+            vector_norm = self.torch.linalg.vector_norm
+            norms = [vector_norm(g).item() for g in grads]
+        else:
+            vec = self._norms(grads)
+            if vec.device.type != "cpu" and not self.sync:
+                self._defer("grad", vec, index)
+                return
+            norms = vec.tolist()
+        total = self._grad_values(step, index, norms, late=False)
         if not math.isfinite(total):
-            self._nonfinite_grads(step, pairs, vec.tolist())
-
-    def _check_small(self, step: int) -> None:
-        """Between full checks: the small gradients only; a non-finite one triggers the full check."""
-        grads = [self.params[i].grad for i in self.small]
-        pairs = [(i, g) for i, g in zip(self.small, grads, strict=True) if g is not None and not g.is_sparse]
-        if not pairs:
-            return
-        vec = self._norms([g for _, g in pairs])
-        if vec.device.type != "cpu" and not self.sync:
-            self._defer("small", vec.isfinite().all())
-            return
-        if not bool(vec.isfinite().all()):
-            self._check_grads(step)
+            self._nonfinite_grads(step, pairs, norms)
 
     def _grad_values(self, step: int, index: list[int], norms: list[float], late: bool) -> float:
         """Total and per-layer norms of one check; on CUDA they arrive a step late."""
@@ -528,12 +539,15 @@ class NanProbe(Probe):
     def after_step(self, step: int, optimizer: Any) -> dict[str, Any]:
         now = time.perf_counter()
         if self._last_t is not None:
-            dt = now - self._last_t
+            dt = now - self._last_t - self._spent  # the step's own time, without ours
             self._step_s = dt if self._step_s == 0.0 else 0.9 * self._step_s + 0.1 * dt
         self._last_t = now
         self.stepped_once = True
         if step % self.param_every == 0:
             self._check_params(step)
+        if step > 1 and not self.localised:  # the steady state: discovery and localisation are one-offs
+            self._costs.append(self._spent + time.perf_counter() - now)
+        self._spent = 0.0
         record: dict[str, Any] = {}
         if self._loss is not None:
             record["loss"] = self._loss
@@ -614,6 +628,7 @@ class NanProbe(Probe):
         except Exception:  # noqa: BLE001 - a failed device at exit must not hide the summary
             pass
         costs = sorted(self._check_cost) or [0.0]
+        own = sorted(self._costs) or [0.0]
         self.emit(
             "nan-summary",
             reason=reason,
@@ -626,16 +641,19 @@ class NanProbe(Probe):
             skipped_steps=self.skipped,
             max_consecutive_skips=self.max_skip_streak,
             grad_check_us_median=round(costs[len(costs) // 2] * 1e6, 2),
+            probe_us_per_step_median=round(own[len(own) // 2] * 1e6, 2),
+            probe_us_per_step=round(sum(own) / len(own) * 1e6, 2),
             step_ms=round(self._step_s * 1e3, 3),
             models=self.names.root_labels if self.names else [],
         )
 
 
-def _keeper(store: dict[int, Any], index: int) -> Any:
-    def keep(grad: Any) -> None:
-        store[index] = grad
-
-    return keep
+def _stochastic(torch: Any, module: Any) -> bool:
+    """A module whose forward draws random numbers in training (dropout and its relatives)."""
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        return True
+    p = getattr(module, "dropout", None)
+    return isinstance(p, float) and p > 0
 
 
 def _graph_leaves(tensors: list[Any], limit: int = 200_000) -> list[Any]:

@@ -2,11 +2,10 @@
 
 The nan probe's sentinel only says *that* a loss or a gradient went
 non-finite. When it fires, this module replays the same step once, with
-everything that was needed kept from the real step at no real cost: the
-top-level modules' inputs (references, not copies), the RNG state before
-their forward (so dropout draws the same masks), and — for a backward
-replay — the gradients that reached the model's outputs. The parameters
-have not changed yet: the sentinel fires before `optimizer.step()`.
+what was kept from the real step at little cost: the top-level modules'
+inputs (references, not copies) and, for models with dropout, the RNG state
+before their forward (so dropout draws the same masks). The parameters have
+not changed yet: the sentinel fires before `optimizer.step()`.
 
 Forward replay: forward pre/post hooks on every submodule record, in the
 order modules finish, whether their inputs, own parameters and outputs are
@@ -17,9 +16,11 @@ module, in execution order, whose output is non-finite while its inputs and
 own parameters are finite.
 
 Backward replay: the same forward, then `torch.autograd.grad` from the
-outputs (with the recorded output gradients, or ones where none were kept)
-to the parameters — never touching `.grad` — with a hook on every autograd
-node created by the replay. The first node, in backward execution order,
+outputs (seeded with ones: keeping the real loss's gradient would cost a
+hook and memory every step, and a derivative that is infinite or 0/0 at a
+point stays so whatever finite gradient multiplies it) to the parameters —
+never touching `.grad` — with a hook on every autograd node created by the
+replay. The first node, in backward execution order,
 that turns finite incoming gradients into non-finite ones is the culprit; the
 forward replay already knows which module and line created it.
 
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torchdoctor.probes.models import ModelMap, unwrap
@@ -56,7 +57,6 @@ class Call:
     kwargs: dict
     cpu_rng: Any = None
     cuda_rng: Any = None
-    out_grads: dict[int, Any] = field(default_factory=dict)  # output index -> gradient from the real backward
 
 
 def tensors_in(obj: Any, torch: Any, path: str = "", limit: int = MAX_TENSORS) -> list[tuple[str, Any]]:
@@ -343,13 +343,11 @@ def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
         return forward  # the replay's forward already goes non-finite: report where
     roots: list[Any] = []
     grads: list[Any] = []
-    for call, out in outputs:
-        for i, (_, t) in enumerate(tensors_in(out, torch)):
+    for _, out in outputs:
+        for _, t in tensors_in(out, torch):
             if t.requires_grad and t.grad_fn is not None and is_float(t):
-                kept = call.out_grads.get(i)
-                usable = kept is not None and tuple(kept.shape) == tuple(t.shape)
                 roots.append(t)
-                grads.append(kept if usable else torch.ones_like(t))
+                grads.append(torch.ones_like(t))
     params = [p for layer in names.layers for _, p in layer.params if p.requires_grad]
     if not roots or not params:
         return {"phase": "backward", "module": None, "reproduced": False,

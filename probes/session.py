@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -81,17 +82,13 @@ class Session:
 
     @classmethod
     def from_env(cls) -> Session:
-        raw = os.environ.get(ENV)
-        if not raw:
-            raise RuntimeError(f"{ENV} is not set: the bootstrap is started by `torchdoctor run`")
-        return cls(json.loads(raw))
+        return cls(read_config())
 
     # -- files and events --------------------------------------------------------
 
     def file_for(self, filename: str) -> str:
         """'events.jsonl' -> '<run_dir>/events.rank<R>.jsonl'."""
-        stem, dot, suffix = filename.partition(".")
-        return os.path.join(self.run_dir, f"{stem}.rank{self.rank}{dot}{suffix}")
+        return rank_file(self.run_dir, filename, self.rank)
 
     def emit(self, kind: str, probe: str | None = None, **fields: Any) -> None:
         event: dict[str, Any] = {"kind": kind}
@@ -114,6 +111,7 @@ class Session:
         self.emit(
             "start",
             pid=self.pid,
+            host=socket.gethostname(),
             rank=self.rank,
             world_size=self.world_size,
             local_rank=self.local_rank,
@@ -285,6 +283,20 @@ class Session:
                 except Exception as exc:  # noqa: BLE001
                     self._disable(probe, "finish", exc)
         self.emit("exit", reason=reason, code=code)
+
+
+def read_config() -> dict[str, Any]:
+    """The run configuration from TORCHDOCTOR_RUN (JSON)."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        raise RuntimeError(f"{ENV} is not set: the bootstrap is started by `torchdoctor run`")
+    return json.loads(raw)
+
+
+def rank_file(run_dir: str, filename: str, rank: int) -> str:
+    """'events.jsonl' -> '<run_dir>/events.rank<R>.jsonl'."""
+    stem, dot, suffix = filename.partition(".")
+    return os.path.join(run_dir, f"{stem}.rank{rank}{dot}{suffix}")
 
 
 def _probe_class(spec: str) -> type[Probe]:

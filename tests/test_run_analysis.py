@@ -371,6 +371,16 @@ def test_graph_growth_and_its_healthy_twin(tmp_path):
         event["holders"][0]["truncated"] = event["holders"][0]["graph_nodes"] == 150
     assert [s for s in analyse(_evidence(tmp_path, capped)).symptoms if s.id == "memory-growth"]
 
+    # reset every epoch (64 steps), sampled densely to step 40 then sparsely: the pattern of a real
+    # `total_loss = 0.0` per epoch; the whole series is a saw-tooth, each epoch a leak
+    steps = [*range(1, 41), 46, 57, 72, 95, 110, 132, 151, 163, 183]
+    sawtooth = [holders(s, 4 + 9 * ((s - 1) % 64)) for s in steps]
+    growth = [s for s in analyse(_evidence(tmp_path, sawtooth)).symptoms if s.id == "memory-growth"]
+    assert growth and growth[0].evidence[0].values["graph_nodes_growth_per_step"] == pytest.approx(9)
+    # a graph rebuilt every step at a size that wanders is no leak
+    wander = [holders(s, 10 + (s * 7) % 13) for s in range(1, 80)]
+    assert not [s for s in analyse(_evidence(tmp_path, wander)).symptoms if s.id == "memory-growth"]
+
 
 def test_sigkill_near_the_memory_limit_is_a_host_oom(tmp_path):
     events = [{"kind": "memory-start", "probe": "memory", "step": 0, "ram_limit_mib": 16000.0, "rss_mib": 300.0}]

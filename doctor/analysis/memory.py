@@ -150,12 +150,15 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
             cut = next((i for i, p in enumerate(pts) if p[2]), None)
             if cut is not None:
                 pts = pts[: cut + 1]
-            growth = sustained_growth(
-                [p[0] for p in pts], [float(p[1]) for p in pts],
-                min_slope=float(lim.get("min_graph_nodes_per_step", 1.0)),
-                min_total=float(lim.get("min_graph_growth_nodes", 20)),
-                **{**args, "sustained_fraction": 0.0 if cut is not None else args["sustained_fraction"]},
-            )
+            for segment in _regrowths(pts):
+                growth = sustained_growth(
+                    [p[0] for p in segment], [float(p[1]) for p in segment],
+                    min_slope=float(lim.get("min_graph_nodes_per_step", 1.0)),
+                    min_total=float(lim.get("min_graph_growth_nodes", 20)),
+                    **{**args, "sustained_fraction": 0.0 if cut is not None else args["sustained_fraction"]},
+                )
+                if growth is not None:
+                    break
             what = "graph"
         elif kind != "tensor":
             growth = sustained_growth(
@@ -183,6 +186,22 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         )
     order = {"graph": 0, "tensors": 1, "bytes": 2}
     return sorted(found, key=lambda h: (order[h.what], -h.growth.slope))
+
+
+def _regrowths(pts: list[tuple[int, int, bool]]) -> list[list[tuple[int, int, bool]]]:
+    """A holder's graph-size series cut where it was reset, longest stretch first.
+
+    `total_loss = 0.0` at each epoch's start drops the chain, and it grows again
+    through the epoch: every stretch is a leak that lasts an epoch. The whole
+    series would read as a saw-tooth that does not keep growing.
+    """
+    stretches: list[list[tuple[int, int, bool]]] = []
+    for p in pts:
+        if stretches and p[1] >= stretches[-1][-1][1] / 2:
+            stretches[-1].append(p)
+        else:
+            stretches.append([p])
+    return sorted(stretches, key=len, reverse=True)
 
 
 def _holder_evidence(h: HolderGrowth) -> Evidence:

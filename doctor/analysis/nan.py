@@ -159,6 +159,13 @@ def _grad_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
     if event.get("what") == "parameters":
         summary = (f"`{parameter}` became non-finite in an optimizer update before step {step} while the "
                    "gradients checked were finite: the update itself (learning rate, eps) or an unchecked step")
+    elif module and event.get("phase") == "forward":
+        summary = (f"the loss of step {step} was finite but its gradients were not: the forward of "
+                   f"{_where(module, event.get('module_type'))}")
+        summary += f" (`{event['op']}`)" if event.get("op") else ""
+        summary += " made non-finite values that later layers hid from the loss; their gradient is not finite"
+        if parameter:
+            summary += f", first reaching `{parameter}`"
     elif module:
         summary = (f"the loss of step {step} was finite but its gradients were not: the backward of "
                    f"{_where(module, event.get('module_type'))}")
@@ -355,6 +362,9 @@ def _measurements(run: RunEvidence) -> dict[str, Any]:
             nonfinite_loss_steps=s.get("nonfinite_loss"),
             nonfinite_grad_steps=s.get("nonfinite_grad"),
             grad_check_us_median=s.get("grad_check_us_median"),
+            probe_us_per_step=s.get("probe_us_per_step"),
+            probe_us_per_step_median=s.get("probe_us_per_step_median"),
+            step_ms=s.get("step_ms"),
         )
         if s.get("scaler"):
             m.update(loss_scale=s.get("loss_scale"), skipped_steps=s.get("skipped_steps"))

@@ -60,10 +60,15 @@ def _symptoms(symptoms: list[Symptom]) -> Section:
         sure = "" if s.confidence >= 0.95 else f" (confidence {s.confidence:.0%})"
         blocks.append(Text(f"{s.id} — {s.title}{where}{sure}", _SEVERITY_STYLE.get(s.severity, "")))
         given_away = []
-        for ev in s.evidence[:4]:
+        doors = len({ev.kind for ev in s.evidence}) > 1  # merged from several doors: say which said what
+        shown = s.evidence[:4]
+        shown += [ev for i, ev in enumerate(s.evidence) if i >= 4 and ev.kind not in {e.kind for e in s.evidence[:i]}]
+        for ev in shown:
             line = ev.summary
             if ev.quote and ev.kind in ("error", "text") and ev.quote not in line:
                 line = line.rstrip(".") + f': "{_clip(ev.quote)}"'
+            if doors:
+                line = f"{_door(ev)}: {line}"
             given_away.append(line)
         if given_away:
             blocks.append(Bullets(given_away))
@@ -112,6 +117,14 @@ def _question(report: Report) -> Section:
 
 
 _SEVERITY_STYLE = {"error": "error", "warning": "warning", "info": "info"}
+_DOORS = {"probe": "measured", "static": "in the source", "error": "the error", "text": "you said"}
+
+
+def _door(ev) -> str:
+    door = _DOORS.get(ev.kind, ev.kind)
+    if ev.kind == "static" and ev.location is not None and ev.location.line:
+        door += f" (line {ev.location.line})"
+    return door
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -1,0 +1,146 @@
+"""Gradient accumulation as it ran: micro-steps per optimizer step, the loss's divisor, dropped micro-steps.
+
+Reads the accumulation probe's events (probes/accumulation.py):
+`accumulation-summary` (or the last `accumulation-progress`) and
+`accumulation-dropped`. Thresholds: rules/data/thresholds.toml [accumulation].
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import latest, location, plural
+
+PROBE = "accumulation"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    lim = run.limits(PROBE)
+    for rank in run.ranks:
+        state = latest(run, PROBE, "accumulation-summary", "accumulation-progress", rank=rank)
+        if state is None:
+            continue
+        hist = {int(k): int(v) for k, v in (state.get("histogram") or {}).items()}
+        k = usual_window(hist, float(lim.get("min_share", 0.25)))
+        if rank == 0:
+            out.measurements = _measurements(hist, k, state)
+        if k < 2:
+            continue
+        if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
+            if rank == 0:
+                out.notes.append(
+                    f"Several optimizers step in turn in this run: {k} backward passes per step are not judged as "
+                    "gradient accumulation (alternating losses, as in a GAN, look the same)."
+                )
+            continue
+        forwards = int((state.get("forwards") or {}).get(str(k), 0))
+        if forwards and forwards < hist.get(k, 0) * float(lim.get("min_forwards_per_micro_step", 0.75)) * k:
+            if rank == 0:
+                out.notes.append(
+                    f"{k} backward passes per optimizer step follow {forwards / max(hist.get(k, 1), 1):.1f} forward "
+                    "passes: several losses of the same forward backpropagated one by one, not gradient "
+                    "accumulation over micro-batches; not judged."
+                )
+            continue
+        _not_normalized(run, rank, k, state, lim, out)
+        _dropped(run, rank, k, hist, state, out)
+    return out
+
+
+def usual_window(hist: dict[int, int], min_share: float) -> int:
+    """The accumulation a script means: the most frequent count of micro-steps of 2 or more that makes up at
+    least `min_share` of the steps (a second phase without accumulation may be as frequent), else the mode."""
+    total = sum(hist.values())
+    if not total:
+        return 0
+    accumulating = {k: n for k, n in hist.items() if k >= 2 and n / total >= min_share}
+    pool = accumulating or hist
+    return max(pool.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+
+
+def _not_normalized(run: RunEvidence, rank: int, k: int, state: dict[str, Any], lim: dict[str, Any],
+                    out: Analysis) -> None:
+    factors = state.get("factors") or []
+    if len(factors) < int(lim.get("min_factor_samples", 2)):
+        return
+    factor = statistics.median(factors)
+    scale = k * factor
+    if scale < float(lim.get("max_gradient_scale", 1.5)):
+        return
+    values: dict[str, Any] = {"micro_steps": k, "loss_factor": round(factor, 6), "gradient_scale": round(scale, 3)}
+    text = (f"{k} backward passes are accumulated into each optimizer step and the loss reaching backward is "
+            + ("the criterion's value itself" if factor == 1 else f"the criterion's value × {factor:.4g}")
+            + f": the accumulated gradient is {scale:.3g}× the mean gradient of the effective batch")
+    norms = state.get("norms") or []
+    if norms:
+        growth = statistics.median(n["accumulated_norm"] / n["first_norm"] for n in norms if n["first_norm"])
+        values.update(grad_norm_first_micro_step=round(norms[0]["first_norm"], 6),
+                      grad_norm_accumulated=round(norms[0]["accumulated_norm"], 6),
+                      grad_norm_growth=round(growth, 3))
+        text += (f"; measured, the gradient norm grew {growth:.2f}× from the first micro-step to the optimizer step "
+                 f"({norms[0]['first_norm']:.4g} → {norms[0]['accumulated_norm']:.4g})")
+    out.symptoms.append(
+        run.symptom("accumulation-not-normalized", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("factor_site")), step=None, rank=rank)
+    )
+
+
+def _dropped(run: RunEvidence, rank: int, k: int, hist: dict[int, int], state: dict[str, Any], out: Analysis) -> None:
+    """Micro-steps thrown away by zero_grad, left pending at the end, or merged into the next step."""
+    events = [e for e in run.of_kind("accumulation-dropped", PROBE, rank) if e.get("at_step", 0) >= 1]
+    merged = [(step, n) for step, n in (state.get("sequence") or []) if k < n < 2 * k]
+    if not events and not merged:
+        return
+    parts = []
+    values: dict[str, Any] = {"micro_steps": k}
+    where = None
+    thrown = [e for e in events if e.get("how") == "zero_grad"]
+    if thrown:
+        counts = [e["micro_steps"] for e in thrown]
+        values["dropped_micro_steps"] = statistics.median(counts)
+        values["zero_grad_drops"] = len(thrown)
+        parts.append(f"zero_grad() threw away {plural(values['dropped_micro_steps'], 'pending micro-step')} "
+                     f"{plural(len(thrown), 'time')}")
+        where = location(run, thrown[0].get("site"))
+    if merged:
+        extra = statistics.median(n - k for _, n in merged)
+        values.setdefault("dropped_micro_steps", extra)
+        values["merged_steps"] = [s for s, _ in merged][:10]
+        parts.append(f"{plural(len(merged), 'optimizer step')} (at step {', '.join(str(s) for s, _ in merged[:5])}) "
+                     f"summed {k + extra:.0f} micro-steps instead of {k}: a leftover window of {extra:.0f} from the "
+                     "epoch before was merged into it")
+    end = [e for e in events if e.get("how") == "end"]
+    if end:
+        values.setdefault("dropped_micro_steps", end[-1]["micro_steps"])
+        values["dropped_at_end"] = end[-1]["micro_steps"]
+        parts.append(f"{plural(end[-1]['micro_steps'], 'micro-step')} still pending when the script ended never "
+                     "reached optimizer.step()")
+    out.symptoms.append(
+        run.symptom(
+            "partial-accumulation-dropped",
+            probe=PROBE,
+            summary=f"Accumulating {k} micro-steps per optimizer step, a trailing partial window is not stepped: "
+            + "; ".join(parts),
+            values=values,
+            location=where or location(run, state.get("factor_site")),
+            rank=rank,
+        )
+    )
+
+
+def _measurements(hist: dict[int, int], k: int, state: dict[str, Any]) -> dict[str, Any]:
+    if not hist:
+        return {}
+    m: dict[str, Any] = {"micro_steps_per_step": k, "histogram": {str(a): b for a, b in sorted(hist.items())},
+                         "backwards": state.get("backwards")}
+    factors = state.get("factors") or []
+    if factors:
+        m["loss_factor"] = statistics.median(factors)
+    shown = ", ".join(f"{n} micro-step{'s' if n != 1 else ''} ×{c}" for n, c in sorted(hist.items())[:5])
+    m["summary"] = f"backward passes per optimizer step: {shown}" + (
+        f"; loss × {m['loss_factor']:.4g} on its way to backward" if factors and m["loss_factor"] != 1 else "")
+    return m

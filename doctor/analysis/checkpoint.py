@@ -1,0 +1,197 @@
+"""Checkpoints as written and read: what each save holds against what a resume needs, how loads went.
+
+Reads the checkpoint probe's events (probes/checkpoint.py): `save`, `load`,
+`load-state-dict`, `checkpoint-summary`. Thresholds: rules/data/thresholds.toml
+[checkpoint].
+
+A save is judged as a checkpoint when training went on after it (more
+optimizer steps followed) or when it holds more than the weights (a dict
+with weights and anything else): a final `torch.save(model.state_dict())`
+after the last step is an export of the weights, not an incomplete
+checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import location, plural
+
+PROBE = "checkpoint"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    lim = run.limits(PROBE)
+    for rank in run.ranks:
+        saves = run.of_kind("save", PROBE, rank)
+        _incomplete(run, rank, saves, lim, out)
+        _whole_modules(run, rank, saves, out)
+        _prefixed(run, rank, saves, out)
+        loads = run.of_kind("load", PROBE, rank)
+        _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
+        restores = run.of_kind("load-state-dict", PROBE, rank)
+        _mismatch(run, rank, restores, out)
+        if rank == 0:
+            out.measurements = _measurements(saves, loads, restores)
+    return out
+
+
+def _by_site(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for e in events:
+        site = e.get("site") or {}
+        groups.setdefault((site.get("path"), site.get("line")), []).append(e)
+    return list(groups.values())
+
+
+def _incomplete(run: RunEvidence, rank: int, saves: list[dict[str, Any]], lim: dict[str, Any], out: Analysis) -> None:
+    final = run.steps_completed(rank)
+    optional = list(lim.get("optional", ["rng"]))
+    for group in _by_site(saves):
+        judged = [s for s in group if "model" in s.get("holds", []) and (
+            s.get("at_step", 0) < final or len(s.get("holds", [])) >= 2)]
+        if not judged:
+            continue
+        last = judged[-1]
+        holds = last.get("holds", [])
+        have = set(holds) | ({"epoch", "step"} if {"epoch", "step"} & set(holds) else set())
+        missing = [n for n in last.get("needed", []) if n not in have]
+        if not missing:
+            continue
+        missing += [n for n in optional if n not in have]
+        during = [s for s in judged if s.get("at_step", 0) < final]
+        values = {"missing": missing, "saved": holds, "saves": len(judged), "file": last.get("file"),
+                  "keys": last.get("keys", [])[:12]}
+        when = (f"{plural(len(during), 'checkpoint')} written during training (at step "
+                f"{', '.join(str(s.get('at_step')) for s in during[:4])}{', …' if len(during) > 4 else ''})"
+                if during else f"{plural(len(judged), 'checkpoint')}")
+        what = ", ".join(holds) if holds else "nothing recognisable"
+        out.symptoms.append(
+            run.symptom(
+                "checkpoint-incomplete",
+                probe=PROBE,
+                summary=f"{when} to {last.get('file')} {'hold' if len(judged) > 1 else 'holds'} {what}; a resume "
+                f"would also need: {', '.join(missing)}",
+                values=values,
+                location=location(run, last.get("site")),
+                step=last.get("at_step"),
+                rank=rank,
+            )
+        )
+
+
+def _whole_modules(run: RunEvidence, rank: int, saves: list[dict[str, Any]], out: Analysis) -> None:
+    for group in _by_site(saves):
+        found = [s for s in group if s.get("modules")]
+        if not found:
+            continue
+        first = found[0]
+        out.symptoms.append(
+            run.symptom(
+                "whole-model-pickled",
+                probe=PROBE,
+                summary=f"torch.save pickled the object {', '.join(first['modules'][:3])} itself "
+                f"({plural(len(found), 'save')} to {first.get('file')}), not its state_dict()",
+                values={"modules": first["modules"][:6], "file": first.get("file"), "saves": len(found)},
+                location=location(run, first.get("site")),
+                step=first.get("at_step"),
+                rank=rank,
+            )
+        )
+
+
+def _prefixed(run: RunEvidence, rank: int, saves: list[dict[str, Any]], out: Analysis) -> None:
+    for group in _by_site(saves):
+        found = [s for s in group if s.get("prefix")]
+        if not found:
+            continue
+        first = found[0]
+        prefix = first["prefix"]
+        wrapper = "torch.compile's OptimizedModule" if prefix == "_orig_mod." else "DataParallel / DistributedDataParallel"
+        out.symptoms.append(
+            run.symptom(
+                "wrapped-state-dict-saved",
+                probe=PROBE,
+                summary=f"the weights saved to {first.get('file')} are all named `{prefix}…`: the state_dict of the "
+                f"{wrapper} wrapper, which loads only into an identically wrapped model",
+                values={"prefix": prefix, "wrapper": wrapper, "file": first.get("file")},
+                location=location(run, first.get("site")),
+                step=first.get("at_step"),
+                rank=rank,
+            )
+        )
+
+
+def _unsafe(run: RunEvidence, rank: int, loads: list[dict[str, Any]], written: set[Any], out: Analysis) -> None:
+    for group in _by_site(loads):
+        first = group[0]
+        values: dict[str, Any] = {"file": first.get("file"), "loads": len(group), "at_step": first.get("at_step"),
+                                  "tensors_on": first.get("devices", [])}
+        reasons = []
+        # A file this run wrote itself is trusted, as `check` (TD702) trusts one the script writes.
+        if first.get("weights_only") is False and first.get("file") not in written:
+            values["weights_only"] = False
+            reasons.append("weights_only=False: unpickling can run any code the file names")
+        devices = [d for d in first.get("devices", []) if d.startswith("cuda")]
+        current = first.get("current_device")
+        if first.get("map_location") is None and devices and current and any(d != current for d in devices):
+            values.update(map_location_missing=True, devices=devices, current_device=current)
+            reasons.append(f"no map_location: its tensors landed on {', '.join(devices)} while this process uses "
+                           f"{current}")
+        if not reasons:
+            continue
+        out.symptoms.append(
+            run.symptom("unsafe-load", probe=PROBE, summary=f"torch.load of {first.get('file')}: " + "; ".join(reasons),
+                        values=values, location=location(run, first.get("site")), step=first.get("at_step"),
+                        rank=rank)
+        )
+
+
+def _mismatch(run: RunEvidence, rank: int, restores: list[dict[str, Any]], out: Analysis) -> None:
+    for e in restores:
+        if e.get("what") != "model" or e.get("strict") or not (e.get("missing") or e.get("unexpected")):
+            continue
+        missing, unexpected = int(e.get("missing") or 0), int(e.get("unexpected") or 0)
+        text = (f"load_state_dict(strict=False) into {e.get('model')} skipped {plural(missing, 'missing key')} and "
+                f"{plural(unexpected, 'unexpected key')}")
+        if e.get("prefix"):
+            text += f": they differ only by the `{e['prefix']}` prefix"
+        if missing and e.get("model_keys") and missing >= int(e["model_keys"]):
+            text += " — nothing was loaded, the model keeps its initial weights"
+        out.symptoms.append(
+            run.symptom(
+                "state-dict-mismatch",
+                probe=PROBE,
+                summary=text,
+                values={"missing_keys": e.get("missing_keys", []), "unexpected_keys": e.get("unexpected_keys", []),
+                        "missing": missing, "unexpected": unexpected, "prefix": e.get("prefix"), "strict": False,
+                        "model_keys": e.get("model_keys")},
+                location=location(run, e.get("site")),
+                step=e.get("at_step"),
+                rank=rank,
+            )
+        )
+
+
+def _measurements(saves: list[dict[str, Any]], loads: list[dict[str, Any]],
+                  restores: list[dict[str, Any]]) -> dict[str, Any]:
+    if not (saves or loads or restores):
+        return {}
+    m: dict[str, Any] = {"saves": len(saves), "loads": len(loads)}
+    parts = []
+    if saves:
+        last = saves[-1]
+        m["last_save_holds"] = last.get("holds", [])
+        parts.append(f"{plural(len(saves), 'torch.save')}; the last, to {last.get('file')}, holds "
+                     f"{', '.join(last.get('holds') or ['nothing recognisable'])}")
+    if loads:
+        parts.append(f"{plural(len(loads), 'torch.load')}")
+    restored = sorted({r.get("what") for r in restores if r.get("what")})
+    if restored:
+        m["restored"] = restored
+        parts.append("restored: " + ", ".join(restored))
+    m["summary"] = "; ".join(parts)
+    return m

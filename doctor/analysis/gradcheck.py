@@ -1,0 +1,66 @@
+"""Custom autograd Functions, checked once after the run with torch.autograd.gradcheck.
+
+Reads the gradcheck probe's events (probes/gradcheck.py): `custom-function`
+(each user Function at its first call) and `gradcheck` (the results, with
+the time the checks took, reported apart from the training steps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import latest, location, plural
+
+PROBE = "gradcheck"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    functions = run.of_kind("custom-function", PROBE, 0)
+    if not functions:
+        return out
+    out.contexts = ["custom-autograd"]
+    result = latest(run, PROBE, "gradcheck", rank=0)
+    if result is None:
+        out.notes.append(
+            f"gradcheck: {plural(len(functions), 'custom autograd Function')} ran "
+            f"({', '.join(f['function'] for f in functions[:4])}) but were not checked: the script ended before "
+            "torchdoctor could run gradcheck (it runs once, when the script finishes or at --steps)."
+        )
+        out.measurements = {"functions": len(functions), "summary": "not checked (the run ended first)"}
+        return out
+    lines = []
+    for r in result.get("functions", []):
+        status = r.get("status")
+        if status == "failed":
+            out.symptoms.append(_failed(run, r))
+            lines.append(f"{r['function']}: failed (largest error {r.get('max_abs_error')})")
+        elif status == "passed":
+            lines.append(f"{r['function']}: passed on {r.get('inputs')}")
+        else:
+            lines.append(f"{r['function']}: not checked")
+            out.notes.append(f"gradcheck: `{r['function']}` was not checked, because {r.get('why')}.")
+    out.measurements = {
+        "functions": len(functions),
+        "gradcheck_s": result.get("gradcheck_s"),
+        "summary": "; ".join(lines) + f" (gradcheck took {result.get('gradcheck_s', 0):.2f} s after the run)",
+    }
+    return out
+
+
+def _failed(run: RunEvidence, r: dict[str, Any]) -> Any:
+    worst = r.get("max_abs_error")
+    arg = r.get("input") or (f"input {r['input_index']}" if r.get("input_index") else None)
+    per_input = ", ".join(f"{e.get('input') or 'input ' + str(e['input_index'])}: {e['max_abs_error']:.3g}"
+                          for e in r.get("errors", []))
+    text = (f"gradcheck failed for {r['function']} on {r.get('inputs')}: its backward disagrees with numerical "
+            f"gradients" + (f", worst on `{arg}` (largest absolute error {worst:.3g})" if worst is not None else "")
+            + (f"; per input: {per_input}" if per_input else ""))
+    call = location(run, r.get("site"))
+    values = {"function": r["function"], "max_abs_error": worst, "input": r.get("input"),
+              "input_index": r.get("input_index"), "errors": r.get("errors", []), "shapes": r.get("shapes"),
+              "inputs": r.get("inputs"), "called_at": str(call) if call else None}
+    return run.symptom("bad-custom-backward", probe=PROBE, summary=text, values=values,
+                       location=location(run, r.get("backward")))

@@ -1,0 +1,135 @@
+"""Where gradients do not flow: parameters no gradient reaches, a cut graph, a loss that never moves.
+
+Reads the gradflow probe's events (probes/gradflow.py): `gradflow-params`,
+`gradless` and `gradflow-summary`. Thresholds: rules/data/thresholds.toml
+[gradflow]. DDP runs are left to the distributed analysis (a parameter
+without a gradient is a DDP error there, with its own symptom).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import latest, location, plural
+
+PROBE = "gradflow"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    lim = run.limits(PROBE)
+    for rank in run.ranks:
+        params = latest(run, PROBE, "gradflow-params", rank=rank)
+        if params is not None and not params.get("ddp") and run.world_size == 1:
+            _not_in_optimizer(run, rank, params, out)
+            gradless = latest(run, PROBE, "gradless", rank=rank)
+            if gradless is not None:
+                _gradless(run, rank, params, gradless, out)
+            if params.get("frozen_count") and rank == 0:
+                out.notes.append(
+                    f"{plural(params['frozen_count'], 'parameter')} in the optimizer "
+                    f"{'has' if params['frozen_count'] == 1 else 'have'} requires_grad=False "
+                    f"({', '.join(params['frozen_in_optimizer'][:4])}): frozen on purpose, they cost nothing."
+                )
+        summary = latest(run, PROBE, "gradflow-summary", rank=rank)
+        if summary is not None:
+            _constant_loss(run, rank, summary, lim, out)
+            if rank == 0:
+                out.measurements = _measurements(params, summary)
+    return out
+
+
+def _not_in_optimizer(run: RunEvidence, rank: int, params: dict[str, Any], out: Analysis) -> None:
+    names = params.get("not_in_optimizer") or []
+    if not names:
+        return
+    n = int(params.get("not_in_optimizer_count") or len(names))
+    out.symptoms.append(
+        run.symptom(
+            "frozen-parameters",
+            probe=PROBE,
+            summary=f"{plural(n, 'parameter')} of the model ({', '.join(names[:4])}{', …' if n > 4 else ''}) "
+            "receive gradients but belong to no optimizer that steps: they never change",
+            values={"parameters": names, "count": n, "cause": "not in any optimizer"},
+            step=params.get("step"),
+            rank=rank,
+        )
+    )
+
+
+def _gradless(run: RunEvidence, rank: int, params: dict[str, Any], gradless: dict[str, Any], out: Analysis) -> None:
+    checks = params.get("checks")
+    cut = gradless.get("cut") or []
+    if cut:
+        names = [p for c in cut for p in c["parameters"]]
+        call = gradless.get("call")
+        modules = ", ".join(c["module"] for c in cut[:3])
+        text = (f"{plural(len(names), 'trainable parameter')} of {modules} got no gradient in {plural(checks, 'step')} "
+                f"although {'that module runs' if len(cut) == 1 else 'those modules run'} with autograd recording: "
+                "the graph is cut between them and the loss")
+        values: dict[str, Any] = {"parameters": names, "count": len(names), "modules": [c["module"] for c in cut]}
+        where = None
+        if call:
+            values["op"] = call["op"]
+            where = location(run, call.get("site"))
+            text += f", at `{call['op']}`" + (f" on line {where.line}" if where and where.line else "")
+        out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values,
+                                        location=where, rank=rank))
+    for key, cause, why in (
+        ("unused", "module never runs in the forward", "the modules owning them never ran in the forward"),
+        ("unknown", "never received a gradient", "the run ended before the forward that would tell why"),
+    ):
+        entries = gradless.get(key) or []
+        if not entries:
+            continue
+        names = [p for e in entries for p in e["parameters"]]
+        modules = ", ".join(e["module"] for e in entries[:3])
+        out.symptoms.append(
+            run.symptom(
+                "frozen-parameters",
+                probe=PROBE,
+                summary=f"{plural(len(names), 'trainable parameter')} ({', '.join(names[:4])}"
+                f"{', …' if len(names) > 4 else ''}) never received a gradient in {plural(checks, 'checked step')}: "
+                f"{why} ({modules})",
+                values={"parameters": names, "count": len(names), "cause": cause,
+                        "modules": [e["module"] for e in entries]},
+                rank=rank,
+            )
+        )
+
+
+def _constant_loss(run: RunEvidence, rank: int, summary: dict[str, Any], lim: dict[str, Any], out: Analysis) -> None:
+    samples = int(summary.get("loss_samples") or 0)
+    if not summary.get("loss_equal") or samples < int(lim.get("min_loss_samples", 10)):
+        return
+    value = summary.get("loss_last")
+    steps = summary.get("loss_last_step") or run.steps_completed(rank)
+    out.symptoms.append(
+        run.symptom(
+            "loss-not-decreasing",
+            probe=PROBE,
+            summary=f"the loss was exactly {value} in all {samples} samples over {plural(steps, 'optimizer step')}: "
+            "no update reaches the weights that produce it",
+            values={"loss_first": summary.get("loss_first"), "loss_last": value, "steps": steps, "constant": True,
+                    "samples": samples},
+            location=location(run, summary.get("loss_site")),
+            rank=rank,
+        )
+    )
+
+
+def _measurements(params: dict[str, Any] | None, summary: dict[str, Any]) -> dict[str, Any]:
+    m: dict[str, Any] = {"loss_first": summary.get("loss_first"), "loss_last": summary.get("loss_last"),
+                         "loss_samples": summary.get("loss_samples")}
+    parts = []
+    if params is not None:
+        m.update(parameters=params.get("parameters"), without_gradient=params.get("never"))
+        parts.append(f"{params.get('parameters')} optimizer parameters, {params.get('never')} without a gradient in "
+                     f"{plural(params.get('checks', 0), 'checked step')}")
+    if summary.get("loss_samples"):
+        parts.append(f"loss {summary.get('loss_first')} → {summary.get('loss_last')} "
+                     f"({summary.get('loss_samples')} samples)")
+    m["summary"] = "; ".join(parts)
+    return {k: v for k, v in m.items() if v is not None}

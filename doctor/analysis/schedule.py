@@ -1,0 +1,235 @@
+"""Learning-rate schedulers as they ran: planned length against steps taken, order, the two LR curves.
+
+Reads the schedule probe's events (probes/schedule.py): `scheduler` (as
+constructed), `scheduler-steps` / `scheduler-end` (counts, intervals, the
+replayed curve), `scheduler-early`, `scheduler-error`. Thresholds:
+rules/data/thresholds.toml [schedule].
+
+A schedule stepped once every k optimizer steps (k ≥ `min_interval`) that
+is sized in optimizer steps uses only 1/k of its plan: on a finished run
+the steps it really took, on a run stopped early (--steps) the projection
+over the length it was sized for. A schedule stepped after every optimizer
+step that passes `overrun_factor` × its planned length runs through it
+several times (or sits at its end value). Both come with the intended and
+the projected learning-rate curves: a sparkline in the evidence and
+`lr_curves.csv` in the run directory.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import location, plural
+from torchdoctor.model import Evidence
+from torchdoctor.probes.userframes import display_path
+
+PROBE = "schedule"
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    lim = run.limits(PROBE)
+    curves: list[dict[str, Any]] = []
+    lines = []
+    for rank in run.ranks:
+        for created in run.of_kind("scheduler", PROBE, rank):
+            state = _state(run, rank, created["index"])
+            if rank == 0:
+                lines.append(_line(created, state))
+            _order(run, rank, created, out)
+            if state is None or state.get("child"):
+                continue
+            found = _granularity(run, rank, created, state, lim)
+            if found is not None:
+                symptom, curve = found
+                out.symptoms.append(symptom)
+                if curve:
+                    curves.append(curve)
+    if curves:
+        path = run.run_dir / "lr_curves.csv"
+        _write_curves(path, curves)
+        out.artifacts["lr_curves"] = display_path(str(path), run.cwd)
+    if lines:
+        out.measurements = {"schedulers": len(lines), "summary": "; ".join(lines[:4])}
+    return out
+
+
+def _state(run: RunEvidence, rank: int, index: int) -> dict[str, Any] | None:
+    for kind in ("scheduler-end", "scheduler-steps"):
+        found = [e for e in run.of_kind(kind, PROBE, rank) if e.get("index") == index]
+        if found:
+            return found[-1]
+    return None
+
+
+def _interval(state: dict[str, Any]) -> int | None:
+    """The usual number of optimizer steps between two scheduler steps (the most frequent gap)."""
+    gaps = {int(k): v for k, v in (state.get("intervals") or {}).items()}
+    if not gaps:
+        return None
+    return max(gaps.items(), key=lambda kv: (kv[1], kv[0]))[0]
+
+
+def _line(created: dict[str, Any], state: dict[str, Any] | None) -> str:
+    kind = created["scheduler"]
+    length = created.get("length")
+    text = kind + (f" (planned {length} steps)" if length else "")
+    if state is None:
+        return text + ": never stepped"
+    k = _interval(state)
+    text += f": {plural(state['steps'], 'step')} over {plural(state['optimizer_steps'], 'optimizer step')}"
+    if k:
+        text += f", every {plural(k, 'optimizer step')}"
+    return text
+
+
+# -- scheduler-order ----------------------------------------------------------------------------
+
+
+def _order(run: RunEvidence, rank: int, created: dict[str, Any], out: Analysis) -> None:
+    early = next((e for e in run.of_kind("scheduler-early", PROBE, rank) if e.get("index") == created["index"]), None)
+    if early is None:
+        return
+    where = location(run, early.get("site"))
+    out.symptoms.append(
+        run.symptom(
+            "scheduler-order",
+            probe=PROBE,
+            summary=f"{created['kind']}.step() ran before its optimizer had taken a single step: the schedule's "
+            "first learning-rate value is skipped and every later step uses the next one",
+            values={"scheduler": created["scheduler"], "optimizer_steps_before": 0, "optimizer": created.get("optimizer")},
+            location=where,
+            step=0,
+            rank=rank,
+        )
+    )
+
+
+# -- scheduler-granularity ----------------------------------------------------------------------
+
+
+def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any],
+                 lim: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
+    kind = created["scheduler"]
+    length = created.get("length")
+    steps = int(state.get("steps") or 0)
+    opt_steps = int(state.get("optimizer_steps") or 0)
+    k = _interval(state)
+    curve = state.get("curve") or []
+    finished = run.outcome.stopped == "completed" and run.outcome.exit_code in (0, None)
+    error = next((e for e in run.of_kind("scheduler-error", PROBE, rank) if e.get("index") == created["index"]), None)
+    where = location(run, (state.get("step_site") or (error or {}).get("site")))
+    per_step_kinds = set(lim.get("per_step_kinds", ["OneCycleLR", "CyclicLR"]))
+    min_interval = int(lim.get("min_interval", 2))
+    base = {"scheduler": kind, "lr_steps_planned": length, "total_steps": length, "optimizer_steps": opt_steps}
+
+    if error is not None and "Tried to step" in str(error.get("error")):
+        values = {**base, "lr_steps_taken": steps + 1, "steps_taken": steps + 1, "stepped_per": "batch",
+                  "error": error["error"]}
+        summary = (f"{kind} raised after {plural(steps, 'step')}: {error['error']} — it is stepped more often than "
+                   "the length it was built for")
+        return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
+                           step=steps, rank=rank), None
+
+    if not length or steps < 1:
+        return None
+    if k is not None and k >= min_interval and (kind in per_step_kinds or (
+            finished and steps < float(lim.get("used_fraction", 0.5)) * length
+            and opt_steps >= float(lim.get("used_fraction", 0.5)) * length)):
+        taken = steps if finished else max(1, round(length / k))
+        fraction = taken / length
+        values = {**base, "lr_steps_taken": taken, "steps_taken": taken, "stepped_per": "epoch",
+                  "optimizer_steps_per_scheduler_step": k, "used_fraction": round(fraction, 4),
+                  "projected": not finished}
+        if finished:
+            summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() ran once every "
+                       f"{plural(k, 'optimizer step')}: it took {taken} of its {length} steps "
+                       f"({fraction:.0%} of its schedule) over the whole run")
+        else:
+            summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() runs once every "
+                       f"{plural(k, 'optimizer step')}: over the {length} optimizer steps it was sized for it would "
+                       f"take about {taken} ({fraction:.0%} of its schedule; projected from {plural(steps, 'step')} "
+                       f"in {opt_steps} optimizer steps)")
+        span = length
+        intended = [_at(curve, i) for i in range(span + 1)]
+        projected = [_at(curve, i // k) for i in range(span + 1)]
+        return _with_curves(run, rank, created, values, summary, where, intended, projected, "the planned "
+                            f"{span} optimizer steps", curve)
+
+    overrun = float(lim.get("overrun_factor", 2.0))
+    if kind in set(lim.get("overrun_kinds", ["CosineAnnealingLR", "PolynomialLR", "MultiStepLR"])) and (
+            k == 1 and steps > overrun * length):
+        values = {**base, "lr_steps_taken": steps, "steps_taken": steps, "stepped_per": "batch",
+                  "overrun": round(steps / length, 2)}
+        what = {"CosineAnnealingLR": f"the learning rate has gone through {steps / (2 * length):.1f} cosine cycles "
+                "instead of one decay",
+                "PolynomialLR": f"the learning rate reached its final value after {length} of them",
+                "MultiStepLR": f"every decay happened within the first {length} of them"}[kind]
+        summary = (f"{kind} is sized for {length} steps (likely epochs) but scheduler.step() runs after every "
+                   f"optimizer step: {steps} steps so far, {steps / length:.1f}× its length — {what}")
+        intended = [_at(curve, min(length, int(i * length / steps))) for i in range(steps + 1)]
+        projected = [_at(curve, i) for i in range(steps + 1)]
+        return _with_curves(run, rank, created, values, summary, where, intended, projected,
+                            f"the {steps} optimizer steps run", curve)
+    return None
+
+
+def _at(curve: list[Any], i: int) -> float | None:
+    if not curve:
+        return None
+    return curve[min(i, len(curve) - 1)]
+
+
+def _with_curves(run: RunEvidence, rank: int, created: dict[str, Any], values: dict[str, Any], summary: str,
+                 where: Any, intended: list[Any], projected: list[Any], span: str,
+                 curve: list[Any]) -> tuple[Any, dict[str, Any] | None]:
+    evidence: list[Evidence] = []
+    table = None
+    if curve and all(v is not None for v in intended + projected):
+        lo, hi = min(intended + projected), max(intended + projected)
+        a, b = sparkline(intended, lo, hi), sparkline(projected, lo, hi)
+        evidence.append(
+            Evidence(
+                kind="probe",
+                source=PROBE,
+                summary=f"learning rate over {span} ({lo:.3g} to {hi:.3g}) — intended {a}; as stepped {b}",
+                values={"lr_curve_intended": a, "lr_curve_projected": b, "lr_min": lo, "lr_max": hi,
+                        "lr_final_intended": intended[-1], "lr_final_projected": projected[-1]},
+            )
+        )
+        table = {"index": created["index"], "kind": created["scheduler"], "intended": intended, "projected": projected}
+    symptom = run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
+                          step=run.steps_completed(rank), rank=rank, evidence=evidence)
+    return symptom, table
+
+
+def sparkline(values: list[float], low: float | None = None, high: float | None = None, width: int = 32) -> str:
+    """`width` characters, each the mean of its share of `values`, from ▁ (`low`) to █ (`high`)."""
+    if not values:
+        return ""
+    n = len(values)
+    cells = []
+    for c in range(min(width, n)):
+        lo, hi = c * n // min(width, n), max((c + 1) * n // min(width, n), c * n // min(width, n) + 1)
+        chunk = values[lo:hi]
+        cells.append(sum(chunk) / len(chunk))
+    low = min(values) if low is None else low
+    high = max(values) if high is None else high
+    if high - low <= 1e-12 * max(abs(high), 1e-30):
+        return BARS[0] * len(cells)
+    return "".join(BARS[min(int((v - low) / (high - low) * len(BARS)), len(BARS) - 1)] for v in cells)
+
+
+def _write_curves(path: Any, curves: list[dict[str, Any]], max_rows: int = 2000) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["scheduler", "kind", "optimizer_step", "intended_lr", "projected_lr"])
+        for c in curves:
+            n = len(c["intended"])
+            stride = max(1, n // max_rows)
+            for i in range(0, n, stride):
+                writer.writerow([c["index"], c["kind"], i, c["intended"][i], c["projected"][i]])

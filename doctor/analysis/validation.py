@@ -1,0 +1,103 @@
+"""Evaluation forwards as they ran: with autograd recording, with dropout/batch norm still training.
+
+Reads the validation probe's events (probes/validation.py): `eval` (the
+first forward of each kind at each line), `eval-memory`,
+`train-not-restored` and the final `validation-summary` (counts).
+Thresholds: rules/data/thresholds.toml [validation].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchdoctor.analysis import Analysis
+from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import latest, location, plural
+from torchdoctor.model import Evidence
+
+PROBE = "validation"
+
+
+def analyse(run: RunEvidence) -> Analysis:
+    out = Analysis()
+    lim = run.limits(PROBE)
+    for rank in run.ranks:
+        summary = latest(run, PROBE, "validation-summary", rank=rank)
+        groups = (summary or {}).get("groups") or run.of_kind("eval", PROBE, rank)
+        if groups:
+            out.contexts = ["eval"]
+        _with_grad(run, rank, groups, lim, out)
+        _train_mode(run, rank, groups, out)
+        if rank == 0:
+            out.measurements = _measurements(summary, groups)
+    return out
+
+
+def _with_grad(run: RunEvidence, rank: int, groups: list[dict[str, Any]], lim: dict[str, Any], out: Analysis) -> None:
+    found = [g for g in groups if g.get("grad")]
+    forwards = sum(int(g.get("count") or 1) for g in found)
+    if not found or forwards < int(lim.get("min_eval_forwards", 1)):
+        return
+    first = found[0]
+    values: dict[str, Any] = {"forwards": forwards, "model": first.get("model"), "sites": len(found)}
+    text = (f"{plural(forwards, 'forward pass', 'forward passes')} of {first.get('model')} recorded an autograd graph "
+            "that no backward ever used (evaluation without torch.no_grad() or torch.inference_mode())")
+    memory = latest(run, PROBE, "eval-memory", rank=rank)
+    if memory is not None:
+        mib = float(memory["saved_mib"])
+        values.update(extra_gib=round(mib / 1024, 6), extra_mib_per_batch=round(mib, 3))
+        text += f": each batch's graph keeps ≈ {mib:.2f} MiB of activations alive for nothing"
+    out.symptoms.append(
+        run.symptom("eval-without-no-grad", probe=PROBE, summary=text, values=values,
+                    location=location(run, first.get("site")), step=first.get("first_step"), rank=rank)
+    )
+
+
+def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: Analysis) -> None:
+    training = [g for g in groups if g.get("training_count")]
+    restored = run.of_kind("train-not-restored", PROBE, rank)
+    if not training and not restored:
+        return
+    evidence: list[Evidence] = []
+    values: dict[str, Any] = {}
+    where = None
+    step = None
+    if training:
+        g = training[0]
+        forwards = sum(int(t.get("count") or 1) for t in training)
+        names = g.get("training_modules") or []
+        values.update(modules=names, forwards=forwards, model=g.get("model"))
+        summary = (f"{plural(forwards, 'evaluation forward')} of {g.get('model')} ran with "
+                   f"{plural(g['training_count'], 'dropout/batch-norm module')} in training mode "
+                   f"({', '.join(names[:4])}{', …' if len(names) > 4 else ''}): model.eval() was not called")
+        where, step = location(run, g.get("site")), g.get("first_step")
+    if restored:
+        r = restored[0]
+        values.setdefault("modules", r.get("modules") or [])
+        values["train_not_restored"] = True
+        values["resumed_at_step"] = r.get("at_step")
+        modules = plural(r.get("droppers", 0), "dropout/batch-norm module")
+        text = (f"training resumed at step {r.get('at_step')} with {modules} of {r.get('model')} still in eval mode: "
+                "model.train() was not called after evaluation")
+        if training:
+            evidence.append(Evidence(kind="probe", source=PROBE, summary=text, values={"train_not_restored": True},
+                                     location=location(run, r.get("eval_site") or r.get("site"))))
+        else:
+            summary = text
+            where = location(run, r.get("eval_site") or r.get("site"))
+            step = r.get("at_step")
+    out.symptoms.append(
+        run.symptom("eval-mode-missing", probe=PROBE, summary=summary, values=values, location=where, step=step,
+                    rank=rank, evidence=evidence)
+    )
+
+
+def _measurements(summary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> dict[str, Any]:
+    if summary is None:
+        return {}
+    m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "us_per_forward", "models")}
+    m["summary"] = (f"{summary.get('forwards', 0)} top-level forwards of {plural(summary.get('models', 0), 'model')}: "
+                    f"{summary.get('trained', 0)} trained, {summary.get('eval_no_grad', 0)} evaluation without grad, "
+                    f"{summary.get('eval_grad', 0)} evaluation with grad; {summary.get('us_per_forward', 0):.1f} µs "
+                    "per forward")
+    return {k: v for k, v in m.items() if v is not None}

@@ -1,0 +1,174 @@
+"""Distributed launches: the torchrun command line that starts the bootstrap in every rank.
+
+Two ways in, one result (`Launch`):
+
+- `torchdoctor run --nproc-per-node N [rendezvous options] train.py -- ARGS`
+  builds `python -m torch.distributed.run --nproc-per-node N … train.py ARGS`
+  (`--standalone`, a free port on this host, when no rendezvous option is given);
+- `torchdoctor run -- torchrun [OPTIONS] train.py ARGS` (or `python -m
+  torch.distributed.run …`) keeps the user's own options.
+
+Either way the bootstrap is injected by rewriting the training-script
+argument: `… -m torchdoctor.probes.bootstrap train.py ARGS` (torchrun's own
+`-m` becomes the bootstrap's `-m`). Rewriting argv, not the environment
+(sitecustomize, PYTHONSTARTUP), because only the ranks must run the probes:
+the torchrun agent, DataLoader workers started with `spawn` and any other
+Python the script starts share that environment. torchrun always runs with
+torchdoctor's own interpreter (`sys.executable -m torch.distributed.run`), so
+the ranks can import the bootstrap.
+
+torchrun's options are read from a table, not by importing torch (the parent
+never imports it). No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+TORCHRUN_MODULE = "torch.distributed.run"
+BOOTSTRAP = "torchdoctor.probes.bootstrap"
+
+# torchrun's options that take no value (argparse store_true), long and short forms.
+_FLAGS = {"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+          "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"}
+# Options that take a value (torch 2.13's torch/distributed/run.py), '-' and '_' spellings.
+_VALUED = {
+    "--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf",
+    "--max-restarts", "--monitor-interval", "--start-method", "--event-log-handler", "--role", "--log-dir",
+    "-r", "--redirects", "-t", "--tee", "--local-ranks-filter", "--duplicate-stdout-filters",
+    "--duplicate-stderr-filters", "--node-rank", "--master-addr", "--master-port", "--local-addr",
+    "--logs-specs", "--numa-binding", "--signals-to-handle", "--shutdown-timeout",
+}
+_VALUED |= {name.replace("-", "_").replace("__", "--", 1) for name in _VALUED if name.startswith("--")}
+# Options that choose the rendezvous: without any of them our own launch adds --standalone.
+RENDEZVOUS = ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend", "--rdzv-endpoint",
+              "--rdzv-id", "--rdzv-conf", "--standalone")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NPROC = re.compile(r"^(\d+|auto|cpu|gpu|xpu)$")
+
+
+class LaunchError(ValueError):
+    """A launcher line torchdoctor cannot start: one sentence for the user (exit code 2)."""
+
+
+@dataclass
+class Launch:
+    """A torchrun job with the bootstrap in every rank."""
+
+    options: list[str]  # torchrun's own options, without -m/--module
+    module: bool  # the target is a module (torchrun -m)
+    target: str  # the training script as typed, or the module name
+    args: list[str]  # the script's own arguments
+    typed: list[str] = field(default_factory=list)  # the command as the user would type it without torchdoctor
+
+    def argv(self) -> list[str]:
+        target = ["-m", self.target] if self.module else [self.target]
+        return [sys.executable, "-m", TORCHRUN_MODULE, *self.options, "-m", BOOTSTRAP, *target, *self.args]
+
+    def option(self, name: str) -> str | None:
+        """The value of one of torchrun's options as given (either spelling), or None."""
+        names = {name, name.replace("-", "_").replace("__", "--", 1)}
+        value = None
+        for i, item in enumerate(self.options):
+            key, eq, attached = item.partition("=")
+            if key in names:
+                value = attached if eq else (self.options[i + 1] if i + 1 < len(self.options) else "")
+        return value
+
+    @property
+    def node_rank(self) -> int:
+        try:
+            return int(self.option("--node-rank") or 0)
+        except ValueError:
+            return 0
+
+
+def is_launcher_line(words: list[str], cwd: str) -> bool:
+    """`torchrun …` or `python -m torch.distributed.run …` (not a script that happens to be named so)."""
+    if not words:
+        return False
+    head = os.path.basename(words[0])
+    if head == "torchrun":
+        return not os.path.isfile(os.path.join(cwd, words[0]))
+    if _PYTHON.match(head) or os.path.realpath(words[0]) == os.path.realpath(sys.executable):
+        return words[1:3] == ["-m", TORCHRUN_MODULE] or words[1:2] == [f"-m{TORCHRUN_MODULE}"]
+    return False
+
+
+def _canonical(name: str) -> str:
+    """An option as torchrun's argparse would resolve it: exact, or a unique prefix of a long option."""
+    if name in _FLAGS or name in _VALUED or not name.startswith("--"):
+        return name
+    matches = {n.replace("_", "-") for n in _FLAGS | _VALUED if n.startswith(name)}
+    return matches.pop() if len(matches) == 1 else name
+
+
+def parse_launcher_line(words: list[str], cwd: str) -> Launch:
+    """Split the user's torchrun line into torchrun's options, the script and its arguments."""
+    rest = words[1:] if os.path.basename(words[0]) == "torchrun" else words[3 if words[1] == "-m" else 2:]
+    options: list[str] = []
+    module = False
+    i = 0
+    while i < len(rest):
+        item = rest[i]
+        if item == "--":
+            i += 1
+            break
+        if not item.startswith("-") or item == "-":
+            break
+        key, eq, _ = item.partition("=")
+        name = _canonical(key)
+        if name in ("-h", "--help"):
+            raise LaunchError("torchrun --help: run it without torchdoctor")
+        if name in ("--no-python", "--no_python"):
+            raise LaunchError("torchrun --no-python starts a program that is not Python: torchdoctor can probe "
+                              "only Python training scripts")
+        if name in ("--run-path", "--run_path"):
+            raise LaunchError("torchrun --run-path runs the script inside torchrun's own interpreter, where the "
+                              "probes cannot be injected: drop --run-path")
+        if name in ("-m", "--module"):
+            module = True
+            i += 1
+            continue
+        if eq or name in _FLAGS:
+            options.append(item)
+            i += 1
+        elif name[:2] in ("-r", "-t") and len(name) > 2 and not name.startswith("--"):
+            options.append(item)  # -r3: argparse's attached short value
+            i += 1
+        elif name in _VALUED or i + 1 < len(rest) and not _looks_like_target(rest[i + 1], cwd, module):
+            options += rest[i:i + 2]
+            i += 2
+        else:  # an option this table does not know, followed by the script: a flag
+            options.append(item)
+            i += 1
+    if i >= len(rest):
+        raise LaunchError(f"no training script in the launcher line: {' '.join(words)}")
+    return Launch(options=options, module=module, target=rest[i], args=rest[i + 1:], typed=list(words))
+
+
+def _looks_like_target(word: str, cwd: str, module: bool) -> bool:
+    return os.path.exists(os.path.join(cwd, word)) or word.endswith(".py") or (module and not word.startswith("-"))
+
+
+def own_launch(nproc: str, rendezvous: list[str], module: str | None, script: str | None,
+               args: list[str]) -> Launch:
+    """`--nproc-per-node N` and the rendezvous options given to torchdoctor -> a torchrun job."""
+    if not _NPROC.match(nproc) or nproc == "0":
+        raise LaunchError(f"--nproc-per-node {nproc!r}: give a number of processes (or auto, cpu, gpu)")
+    given = {item.partition("=")[0].replace("_", "-") for item in rendezvous if item.startswith("--")}
+    options = ["--nproc-per-node", nproc, *rendezvous]
+    if not given & set(RENDEZVOUS):
+        options.append("--standalone")  # one node: torchrun picks a free port itself
+    target = module if module else str(script)
+    typed = ["torchrun", *options, *(["-m"] if module else []), target, *args]
+    return Launch(options=options, module=module is not None, target=target, args=list(args), typed=typed)
+
+
+def torch_available() -> bool:
+    """Is torch importable by this interpreter (found, not imported)?"""
+    return importlib.util.find_spec("torch") is not None

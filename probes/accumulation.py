@@ -1,0 +1,242 @@
+"""The accumulation probe: backward passes per optimizer step, whether the loss was divided, what is dropped.
+
+Measures
+--------
+- micro-steps: backward calls (`torch.autograd.backward`, shared wrapper in
+  probes/patches.py) between two optimizer steps (a global step post-hook;
+  a step a GradScaler skipped ends the window too), as a histogram, with
+  the steps whose count differs from the step before (a leftover window
+  merged into the next step shows up as one);
+- the scale of the loss reaching backward: the autograd graph is walked
+  from the tensor being differentiated through multiplications and
+  divisions by constants (`loss / accum_steps`, `loss * 0.25`) — a
+  GradScaler's own multiplication is recognised by its scale tensor and
+  skipped — on the first `factor_samples` backward calls and every
+  `factor_every`-th after;
+- the gradient norm after the first micro-step and after the whole
+  accumulation (`torch._foreach_norm` over the primary optimizer's
+  gradients) on `norm_samples` accumulating steps: how the accumulated
+  gradient grows with the micro-steps;
+- `optimizer.zero_grad()` / `model.zero_grad()` (wrapped) called while
+  backward passes since the last optimizer step are pending: those
+  gradients are thrown away; and backward passes still pending when the
+  script finishes;
+- top-level forwards per window (probes/forwards.py): accumulation runs one
+  forward per micro-step, while two losses of one forward backpropagated
+  one after the other (`loss_a.backward(); loss_b.backward()`) do not;
+- how often a different live optimizer steps than the one before (several
+  optimizers stepping in turn: a GAN's alternating losses are not
+  accumulation, and the analysis says so instead of judging).
+
+Costs: < 1 µs per backward and per step; ~3 µs per loss-scale sample; a
+gradient-norm pass on `norm_samples` steps only.
+
+Symptoms (thresholds in rules/data/thresholds.toml, [accumulation];
+classified in doctor/analysis/accumulation.py)
+--------------------------------------------------------------------
+- accumulation-not-normalized: the usual step accumulates k ≥ 2
+  micro-steps and the loss reaching backward is not divided by about k:
+  the accumulated gradient is `gradient_scale` = k × factor ≥
+  `max_gradient_scale` times the mean gradient of the effective batch;
+- partial-accumulation-dropped: micro-steps thrown away by zero_grad,
+  left pending at the end of the script, or a trailing partial window
+  merged into the next step (the step after it accumulates k + r).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.forwards import forward_watch
+from torchdoctor.probes.patches import backward_watch
+from torchdoctor.probes.scalers import scaler_watch
+from torchdoctor.probes.sites import here
+
+
+class AccumulationProbe(Probe):
+    name = "accumulation"
+
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.torch = torch
+        opt = self.options
+        self.factor_samples = int(opt.get("factor_samples", 16))
+        self.factor_every = int(opt.get("factor_every", 64))
+        self.norm_samples = int(opt.get("norm_samples", 3))
+        self.max_sequence = int(opt.get("max_sequence", 256))
+        self.micro = 0
+        self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
+        self.backwards = 0
+        self.hist: dict[int, int] = {}
+        self.forward_hist: dict[int, int] = {}  # micro-steps per window -> forwards summed over those windows
+        self.sequence: list[tuple[int, int]] = []  # (step, micro-steps) where the count changed
+        self.last_k: int | None = None
+        self.factors: list[float] = []
+        self.factor_site: dict[str, Any] | None = None
+        self.norms: list[dict[str, float]] = []
+        self.first_norm: float | None = None
+        self.params: list[weakref.ref] = []
+        self.dropped: list[dict[str, Any]] = []
+        self.dropped_total = 0
+        self.steps = 0  # optimizer steps of any optimizer that ended a window of micro-steps
+        self.last_optimizer: weakref.ref | None = None
+        self.alternations = 0
+        self.scalers = scaler_watch(torch)
+        self.scalers.subscribe(self, self._scaler_stepped)
+        self.skipped_by_scaler = 0
+        self.next_progress = 1
+        backward_watch(torch).subscribe(self, self._backward)
+        forward_watch(torch, self).subscribe(self, self._forward, _nothing)
+        register_optimizer_step_post_hook(self._any_step)
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            owner.zero_grad = self._wrap_zero_grad(owner.zero_grad)
+
+    # -- wrappers -----------------------------------------------------------------------------------
+
+    def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
+        last = self.last_optimizer() if self.last_optimizer is not None else None
+        if last is not None and last is not optimizer:
+            self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
+        if last is not optimizer:
+            self.last_optimizer = weakref.ref(optimizer)
+        k, forwards = self.micro, self.forwards
+        self.micro = self.forwards = 0
+        if k == 0:
+            return
+        self.steps += 1
+        self.hist[k] = self.hist.get(k, 0) + 1
+        self.forward_hist[k] = self.forward_hist.get(k, 0) + forwards
+        if k != self.last_k and len(self.sequence) < self.max_sequence:
+            self.sequence.append((self.steps, k))
+        self.last_k = k
+        if self.steps >= self.next_progress:  # 1, 2, 4, …: a crash keeps a recent histogram
+            self.next_progress *= 2
+            self._summary("accumulation-progress", None)
+
+    def _wrap_zero_grad(self, original: Any) -> Any:
+        probe = self
+
+        def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
+            if probe.micro and probe.enabled:
+                probe._dropped(probe.micro, "zero_grad")
+                probe.micro = probe.forwards = 0
+            return original(owner, *args, **kwargs)
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        zero_grad.__doc__ = original.__doc__
+        return zero_grad
+
+    def _dropped(self, count: int, how: str) -> None:
+        self.dropped_total += count
+        if len(self.dropped) < 20:
+            self.dropped.append({"micro_steps": count, "how": how, "at_step": self.step, "site": here()})
+            self.emit("accumulation-dropped", **self.dropped[-1])
+
+    # -- forward and backward ---------------------------------------------------------------------------
+
+    def _forward(self, module: Any) -> None:
+        self.forwards += 1
+
+    def _backward(self, tensors: Any) -> None:
+        self.micro += 1
+        self.backwards += 1
+        if self.micro == 2 and self.first_norm is None and len(self.norms) < self.norm_samples and self.params:
+            self.first_norm = self._grad_norm()
+        n = self.backwards
+        if n <= self.factor_samples or n % self.factor_every == 0:
+            root = tensors if isinstance(tensors, self.torch.Tensor) else None
+            if root is not None and root.numel() == 1:
+                factor = self._loss_factor(root)
+                if factor is not None:
+                    self.factors.append(factor)
+                    if self.factor_site is None:
+                        self.factor_site = here()
+
+    def _loss_factor(self, root: Any) -> float | None:
+        """The product of the constants the loss was multiplied by on its way to backward."""
+        torch = self.torch
+        node = root.grad_fn
+        factor = 1.0
+        scales: set[int] | None = None
+        for _ in range(8):
+            if node is None:
+                break
+            name = node.name()
+            if name not in ("MulBackward0", "DivBackward0"):
+                break
+            other = getattr(node, "_saved_other", None)
+            index = 0
+            if other is None and name == "MulBackward0":
+                other, index = getattr(node, "_saved_self", None), 1
+            if not isinstance(other, torch.Tensor) or other.numel() != 1 or other.requires_grad:
+                break
+            if name == "MulBackward0":
+                if scales is None:
+                    scales = self.scalers.scale_pointers()
+                if other.data_ptr() in scales:  # the GradScaler's multiplication
+                    node = node.next_functions[index][0]
+                    continue
+            value = float(other)
+            if name == "DivBackward0":
+                value = 1.0 / value if value else math.inf
+            factor *= value
+            node = node.next_functions[index][0]
+        return factor if math.isfinite(factor) else None
+
+    def _grad_norm(self) -> float | None:
+        grads = [g for g in (p.grad for p in (r() for r in self.params) if p is not None) if g is not None]
+        if not grads:
+            return None
+        norms = self.torch._foreach_norm(grads)
+        return float(self.torch.linalg.vector_norm(self.torch.stack([n.float() for n in norms])))
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def _scaler_stepped(self) -> None:
+        """A GradScaler skipped optimizer.step() (inf/NaN gradients): its micro-steps were consumed all the same."""
+        if self.micro:
+            self.skipped_by_scaler += 1
+            self.micro = self.forwards = 0
+
+    def before_step(self, step: int, optimizer: Any) -> None:
+        """The primary optimizer is about to step: the gradient it will apply is complete."""
+        if not self.params:
+            self.params = [weakref.ref(p) for g in optimizer.param_groups for p in g["params"]]
+        k = self.micro
+        if self.first_norm is not None and k >= 2:
+            total = self._grad_norm()
+            if total is not None and self.first_norm > 0:
+                self.norms.append({"micro_steps": k, "first_norm": self.first_norm, "accumulated_norm": total})
+        self.first_norm = None
+
+    def _summary(self, kind: str, reason: str | None) -> None:
+        self.emit(
+            kind,
+            histogram={str(k): v for k, v in sorted(self.hist.items())},
+            forwards={str(k): v for k, v in sorted(self.forward_hist.items())},
+            sequence=self.sequence,
+            backwards=self.backwards,
+            pending=self.micro,
+            reason=reason,
+            factors=[float(f"{f:.6g}") for f in self.factors[:64]],
+            factor_site=self.factor_site,
+            norms=self.norms,
+            dropped_total=self.dropped_total,
+            skipped_by_scaler=self.skipped_by_scaler,
+            alternations=self.alternations,
+        )
+
+    def finish(self, reason: str) -> None:
+        if self.micro and reason == "completed" and self.hist:
+            self._dropped(self.micro, "end")
+        self._summary("accumulation-summary", reason)
+
+
+def _nothing(module: Any, output: Any, token: Any) -> None:
+    """The forward watch's end callback: the accumulation probe only counts forwards as they start."""

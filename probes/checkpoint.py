@@ -1,0 +1,405 @@
+"""The checkpoint probe: what each torch.save holds, how each torch.load and load_state_dict went.
+
+Measures
+--------
+- every `torch.save` (wrapped): what the object holds — model weights (a
+  mapping of tensors, or a key like `model`/`state_dict`), optimizer state
+  (`state` + `param_groups`), scheduler state (`last_epoch`, `base_lrs`),
+  GradScaler state (`scale`, `growth_factor`), epoch/step counters, RNG
+  states (`torch.get_rng_state()`, `random.getstate()`, numpy's) — read two
+  levels deep without copying anything; whether a whole `nn.Module` (or
+  optimizer) object is pickled; `module.` / `_orig_mod.` key prefixes; the
+  optimizer step it was written at; what a resume of this run would need
+  (the optimizer, a scheduler and an enabled GradScaler when the script
+  built one — their constructors are wrapped to know);
+- every `torch.load` (wrapped): `weights_only` and `map_location` as passed,
+  what the loaded object holds, and the devices its tensors landed on;
+- `nn.Module.load_state_dict` (wrapped): strict, the missing and
+  unexpected keys it returned (and the prefix that explains them), and the
+  `load_state_dict` of optimizers, schedulers and scalers — what a resume
+  restored.
+
+Costs: nothing per training step; a save or load costs a walk over the
+saved object's top two levels (microseconds next to the disk write).
+
+Symptoms (thresholds in rules/data/thresholds.toml, [checkpoint];
+classified in doctor/analysis/checkpoint.py)
+-----------------------------------------------------------------------
+- checkpoint-incomplete: a checkpoint written while training went on
+  (or holding more than the weights) lacks a part a resume needs;
+- whole-model-pickled: an nn.Module object was saved;
+- wrapped-state-dict-saved: saved weights named `module.…` / `_orig_mod.…`;
+- state-dict-mismatch: `load_state_dict(strict=False)` returned missing or
+  unexpected keys;
+- unsafe-load: `torch.load(weights_only=False)`, or a load without
+  `map_location` whose tensors landed on another GPU than this process's.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.scalers import scaler_watch
+from torchdoctor.probes.sites import here
+
+PREFIXES = ("module.", "_orig_mod.")
+POSITION_KEYS = ("epoch", "step", "global_step", "iteration", "iter", "steps", "epochs", "batch_idx", "it")
+RNG_WORDS = ("rng", "random", "generator", "seed_state")
+
+
+class CheckpointProbe(Probe):
+    name = "checkpoint"
+
+    def install(self) -> None:
+        import torch
+        from torch.amp import grad_scaler
+        from torch.optim import lr_scheduler
+
+        self.torch = torch
+        self.max_events = int(self.options.get("max_events", 40))
+        self.events = 0
+        self.saves = 0
+        self.loads = 0
+        self.schedulers: weakref.WeakSet = weakref.WeakSet()
+        self.scalers = scaler_watch(torch)
+        self.optimizer_types = (torch.optim.Optimizer,)
+        self._inside = 0
+        self._save, self._load = torch.save, torch.load
+        torch.save = self._wrap_save(torch.save)
+        torch.load = self._wrap_load(torch.load)
+        module = torch.nn.Module
+        module.load_state_dict = self._wrap_module_load(module.load_state_dict)
+        torch.optim.Optimizer.load_state_dict = self._wrap_restore(torch.optim.Optimizer.load_state_dict, "optimizer")
+        scheduler_classes = [lr_scheduler.LRScheduler, *_subclasses(lr_scheduler.LRScheduler)]
+        for cls in scheduler_classes:
+            if "load_state_dict" in cls.__dict__:
+                cls.load_state_dict = self._wrap_restore(cls.__dict__["load_state_dict"], "scheduler")
+            if "__init__" in cls.__dict__:
+                cls.__init__ = self._wrap_init(cls.__dict__["__init__"], self.schedulers)
+        scaler = grad_scaler.GradScaler
+        scaler.load_state_dict = self._wrap_restore(scaler.load_state_dict, "scaler")
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self.events < self.max_events:
+            self.events += 1
+            self.emit(kind, **fields)
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        if not self.enabled:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - never reaches the script
+            self.enabled = False
+            self.emit("probe-error", where=getattr(fn, "__name__", "checkpoint"),
+                      error=f"{type(exc).__name__}: {exc}"[:500])
+
+    # -- what a run has, to resume ---------------------------------------------------------------
+
+    def _wrap_init(self, original: Any, into: weakref.WeakSet) -> Any:
+        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
+            original(obj, *args, **kwargs)
+            try:
+                into.add(obj)
+            except TypeError:
+                pass
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        __init__.__doc__ = original.__doc__
+        return __init__
+
+    def _needed(self) -> list[str]:
+        needed = ["model", "optimizer"]
+        if len(self.schedulers):
+            needed.append("scheduler")
+        if self.scalers.enabled():
+            needed.append("scaler")
+        needed.append("epoch")
+        return needed
+
+    # -- torch.save --------------------------------------------------------------------------------
+
+    def _wrap_save(self, original: Any) -> Any:
+        probe = self
+
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(obj, f, *args, **kwargs)
+            if probe._inside == 0:
+                probe._guard(probe._saved, obj, f)
+            return result
+
+        save.__wrapped__ = original  # type: ignore[attr-defined]
+        save.__doc__ = original.__doc__
+        return save
+
+    def _saved(self, obj: Any, f: Any) -> None:
+        self.saves += 1
+        described = self._describe(obj)
+        described.update(
+            file=_file_name(f),
+            site=here(),
+            at_step=self.step,
+            needed=self._needed(),
+            index=self.saves,
+        )
+        self._emit("save", **described)
+
+    def _describe(self, obj: Any, depth: int = 0) -> dict[str, Any]:
+        """What a saved or loaded object holds: {'holds': [...], 'type': ..., 'modules': [...], 'prefix': ...}."""
+        torch = self.torch
+        out: dict[str, Any] = {"type": type(obj).__name__, "holds": [], "modules": [], "keys": []}
+        holds: list[str] = out["holds"]
+
+        def add(what: str) -> None:
+            if what not in holds:
+                holds.append(what)
+
+        if isinstance(obj, torch.nn.Module):
+            add("model")
+            out["modules"].append(type(obj).__name__)
+            return out
+        if isinstance(obj, self.optimizer_types):
+            add("optimizer")
+            out["modules"].append(type(obj).__name__)
+            return out
+        if not isinstance(obj, Mapping):
+            if _is_rng_state(obj, torch):
+                add("rng")
+            return out
+        keys = list(obj.keys())[:200]
+        out["keys"] = [str(k) for k in keys[:30]]
+        kind = _mapping_kind(obj, torch)
+        if kind:
+            add(kind)
+            if kind == "model":
+                out["prefix"] = _prefix(keys)
+                out["tensors"] = len(obj)
+            return out
+        for key in keys:
+            value = obj[key]
+            name = str(key).lower()
+            if isinstance(value, torch.nn.Module):
+                add("model")
+                out["modules"].append(f"{key}: {type(value).__name__}")
+                continue
+            if isinstance(value, self.optimizer_types):
+                add("optimizer")
+                out["modules"].append(f"{key}: {type(value).__name__}")
+                continue
+            sub = _mapping_kind(value, torch) if isinstance(value, Mapping) else None
+            if sub:
+                add(sub)
+                if sub == "model" and "prefix" not in out:
+                    out["prefix"] = _prefix(list(value.keys())[:200])
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and any(
+                name == w or name.endswith("_" + w) or name.startswith(w + "_") for w in POSITION_KEYS
+            ):
+                add("step" if "step" in name or "iter" in name or name == "it" else "epoch")
+                continue
+            if any(w in name for w in RNG_WORDS) or _is_rng_state(value, torch):
+                add("rng")
+                continue
+            if name in ("scheduler", "lr_scheduler", "sched") and isinstance(value, Mapping):
+                add("scheduler")
+                continue
+            if isinstance(value, Mapping) and depth == 0:
+                inner = self._describe(value, depth + 1)
+                for what in inner["holds"]:
+                    add(what)
+                out["modules"] += inner["modules"]
+                if inner.get("prefix") and "prefix" not in out:
+                    out["prefix"] = inner["prefix"]
+        return out
+
+    # -- torch.load --------------------------------------------------------------------------------
+
+    def _wrap_load(self, original: Any) -> Any:
+        probe = self
+
+        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._inside += 1
+            try:
+                result = original(f, *args, **kwargs)
+            finally:
+                probe._inside -= 1
+            if probe._inside == 0:
+                probe._guard(probe._loaded, result, f, args, kwargs)
+            return result
+
+        load.__wrapped__ = original  # type: ignore[attr-defined]
+        load.__doc__ = original.__doc__
+        return load
+
+    def _loaded(self, result: Any, f: Any, args: Any, kwargs: Any) -> None:
+        self.loads += 1
+        map_location = kwargs.get("map_location", args[0] if args else None)
+        described = self._describe(result)
+        devices = sorted(_devices(result, self.torch))
+        current = None
+        torch = self.torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            current = f"cuda:{torch.cuda.current_device()}"
+        described.update(
+            file=_file_name(f),
+            site=here(),
+            at_step=self.step,
+            weights_only=kwargs.get("weights_only"),
+            map_location=None if map_location is None else str(map_location)[:80],
+            devices=devices,
+            current_device=current,
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+        )
+        self._emit("load", **described)
+
+    # -- load_state_dict ---------------------------------------------------------------------------
+
+    def _wrap_module_load(self, original: Any) -> Any:
+        probe = self
+
+        def load_state_dict(module: Any, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+            outer = probe._inside == 0
+            probe._inside += 1
+            try:
+                result = original(module, state_dict, strict, *args, **kwargs)
+            finally:
+                probe._inside -= 1
+            if outer:
+                probe._guard(probe._module_loaded, module, state_dict, strict, result)
+            return result
+
+        load_state_dict.__wrapped__ = original  # type: ignore[attr-defined]
+        load_state_dict.__doc__ = original.__doc__
+        return load_state_dict
+
+    def _module_loaded(self, module: Any, state_dict: Any, strict: bool, result: Any) -> None:
+        missing = list(getattr(result, "missing_keys", []) or [])
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        total = len(state_dict) if isinstance(state_dict, Mapping) else None
+        self._emit(
+            "load-state-dict",
+            what="model",
+            model=type(module).__name__,
+            strict=bool(strict),
+            missing_keys=missing[:10],
+            unexpected_keys=unexpected[:10],
+            missing=len(missing),
+            unexpected=len(unexpected),
+            keys=total,
+            model_keys=len(module.state_dict()) if missing or unexpected else total,
+            prefix=_explaining_prefix(missing, unexpected),
+            site=here(),
+            at_step=self.step,
+        )
+
+    def _wrap_restore(self, original: Any, what: str) -> Any:
+        probe = self
+
+        def load_state_dict(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            outer = probe._inside == 0
+            probe._inside += 1
+            try:
+                result = original(obj, *args, **kwargs)
+            finally:
+                probe._inside -= 1
+            if outer:
+                probe._guard(probe._restored, what, obj)
+            return result
+
+        load_state_dict.__wrapped__ = original  # type: ignore[attr-defined]
+        load_state_dict.__doc__ = original.__doc__
+        return load_state_dict
+
+    def _restored(self, what: str, obj: Any) -> None:
+        self._emit("load-state-dict", what=what, type=type(obj).__name__, site=here(), at_step=self.step)
+
+    def finish(self, reason: str) -> None:
+        self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo += c.__subclasses__()
+    return out
+
+
+def _mapping_kind(value: Mapping, torch: Any) -> str | None:
+    """A state dict's kind from its keys: model weights, optimizer, scheduler, scaler."""
+    keys = set(list(value.keys())[:200])
+    if {"state", "param_groups"} <= keys:
+        return "optimizer"
+    if "scale" in keys and ("growth_factor" in keys or "_growth_tracker" in keys):
+        return "scaler"
+    if "last_epoch" in keys and ("base_lrs" in keys or "_step_count" in keys):
+        return "scheduler"
+    values = list(value.values())[:50]
+    if values and all(isinstance(v, torch.Tensor) for v in values) and all(isinstance(k, str) for k in keys):
+        # weights: named tensors with dotted names or parameter-like ones
+        if any("." in k or k.endswith(("weight", "bias")) for k in keys):
+            return "model"
+    return None
+
+
+def _prefix(keys: list[Any]) -> str | None:
+    names = [k for k in keys if isinstance(k, str)]
+    for prefix in PREFIXES:
+        if names and all(k.startswith(prefix) for k in names):
+            return prefix
+    return None
+
+
+def _explaining_prefix(missing: list[str], unexpected: list[str]) -> str | None:
+    """'module.' when the unexpected keys are the missing ones with that prefix (or the reverse)."""
+    if not missing or not unexpected:
+        return None
+    miss = set(missing)
+    for prefix in PREFIXES:
+        if all(k.startswith(prefix) and k[len(prefix):] in miss for k in unexpected[:50]):
+            return prefix
+        if all(k.startswith(prefix) for k in missing[:50]) and all(prefix + k in miss for k in unexpected[:50]):
+            return prefix
+    return None
+
+
+def _is_rng_state(value: Any, torch: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.uint8 and value.dim() == 1 and value.numel() >= 5000
+    if isinstance(value, tuple) and len(value) == 3 and isinstance(value[1], tuple) and len(value[1]) == 625:
+        return True  # random.getstate()
+    if isinstance(value, tuple) and value and value[0] == "MT19937":
+        return True  # numpy.random.get_state()
+    if isinstance(value, Mapping) and value.get("bit_generator") is not None:
+        return True  # numpy Generator.bit_generator.state
+    return value is random
+
+
+def _devices(obj: Any, torch: Any, limit: int = 64) -> set[str]:
+    found: set[str] = set()
+    stack = [obj]
+    seen = 0
+    while stack and seen < limit:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.add(str(item.device))
+            seen += 1
+        elif isinstance(item, Mapping):
+            stack.extend(list(item.values())[:limit])
+        elif isinstance(item, (list, tuple)):
+            stack.extend(list(item)[:limit])
+    return found
+
+
+def _file_name(f: Any) -> str | None:
+    if isinstance(f, (str, os.PathLike)):
+        return os.path.basename(os.fspath(f))
+    name = getattr(f, "name", None)
+    return os.path.basename(name) if isinstance(name, str) else type(f).__name__

@@ -1,0 +1,288 @@
+"""The gradflow probe: parameters no gradient reaches, where the graph is cut, and a loss that never moves.
+
+Measures
+--------
+- at the optimizer step pre-hook of the first `dense_checks` steps and
+  every `check_every` steps after, which of the optimizer's parameters hold
+  a gradient (one attribute read per parameter);
+- after `classify_after` checks, for the parameters that never had one:
+  frozen (`requires_grad=False`), or trainable but outside the graph. For
+  the latter, during the next forward of the model, a one-shot forward hook
+  on the modules owning them records whether they ran and produced a
+  tensor that requires grad, and `Tensor.detach`, `.numpy`, `.item` and
+  `.tolist` are watched (patched for that one forward only) for calls from
+  the user's code on tensors that require grad: the first such call after
+  the owning module ran is where the graph was cut;
+- the parameters of the script's models (probes/forwards.py) that hold a
+  gradient but belong to no optimizer that steps: they are trained by
+  nothing;
+- the loss: the value of the scalar each backward starts from, on every
+  backward of the first `dense_loss` and every `loss_every`-th after
+  (one `.item()`: a device sync on CUDA, hence the spacing): first, last,
+  and whether every sample was exactly equal.
+
+Costs: < 1 µs per backward outside the loss samples (~2 µs each); ~0.1 µs
+per parameter on the checked steps; the localisation forward, once, only
+when a trainable parameter never got a gradient.
+
+Symptoms (thresholds in rules/data/thresholds.toml, [gradflow]; classified
+in doctor/analysis/gradflow.py). Not judged under DDP (the distributed
+probe's business).
+-----------------------------------------------------------------------------
+- non-differentiable: trainable parameters whose module ran and produced a
+  graph, yet no gradient reached them (with the cutting call when seen);
+- frozen-parameters: trainable parameters whose module never ran, or
+  parameters that get gradients but are in no optimizer;
+- loss-not-decreasing: `min_loss_samples` or more loss samples, all
+  exactly equal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+import weakref
+from typing import Any
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.forwards import forward_watch
+from torchdoctor.probes.patches import backward_watch, user_site
+from torchdoctor.probes.scalers import scaler_watch
+from torchdoctor.probes.sites import as_dict, here
+
+CUT_OPS = ("detach", "numpy", "item", "tolist")
+
+
+class GradflowProbe(Probe):
+    name = "gradflow"
+
+    def install(self) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.torch = torch
+        opt = self.options
+        self.dense_checks = int(opt.get("dense_checks", 3))
+        self.check_every = int(opt.get("check_every", 50))
+        self.classify_after = int(opt.get("classify_after", 3))
+        self.dense_loss = int(opt.get("dense_loss", 50))
+        self.loss_every = int(opt.get("loss_every", 10))
+        self.params: list[weakref.ref] = []
+        self.got: list[bool] = []
+        self.checks = 0
+        self.optimizers: list[weakref.ref] = []
+        self.classified = False
+        self.localising: dict[str, Any] | None = None
+        self.backwards = 0
+        self.loss: dict[str, Any] = {"samples": 0, "equal": True, "first": None, "last": None}
+        self.loss_site: dict[str, Any] | None = None
+        self.watch = forward_watch(torch, self)
+        self.watch.subscribe(self, self._forward_start, self._forward_end)
+        self.scalers = scaler_watch(torch)
+        backward_watch(torch).subscribe(self, self._backward)
+        register_optimizer_step_post_hook(self._any_step)
+
+    def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if len(self.optimizers) < 8 and not any(r() is optimizer for r in self.optimizers):
+            self.optimizers.append(weakref.ref(optimizer))
+
+    # -- the loss -------------------------------------------------------------------------------------
+
+    def _backward(self, tensors: Any) -> None:
+        self.backwards += 1
+        n = self.backwards
+        if n > self.dense_loss and n % self.loss_every:
+            return
+        root = tensors if isinstance(tensors, self.torch.Tensor) else None
+        if root is None or root.numel() != 1:
+            return
+        value = float(root.detach())
+        scale = self.scalers.scale_of(root)
+        if scale is not None:  # GradScaler.scale(loss): the loss itself is the value over the scale
+            value /= float(scale)
+        loss = self.loss
+        if loss["first"] is None:
+            loss["first"] = value
+            self.loss_site = here()
+        elif value != loss["last"]:
+            loss["equal"] = False
+        loss["last"] = value
+        loss["samples"] += 1
+        loss["last_step"] = self.step
+
+    # -- gradients ------------------------------------------------------------------------------------
+
+    def before_step(self, step: int, optimizer: Any) -> None:
+        if self.localising is not None and self.localising.get("done"):
+            self._localised()
+        if step > self.dense_checks and step % self.check_every:
+            return
+        if not self.params:
+            self.params = [weakref.ref(p) for g in optimizer.param_groups for p in g["params"]]
+            self.got = [False] * len(self.params)
+        got = self.got
+        for i, ref in enumerate(self.params):
+            if not got[i]:
+                p = ref()
+                if p is not None and p.grad is not None:
+                    got[i] = True
+        self.checks += 1
+        if self.checks == self.classify_after and not self.classified:
+            self.classified = True
+            self._classify()
+
+    def _names(self) -> dict[int, tuple[str, Any, str]]:
+        """id(parameter) -> (qualified name, owning module, owner's name) over the models seen."""
+        out: dict[int, tuple[str, Any, str]] = {}
+        for model in self.watch.live_models():
+            for mod_name, module in model.named_modules():
+                for p_name, p in module.named_parameters(recurse=False):
+                    full = f"{mod_name}.{p_name}" if mod_name else p_name
+                    out.setdefault(id(p), (full, module, mod_name or type(model).__name__))
+        return out
+
+    def _classify(self) -> None:
+        names = self._names()
+        ddp = any(type(m).__name__ in ("DistributedDataParallel", "FullyShardedDataParallel")
+                  for m in self.watch.live_models())
+        never = [p for p, got in zip((r() for r in self.params), self.got, strict=True) if p is not None and not got]
+        frozen = [names.get(id(p), (f"parameter {i}",))[0] for i, p in enumerate(never) if not p.requires_grad]
+        gradless = [p for p in never if p.requires_grad]
+        in_optimizers = {id(p) for r in self.optimizers if r() is not None for g in r().param_groups
+                         for p in g["params"]}
+        in_optimizers |= {id(p) for p in (r() for r in self.params) if p is not None}
+        orphans = []
+        for model in self.watch.live_models():
+            for name, p in model.named_parameters():
+                if p.requires_grad and p.grad is not None and id(p) not in in_optimizers:
+                    orphans.append(name)
+        self.emit("gradflow-params", checks=self.checks, parameters=len(self.params), never=len(never),
+                  frozen_in_optimizer=frozen[:20], frozen_count=len(frozen), not_in_optimizer=orphans[:20],
+                  not_in_optimizer_count=len(orphans), ddp=ddp, models=len(self.watch.models))
+        if gradless and not ddp:
+            owners: dict[int, dict[str, Any]] = {}
+            for p in gradless:
+                name, module, owner = names.get(id(p), (None, None, None))
+                if module is None:
+                    continue
+                entry = owners.setdefault(id(module), {"module": module, "name": owner, "params": [], "ran": False,
+                                                       "grad_out": False, "seq": None})
+                entry["params"].append(name)
+            unnamed = sum(1 for p in gradless if id(p) not in names)
+            self.localising = {"owners": owners, "unnamed": unnamed, "count": len(gradless), "calls": [],
+                               "hooks": [], "seq": itertools.count(), "done": False, "armed": True}
+
+    # -- localising the cut, during one forward ----------------------------------------------------------
+
+    def _forward_start(self, module: Any) -> bool | None:
+        loc = self.localising
+        if loc is None or not loc["armed"] or not self.torch.is_grad_enabled() or self.watch.compiled:
+            return None
+        loc["armed"] = False
+        for entry in loc["owners"].values():
+            loc["hooks"].append(entry["module"].register_forward_hook(self._owner_ran(entry), always_call=True))
+        self._patch_cut_ops(loc)
+        return True
+
+    def _owner_ran(self, entry: dict[str, Any]) -> Any:
+        loc = self.localising
+        tensor = self.torch.Tensor
+
+        def hook(module: Any, args: Any, output: Any) -> None:
+            entry["ran"] = True
+            outs = output if isinstance(output, (tuple, list)) else [output]
+            if any(isinstance(o, tensor) and o.requires_grad for o in outs):
+                entry["grad_out"] = True
+            if entry["seq"] is None and loc is not None:
+                entry["seq"] = next(loc["seq"])
+
+        return hook
+
+    def _patch_cut_ops(self, loc: dict[str, Any]) -> None:
+        tensor = self.torch.Tensor
+        saved = {}
+        for op in CUT_OPS:
+            original = tensor.__dict__.get(op, getattr(tensor, op))
+            saved[op] = (op in tensor.__dict__, original)
+            setattr(tensor, op, self._cut_op(op, original, loc))
+        loc["saved"] = saved
+
+    def _cut_op(self, op: str, original: Any, loc: dict[str, Any]) -> Any:
+        probe = self
+
+        def watched(t: Any, *args: Any, **kwargs: Any) -> Any:
+            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False):
+                site = user_site(sys._getframe(1))
+                if site is not None and probe.is_user_file(site[0]):
+                    loc["calls"].append({"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)})
+            return original(t, *args, **kwargs)
+
+        return watched
+
+    def _forward_end(self, module: Any, output: Any, token: Any) -> None:
+        loc = self.localising
+        if loc is None or "saved" not in loc:
+            return
+        tensor = self.torch.Tensor
+        for op, (own, original) in loc.pop("saved").items():
+            if own:
+                setattr(tensor, op, original)
+            else:
+                delattr(tensor, op)
+        for handle in loc["hooks"]:
+            handle.remove()
+        loc["hooks"] = []
+        loc["done"] = True
+
+    def _localised(self) -> None:
+        loc, self.localising = self.localising, None
+        assert loc is not None
+        cut, unused, unknown = [], [], []
+        for entry in loc["owners"].values():
+            if not loc["done"]:
+                unknown.append(entry)
+            else:
+                (cut if entry["ran"] and entry["grad_out"] else unused).append(entry)
+        first_seq = min((e["seq"] for e in cut if e["seq"] is not None), default=None)
+        call = None
+        if first_seq is not None:
+            call = next((c for c in loc["calls"] if c["seq"] > first_seq), None)
+        self.emit(
+            "gradless",
+            cut=[{"module": e["name"], "parameters": e["params"][:10]} for e in cut],
+            unused=[{"module": e["name"], "parameters": e["params"][:10], "ran": e["ran"]} for e in unused],
+            unknown=[{"module": e["name"], "parameters": e["params"][:10]} for e in unknown],
+            call=call,
+            count=loc["count"],
+            unnamed=loc["unnamed"],
+        )
+
+    # -- the end ----------------------------------------------------------------------------------------
+
+    def finish(self, reason: str) -> None:
+        if not self.classified and self.checks:
+            self.classified = True
+            self._classify()
+        if self.localising is not None:
+            if "saved" in self.localising:  # the script ended inside the localising forward
+                self._forward_end(None, None, True)
+            self._localised()
+        loss = self.loss
+        self.emit(
+            "gradflow-summary",
+            loss_first=_finite(loss["first"]),
+            loss_last=_finite(loss["last"]),
+            loss_samples=loss["samples"],
+            loss_equal=loss["equal"] and loss["samples"] > 1,
+            loss_last_step=loss.get("last_step"),
+            loss_site=self.loss_site,
+            backwards=self.backwards,
+            checks=self.checks,
+        )
+
+
+def _finite(value: float | None) -> float | str | None:
+    if value is None or math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")

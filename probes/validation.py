@@ -1,0 +1,330 @@
+"""The validation probe: forward passes that no backward reaches, and the mode they ran in.
+
+Measures
+--------
+Every top-level forward of the script's models (probes/forwards.py) records
+whether autograd was recording (grad enabled and not inference mode), how
+many of the model's dropout and batch-norm modules were in training mode,
+and the user's line. A forward that autograd recorded is trained when the
+next backward starts before another forward (the usual loop); when another
+forward comes first (an evaluation loop, or several forwards per loss), a
+pre-hook on the grad_fn of its outputs marks it trained if a backward
+reaches it later (the grad_fn nodes are held from the forward's end to the
+next forward, backward or step — no longer than the script's own variables
+hold them).
+At the next optimizer step (and at the end) each forward is classified:
+
+- trained: a backward reached it (a training forward);
+- evaluation with grad: autograd recorded a graph that no backward used —
+  the graph and the activations it saves were built for nothing;
+- evaluation without grad: under `torch.no_grad()` / `inference_mode()`.
+
+An evaluation forward with dropout or batch-norm modules in training mode
+is recorded with their names. A trained forward whose dropout/batch-norm
+modules are all in eval mode, after earlier trained forwards ran them in
+training mode, means `model.train()` was not restored after validation.
+Once a line is known to run evaluation forwards with grad, up to
+`measure_forwards` later forwards from that line count the bytes their
+graph saves for backward (a saved-tensor pack hook that returns the tensor unchanged;
+parameters excluded): the memory an evaluation batch costs.
+
+Costs (bench/bench_run.py, CPU)
+-------------------------------
+~5-10 µs per top-level forward (grad/train flags, the user's line, a
+reference to its outputs' grad_fn nodes; a pre-hook only when another forward
+follows before a backward), nothing per layer; < 1 µs per backward; a pack hook per
+saved tensor on at most `measure_forwards` forwards, only from a line that
+ran evaluation forwards with grad.
+
+Symptoms (thresholds in rules/data/thresholds.toml, [validation];
+classified in doctor/analysis/validation.py)
+------------------------------------------------------------------
+- eval-without-no-grad: at least `min_eval_forwards` evaluation forwards
+  built a graph no backward used (`extra_gib`: the bytes saved per batch);
+- eval-mode-missing: evaluation forwards ran dropout/batch-norm modules in
+  training mode (`modules`), or training resumed with them in eval mode
+  (`train_not_restored`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from typing import Any
+
+from torchdoctor.probes.base import Probe
+from torchdoctor.probes.forwards import forward_watch
+from torchdoctor.probes.patches import backward_watch
+from torchdoctor.probes.sites import as_dict
+from torchdoctor.probes.userframes import is_library_file
+
+MIB = 2**20
+
+
+class _Forward:
+    __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved")
+
+    def __init__(self) -> None:
+        self.trained = False
+        self.graph = False
+        self.saved: dict[int, int] | None = None
+
+
+class ValidationProbe(Probe):
+    name = "validation"
+
+    def install(self) -> None:
+        import torch
+
+        self.torch = torch
+        opt = self.options
+        self.measure_forwards = int(opt.get("measure_forwards", 8))
+        self.max_pending = int(opt.get("max_pending_forwards", 256))
+        self.max_events = int(opt.get("max_events", 50))
+        self.is_dropper = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+        self.droppers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.pending: list[_Forward] = []
+        self.user_code: dict[Any, bool] = {}  # code object -> is it the user's (not a library's)
+        self.groups: dict[tuple, dict[str, Any]] = {}
+        self.trained_in_train_mode: set[int] = set()
+        self.not_restored_reported: set[int] = set()
+        self.last_eval_site: dict[int, Any] = {}
+        self.measure_left = self.measure_forwards
+        self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
+        self.memory_reported = False
+        self.counts = {"trained": 0, "eval_grad": 0, "eval_no_grad": 0, "other": 0}
+        self.events = 0
+        self.cost_s = 0.0
+        self.forwards = 0
+        # The latest forward with a graph, not resolved yet, with its outputs' grad_fn nodes: held only until
+        # the next forward, backward or optimizer step (the script's own variables hold them that long anyway).
+        self.last: tuple[_Forward, list[Any]] | None = None
+        self.watch = forward_watch(torch, self)
+        self.watch.subscribe(self, self._start, self._end)
+        backward_watch(torch).subscribe(self, self._backward)
+
+    # -- per forward ---------------------------------------------------------------------------
+
+    def _droppers_of(self, module: Any) -> tuple[list[str], list[Any]]:
+        found = self.droppers.get(module)
+        if found is None:
+            pairs = [(f"{n} ({type(m).__name__})" if n else type(m).__name__, m)
+                     for n, m in module.named_modules() if isinstance(m, self.is_dropper)]
+            found = ([n for n, _ in pairs], [m for _, m in pairs])
+            self.droppers[module] = found
+        return found
+
+    def _site(self, frame: Any) -> tuple[str, int, str] | None:
+        """The caller of `model(...)`: usually the frame just below Module.__call__ (cached per code object)."""
+        while frame is not None:
+            code = frame.f_code
+            user = self.user_code.get(code)
+            if user is None:
+                user = self.user_code[code] = not is_library_file(code.co_filename)
+            if user:
+                return code.co_filename, frame.f_lineno, code.co_name
+            frame = frame.f_back
+        return None
+
+    def _start(self, module: Any) -> _Forward:
+        started = time.perf_counter()
+        if self.last is not None:
+            self._settle_last()
+        torch = self.torch
+        rec = _Forward()
+        rec.model = id(module)
+        rec.name = type(module).__name__
+        rec.grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        rec.droppers = self._droppers_of(module)
+        rec.train = sum(1 for m in rec.droppers[1] if m.training)
+        rec.site = self._site(sys._getframe(4))
+        rec.step = self.step
+        if rec.grad and self.measure_left > 0 and rec.site is not None and rec.site[:2] in self.measure_sites:
+            self._measure(rec)
+        self.cost_s += time.perf_counter() - started
+        return rec
+
+    def _end(self, module: Any, output: Any, rec: _Forward) -> None:
+        started = time.perf_counter()
+        if rec.saved is not None:
+            try:
+                self.torch._C._autograd._pop_saved_tensors_default_hooks()
+            except RuntimeError:
+                pass
+        if rec.grad:
+            outputs = _graph_outputs(output, self.torch.Tensor)
+            if outputs:
+                rec.graph = True
+                self.last = (rec, [t.grad_fn for t in outputs])
+        self.pending.append(rec)
+        self.forwards += 1
+        if self.forwards == 1:  # the first forward pays for one-off work (module lists, caches)
+            self.cost_s = 0.0
+            return
+        if len(self.pending) > self.max_pending:  # no optimizer step for a long time: an inference loop
+            self._classify(self.pending[: len(self.pending) // 2])
+            del self.pending[: len(self.pending) // 2]
+        self.cost_s += time.perf_counter() - started
+
+    def _backward(self, tensors: Any) -> None:
+        """A backward right after a forward trains it (the usual loop: forward, loss, backward)."""
+        if self.last is not None:
+            self.last[0].trained = True
+            self.last = None
+
+    def _settle_last(self) -> None:
+        """Another forward before any backward: let the graph itself say whether a backward reaches it.
+
+        The pre-hook lives in the graph's node: if nothing but this probe held the graph, it is freed
+        with the reference dropped here and the forward stays untrained, as it should.
+        """
+        rec, nodes = self.last
+        self.last = None
+        for node in nodes:
+            node.register_prehook(_Mark(rec))
+
+    def _measure(self, rec: _Forward) -> None:
+        autograd = self.torch._C._autograd
+        try:
+            if autograd._top_saved_tensors_default_hooks(True) is not None:
+                return  # the script's own saved-tensor hooks (save_on_cpu, checkpointing): never override them
+        except (AttributeError, RuntimeError):
+            return
+        saved: dict[int, int] = {}
+
+        def pack(t: Any) -> Any:
+            if not (t.is_leaf and t.requires_grad):
+                try:
+                    storage = t.untyped_storage()
+                    saved[storage.data_ptr()] = storage.nbytes()
+                except Exception:  # noqa: BLE001 - a tensor subclass without storage
+                    pass
+            return t
+
+        try:
+            autograd._push_saved_tensors_default_hooks(pack, _unpack)
+        except RuntimeError:
+            return
+        rec.saved = saved
+        self.measure_left -= 1
+
+    # -- classification --------------------------------------------------------------------------
+
+    def before_step(self, step: int, optimizer: Any) -> None:
+        if self.last is not None:
+            self._settle_last()
+        if self.pending:
+            self._classify(self.pending)
+            self.pending = []
+
+    def _classify(self, records: list[_Forward]) -> None:
+        for rec in records:
+            if rec.trained:
+                self.counts["trained"] += 1
+                self._trained(rec)
+            elif rec.grad and rec.graph:
+                self.counts["eval_grad"] += 1
+                self._evaluation(rec)
+                if rec.site is not None:
+                    self.measure_sites.add(rec.site[:2])
+            elif not rec.grad:
+                self.counts["eval_no_grad"] += 1
+                self._evaluation(rec)
+            else:
+                self.counts["other"] += 1  # autograd on, but nothing in the output requires grad
+
+    def _trained(self, rec: _Forward) -> None:
+        names = rec.droppers[0]
+        if not names:
+            return
+        if rec.train:
+            self.trained_in_train_mode.add(rec.model)
+            return
+        if rec.model in self.trained_in_train_mode and rec.model not in self.not_restored_reported:
+            self.not_restored_reported.add(rec.model)
+            self._emit(
+                "train-not-restored",
+                model=rec.name,
+                at_step=rec.step,
+                site=as_dict(rec.site),
+                eval_site=as_dict(self.last_eval_site.get(rec.model)),
+                modules=names[:8],
+                droppers=len(names),
+            )
+
+    def _evaluation(self, rec: _Forward) -> None:
+        self.last_eval_site[rec.model] = rec.site
+        key = (rec.model, rec.site[:2] if rec.site else None, rec.grad, rec.train > 0)
+        group = self.groups.get(key)
+        if group is None:
+            names = [n for n, m in zip(*rec.droppers, strict=True) if m.training] if rec.train else []
+            group = self.groups[key] = {
+                "model": rec.name,
+                "site": as_dict(rec.site),
+                "grad": rec.grad,
+                "training_modules": names[:8],
+                "training_count": rec.train,
+                "droppers": len(rec.droppers[0]),
+                "count": 0,
+                "first_step": rec.step,
+            }
+            self._emit("eval", **group)
+        group["count"] += 1
+        group["last_step"] = rec.step
+        if rec.saved is not None and not self.memory_reported:
+            self.memory_reported = True
+            self._emit("eval-memory", saved_mib=round(sum(rec.saved.values()) / MIB, 4), site=as_dict(rec.site),
+                       at_step=rec.step)
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self.events < self.max_events:
+            self.events += 1
+            self.emit(kind, **fields)
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, reason: str) -> None:
+        self.last = None
+        if self.pending:
+            self._classify(self.pending)
+            self.pending = []
+        self.emit(
+            "validation-summary",
+            groups=list(self.groups.values())[:50],
+            models=len(self.watch.models),
+            forwards=self.forwards,
+            us_per_forward=round(self.cost_s / max(self.forwards - 1, 1) * 1e6, 2),
+            compiled=self.watch.compiled,
+            **self.counts,
+        )
+
+
+class _Mark:
+    """A grad_fn pre-hook: a backward reached this forward's output."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: _Forward) -> None:
+        self.rec = rec
+
+    def __call__(self, grad_outputs: Any) -> None:
+        self.rec.trained = True
+
+
+def _unpack(t: Any) -> Any:
+    return t
+
+
+def _graph_outputs(output: Any, tensor_type: type, limit: int = 4) -> list[Any]:
+    """Output tensors that carry a graph: the output itself, or in a tuple/list/dict (one level)."""
+    if isinstance(output, tensor_type):
+        items = [output]
+    elif isinstance(output, (tuple, list)):
+        items = list(output[:limit])
+    elif isinstance(output, dict):
+        items = list(output.values())[:limit]
+    else:
+        items = []
+    return [t for t in items if isinstance(t, tensor_type) and t.grad_fn is not None][:limit]
+
