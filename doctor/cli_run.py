@@ -29,9 +29,12 @@ to --out (default .torchdoctor/runs/<timestamp>/).
 
 
 def _probe_help() -> str:
-    from torchdoctor.probes import names  # the probe table: no torch
+    """Every name of the probe table (torchdoctor.probes.PROBES), so the help never lags behind it."""
+    from torchdoctor.probes import defaults, names  # the probe table: no torch
 
-    return f"A probe to run (repeatable): {', '.join(names())}, all, none. Default: all."
+    default = "all" if defaults() == names() else ",".join(defaults())
+    return (f"A probe to run (repeatable or comma-separated), from the probe table: {', '.join(names())}; "
+            f"or all, none. Default: {default}.")
 
 
 COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
