@@ -27,7 +27,17 @@ from torchdoctor.run_launch import (
 
 FORMATS = ("text", "json", "markdown")
 FAIL_ON = ("error", "warning", "never")
-OUR_FILES = re.compile(r"^(report\.json|(events|stacks|crash)\.rank\d+\.(jsonl|txt)|memory_snapshot\.rank\d+\.pickle)$")
+# Every file a run writes into its directory, so that a reused --out DIR drops an earlier run's copies and
+# never anything else: the per-rank files (probes/session.py `rank_file`: the session's events, stacks and
+# crash stacks, the memory probe's snapshot, the profile probe's trace), the parent's own files (the schedule
+# analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report).
+RANK_FILES = ("events.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
+RUN_FILES = ("report.json", "lr_curves.csv")
+OUR_FILES = re.compile(
+    "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [
+        re.escape(stem) + r"\.rank\d+\." + re.escape(suffix)
+        for stem, _, suffix in (name.partition(".") for name in RANK_FILES)]) + ")$"
+)
 
 
 class UsageError(Exception):

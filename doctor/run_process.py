@@ -11,7 +11,10 @@ whole group — DataLoader workers included — can be stopped at once:
 - --timeout, and the watchdog (no new step event for --hang-timeout seconds;
   before the first step, counted from the start, at least the start-up
   allowance `[run] startup_timeout_s`, since imports, data preparation and a
-  first compiled step are slow but not hung): SIGUSR1 to each rank's main
+  first compiled step are slow but not hung; and not while the script has
+  ended and the probes do their end-of-run work — gradcheck, a final
+  census —, from each rank's `finishing` event to its `exit` event, when
+  only --timeout bounds the run): SIGUSR1 to each rank's main
   process, whose faulthandler writes every thread's stack to
   stacks.rank<R>.txt, then SIGTERM to each rank's main process (the probes
   write their last evidence), SIGKILL to the group after the grace period;
@@ -181,7 +184,7 @@ class Supervisor:
                 elif self.timeout_s and now - started > self.timeout_s:
                     waited = now - last_progress
                     self._stop("timeout")
-                elif self.hang_timeout_s and now - last_progress > self._hang_limit():
+                elif self.hang_timeout_s and now - last_progress > self._hang_limit() and not self.tail.only_finishing():
                     waited = now - last_progress
                     self._stop("hang")
                 elif self._peer_failed(now, last_progress):

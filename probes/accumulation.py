@@ -54,6 +54,7 @@ from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import here
+from torchdoctor.probes.transparent import transparent
 
 
 class AccumulationProbe(Probe):
@@ -130,7 +131,7 @@ class AccumulationProbe(Probe):
 
         zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
         zero_grad.__doc__ = original.__doc__
-        return zero_grad
+        return transparent(zero_grad)
 
     def _dropped(self, count: int, how: str) -> None:
         self.dropped_total += count

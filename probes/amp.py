@@ -47,6 +47,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.sites import here
+from torchdoctor.probes.transparent import transparent
 
 MAX_CHANGES = 200
 
@@ -134,7 +135,7 @@ class AmpProbe(Probe):
             return result
 
         __enter__.__wrapped__ = original  # type: ignore[attr-defined]
-        return __enter__
+        return transparent(__enter__)
 
     def _entered(self, ac: Any) -> None:
         dtype = getattr(ac, "fast_dtype", None)
@@ -195,7 +196,7 @@ class AmpProbe(Probe):
             return result
 
         scale.__wrapped__ = original  # type: ignore[attr-defined]
-        return scale
+        return transparent(scale)
 
     def _scaled(self, scaler: Any, result: Any) -> None:
         if not getattr(scaler, "_enabled", False):
@@ -221,7 +222,7 @@ class AmpProbe(Probe):
             probe.unscaled = True
 
         unscale_.__wrapped__ = original  # type: ignore[attr-defined]
-        return unscale_
+        return transparent(unscale_)
 
     def _wrap_step(self, original: Any) -> Any:
         probe = self
@@ -237,7 +238,7 @@ class AmpProbe(Probe):
             return result
 
         step.__wrapped__ = original  # type: ignore[attr-defined]
-        return step
+        return transparent(step)
 
     def _hook_optimizers(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -276,7 +277,7 @@ class AmpProbe(Probe):
                 probe._guard(probe._updated, scaler)
 
         update.__wrapped__ = original  # type: ignore[attr-defined]
-        return update
+        return transparent(update)
 
     def _updated(self, scaler: Any) -> None:
         self.grads_scaled = False
@@ -312,7 +313,7 @@ class AmpProbe(Probe):
         clip.__wrapped__ = original  # type: ignore[attr-defined]
         clip.__name__ = name
         clip.__doc__ = original.__doc__
-        return clip
+        return transparent(clip)
 
     def _clipped_scaled(self, name: str, args: Any, kwargs: Any, result: Any) -> None:
         self.clip_scaled += 1

@@ -44,8 +44,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.patches import subclasses_of
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import here
+from torchdoctor.probes.transparent import transparent
 
 PREFIXES = ("module.", "_orig_mod.")
 POSITION_KEYS = ("epoch", "step", "global_step", "iteration", "iter", "steps", "epochs", "batch_idx", "it")
@@ -75,7 +77,7 @@ class CheckpointProbe(Probe):
         module = torch.nn.Module
         module.load_state_dict = self._wrap_module_load(module.load_state_dict)
         torch.optim.Optimizer.load_state_dict = self._wrap_restore(torch.optim.Optimizer.load_state_dict, "optimizer")
-        scheduler_classes = [lr_scheduler.LRScheduler, *_subclasses(lr_scheduler.LRScheduler)]
+        scheduler_classes = [lr_scheduler.LRScheduler, *subclasses_of(lr_scheduler.LRScheduler)]
         for cls in scheduler_classes:
             if "load_state_dict" in cls.__dict__:
                 cls.load_state_dict = self._wrap_restore(cls.__dict__["load_state_dict"], "scheduler")
@@ -111,7 +113,7 @@ class CheckpointProbe(Probe):
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         __init__.__doc__ = original.__doc__
-        return __init__
+        return transparent(__init__)
 
     def _needed(self) -> list[str]:
         needed = ["model", "optimizer"]
@@ -135,7 +137,7 @@ class CheckpointProbe(Probe):
 
         save.__wrapped__ = original  # type: ignore[attr-defined]
         save.__doc__ = original.__doc__
-        return save
+        return transparent(save)
 
     def _saved(self, obj: Any, f: Any) -> None:
         self.saves += 1
@@ -234,7 +236,7 @@ class CheckpointProbe(Probe):
 
         load.__wrapped__ = original  # type: ignore[attr-defined]
         load.__doc__ = original.__doc__
-        return load
+        return transparent(load)
 
     def _loaded(self, result: Any, f: Any, args: Any, kwargs: Any) -> None:
         self.loads += 1
@@ -275,7 +277,7 @@ class CheckpointProbe(Probe):
 
         load_state_dict.__wrapped__ = original  # type: ignore[attr-defined]
         load_state_dict.__doc__ = original.__doc__
-        return load_state_dict
+        return transparent(load_state_dict)
 
     def _module_loaded(self, module: Any, state_dict: Any, strict: bool, result: Any) -> None:
         missing = list(getattr(result, "missing_keys", []) or [])
@@ -313,23 +315,13 @@ class CheckpointProbe(Probe):
 
         load_state_dict.__wrapped__ = original  # type: ignore[attr-defined]
         load_state_dict.__doc__ = original.__doc__
-        return load_state_dict
+        return transparent(load_state_dict)
 
     def _restored(self, what: str, obj: Any) -> None:
         self._emit("load-state-dict", what=what, type=type(obj).__name__, site=here(), at_step=self.step)
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
-
-
-def _subclasses(cls: type) -> list[type]:
-    out, todo = [], list(cls.__subclasses__())
-    while todo:
-        c = todo.pop()
-        if c not in out:
-            out.append(c)
-            todo += c.__subclasses__()
-    return out
 
 
 def _mapping_kind(value: Mapping, torch: Any) -> str | None:

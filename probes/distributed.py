@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.transparent import transparent
 
 
 class DistributedProbe(Probe):
@@ -125,8 +126,8 @@ class DistributedProbe(Probe):
             probe._sampler_state(sampler)["set_epoch_calls"] += 1
             return original_set_epoch(sampler, epoch)
 
-        DistributedSampler.__iter__ = __iter__
-        DistributedSampler.set_epoch = set_epoch
+        DistributedSampler.__iter__ = transparent(__iter__)
+        DistributedSampler.set_epoch = transparent(set_epoch)
 
     def _sampler_state(self, sampler: Any) -> dict[str, Any]:
         state = self.samplers.get(sampler)
@@ -177,8 +178,9 @@ class DistributedProbe(Probe):
                 probe.local_s = time.perf_counter() - probe.step_end
             return out
 
-        DistributedDataParallel.__init__ = __init__
-        DistributedDataParallel.forward = forward
+        DistributedDataParallel.__init__ = transparent(__init__)
+        DistributedDataParallel.forward = transparent(forward)
+        transparent(type(self)._watched_forward)  # it calls the original forward for the first few
 
     def _ddp_created(self, ddp: Any) -> None:
         self.models.append(weakref.ref(ddp))
@@ -250,7 +252,7 @@ class DistributedProbe(Probe):
             probe._saved(f)
             return original_save(obj, f, *args, **kwargs)
 
-        torch.save = save
+        torch.save = transparent(save)
 
     def _saved(self, f: Any) -> None:
         if not isinstance(f, (str, os.PathLike)):

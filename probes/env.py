@@ -109,11 +109,15 @@ class EnvProbe(Probe):
 
     def install(self) -> None:
         self._recorded_at: int | None = None
+        # Before the script runs: platform's first call (cached after) starts `uname -p`, and starting a
+        # subprocess mutates the warning filters (os.get_exec_path), which empties every module's
+        # once-per-line registry: after the first step the script's warnings would be shown a second time.
+        self._platform = platform.platform()
 
     def _record(self, when: str) -> None:
         facts: dict[str, Any] = {
             "python": sys.version.split()[0],
-            "platform": platform.platform(),
+            "platform": self._platform,
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
             "variables": environment_variables(),

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.transparent import transparent
 
 Start = Callable[[Any], Any]  # module -> a token handed back to End
 End = Callable[[Any, Any, Any], None]  # (module, output, token)
@@ -168,7 +169,7 @@ class ForwardWatch:
             return state
 
         __getstate__.__wrapped__ = original  # type: ignore[attr-defined]
-        module_class.__getstate__ = __getstate__
+        module_class.__getstate__ = transparent(__getstate__)
 
     def _instance_pre(self, module: Any, args: Any) -> None:
         self._start(module)

@@ -21,7 +21,10 @@ Measures
   backward per output element) give the largest absolute error per input.
   A Function whose inputs cannot be rebuilt, whose forward fails or does
   not compute in double precision is reported as "not checked, because …",
-  never as a pass. The time spent is reported on its own (`gradcheck_s`).
+  never as a pass. The time spent is reported on its own (`gradcheck_s`);
+- the user's Functions that first ran after `max_functions` had been
+  recorded: how many and their names (`custom-function-unrecorded` at the
+  first, the totals with the results), reported as not checked.
 
 Costs: < 1 µs per `Function.apply` call after the first of each class;
 gradcheck once per Function after the run, bounded by `max_input_elements`
@@ -43,6 +46,7 @@ from typing import Any
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.sites import as_dict, here
+from torchdoctor.probes.transparent import transparent
 
 SIMPLE = (type(None), bool, int, float, complex, str, bytes)
 FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType)
@@ -67,6 +71,10 @@ class GradcheckProbe(Probe):
         self.max_functions = int(opt.get("max_functions", 16))
         self.known: dict[type, bool] = {}
         self.calls: list[_Call] = []
+        # The user's Functions that ran after `max_functions` were recorded: never checked, and the report
+        # must say so (a silent pass is what the check exists to prevent).
+        self.unrecorded = 0
+        self.unrecorded_names: list[str] = []
         function = torch.autograd.Function
         self._original = function.__dict__["apply"]
         probe = self
@@ -79,7 +87,7 @@ class GradcheckProbe(Probe):
 
         apply.__wrapped__ = original  # type: ignore[attr-defined]
         apply.__doc__ = original.__doc__
-        function.apply = classmethod(apply)
+        function.apply = classmethod(transparent(apply))
 
     # -- recording ---------------------------------------------------------------------------------
 
@@ -88,6 +96,13 @@ class GradcheckProbe(Probe):
             self.known[cls] = user = self._is_users(cls)
             if user and len(self.calls) < self.max_functions:
                 self._record(cls, args, kwargs)
+            elif user:
+                self.unrecorded += 1
+                if len(self.unrecorded_names) < 8:
+                    self.unrecorded_names.append(cls.__qualname__)
+                if self.unrecorded == 1:  # a run that ends before finish() still says the limit was hit
+                    self.emit("custom-function-unrecorded", function=cls.__qualname__, site=here(),
+                              max_functions=self.max_functions)
         except Exception as exc:  # noqa: BLE001 - never reaches the script
             self.enabled = False
             self.emit("probe-error", where="apply", error=f"{type(exc).__name__}: {exc}"[:500])
@@ -133,14 +148,16 @@ class GradcheckProbe(Probe):
     # -- the check, once, at the end -----------------------------------------------------------------
 
     def finish(self, reason: str) -> None:
-        if not self.calls:
+        if not self.calls and not self.unrecorded:
             return
         torch = self.torch
         started = time.perf_counter()
+        over = {"unrecorded": self.unrecorded, "unrecorded_names": self.unrecorded_names,
+                "max_functions": self.max_functions}
         if reason in ("terminated", "interrupted"):  # the runner is waiting to stop the process: no time to check
             why = "the run was stopped (--timeout, a hang or Ctrl-C) before gradcheck could run"
             self.emit("gradcheck", functions=[self._result(c, "not-checked", why) for c in self.calls],
-                      gradcheck_s=0.0, reason=reason)
+                      gradcheck_s=0.0, reason=reason, **over)
             return
         results = []
         with warnings.catch_warnings(), torch.enable_grad():
@@ -157,7 +174,8 @@ class GradcheckProbe(Probe):
                     result = self._result(call, "not-checked", f"gradcheck raised {type(exc).__name__}: {exc}"[:300])
                 result["seconds"] = round(time.perf_counter() - t0, 4)
                 results.append(result)
-        self.emit("gradcheck", functions=results, gradcheck_s=round(time.perf_counter() - started, 4), reason=reason)
+        self.emit("gradcheck", functions=results, gradcheck_s=round(time.perf_counter() - started, 4), reason=reason,
+                  **over)
 
     def _result(self, call: _Call, status: str, why: str | None = None, **values: Any) -> dict[str, Any]:
         out = {"function": call.cls.__qualname__, "status": status, "site": call.site,

@@ -50,6 +50,7 @@ from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.patches import backward_watch, user_site
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import as_dict, here
+from torchdoctor.probes.transparent import transparent
 
 CUT_OPS = ("detach", "numpy", "item", "tolist")
 
@@ -218,7 +219,7 @@ class GradflowProbe(Probe):
                     loc["calls"].append({"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)})
             return original(t, *args, **kwargs)
 
-        return watched
+        return transparent(watched)
 
     def _forward_end(self, module: Any, output: Any, token: Any) -> None:
         loc = self.localising

@@ -91,6 +91,7 @@ from torchdoctor.probes.nanlocate import (
     tensors_in,
 )
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch, user_site
+from torchdoctor.probes.transparent import transparent
 
 
 def _number(x: float) -> float | str:
@@ -594,6 +595,7 @@ class NanProbe(Probe):
                 probe._read_scale(scaler)
 
         for fn, orig in ((scale, original_scale), (step, original_step), (update, original_update)):
+            transparent(fn)
             fn.__wrapped__ = orig  # type: ignore[attr-defined]
             fn.__doc__ = orig.__doc__
         GradScaler.scale, GradScaler.step, GradScaler.update = scale, step, update

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import is_library_file
 
 
@@ -88,7 +89,7 @@ class BackwardWatch:
 
         backward.__wrapped__ = self.original  # type: ignore[attr-defined]
         backward.__doc__ = self.original.__doc__
-        torch.autograd.backward = backward
+        torch.autograd.backward = transparent(backward)
 
     def subscribe(self, probe: Probe, fn: Callable[[Any], None]) -> None:
         self.before.append((probe, fn))
@@ -134,7 +135,7 @@ class CompileWatch:
                 kwargs = {**kwargs, "backend": watch.backend, "mode": None, "options": None}
             return watch.original(*args, **kwargs)
 
-        torch.compile = compile
+        torch.compile = transparent(compile)
 
     def subscribe(self, probe: Probe, fn: Callable[[], None]) -> None:
         self.on_call.append((probe, fn))
@@ -254,6 +255,7 @@ class DataWatch:
             return batch
 
         for fn, orig in ((__init__, self._orig_init), (__iter__, self._orig_iter), (__next__, self._orig_next)):
+            transparent(fn)
             fn.__wrapped__ = orig  # type: ignore[attr-defined]
             fn.__doc__ = orig.__doc__
         dl.DataLoader.__init__ = __init__
@@ -282,3 +284,14 @@ def data_watch(torch: Any) -> DataWatch:
     if _DATA is None:
         _DATA = DataWatch(torch)
     return _DATA
+
+
+def subclasses_of(cls: type) -> list[type]:
+    """Every subclass of `cls` defined so far, at any depth (what a class-level wrapper must also wrap)."""
+    out, todo = [], list(cls.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c not in out:
+            out.append(c)
+            todo += c.__subclasses__()
+    return out

@@ -14,6 +14,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.probes.transparent import transparent
+
 
 class ScalerWatch:
     def __init__(self, torch: Any) -> None:
@@ -48,6 +50,7 @@ class ScalerWatch:
             return result
 
         for fn, orig in ((__init__, original), (step, original_step)):
+            transparent(fn)
             fn.__wrapped__ = orig  # type: ignore[attr-defined]
             fn.__doc__ = orig.__doc__
         cls.__init__ = __init__

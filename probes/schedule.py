@@ -4,10 +4,12 @@ Measures
 --------
 - each `torch.optim.lr_scheduler` scheduler as constructed (the outermost
   `__init__` of LRScheduler and of the subclasses with their own): its kind,
-  the user's line, its configured length (OneCycleLR `total_steps`,
+  the user's line, its planned length (OneCycleLR `total_steps`,
   CosineAnnealingLR `T_max`, LinearLR/ConstantLR/PolynomialLR
-  `total_iters`, StepLR `step_size`, MultiStepLR milestones,
-  CosineAnnealingWarmRestarts `T_0`, CyclicLR's cycle), the children of a
+  `total_iters`, CyclicLR's cycle, a SequentialLR's milestones plus its last
+  part's length), or its period (StepLR `step_size`,
+  CosineAnnealingWarmRestarts `T_0`), MultiStepLR's milestones (in its
+  configuration), the children of a
   SequentialLR / ChainedScheduler, and a copy of it bound to a stand-in
   optimizer (so the intended curve can be replayed later without touching
   the real one);
@@ -30,12 +32,15 @@ replaying the curve at the end costs ~10 µs per point (≤ 50 ms).
 Symptoms (thresholds in rules/data/thresholds.toml, [schedule]; classified
 in doctor/analysis/schedule.py)
 ----------------------------------------------------------------------------
-- scheduler-granularity: a schedule sized in optimizer steps (OneCycleLR,
-  CyclicLR; any sized one on a completed run) stepped once every several
+- scheduler-granularity: a schedule with a planned length sized in
+  optimizer steps (OneCycleLR, CyclicLR; any planned one on a completed run
+  whose optimizer steps match its length) stepped once every several
   optimizer steps — it will use only a fraction of its plan; or a schedule
   stepped every optimizer step that passes `overrun_factor` × its planned
   length (it cycles or sits at its end value), or OneCycleLR raising
-  because it was stepped past total_steps;
+  because it was stepped past total_steps. Periodic and lambda schedules
+  (StepLR, ExponentialLR, LambdaLR, …) have no plan to compare and never
+  raise it;
 - scheduler-order: `scheduler.step()` before its optimizer ever stepped
   (not after a GradScaler skipped the first steps: that order is right).
 """
@@ -50,17 +55,22 @@ import weakref
 from typing import Any
 
 from torchdoctor.probes.base import Probe
-from torchdoctor.probes.patches import user_site
+from torchdoctor.probes.patches import subclasses_of, user_site
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import as_dict, here
+from torchdoctor.probes.transparent import transparent
 
-# Attributes that say how long a scheduler's plan is, by kind.
+# Attributes that say how long a scheduler's plan is, by kind (MultiStepLR's milestones are in `config`).
 LENGTH_ATTRS = {
     "OneCycleLR": "total_steps",
     "CosineAnnealingLR": "T_max",
     "PolynomialLR": "total_iters",
     "LinearLR": "total_iters",
     "ConstantLR": "total_iters",
+}
+# Periodic kinds: how often they repeat, which is no plan's length (the analysis never compares it with the
+# steps taken; a StepLR(step_size=30) is right stepped per batch or per epoch).
+PERIOD_ATTRS = {
     "StepLR": "step_size",
     "CosineAnnealingWarmRestarts": "T_0",
 }
@@ -115,7 +125,7 @@ class ScheduleProbe(Probe):
         self.opt_steps: dict[int, int] = {}
         self._quiet = 0  # inside a scheduler's __init__ or step: nested calls are not the script's
         base = lr_scheduler.LRScheduler
-        classes = [base, *_subclasses(base)]
+        classes = [base, *subclasses_of(base)]
         for cls in classes:
             if "__init__" in cls.__dict__:
                 cls.__init__ = self._wrap_init(cls.__dict__["__init__"])
@@ -148,7 +158,7 @@ class ScheduleProbe(Probe):
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         __init__.__doc__ = original.__doc__
-        return __init__
+        return transparent(__init__)
 
     def _wrap_step(self, original: Any) -> Any:
         probe = self
@@ -169,7 +179,7 @@ class ScheduleProbe(Probe):
 
         step.__wrapped__ = original  # type: ignore[attr-defined]
         step.__doc__ = original.__doc__
-        return step
+        return transparent(step)
 
     def _guard(self, fn: Any, *args: Any) -> None:
         try:
@@ -209,6 +219,7 @@ class ScheduleProbe(Probe):
             module=type(sched).__module__,
             site=as_dict(site),
             length=rec.length,
+            period=_period(sched),
             config=_config(sched),
             children=[type(c).__name__ for c in children],
             lr=_lr(optimizer),
@@ -313,24 +324,11 @@ class ScheduleProbe(Probe):
         return [_round(v) for v in curve], note
 
 
-def _subclasses(cls: type) -> list[type]:
-    out, todo = [], list(cls.__subclasses__())
-    while todo:
-        c = todo.pop()
-        if c not in out:
-            out.append(c)
-            todo += c.__subclasses__()
-    return out
-
-
 def _length(sched: Any) -> int | None:
     kind = type(sched).__name__
     attr = LENGTH_ATTRS.get(kind)
     value = getattr(sched, attr, None) if attr else None
-    if kind == "MultiStepLR":
-        milestones = getattr(sched, "milestones", None)
-        value = max(milestones) if milestones else None
-    elif kind == "CyclicLR":
+    if kind == "CyclicLR":
         value = getattr(sched, "total_size", None)
     elif kind == "SequentialLR":
         milestones = getattr(sched, "_milestones", None) or []
@@ -339,6 +337,14 @@ def _length(sched: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value)
+
+
+def _period(sched: Any) -> int | None:
+    attr = PERIOD_ATTRS.get(type(sched).__name__)
+    value = getattr(sched, attr, None) if attr else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
 
 
 def _config(sched: Any) -> dict[str, Any]:
@@ -351,7 +357,9 @@ def _config(sched: Any) -> dict[str, Any]:
             out[attr] = [float(v) for v in value[:4]]
     milestones = getattr(sched, "milestones", None) or getattr(sched, "_milestones", None)
     if milestones:
-        out["milestones"] = sorted(int(m) for m in list(milestones)[:16])
+        ordered = sorted(int(m) for m in milestones)
+        out["milestones"] = ordered[:16]
+        out["last_milestone"] = ordered[-1]
     return out
 
 

@@ -8,7 +8,8 @@ creates one, calls `start()`, runs the script and reports how it ended with
 `record_exception()` / `finish()`.
 
 What the session itself records (the runner's own events, no `probe` field):
-start, torch (the script imported torch), step, exception, exit, probe-error
+start, torch (the script imported torch), step, exception, finishing (the
+script has ended; the probes write their last evidence), exit, probe-error
 (docs/run.md).
 """
 
@@ -276,6 +277,9 @@ class Session:
         if self._ended:
             return
         self._ended = True
+        # The script is done: what follows is the probes' end-of-run work (gradcheck can take its whole time
+        # budget). The supervisor stops its hang clock until the exit event, so this is never taken for a hang.
+        self.emit("finishing", reason=reason)
         for probe in self.probes:
             if probe.enabled and type(probe).finish is not Probe.finish:
                 try:

@@ -20,6 +20,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import is_library_file
 
 METHODS = {
@@ -80,7 +81,7 @@ class SyncCounter:
         counted.__wrapped__ = original  # type: ignore[attr-defined]
         counted.__name__ = getattr(original, "__name__", shown)
         counted.__doc__ = getattr(original, "__doc__", None)
-        return counted
+        return transparent(counted)
 
     def summary(self, steps: int, top: int = 5) -> list[dict[str, Any]]:
         rows = []

@@ -320,9 +320,13 @@ def test_an_abort_after_the_last_step_is_a_completed_run_with_a_note(aborted, va
     assert_sound(aborted, validate_report, exitcodes.OK)  # never 4: every rank finished its work
     run = aborted.run
     assert run["stopped"] == "completed" and run["exit_code"] == 0 and run["signal"] == "SIGABRT"
-    [symptom] = [s for s in aborted.report["symptoms"] if s["id"] == "rank-crashed"]
+    crashed = {s["rank"]: s for s in aborted.report["symptoms"] if s["id"] == "rank-crashed"}
+    # rank 1 aborts on purpose; this torch CPU build sometimes aborts rank 0 at exit too ("terminate called
+    # without an active exception"), which must read the same way: an info, after the last step
+    assert 1 in crashed and set(crashed) <= {0, 1}
+    assert all(s["severity"] == "info" and values(s)["after_last_step"] is True for s in crashed.values())
+    symptom = crashed[1]
     v = values(symptom)
-    assert symptom["rank"] == 1 and symptom["severity"] == "info"
     assert v["after_last_step"] is True and v["signal"] == "SIGABRT" and v["exit_code"] == -6 and v["step"] == 6
     assert any("interpreter shutdown" in note for note in aborted.report["notes"])
     assert "rank 1 finished training" in aborted.stderr  # the script's own last output came before the abort

@@ -35,12 +35,15 @@ SCENARIOS = {
     "sched_epoch": ("proto_sched_epoch.py", (), exitcodes.FINDINGS),
     "sched_batch": ("proto_sched_batch.py", (), exitcodes.FINDINGS),
     "sched_ok": ("proto_sched_ok.py", (), exitcodes.OK),
+    "sched_periodic": ("proto_sched_periodic.py", (), exitcodes.OK),
     "amp_fp16": ("proto_amp_fp16.py", (), exitcodes.FINDINGS),
     "amp_scaler": ("proto_amp_scaler.py", (), exitcodes.FINDINGS),
     "accum_bad": ("proto_accum_bad.py", (), exitcodes.OK),  # a warning and an info: below --fail-on error
     "eval_bad": ("proto_eval_bad.py", (), exitcodes.OK),
     "eval_restore": ("proto_eval_restore.py", (), exitcodes.OK),
     "fn_bad": ("proto_fn_bad.py", (), exitcodes.FINDINGS),
+    # gradcheck spends ~5 s after the run on its first Function: far past the hang timeout
+    "fn_many": ("proto_fn_many.py", ("--hang-timeout", "2"), exitcodes.OK),
     "flow_bad": ("proto_flow_bad.py", (), exitcodes.FINDINGS),
     "flow_constant": ("proto_flow_constant.py", (), exitcodes.OK),
 }
@@ -131,6 +134,8 @@ def test_per_epoch_schedule_stepped_per_batch_and_before_the_optimizer(runs):
     order = one(result, "scheduler-order")
     assert order["location"]["line"] == 19 and order["step"] == 0
     assert probe_values(order)["optimizer_steps_before"] == 0
+    summary = next(e["summary"] for e in order["evidence"] if e["kind"] == "probe")
+    assert summary.startswith("CosineAnnealingLR.step() ran before its optimizer had taken a single step")
 
 
 # -- mixed precision --------------------------------------------------------------------------------
@@ -258,6 +263,23 @@ def test_bad_custom_backward_found_by_gradcheck(runs):
     assert "custom-autograd" in result.report["contexts"]
 
 
+def test_functions_past_the_limit_are_named_not_passed(runs):
+    result = runs("fn_many")
+    measured = result.run["measurements"]["gradcheck"]
+    assert measured["functions"] == 16 and measured["not_recorded"] == 2
+    assert "2 more Functions not checked (past max_functions)" in measured["summary"]
+    note = next(n for n in result.report["notes"] if n.startswith("gradcheck: 2 more"))
+    assert "(`Scale15`, `Scale16`)" in note and "only the first 16 Functions" in note
+
+
+def test_gradcheck_after_the_run_is_not_a_hang(runs):
+    """--hang-timeout 2 while gradcheck checks a Function for ~5 s after the last step: the run completed."""
+    result = runs("fn_many")
+    assert result.run["stopped"] == "completed" and result.returncode == exitcodes.OK
+    assert result.run["measurements"]["gradcheck"]["gradcheck_s"] > 2
+    assert not result.symptoms("hang")
+
+
 # -- gradient flow --------------------------------------------------------------------------------------
 
 
@@ -300,6 +322,14 @@ def test_healthy_protocol_raises_nothing_under_every_probe(healthy, validate_rep
     assert "ema" in healthy.stderr  # the deepcopy evaluated like the model (the script's stdout goes to stderr)
 
 
-@pytest.mark.parametrize("name", ["sched_ok"])
+@pytest.mark.parametrize("name", ["sched_ok", "sched_periodic"])
 def test_healthy_schedules_raise_nothing(runs, name):
     assert not {s["id"] for s in runs(name).report["symptoms"]} & PROTOCOL_SYMPTOMS
+
+
+def test_periodic_schedules_have_no_planned_length(runs):
+    """StepLR(step_size=30) per epoch over 30 optimizer steps once read as 'sized for 30, took 3' (exit 1)."""
+    measured = runs("sched_periodic").run["measurements"]["schedule"]
+    assert measured["schedulers"] == 6
+    assert measured["summary"].startswith("StepLR (period 30 steps): 3 steps over 30 optimizer steps")
+    assert "MultiStepLR: 3 steps" in measured["summary"]  # its last milestone is no planned length either

@@ -10,6 +10,7 @@ import pytest
 from torchdoctor.analysis.accumulation import analyse as analyse_accumulation
 from torchdoctor.analysis.accumulation import usual_window
 from torchdoctor.analysis.evidence import Outcome, RunEvidence
+from torchdoctor.analysis.schedule import analyse as analyse_schedule
 from torchdoctor.analysis.schedule import sparkline
 from torchdoctor.rules import catalog
 
@@ -66,3 +67,54 @@ def test_sparkline_shares_one_scale():
     assert sparkline([0.1] * 5, 0.0, 1.0) == "▁▁▁▁▁"
     assert sparkline([1.0] * 3) == "▁▁▁"  # flat: the lowest bar
     assert len(sparkline(list(range(100)), width=32)) == 32
+
+
+# -- scheduler granularity: which recorded schedules are judged -------------------------------------------
+
+
+def _schedule(tmp_path: Path, kind: str, length: int | None, steps: int, optimizer_steps: int, interval: int,
+              stopped: str = "completed", **config) -> list[str]:
+    """The ids the schedule analysis raises for one scheduler stepped `steps` times, every `interval`
+    optimizer steps, over `optimizer_steps` (`length`: what the probe recorded as its planned length)."""
+    created = {"kind": "scheduler", "probe": "schedule", "step": 0, "t": 0.1, "index": 1, "scheduler": kind,
+               "length": length, "config": config, "optimizer": "SGD", "site": None}
+    end = {"kind": "scheduler-end", "probe": "schedule", "step": optimizer_steps, "t": 1.0, "index": 1,
+           "scheduler": kind, "steps": steps, "optimizer_steps": optimizer_steps, "child": False,
+           "intervals": {str(interval): max(steps - 1, 1)}, "curve": [], "step_site": None}
+    run = _run(tmp_path, created, end, probes=("schedule",))
+    run.outcome = Outcome(stopped=stopped, exit_code=0, signal=None, duration_s=1.0)
+    return [s.id for s in analyse_schedule(run).symptoms]
+
+
+@pytest.mark.parametrize(("kind", "length", "steps", "optimizer_steps", "interval", "config"), [
+    ("StepLR", 30, 3, 30, 10, {}),  # step_size=30 stepped per epoch, recorded as a length by older probes
+    ("MultiStepLR", 60, 3, 30, 10, {"milestones": [30, 60]}),
+    ("ExponentialLR", None, 3, 30, 10, {}),
+    ("LambdaLR", None, 30, 30, 1, {}),  # a warm-up stepped per batch: its lambda has no length
+    ("CosineAnnealingWarmRestarts", None, 30, 30, 1, {}),
+    ("CosineAnnealingLR", 3, 3, 30, 10, {}),  # T_max=epochs, stepped per epoch
+    ("CosineAnnealingLR", 100, 20, 1000, 50, {}),  # 100 epochs planned, early stopping after 20
+    ("OneCycleLR", 4, 4, 40, 10, {}),  # sized in epochs (steps_per_epoch=1) and stepped per epoch
+    ("MultiStepLR", None, 300, 300, 1, {"milestones": [100, 200], "last_milestone": 200}),  # iteration-based
+])
+def test_healthy_schedules_are_not_judged(tmp_path, kind, length, steps, optimizer_steps, interval, config):
+    assert _schedule(tmp_path, kind, length, steps, optimizer_steps, interval, **config) == []
+
+
+@pytest.mark.parametrize(("kind", "length", "steps", "optimizer_steps", "interval", "stopped", "config"), [
+    ("OneCycleLR", 40, 4, 40, 10, "completed", {}),
+    ("OneCycleLR", 400, 2, 25, 10, "steps", {}),  # projected: --steps 25 of a 400-step plan
+    ("LinearLR", 500, 10, 1000, 100, "completed", {}),  # a warm-up sized in batches, stepped per epoch
+    ("CosineAnnealingLR", 1000, 10, 1000, 100, "completed", {}),  # T_max=epochs*len(loader), per epoch
+    ("CosineAnnealingLR", 3, 30, 30, 1, "completed", {}),  # T_max=epochs, stepped per batch
+    ("MultiStepLR", None, 300, 300, 1, "completed", {"milestones": [10, 20], "last_milestone": 20}),
+])
+def test_mis_stepped_schedules_are_judged(tmp_path, kind, length, steps, optimizer_steps, interval, stopped, config):
+    assert _schedule(tmp_path, kind, length, steps, optimizer_steps, interval, stopped, **config) == [
+        "scheduler-granularity"]
+
+
+def test_a_planned_schedule_is_not_judged_on_a_stopped_run_unless_documented_per_batch(tmp_path):
+    assert _schedule(tmp_path, "CosineAnnealingLR", 1000, 2, 25, 10, "steps") == []
+    # OneCycleLR sized in epochs: 25 optimizer steps are already far past its 4 planned steps
+    assert _schedule(tmp_path, "OneCycleLR", 4, 2, 25, 10, "steps") == []

@@ -61,9 +61,12 @@ class EventTail:
         self.partial: dict[int, bytes] = {}
         self.steps: dict[int, int] = {}
         self.pids: dict[int, int] = {}
+        self.finishing: set[int] = set()  # ranks whose script has ended while their probes finish
+        self.exited: set[int] = set()
 
     def poll(self) -> bool:
-        """Read what was appended since the last call; True if a new optimizer step was seen."""
+        """Read what was appended since the last call; True if a new optimizer step was seen, or a rank's
+        probes finished their end-of-run work (the hang clock starts again from there)."""
         progressed = False
         for rank, path in event_files(self.run_dir).items():
             try:
@@ -88,7 +91,17 @@ class EventTail:
                         self.pids[rank] = int(json.loads(line)["pid"])
                     except (ValueError, KeyError, TypeError):
                         pass
+                elif line.startswith(b'{"kind":"finishing",'):
+                    self.finishing.add(rank)
+                elif line.startswith((b'{"kind":"exit",', b'{"kind":"process-exit",')):
+                    self.finishing.discard(rank)
+                    self.exited.add(rank)
+                    progressed = True
         return progressed
+
+    def only_finishing(self) -> bool:
+        """No rank still runs its script and at least one is in its probes' end-of-run work."""
+        return bool(self.finishing) and set(self.pids) <= self.finishing | self.exited
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """Custom autograd Functions, checked once after the run with torch.autograd.gradcheck.
 
 Reads the gradcheck probe's events (probes/gradcheck.py): `custom-function`
-(each user Function at its first call) and `gradcheck` (the results, with
-the time the checks took, reported apart from the training steps).
+(each user Function at its first call), `custom-function-unrecorded` (the
+first Function past the probe's `max_functions`) and `gradcheck` (the
+results, with the time the checks took, reported apart from the training
+steps, and how many Functions ran past the limit: each Function that ran is
+either checked or named as not checked, never passed over in silence).
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ PROBE = "gradcheck"
 def analyse(run: RunEvidence) -> Analysis:
     out = Analysis()
     functions = run.of_kind("custom-function", PROBE, 0)
-    if not functions:
+    first_over = latest(run, PROBE, "custom-function-unrecorded", rank=0)
+    if not functions and first_over is None:
         return out
     out.contexts = ["custom-autograd"]
     result = latest(run, PROBE, "gradcheck", rank=0)
     if result is None:
+        names = [f["function"] for f in functions[:4]]
+        if first_over is not None:
+            names.append(f"{first_over['function']} and any later ones")
         out.notes.append(
-            f"gradcheck: {plural(len(functions), 'custom autograd Function')} ran "
-            f"({', '.join(f['function'] for f in functions[:4])}) but were not checked: the script ended before "
-            "torchdoctor could run gradcheck (it runs once, when the script finishes or at --steps)."
+            f"gradcheck: {plural(len(functions), 'custom autograd Function')}"
+            f"{' and more' if first_over is not None else ''} ran ({', '.join(names)}) but were not checked: the "
+            "script ended before torchdoctor could run gradcheck (it runs once, when the script finishes or at "
+            "--steps)."
         )
         out.measurements = {"functions": len(functions), "summary": "not checked (the run ended first)"}
         return out
@@ -42,11 +50,24 @@ def analyse(run: RunEvidence) -> Analysis:
         else:
             lines.append(f"{r['function']}: not checked")
             out.notes.append(f"gradcheck: `{r['function']}` was not checked, because {r.get('why')}.")
+    unrecorded = int(result.get("unrecorded") or 0)
+    if unrecorded:
+        names = list(result.get("unrecorded_names") or [])
+        shown = ", ".join(f"`{n}`" for n in names) + (", …" if unrecorded > len(names) else "")
+        out.notes.append(
+            f"gradcheck: {plural(unrecorded, 'more custom autograd Function')} ran but "
+            f"{'was' if unrecorded == 1 else 'were'} not checked ({shown}), because torchdoctor records only the "
+            f"first {result.get('max_functions')} Functions it sees (max_functions in rules/data/thresholds.toml "
+            "[gradcheck.instrument]): check them with torch.autograd.gradcheck yourself, or raise the limit."
+        )
+        lines.append(f"{plural(unrecorded, 'more Function')} not checked (past max_functions)")
     out.measurements = {
         "functions": len(functions),
         "gradcheck_s": result.get("gradcheck_s"),
         "summary": "; ".join(lines) + f" (gradcheck took {result.get('gradcheck_s', 0):.2f} s after the run)",
     }
+    if unrecorded:
+        out.measurements["not_recorded"] = unrecorded
     return out
 
 

@@ -5,14 +5,25 @@ constructed), `scheduler-steps` / `scheduler-end` (counts, intervals, the
 replayed curve), `scheduler-early`, `scheduler-error`. Thresholds:
 rules/data/thresholds.toml [schedule].
 
-A schedule stepped once every k optimizer steps (k ≥ `min_interval`) that
-is sized in optimizer steps uses only 1/k of its plan: on a finished run
-the steps it really took, on a run stopped early (--steps) the projection
-over the length it was sized for. A schedule stepped after every optimizer
-step that passes `overrun_factor` × its planned length runs through it
-several times (or sits at its end value). Both come with the intended and
-the projected learning-rate curves: a sparkline in the evidence and
-`lr_curves.csv` in the run directory.
+Only schedules with a planned length (OneCycleLR total_steps, CyclicLR's
+cycle, CosineAnnealingLR T_max, LinearLR / ConstantLR / PolynomialLR
+total_iters, a SequentialLR whose last part has one) are judged by
+comparing that length with the steps taken: a period (StepLR step_size,
+CosineAnnealingWarmRestarts T_0, ExponentialLR's gamma) or a lambda fits
+per-batch and per-epoch stepping alike, so those never raise.
+
+A planned schedule stepped once every k optimizer steps (k ≥
+`min_interval`) is sized in optimizer steps when, on a finished run, the
+optimizer took about its length (between `used_fraction` and
+`sized_factor` times it) while the scheduler took less than
+`used_fraction` of it; on a run stopped early (--steps) only the kinds
+documented as per-batch (OneCycleLR, CyclicLR) are judged, on the
+projection over the length they were sized for. A schedule stepped after
+every optimizer step that passes `overrun_factor` × its planned length
+(MultiStepLR: `milestone_overrun_factor` × its last milestone) runs
+through it several times (or sits at its end value). Both come with the
+intended and the projected learning-rate curves: a sparkline in the
+evidence and `lr_curves.csv` in the run directory.
 """
 
 from __future__ import annotations
@@ -76,8 +87,8 @@ def _interval(state: dict[str, Any]) -> int | None:
 
 def _line(created: dict[str, Any], state: dict[str, Any] | None) -> str:
     kind = created["scheduler"]
-    length = created.get("length")
-    text = kind + (f" (planned {length} steps)" if length else "")
+    length, period = created.get("length"), created.get("period")
+    text = kind + (f" (planned {length} steps)" if length else f" (period {period} steps)" if period else "")
     if state is None:
         return text + ": never stepped"
     k = _interval(state)
@@ -99,7 +110,7 @@ def _order(run: RunEvidence, rank: int, created: dict[str, Any], out: Analysis) 
         run.symptom(
             "scheduler-order",
             probe=PROBE,
-            summary=f"{created['kind']}.step() ran before its optimizer had taken a single step: the schedule's "
+            summary=f"{created['scheduler']}.step() ran before its optimizer had taken a single step: the schedule's "
             "first learning-rate value is skipped and every later step uses the next one",
             values={"scheduler": created["scheduler"], "optimizer_steps_before": 0, "optimizer": created.get("optimizer")},
             location=where,
@@ -115,16 +126,22 @@ def _order(run: RunEvidence, rank: int, created: dict[str, Any], out: Analysis) 
 def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any],
                  lim: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
     kind = created["scheduler"]
-    length = created.get("length")
     steps = int(state.get("steps") or 0)
     opt_steps = int(state.get("optimizer_steps") or 0)
     k = _interval(state)
-    curve = state.get("curve") or []
     finished = run.outcome.stopped == "completed" and run.outcome.exit_code in (0, None)
     error = next((e for e in run.of_kind("scheduler-error", PROBE, rank) if e.get("index") == created["index"]), None)
     where = location(run, (state.get("step_site") or (error or {}).get("site")))
     per_step_kinds = set(lim.get("per_step_kinds", ["OneCycleLR", "CyclicLR"]))
+    # Only a planned length (total_steps, T_max, total_iters) compared with the steps taken tells per-batch from
+    # per-epoch; a period (StepLR's step_size, ExponentialLR's gamma) fits either. Older evidence recorded
+    # StepLR's step_size as a length: the kind list, not the event, decides what is judged.
+    planned = per_step_kinds | set(lim.get("planned_kinds", ["CosineAnnealingLR", "LinearLR", "PolynomialLR",
+                                                              "ConstantLR", "SequentialLR"]))
+    length = created.get("length") if kind in planned else None
     min_interval = int(lim.get("min_interval", 2))
+    used = float(lim.get("used_fraction", 0.5))
+    sized = float(lim.get("sized_factor", 2.0))
     base = {"scheduler": kind, "lr_steps_planned": length, "total_steps": length, "optimizer_steps": opt_steps}
 
     if error is not None and "Tried to step" in str(error.get("error")):
@@ -135,47 +152,83 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
         return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
                            step=steps, rank=rank), None
 
-    if not length or steps < 1:
-        return None
-    if k is not None and k >= min_interval and (kind in per_step_kinds or (
-            finished and steps < float(lim.get("used_fraction", 0.5)) * length
-            and opt_steps >= float(lim.get("used_fraction", 0.5)) * length)):
-        taken = steps if finished else max(1, round(length / k))
-        fraction = taken / length
-        values = {**base, "lr_steps_taken": taken, "steps_taken": taken, "stepped_per": "epoch",
-                  "optimizer_steps_per_scheduler_step": k, "used_fraction": round(fraction, 4),
-                  "projected": not finished}
+    if length and steps >= 1 and k is not None and k >= min_interval:
         if finished:
-            summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() ran once every "
-                       f"{plural(k, 'optimizer step')}: it took {taken} of its {length} steps "
-                       f"({fraction:.0%} of its schedule) over the whole run")
+            # Sized in optimizer steps, stepped per epoch: the run's optimizer steps match the plan (at least
+            # `used` of it, at most `sized` times it: an epoch-sized schedule cut short by early stopping has
+            # taken far more optimizer steps than its length) while the scheduler took under `used` of it.
+            judged = steps < used * length and used * length <= opt_steps <= sized * length
         else:
-            summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() runs once every "
-                       f"{plural(k, 'optimizer step')}: over the {length} optimizer steps it was sized for it would "
-                       f"take about {taken} ({fraction:.0%} of its schedule; projected from {plural(steps, 'step')} "
-                       f"in {opt_steps} optimizer steps)")
-        span = length
-        intended = [_at(curve, i) for i in range(span + 1)]
-        projected = [_at(curve, i // k) for i in range(span + 1)]
-        return _with_curves(run, rank, created, values, summary, where, intended, projected, "the planned "
-                            f"{span} optimizer steps", curve)
+            # Stopped early (--steps, a crash): only kinds documented as per-batch, and only while the optimizer
+            # has not yet gone far past the plan (then the plan was evidently counted in epochs).
+            judged = kind in per_step_kinds and opt_steps <= sized * length
+        if judged:
+            return _per_epoch(run, rank, created, state, length, k, finished, where, base)
 
-    overrun = float(lim.get("overrun_factor", 2.0))
-    if kind in set(lim.get("overrun_kinds", ["CosineAnnealingLR", "PolynomialLR", "MultiStepLR"])) and (
-            k == 1 and steps > overrun * length):
-        values = {**base, "lr_steps_taken": steps, "steps_taken": steps, "stepped_per": "batch",
-                  "overrun": round(steps / length, 2)}
-        what = {"CosineAnnealingLR": f"the learning rate has gone through {steps / (2 * length):.1f} cosine cycles "
-                "instead of one decay",
-                "PolynomialLR": f"the learning rate reached its final value after {length} of them",
-                "MultiStepLR": f"every decay happened within the first {length} of them"}[kind]
-        summary = (f"{kind} is sized for {length} steps (likely epochs) but scheduler.step() runs after every "
-                   f"optimizer step: {steps} steps so far, {steps / length:.1f}× its length — {what}")
-        intended = [_at(curve, min(length, int(i * length / steps))) for i in range(steps + 1)]
-        projected = [_at(curve, i) for i in range(steps + 1)]
-        return _with_curves(run, rank, created, values, summary, where, intended, projected,
-                            f"the {steps} optimizer steps run", curve)
-    return None
+    return _overrun(run, rank, created, state, lim, k, where, base)
+
+
+def _per_epoch(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], length: int, k: int,
+               finished: bool, where: Any, base: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    """A schedule sized in optimizer steps that advances once every `k` of them: 1/k of its plan is used."""
+    kind = created["scheduler"]
+    steps = int(state.get("steps") or 0)
+    opt_steps = int(state.get("optimizer_steps") or 0)
+    curve = state.get("curve") or []
+    taken = steps if finished else max(1, round(length / k))
+    fraction = taken / length
+    values = {**base, "lr_steps_taken": taken, "steps_taken": taken, "stepped_per": "epoch",
+              "optimizer_steps_per_scheduler_step": k, "used_fraction": round(fraction, 4),
+              "projected": not finished}
+    if finished:
+        summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() ran once every "
+                   f"{plural(k, 'optimizer step')}: it took {taken} of its {length} steps "
+                   f"({fraction:.0%} of its schedule) over the whole run")
+    else:
+        summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() runs once every "
+                   f"{plural(k, 'optimizer step')}: over the {length} optimizer steps it was sized for it would "
+                   f"take about {taken} ({fraction:.0%} of its schedule; projected from {plural(steps, 'step')} "
+                   f"in {opt_steps} optimizer steps)")
+    intended = [_at(curve, i) for i in range(length + 1)]
+    projected = [_at(curve, i // k) for i in range(length + 1)]
+    return _with_curves(run, rank, created, values, summary, where, intended, projected, "the planned "
+                        f"{length} optimizer steps", curve)
+
+
+def _overrun(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any],
+             k: int | None, where: Any, base: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
+    """A schedule sized in epochs stepped after every optimizer step, far past its end."""
+    kind = created["scheduler"]
+    steps = int(state.get("steps") or 0)
+    curve = state.get("curve") or []
+    if k != 1:
+        return None
+    if kind in set(lim.get("overrun_kinds", ["CosineAnnealingLR", "PolynomialLR"])):
+        length = created.get("length")
+        factor = float(lim.get("overrun_factor", 2.0))
+    elif kind in set(lim.get("milestone_kinds", ["MultiStepLR"])):
+        # Milestones are points, not a length: iteration-based training sets them in steps and trains on
+        # after the last. Only a run that goes on many times past it decayed everything at its very start.
+        config = created.get("config") or {}
+        length = config.get("last_milestone") or max(config.get("milestones") or [0]) or created.get("length")
+        factor = float(lim.get("milestone_overrun_factor", 10.0))
+    else:
+        return None
+    if not length or steps <= factor * length:
+        return None
+    values = {**base, "lr_steps_planned": length, "total_steps": length, "lr_steps_taken": steps,
+              "steps_taken": steps, "stepped_per": "batch", "overrun": round(steps / length, 2)}
+    what = {"CosineAnnealingLR": f"the learning rate has gone through {steps / (2 * length):.1f} cosine cycles "
+            "instead of one decay",
+            "PolynomialLR": f"the learning rate reached its final value after {length} of them",
+            "MultiStepLR": f"every decay happened within the first {length} of them"}.get(
+        kind, f"its schedule ended after {length} of them")
+    summary = (f"{kind} is sized for {length} steps (likely epochs) but scheduler.step() runs after every "
+               f"optimizer step: {steps} steps so far, {steps / length:.1f}× its length — {what}")
+    intended = [_at(curve, min(length, int(i * length / steps))) for i in range(steps + 1)]
+    projected = [_at(curve, i) for i in range(steps + 1)]
+    return _with_curves(run, rank, created, values, summary, where, intended, projected,
+                        f"the {steps} optimizer steps run", curve)
 
 
 def _at(curve: list[Any], i: int) -> float | None:
