@@ -17,7 +17,7 @@ Configurations are interleaved round by round so drift hits them alike; the
 table shows the median steps/s and the slowdown against plain (1.00× = no
 cost). Goal: memory alone ≤ 1.10×.
 
-    python bench/bench_run.py [--rounds 3] [--steps 300] [--warmup 60]
+    python bench/bench_run.py [--rounds 3] [--steps 300] [--warmup 60] [--only runner,default,nan] [--no-nan]
 """
 
 from __future__ import annotations
@@ -118,8 +118,16 @@ def main() -> None:
                         "where OpenMP's spinning threads otherwise make every timing noise")
     parser.add_argument("--no-nan", dest="nan", action="store_false",
                         help="skip the anomaly-mode comparison of the nan probe")
+    parser.add_argument("--only", default="",
+                        help="comma-separated configurations to run (plain is always run), e.g. runner,default,nan")
     args = parser.parse_args()
     table = configs()
+    if args.only:
+        wanted = {"plain", *args.only.split(",")}
+        unknown = wanted - set(table)
+        if unknown:
+            parser.error(f"unknown configuration(s): {', '.join(sorted(unknown))}; known: {', '.join(table)}")
+        table = {name: extra for name, extra in table.items() if name in wanted}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         scripts = {}
@@ -140,7 +148,9 @@ def main() -> None:
           f"after {args.warmup} warm-up steps; {os.cpu_count()} CPUs, torch threads {args.threads}")
     print("cpu: steps per CPU-second of the script's process (probes run in it; immune to other processes "
           "taking the CPU);\nwall: steps per second, median and best round (noise only ever slows a run down)")
-    print(f"{'loop':<12} {'config':<10} {'cpu/s':>8} {'slowdown':>9} {'wall/s':>8} {'slowdown':>9} "
+    print("paired: the median over rounds of plain's cpu/s over the configuration's in the same round "
+          "(drift between rounds cancels)")
+    print(f"{'loop':<12} {'config':<10} {'cpu/s':>8} {'slowdown':>9} {'paired':>8} {'wall/s':>8} {'slowdown':>9} "
           f"{'best/s':>8} {'slowdown':>9}")
 
     def stat(model: str, config: str, key: str, how) -> float:
@@ -154,7 +164,11 @@ def main() -> None:
             cpu = stat(model, config, "steps_per_cpu_s", statistics.median)
             wall = stat(model, config, "steps_per_s", statistics.median)
             best = stat(model, config, "steps_per_s", max)
-            print(f"{model:<12} {config:<10} {cpu:>8.1f} {base['steps_per_cpu_s'] / cpu:>8.3f}× "
+            paired = statistics.median(
+                p["steps_per_cpu_s"] / c["steps_per_cpu_s"]
+                for p, c in zip(results[(model, "plain")], results[(model, config)], strict=True)
+            )
+            print(f"{model:<12} {config:<10} {cpu:>8.1f} {base['steps_per_cpu_s'] / cpu:>8.3f}× {paired:>7.3f}× "
                   f"{wall:>8.1f} {base['steps_per_s'] / wall:>8.3f}× {best:>8.1f} {best_plain / best:>8.3f}×")
     total = args.warmup + args.steps
     print(f"\nmemory probe, its own account over all {total} steps (median of the rounds):")

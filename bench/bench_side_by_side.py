@@ -1,0 +1,107 @@
+"""Overhead of `torchdoctor run`, with the plain loop and the probed loop running at the same time.
+
+On a shared machine, runs taken one after another see different neighbours,
+clock speeds and cache pressure: the sequential benchmarks (bench_run.py,
+bench_protocol.py) read ±5-15% from round to round. Here each round starts the
+plain script and the same script under `torchdoctor run` at the same moment,
+each pinned to its own core (swapped every round), so whatever slows the
+machine slows both; the ratio of the two rates in a round is one sample, and
+the table shows the median and the spread of those samples.
+
+The loops are bench_run.py's (an MLP and a transformer encoder, AdamW, one torch
+thread) and bench_protocol.py's protocol loop (a OneCycleLR per step, bf16
+autocast, clipping, a custom Function, validation every 25 steps).
+
+    python bench/bench_side_by_side.py [--rounds 10] [--steps 400] [--warmup 60]
+        [--config default=  --config nan=--probe,nan  …]
+
+Linux only (CPU affinity); needs two CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_protocol import PROTOCOL, PROTOCOL_LOOP  # noqa: E402
+from bench_run import LOOP, MODELS  # noqa: E402
+
+CONFIGS = {
+    "default": [],
+    "nan": ["--probe", "nan"],
+    "protocol": ["--probe", ",".join(PROTOCOL)],
+}
+
+
+def start(cmd: list[str], cpu: int, work: Path) -> subprocess.Popen:
+    # Every process of the run (the supervisor and the script) stays on its core.
+    return subprocess.Popen(["taskset", "-c", str(cpu), *cmd], cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work: Path, swap: bool) -> float:
+    """plain's steps per CPU-second over the probed run's, both started at once."""
+    timing = [str(args.warmup), str(args.steps)]
+    plain_out, probed_out = work / "plain.json", work / "probed.json"
+    for f in (plain_out, probed_out):
+        f.unlink(missing_ok=True)
+    plain = [sys.executable, str(script), *timing, str(plain_out), "1"]
+    probed = [sys.executable, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
+              "--format", "json", "--hang-timeout", "0", *config, "--", *timing, str(probed_out), "1"]
+    procs = [start(plain, 1 if swap else 0, work), start(probed, 0 if swap else 1, work)]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode not in (0, 1):  # 1: torchdoctor found something, which is not our concern here
+            raise SystemExit(f"{' '.join(p.args)} failed ({p.returncode}):\n{err[-2000:]}")
+    a, b = (json.loads(f.read_text()) for f in (plain_out, probed_out))
+    return a["steps_per_cpu_s"] / b["steps_per_cpu_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=60)
+    parser.add_argument("--config", action="append", default=[],
+                        help="NAME=ARG,ARG… (torchdoctor run arguments); default: default, nan, protocol")
+    args = parser.parse_args()
+    if (os.cpu_count() or 1) < 2:
+        raise SystemExit("needs two CPUs")
+    configs = dict(CONFIGS)
+    if args.config:
+        configs = {}
+        for item in args.config:
+            name, _, rest = item.partition("=")
+            configs[name] = [a for a in rest.split(",") if a]
+    loops = {name: LOOP.format(model=model) for name, model in MODELS.items()}
+    loops["mlp+protocol"] = PROTOCOL_LOOP.format(model=MODELS["mlp"])
+    loops["transformer+protocol"] = PROTOCOL_LOOP.format(model=MODELS["transformer"])
+    samples: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for r in range(args.rounds):
+            for loop, source in loops.items():
+                script = work / f"{loop.replace('+', '_')}.py"
+                script.write_text(textwrap.dedent(source))
+                for name, config in configs.items():
+                    if name == "protocol" and "protocol" not in loop:
+                        continue  # the protocol probes watch the protocol loop; a plain loop gives them nothing to do
+                    samples.setdefault((loop, name), []).append(side_by_side(script, config, args, work, r % 2 == 1))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"side by side: plain and probed started together on their own cores; {args.rounds} rounds of "
+          f"{args.steps} steps after {args.warmup}; slowdown = plain steps/CPU-s over probed, per round")
+    print(f"{'loop':<22} {'config':<10} {'median':>8} {'min':>8} {'max':>8}")
+    for (loop, name), values in samples.items():
+        print(f"{loop:<22} {name:<10} {statistics.median(values):>7.3f}× {min(values):>7.3f}× {max(values):>7.3f}×")
+
+
+if __name__ == "__main__":
+    main()
