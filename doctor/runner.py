@@ -36,6 +36,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from torchdoctor import exitcodes
 from torchdoctor.analysis import RunAnalysis, analyse
@@ -133,6 +134,22 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
     )
 
 
+def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
+    """How the run went (the report's `run`), from the plan and the supervisor's outcome."""
+    outcome = run.outcome
+    return RunInfo(
+        exit_code=outcome.exit_code,
+        steps_completed=run.steps_completed(run.ranks[0]),
+        stopped=outcome.stopped,
+        duration_s=outcome.duration_s,
+        command=plan.user_command,
+        signal=outcome.signal,
+        ranks=max(run.world_size, 1),
+        probes=list(plan.probes),
+        **measured,
+    )
+
+
 def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     from torchdoctor.diagnosis import diagnose
 
@@ -149,18 +166,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
         target=plan.display_target,
         symptoms=found.symptoms,
         contexts=found.contexts,
-        run=RunInfo(
-            exit_code=outcome.exit_code,
-            steps_completed=run.steps_completed(run.ranks[0]),
-            stopped=outcome.stopped,
-            duration_s=outcome.duration_s,
-            command=plan.user_command,
-            signal=outcome.signal,
-            ranks=max(run.world_size, 1),
-            probes=list(plan.probes),
-            measurements=found.measurements,
-            error=found.error,
-        ),
+        run=run_info(plan, run, measurements=found.measurements, error=found.error),
         environment=found.environment,
         artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd), **found.artifacts},
         notes=list(dict.fromkeys(found.notes)),  # every rank writes the same probe notes
@@ -233,20 +239,10 @@ def run_command(req: RunRequest) -> int:
 
 def _fallback_report(plan: RunPlan, run: RunEvidence, exc: Exception) -> Report:
     """The run's facts without a diagnosis: report.json exists even when torchdoctor has a bug."""
-    outcome = run.outcome
     return Report(
         command="run",
         target=plan.display_target,
-        run=RunInfo(
-            exit_code=outcome.exit_code,
-            steps_completed=run.steps_completed(run.ranks[0]),
-            stopped=outcome.stopped,
-            duration_s=outcome.duration_s,
-            command=plan.user_command,
-            signal=outcome.signal,
-            ranks=max(run.world_size, 1),
-            probes=list(plan.probes),
-        ),
+        run=run_info(plan, run),
         artifacts={"run_dir": display_path(str(plan.run_dir), plan.cwd)},
         notes=[f"torchdoctor failed to diagnose this run ({type(exc).__name__}: {exc}); the evidence is in the run "
                "directory. Please report it (set TORCHDOCTOR_DEBUG=1 for the traceback)."],

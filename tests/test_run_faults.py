@@ -166,3 +166,26 @@ def test_ctrl_c_interrupts_and_cleans_up(tmp_path, validate_report):
     assert "KeyboardInterrupt" in err.decode()  # the script saw it, as under plain Python
     assert processes_of(tmp_path) == []
     assert changed_files(before, tree_hash(RUN_FIXTURES)) == []
+
+
+def test_a_bug_in_the_diagnosis_still_leaves_the_runs_facts_and_exit_70(tmp_path, monkeypatch, capsys,
+                                                                        validate_report):
+    from torchdoctor import runner
+    from torchdoctor.run_options import RunRequest
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nw = torch.zeros(2, requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n"
+                      "for _ in range(3):\n    (w * 2).sum().backward()\n    opt.step()\n    opt.zero_grad()\n")
+
+    def broken(plan, run):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(runner, "build_report", broken)
+    monkeypatch.delenv("TORCHDOCTOR_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = runner.run_command(RunRequest(target=[str(script)], out=str(tmp_path / "run"), probes=["none"]))
+    assert code == exitcodes.INTERNAL
+    assert "internal error while diagnosing: RuntimeError: a bug of ours" in capsys.readouterr().err
+    report = validate_report((tmp_path / "run" / "report.json").read_text())
+    assert report["run"]["stopped"] == "completed" and report["run"]["steps_completed"] == 3
+    assert "failed to diagnose this run" in report["notes"][0]
