@@ -30,7 +30,7 @@ parameters excluded): the memory an evaluation batch costs.
 
 Costs (bench/bench_run.py, CPU)
 -------------------------------
-~5-10 µs per top-level forward (grad/train flags, the user's line, a
+~10 µs per top-level forward (grad/train flags, the user's line, a
 reference to its outputs' grad_fn nodes; a pre-hook only when another forward
 follows before a backward), nothing per layer; < 1 µs per backward; a pack hook per
 saved tensor on at most `measure_forwards` forwards, only from a line that
