@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 
 import pytest
 
@@ -298,6 +299,9 @@ def test_constant_loss(runs):
     values = probe_values(one(runs("flow_constant"), "loss-not-decreasing"))
     assert values["constant"] is True and values["samples"] == 15
     assert values["loss_first"] == values["loss_last"]
+    # the measured line shows the loss as a person reads it, not every digit of a float
+    summary = runs("flow_constant").run["measurements"]["gradflow"]["summary"]
+    assert re.search(r"loss -?\d+(\.\d{1,3})?(e[-+]\d+)? → ", summary), summary
 
 
 # -- the healthy twins ----------------------------------------------------------------------------------

@@ -129,7 +129,12 @@ def _measurements(params: dict[str, Any] | None, summary: dict[str, Any]) -> dic
         parts.append(f"{params.get('parameters')} optimizer parameters, {params.get('never')} without a gradient in "
                      f"{plural(params.get('checks', 0), 'checked step')}")
     if summary.get("loss_samples"):
-        parts.append(f"loss {summary.get('loss_first')} → {summary.get('loss_last')} "
+        parts.append(f"loss {_short(summary.get('loss_first'))} → {_short(summary.get('loss_last'))} "
                      f"({summary.get('loss_samples')} samples)")
     m["summary"] = "; ".join(parts)
     return {k: v for k, v in m.items() if v is not None}
+
+
+def _short(value: object) -> str:
+    """A loss as a person reads it (4 significant digits); non-numbers (None, "nan" strings) as they are."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
