@@ -7,16 +7,11 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import cli
-from tests.test_run_support import RUN_FIXTURES, assert_sound, shared_run
+from tests.test_run_support import RUN_FIXTURES, assert_sound, line_of, shared_run
 from torchdoctor import exitcodes
 from torchdoctor.probes.compile import parse_graph_break, parse_limit, parse_recompile
 
 pytestmark = pytest.mark.slow
-
-
-def line_of(fixture: str, text: str) -> int:
-    lines = (RUN_FIXTURES / fixture).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def compiled(tmp_path_factory, name: str, script: str):

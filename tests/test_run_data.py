@@ -5,15 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_run_support import RUN_FIXTURES, assert_sound, shared_run
+from tests.test_run_support import assert_sound, line_of, shared_run
 from torchdoctor import exitcodes
 
 pytestmark = pytest.mark.slow
-
-
-def line_of(fixture: str, text: str) -> int:
-    lines = (RUN_FIXTURES / fixture).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.test_run_support import RUN_FIXTURES, assert_sound, shared_run
+from tests.test_run_support import RUN_FIXTURES, assert_sound, line_of, shared_run
 from torchdoctor import exitcodes
 from torchdoctor.analysis.evidence import Outcome, RunEvidence
 from torchdoctor.analysis.nan import analyse
@@ -23,11 +23,6 @@ pytestmark = pytest.mark.slow
 
 NAN_IDS = ("nan-loss", "nonfinite-grad", "nonfinite-input", "exploding-gradients", "vanishing-gradients",
            "loss-scale-collapse")
-
-
-def line_of(fixture: str, text: str) -> int:
-    lines = (RUN_FIXTURES / fixture).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def nan_run(tmp_path_factory, name: str, script: str):

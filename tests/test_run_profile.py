@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.test_run_support import RUN_FIXTURES, assert_sound, shared_run
+from tests.test_run_support import RUN_FIXTURES, assert_sound, line_of, shared_run
 from torchdoctor import exitcodes
 from torchdoctor.analysis.evidence import Outcome, RunEvidence
 from torchdoctor.analysis.profile import analyse, split
@@ -18,11 +18,6 @@ from torchdoctor.rules import catalog
 pytestmark = pytest.mark.slow
 
 PROFILE_IDS = ("dataloader-bound", "host-sync", "low-gpu-util", "launch-bound", "slow-step")
-
-
-def line_of(fixture: str, text: str) -> int:
-    lines = (RUN_FIXTURES / fixture).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
 def profiled(tmp_path_factory, name: str, script: str):

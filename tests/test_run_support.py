@@ -92,6 +92,12 @@ class RunResult:
         return self.report["run"]
 
 
+def line_of(fixture: str, text: str) -> int:
+    """The number of the first line of a run fixture that contains `text` (tests name lines, not numbers)."""
+    lines = (RUN_FIXTURES / fixture).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
 def shared_root(tmp_path_factory) -> Path:
     """A temporary directory every xdist worker of this session shares."""
     base = tmp_path_factory.getbasetemp()
