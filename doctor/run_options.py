@@ -31,7 +31,7 @@ FAIL_ON = ("error", "warning", "never")
 # never anything else: the per-rank files (probes/session.py `rank_file`: the session's events, stacks and
 # crash stacks, the memory probe's snapshot, the profile probe's trace), the parent's own files (the schedule
 # analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report).
-RANK_FILES = ("events.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
+RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
 RUN_FILES = ("report.json", "lr_curves.csv")
 OUR_FILES = re.compile(
     "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [

@@ -6,6 +6,9 @@ crash, a SIGKILL or a hang of the process: nothing measured is lost, and no
 flush is needed. Lines from several threads or forked workers never
 interleave.
 
+The per-step records go to their own file, `steps.rank<R>.jsonl`, through a
+memory mapping (probes/stepfile.py): no system call per step.
+
 Format (one object per line; see docs/run.md):
 
     {"kind": "step", "t": 12.5031, "step": 7, "memory": {"rss_mib": 412.3}}
@@ -52,15 +55,19 @@ class EvidenceWriter:
     def now(self) -> float:
         return round(time.perf_counter() - self.t0, 6)
 
-    def write(self, event: dict[str, Any]) -> None:
+    def line(self, event: dict[str, Any]) -> bytes:
+        """The event as one JSON line, with its time (and pid, from another process). Raises TypeError or
+        ValueError for a value JSON cannot hold."""
         if "t" not in event:
             event["t"] = self.now()
         pid = os.getpid()
         if pid != self.pid:
             event["pid"] = pid
+        return (_ENCODE(event) + "\n").encode("utf-8", "replace")
+
+    def write(self, event: dict[str, Any]) -> None:
         try:
-            line = _ENCODE(event) + "\n"
-            os.write(self._fd, line.encode("utf-8", "replace"))
+            os.write(self._fd, self.line(event))
         except (OSError, TypeError, ValueError):
             # A full disk or an unserialisable value must never break the user's run.
             self.failed = True

@@ -105,7 +105,10 @@ def _sig(x: float, digits: int = 4) -> float | str:
     return _number(float(f"{x:.{digits}g}")) if math.isfinite(x) else _number(x)
 
 
-PER_TENSOR_MAX = 16  # up to this many CPU gradients, a norm per tensor beats foreach (CPU has no fused kernel)
+# Up to this many CPU gradients, a norm per tensor beats foreach (CPU has no fused kernel): right after a
+# backward, 0.4 M parameters in 6 tensors take ~70 µs either way, 67 k in 26 (a 2-layer transformer) ~85 µs
+# per tensor against ~100 µs with foreach. (numpy's BLAS dot, twice as fast on warm data, is not faster there.)
+PER_TENSOR_MAX = 32
 
 
 class _Deferred:
@@ -137,7 +140,7 @@ class NanProbe(Probe):
         self.torch = torch
         opt = self.options
         self.dense_steps = int(opt.get("dense_steps", 20))
-        self.budget = float(opt.get("budget_fraction", 0.10))
+        self.budget = float(opt.get("budget_fraction", 0.025))
         self.param_every = int(opt.get("param_check_every", 50))
         self.layer_every = int(opt.get("layer_norms_every", 25))
         self.keep_rng = True  # until the models are known: dropout needs the same masks in a replay
@@ -163,6 +166,7 @@ class NanProbe(Probe):
         self._grad_norm: float | str | None = None
         self._grad_norm_step = 0
         self._next_check = 1
+        self._check_every = 0  # steps between gradient checks after the dense phase (0: not judged yet)
         self._last_t: float | None = None
         self._step_s = 0.0
         self._check_cost = array("d")
@@ -436,10 +440,13 @@ class NanProbe(Probe):
                 self._check_cost.append(cost)
             if step < self.dense_steps or self._step_s <= 0:
                 self._next_check = step + 1
-            else:
-                # the median of recent checks: one preempted check must not space out the next ones
+                return
+            if self._check_every == 0 or len(self._check_cost) % 16 == 0:
+                # the median of recent checks (one preempted check must not space out the next ones),
+                # judged again every 16 checks, not at every step
                 typical = statistics.median(self._check_cost[-16:]) if self._check_cost else cost
-                self._next_check = step + max(1, math.ceil(typical / (self.budget * self._step_s)))
+                self._check_every = max(1, math.ceil(typical / (self.budget * self._step_s)))
+            self._next_check = step + self._check_every
 
     def _norms(self, tensors: list[Any]) -> Any:
         torch = self.torch
@@ -458,7 +465,6 @@ class NanProbe(Probe):
         index = [i for i, _ in pairs]
         grads = [g for _, g in pairs]
         if len(grads) <= PER_TENSOR_MAX and grads[0].device.type == "cpu":
-            # a handful of CPU tensors: one norm each is ~25% cheaper than the foreach fallback plus stack
             vector_norm = self.torch.linalg.vector_norm
             norms = [vector_norm(g).item() for g in grads]
         else:

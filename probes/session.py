@@ -33,6 +33,7 @@ from torchdoctor.probes import PROBES
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.evidence import EvidenceWriter
 from torchdoctor.probes.importwatch import when_imported
+from torchdoctor.probes.stepfile import open_step_file
 from torchdoctor.probes.userframes import pick_user_frame
 
 ENV = "TORCHDOCTOR_RUN"
@@ -72,6 +73,7 @@ class Session:
         self.t0 = time.perf_counter()
         os.makedirs(self.run_dir, exist_ok=True)
         self.writer = EvidenceWriter(self.file_for("events.jsonl"), self.t0)
+        self.steps_file = open_step_file(self.file_for("steps.jsonl"))  # None: steps go to the events
         self.step = 0
         self.probes: list[Probe] = []
         self._pre: list[Probe] = []
@@ -229,9 +231,20 @@ class Session:
                 continue
             if fields:
                 record[probe.name] = fields
-        self.writer.write(record)
+        self._write_step(record)
         if self.steps_limit and step >= self.steps_limit:
             raise StopRun(f"torchdoctor: stopping after {step} optimizer steps (--steps {self.steps_limit})")
+
+    def _write_step(self, record: dict[str, Any]) -> None:
+        steps = self.steps_file
+        if steps is None or steps.failed:
+            self.writer.write(record)
+            return
+        try:
+            line = self.writer.line(record)
+        except (TypeError, ValueError):
+            return
+        steps.write(line)
 
     def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
         probe.enabled = False
@@ -286,6 +299,8 @@ class Session:
                     probe.finish(reason)
                 except Exception as exc:  # noqa: BLE001
                     self._disable(probe, "finish", exc)
+        if self.steps_file is not None:
+            self.steps_file.close()
         self.emit("exit", reason=reason, code=code)
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from tests.test_run_support import RUN_FIXTURES, RunResult, assert_sound, run_once, shared_root
 from torchdoctor import exitcodes
+from torchdoctor.analysis.evidence import read_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -260,8 +261,7 @@ def test_accumulation_without_no_sync(mistakes, healthy):
     assert v["allreduces_per_step"] == 2 and v["micro_steps"] == 2 and v["steps"] == 10
     assert symptom["location"]["line"] == 44
     assert "accumulation-without-no-sync" not in ids(healthy)  # no_sync(): one sync per optimizer step
-    rows = [json.loads(line).get("distributed") for line in
-            (Path(healthy.run_dir) / "events.rank0.jsonl").read_text().splitlines() if '"kind":"step"' in line]
+    rows = [e.get("distributed") for e in read_events(healthy.run_dir)[0] if e["kind"] == "step"]
     assert {(r["micro"], r["syncs"]) for r in rows} == {(2, 1)}
 
 

@@ -6,11 +6,11 @@ so they need no torch; the real hooks are exercised by the run tests.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from torchdoctor.analysis.evidence import read_events
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.session import Session, StopRun
 from torchdoctor.run_process import Supervisor
@@ -49,7 +49,7 @@ def _session(tmp_path: Path, steps: int | None = None, *probes: type[Probe]) -> 
 
 
 def _events(tmp_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (tmp_path / "events.rank0.jsonl").read_text().splitlines()]
+    return read_events(tmp_path)[0]  # the events and the step records (steps.rank0.jsonl), as analysis reads them
 
 
 def test_steps_of_the_primary_optimizer_only(tmp_path):

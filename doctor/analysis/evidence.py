@@ -16,48 +16,92 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model import Evidence, Location, Symptom
+from torchdoctor.probes.stepfile import records_in
 from torchdoctor.probes.userframes import display_path
 from torchdoctor.rules import catalog
 
 _RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
+_STEP_FILE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
 
 
-def event_files(run_dir: str | Path) -> dict[int, Path]:
+def _rank_files(run_dir: str | Path, pattern: re.Pattern[str]) -> dict[int, Path]:
     out: dict[int, Path] = {}
     try:
         names = os.listdir(run_dir)
     except OSError:
         return out
     for name in names:
-        m = _RANK_FILE.match(name)
+        m = pattern.match(name)
         if m:
             out[int(m.group(1))] = Path(run_dir) / name
     return dict(sorted(out.items()))
 
 
+def event_files(run_dir: str | Path) -> dict[int, Path]:
+    return _rank_files(run_dir, _RANK_FILE)
+
+
+def step_files(run_dir: str | Path) -> dict[int, Path]:
+    """The per-step records (probes/stepfile.py), one file per rank."""
+    return _rank_files(run_dir, _STEP_FILE)
+
+
+def _rows(lines: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for raw in lines:
+        try:
+            row = json.loads(raw)
+        except ValueError:
+            continue  # a line cut short
+        if isinstance(row, dict) and "kind" in row:
+            rows.append(row)
+    return rows
+
+
 def read_events(run_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
-    """Every rank's events, in order; unreadable lines are skipped."""
+    """Every rank's events with its step records merged in, in time order; unreadable lines are skipped."""
     events: dict[int, list[dict[str, Any]]] = {}
     for rank, path in event_files(run_dir).items():
-        rows: list[dict[str, Any]] = []
         with open(path, "rb") as fh:
-            for raw in fh:
-                try:
-                    row = json.loads(raw)
-                except ValueError:
-                    continue  # a line cut short
-                if isinstance(row, dict) and "kind" in row:
-                    rows.append(row)
-        events[rank] = rows
+            events[rank] = _rows(fh)
+    for rank, path in step_files(run_dir).items():
+        try:
+            lines, _ = records_in(path.read_bytes())
+        except OSError:
+            continue
+        steps = _rows(lines)
+        if steps:
+            events[rank] = _merge(events.get(rank, []), steps)
     return events
 
 
+def _merge(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step records placed among the events by time (both carry the session's clock); the events keep
+    their own order, and a step written at the same time as an event comes after it."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    for event in events:
+        t = event.get("t")
+        if isinstance(t, (int, float)):
+            while i < len(steps) and _time(steps[i]) < t:
+                out.append(steps[i])
+                i += 1
+        out.append(event)
+    out.extend(steps[i:])
+    return out
+
+
+def _time(row: dict[str, Any]) -> float:
+    t = row.get("t")
+    return float(t) if isinstance(t, (int, float)) else 0.0
+
+
 class EventTail:
-    """Follows `events.rank*.jsonl` while the script runs: steps, start events (pids)."""
+    """Follows `events.rank*.jsonl` and `steps.rank*.jsonl` while the script runs: steps, start events (pids)."""
 
     def __init__(self, run_dir: str | Path):
         self.run_dir = run_dir
-        self.offsets: dict[int, int] = {}
+        self.offsets: dict[tuple[str, int], int] = {}
         self.partial: dict[int, bytes] = {}
         self.steps: dict[int, int] = {}
         self.pids: dict[int, int] = {}
@@ -67,23 +111,15 @@ class EventTail:
     def poll(self) -> bool:
         """Read what was appended since the last call; True if a new optimizer step was seen, or a rank's
         probes finished their end-of-run work (the hang clock starts again from there)."""
-        progressed = False
+        progressed = self._poll_steps()
         for rank, path in event_files(self.run_dir).items():
-            try:
-                size = path.stat().st_size
-            except OSError:
+            data = self._new_bytes(path, ("events", rank))
+            if not data:
                 continue
-            offset = self.offsets.get(rank, 0)
-            if size <= offset:
-                continue
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read(size - offset)
-            self.offsets[rank] = offset + len(data)
             lines = (self.partial.get(rank, b"") + data).split(b"\n")
             self.partial[rank] = lines.pop()
             for line in lines:
-                if line.startswith(b'{"kind":"step"'):
+                if line.startswith(b'{"kind":"step"'):  # no step file on this platform: steps come here
                     self.steps[rank] = self.steps.get(rank, 0) + 1
                     progressed = True
                 elif line.startswith(b'{"kind":"start"'):
@@ -98,6 +134,38 @@ class EventTail:
                     self.exited.add(rank)
                     progressed = True
         return progressed
+
+    def _poll_steps(self) -> bool:
+        progressed = False
+        for rank, path in step_files(self.run_dir).items():
+            key = ("steps", rank)
+            offset = self.offsets.get(key, 0)
+            data = self._new_bytes(path, key, advance=False)
+            lines, used = records_in(data)
+            self.offsets[key] = offset + used  # a record still being copied is read next time
+            count = sum(1 for line in lines if line.startswith(b'{"kind":"step"'))
+            if count:
+                self.steps[rank] = self.steps.get(rank, 0) + count
+                progressed = True
+        return progressed
+
+    def _new_bytes(self, path: Path, key: tuple[str, int], advance: bool = True) -> bytes:
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return b""
+        offset = self.offsets.get(key, 0)
+        if size <= offset:
+            return b""
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(size - offset)
+        except OSError:
+            return b""
+        if advance:
+            self.offsets[key] = offset + len(data)
+        return data
 
     def only_finishing(self) -> bool:
         """No rank still runs its script and at least one is in its probes' end-of-run work."""
