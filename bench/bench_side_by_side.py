@@ -47,8 +47,10 @@ def start(cmd: list[str], cpu: int, work: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work: Path, swap: bool) -> float:
-    """plain's steps per CPU-second over the probed run's, both started at once."""
+def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work: Path,
+                 swap: bool) -> tuple[float, float]:
+    """plain's steps per CPU-second over the probed run's, both started at once: over the whole window, and
+    as the ratio of their median CPU time per block of 25 steps."""
     timing = [str(args.warmup), str(args.steps)]
     plain_out, probed_out = work / "plain.json", work / "probed.json"
     for f in (plain_out, probed_out):
@@ -62,7 +64,8 @@ def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work
         if p.returncode not in (0, 1):  # 1: torchdoctor found something, which is not our concern here
             raise SystemExit(f"{' '.join(p.args)} failed ({p.returncode}):\n{err[-2000:]}")
     a, b = (json.loads(f.read_text()) for f in (plain_out, probed_out))
-    return a["steps_per_cpu_s"] / b["steps_per_cpu_s"]
+    block = statistics.median(b["block_cpu_s"]) / statistics.median(a["block_cpu_s"])
+    return a["steps_per_cpu_s"] / b["steps_per_cpu_s"], block
 
 
 def main() -> None:
@@ -72,6 +75,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--config", action="append", default=[],
                         help="NAME=ARG,ARG… (torchdoctor run arguments); default: default, nan, protocol")
+    parser.add_argument("--loop", action="append", default=[],
+                        help="only these loops (mlp, transformer, mlp+protocol, transformer+protocol)")
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs")
@@ -84,7 +89,12 @@ def main() -> None:
     loops = {name: LOOP.format(model=model) for name, model in MODELS.items()}
     loops["mlp+protocol"] = PROTOCOL_LOOP.format(model=MODELS["mlp"])
     loops["transformer+protocol"] = PROTOCOL_LOOP.format(model=MODELS["transformer"])
-    samples: dict[tuple[str, str], list[float]] = {}
+    if args.loop:
+        unknown = set(args.loop) - set(loops)
+        if unknown:
+            raise SystemExit(f"unknown loop(s): {', '.join(sorted(unknown))}; choose from {', '.join(loops)}")
+        loops = {name: source for name, source in loops.items() if name in args.loop}
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for r in range(args.rounds):
@@ -97,11 +107,14 @@ def main() -> None:
                     samples.setdefault((loop, name), []).append(side_by_side(script, config, args, work, r % 2 == 1))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"side by side: plain and probed started together on their own cores; {args.rounds} rounds of "
-          f"{args.steps} steps after {args.warmup}; slowdown = plain steps/CPU-s over probed, per round")
-    print(f"{'loop':<22} {'config':<10} {'median':>8} {'min':>8} {'max':>8}")
+          f"{args.steps} steps after {args.warmup}; slowdown = plain steps/CPU-s over probed, per round:")
+    print("  whole = over the whole window; blocks = median CPU time per 25-step block (probed over plain),")
+    print("  which keeps every periodic cost of the probes but not a neighbour's burst on one of the two cores")
+    print(f"{'loop':<22} {'config':<10} {'whole':>8} {'min':>8} {'max':>8} {'blocks':>8} {'min':>8} {'max':>8}")
     for (loop, name), values in samples.items():
-        print(f"{loop:<22} {name:<10} {statistics.median(values):>7.3f}× {min(values):>7.3f}× {max(values):>7.3f}×")
-
+        whole, blocks = [v[0] for v in values], [v[1] for v in values]
+        print(f"{loop:<22} {name:<10} {statistics.median(whole):>7.3f}× {min(whole):>7.3f}× {max(whole):>7.3f}× "
+              f"{statistics.median(blocks):>7.3f}× {min(blocks):>7.3f}× {max(blocks):>7.3f}×")
 
 if __name__ == "__main__":
     main()

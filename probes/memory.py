@@ -273,10 +273,11 @@ class MemoryProbe(Probe):
         finally:
             del frames
         cost = time.perf_counter() - started
-        self.cost["scan_s"] += cost
-        self.cost["scans"] += 1
         if holders:
             self.emit("holders", holders=holders, cost_ms=round(cost * 1e3, 3))
+            cost = time.perf_counter() - started  # the event's write is part of what a scan costs the step
+        self.cost["scan_s"] += cost
+        self.cost["scans"] += 1
         # After the dense phase: within the time budget, and at most ~64 scans per doubling of the
         # step count, so a million-step run keeps a few hundred samples, not a few hundred thousand.
         self._next_scan = step + 1 if step < self.dense_steps else step + max(self._spacing(cost), step // 64)

@@ -92,3 +92,12 @@ def test_a_session_writes_its_steps_where_the_platform_allows(tmp_path, monkeypa
     assert (tmp_path / "steps.rank0.jsonl").exists() is mapped
     events = read_events(tmp_path)[0]
     assert [e["kind"] for e in events] == ["step", "step", "step", "finishing", "exit"]
+
+
+def test_the_tail_reads_records_longer_than_its_slice_and_many_at_once(tmp_path):
+    steps = open_step_file(str(tmp_path / "steps.rank0.jsonl"))
+    tail = EventTail(tmp_path)
+    steps.write(_line(1, 0.1, pad=40000))  # longer than the tail's 16 KiB slice
+    for i in range(2, 502):  # ~40 KiB of ordinary records between two polls
+        steps.write(_line(i, i * 0.01))
+    assert tail.poll() is True and tail.steps == {0: 501}

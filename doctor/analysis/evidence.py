@@ -22,6 +22,7 @@ from torchdoctor.rules import catalog
 
 _RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
 _STEP_FILE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
+STEP_READ = 16384  # bytes of a step file read at a time while it is written (~100 records)
 
 
 def _rank_files(run_dir: str | Path, pattern: re.Pattern[str]) -> dict[int, Path]:
@@ -139,17 +140,24 @@ class EventTail:
         progressed = False
         for rank, path in step_files(self.run_dir).items():
             key = ("steps", rank)
-            offset = self.offsets.get(key, 0)
-            data = self._new_bytes(path, key, advance=False)
-            lines, used = records_in(data)
-            self.offsets[key] = offset + used  # a record still being copied is read next time
-            count = sum(1 for line in lines if line.startswith(b'{"kind":"step"'))
-            if count:
-                self.steps[rank] = self.steps.get(rank, 0) + count
-                progressed = True
+            limit = STEP_READ
+            while True:
+                # A mapped file is longer than its records (NUL-padded to the next chunk): read a slice at a
+                # time, so a poll reads what was written since the last one, not the padding.
+                offset = self.offsets.get(key, 0)
+                data = self._new_bytes(path, key, advance=False, limit=limit)
+                lines, used = records_in(data)
+                self.offsets[key] = offset + used  # a record still being copied is read next time
+                count = sum(1 for line in lines if line.startswith(b'{"kind":"step"'))
+                if count:
+                    self.steps[rank] = self.steps.get(rank, 0) + count
+                    progressed = True
+                if len(data) < limit or b"\x00" in data:
+                    break
+                limit = limit if used else limit * 2  # a record longer than the slice: read more of it
         return progressed
 
-    def _new_bytes(self, path: Path, key: tuple[str, int], advance: bool = True) -> bytes:
+    def _new_bytes(self, path: Path, key: tuple[str, int], advance: bool = True, limit: int | None = None) -> bytes:
         try:
             size = path.stat().st_size
         except OSError:
@@ -160,7 +168,7 @@ class EventTail:
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                data = fh.read(size - offset)
+                data = fh.read(size - offset if limit is None else min(limit, size - offset))
         except OSError:
             return b""
         if advance:
