@@ -7,17 +7,17 @@ Measures
   CPU one `item()`, on CUDA a device-side flag copied to pinned memory and
   read one step later, so the sentinel never stalls the GPU queue;
 - the gradients: at the optimizer step pre-hook, the norm of every gradient
-  (`torch.linalg.vector_norm` each for up to 16 CPU tensors; else
+  (`torch.linalg.vector_norm` each for up to 32 CPU tensors; else
   `torch._foreach_norm`, stacked and read as one transfer): the total norm
   (finite ⇔ every gradient is finite) and the norm of each layer (a
   module that owns parameters, in execution order). Every step, unless the
-  check alone costs more than `budget_fraction` of the step (a tiny model
-  with very many parameter tensors on a CPU): then every k-th step after the
+  check alone costs more than `budget_fraction` of the step (a small model
+  on a CPU, whose steps take a few ms): then every k-th step after the
   first `dense_steps`, and a non-finite gradient on an unchecked step turns
   the next loss non-finite, which the sentinel catches there (the report
   then says which update wrote non-finite parameters, without the backward
   op). On a GPU the check is a few kernel launches; on a CPU it is one
-  memory-bound pass over the gradients (~80-120 µs for 0.4 M parameters);
+  memory-bound pass over the gradients (~70-110 µs for 0.4 M parameters);
 - the parameters: the same norm check every `param_check_every` steps;
 - a `GradScaler`, when the script uses one (its `scale`, `step` and `update`
   are wrapped): the scale after each update and the steps it skipped. An
@@ -46,9 +46,11 @@ them). A model called inside code compiled as a function is not replayed
 Costs (bench/bench_run.py, CPU, 1 thread; its own account is in the report,
 `probe_us_per_step`)
 -----------------------------------------------------------------------------
-Loss sentinel ~1-5 µs per step on CPU (one `item()`); gradient norms
-~100-150 µs per checked step for 0.4 M parameters (a memory pass over the
-gradients, cold in cache after backward); module input capture ~5-10 µs per
+Measured inside a 3 ms CPU training step (the interpreter's and the kernel's
+code are cold there: every figure is 5-10× its tight-loop cost): loss
+sentinel ~13 µs per step (one `item()`); gradient norms ~70-110 µs per
+checked step for 0.4 M parameters (a memory pass over the gradients; every
+step unless over `budget_fraction` of it); module input capture ~5 µs per
 forward. A localisation costs a few forward/backward passes, once.
 
 Symptoms (thresholds in rules/data/thresholds.toml, [nan]; classified in
