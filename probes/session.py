@@ -245,6 +245,8 @@ class Session:
         except (TypeError, ValueError):
             return
         steps.write(line)
+        if steps.failed:  # the disk filled up mid-record: this one and the next go to the event stream
+            self.writer.write(record)
 
     def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
         probe.enabled = False
