@@ -36,7 +36,8 @@ ENTRIES = [
     ("nan", "NanProbe", ["before_step", "after_step"], False),
     ("memory", "MemoryProbe", ["after_step"], False),
     ("validation", "ValidationProbe", ["_start", "_end"], False),
-    ("evidence", "EvidenceWriter", ["write"], False),
+    ("session", "Session", ["_write_step"], False),
+    ("evidence", "EvidenceWriter", ["write", "line"], False),
     ("stepfile", "StepFile", ["write"], False),
 ]
 

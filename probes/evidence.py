@@ -41,6 +41,36 @@ def _plain(value: Any) -> Any:
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), default=_plain).encode
 
+# This process's pid, kept current across fork() without a system call per event: lines written by a
+# forked DataLoader worker say which process wrote them.
+_PID = [os.getpid()]
+
+
+def _refresh_pid() -> None:
+    _PID[0] = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_refresh_pid)
+
+_KEYS: dict[str, str] = {}  # field name -> '"name":' (step records reuse a handful of names)
+
+
+def _key(name: str) -> str:
+    text = _ENCODE(str(name)) + ":"
+    if len(_KEYS) < 4096:
+        _KEYS[name] = text
+    return text
+
+
+def _float(value: float) -> str:
+    """A float as json writes it (NaN, Infinity and -Infinity for the non-finite)."""
+    if value - value == 0.0:
+        return float.__repr__(value)
+    if value != value:
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
 
 class EvidenceWriter:
     """Appends events to `events.rank<R>.jsonl` in the run directory."""
@@ -48,7 +78,7 @@ class EvidenceWriter:
     def __init__(self, path: str, t0: float | None = None):
         self.path = path
         self.t0 = time.perf_counter() if t0 is None else t0
-        self.pid = os.getpid()
+        self.pid = _PID[0]
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.failed = False
 
@@ -60,10 +90,47 @@ class EvidenceWriter:
         ValueError for a value JSON cannot hold."""
         if "t" not in event:
             event["t"] = self.now()
-        pid = os.getpid()
-        if pid != self.pid:
-            event["pid"] = pid
+        if _PID[0] != self.pid:
+            event["pid"] = _PID[0]
         return (_ENCODE(event) + "\n").encode("utf-8", "replace")
+
+    def step_line(self, step: int, fields: dict[str, dict[str, Any]]) -> bytes:
+        """A step record, `{"kind":"step","step":N,"t":T,<probe>:{…},…}`, built by hand.
+
+        It is written after every optimizer step, when the interpreter's code is cold: there the json
+        module's encoder and a `round()` cost ~50 µs, this ~15 (the time as integer microseconds needs
+        no float formatting). Same JSON as `line()` would give, values of other types through it.
+        Raises TypeError or ValueError like `line()`.
+        """
+        us = int((time.perf_counter() - self.t0) * 1e6)
+        seconds, micro = divmod(us, 1_000_000)
+        head = f'{{"kind":"step","step":{step},"t":{seconds}.{micro:06d}'
+        if _PID[0] != self.pid:
+            head += f',"pid":{_PID[0]}'
+        parts = [head]
+        keys = _KEYS
+        for name, values in fields.items():
+            parts.append(",")
+            parts.append(keys.get(name) or _key(name))
+            if type(values) is not dict:
+                parts.append(_ENCODE(values))
+                continue
+            opening = "{"
+            for key, value in values.items():
+                kind = type(value)
+                if kind is float:
+                    text = _float(value)
+                elif kind is int:
+                    text = int.__repr__(value)
+                else:
+                    text = _ENCODE(value)
+                parts.append(opening)
+                parts.append(keys.get(key) or _key(key))
+                parts.append(text)
+                opening = ","
+            parts.append("{}" if opening == "{" else "}")
+        parts.append("}\n")
+        return "".join(parts).encode("utf-8", "replace")
 
     def write(self, event: dict[str, Any]) -> None:
         try:

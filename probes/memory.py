@@ -37,7 +37,7 @@ Costs (bench/bench_run.py, CPU)
 right after a training step has evicted the caches) plus ~20 µs for the CUDA
 counters when CUDA is used; the holder scan costs ~0.7 µs per autograd node walked; a census
 10-50 ms (0.1-0.2 µs per object the garbage collector tracks). After the dense phase the sparse
-work is scheduled to stay under `budget_fraction` (0.5%) of the measured step
+work is scheduled to stay under `budget_fraction` (0.3%) of the measured step
 time, and RSS under `per_step_fraction` (0.2%); its own time is recorded in
 the `memory-cost` event.
 
@@ -136,7 +136,7 @@ class MemoryProbe(Probe):
         opt = self.options
         self.dense_steps = int(opt.get("dense_steps", 40))
         self.dense_census_steps = {int(s) for s in opt.get("dense_census_steps", (5, 20, 40))}
-        self.budget = float(opt.get("budget_fraction", 0.005))
+        self.budget = float(opt.get("budget_fraction", 0.003))
         self.per_step_fraction = float(opt.get("per_step_fraction", 0.002))
         self._rss_every = 1
         self.census_trigger = float(opt.get("census_trigger_mib", 32.0))

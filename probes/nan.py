@@ -142,7 +142,7 @@ class NanProbe(Probe):
         self.torch = torch
         opt = self.options
         self.dense_steps = int(opt.get("dense_steps", 20))
-        self.budget = float(opt.get("budget_fraction", 0.025))
+        self.budget = float(opt.get("budget_fraction", 0.015))
         self.param_every = int(opt.get("param_check_every", 50))
         self.layer_every = int(opt.get("layer_norms_every", 25))
         self.keep_rng = True  # until the models are known: dropout needs the same masks in a replay

@@ -220,33 +220,33 @@ class Session:
             return
         self.step += 1
         step = self.step
-        record: dict[str, Any] = {"kind": "step", "step": step}
+        fields: dict[str, Any] = {}
         for probe in self._post:
             if not probe.enabled:
                 continue
             try:
-                fields = probe.after_step(step, optimizer)
+                found = probe.after_step(step, optimizer)
             except Exception as exc:  # noqa: BLE001
                 self._disable(probe, "after_step", exc)
                 continue
-            if fields:
-                record[probe.name] = fields
-        self._write_step(record)
+            if found:
+                fields[probe.name] = found
+        self._write_step(step, fields)
         if self.steps_limit and step >= self.steps_limit:
             raise StopRun(f"torchdoctor: stopping after {step} optimizer steps (--steps {self.steps_limit})")
 
-    def _write_step(self, record: dict[str, Any]) -> None:
+    def _write_step(self, step: int, fields: dict[str, Any]) -> None:
         steps = self.steps_file
         if steps is None or steps.failed:
-            self.writer.write(record)
+            self.writer.write({"kind": "step", "step": step, **fields})
             return
         try:
-            line = self.writer.line(record)
+            line = self.writer.step_line(step, fields)
         except (TypeError, ValueError):
             return
         steps.write(line)
         if steps.failed:  # the disk filled up mid-record: this one and the next go to the event stream
-            self.writer.write(record)
+            self.writer.write({"kind": "step", "step": step, **fields})
 
     def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
         probe.enabled = False

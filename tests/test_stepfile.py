@@ -101,3 +101,24 @@ def test_the_tail_reads_records_longer_than_its_slice_and_many_at_once(tmp_path)
     for i in range(2, 502):  # ~40 KiB of ordinary records between two polls
         steps.write(_line(i, i * 0.01))
     assert tail.poll() is True and tail.steps == {0: 501}
+
+
+@pytest.mark.parametrize("fields", [
+    {},
+    {"memory": {"rss_mib": 412.33}, "nan": {"loss": 0.123456789, "grad_norm": 3}},
+    {"nan": {"loss": float("nan"), "grad_norm": float("inf"), "scale": float("-inf")}},
+    {"data": {"wait_ms": 1e-300, "big": 10**30, "loader": "train \"x\"", "ok": True, "none": None, "l": [1, 2.5]}},
+    {"odd key \u00e9\n": {"\t": -0.0}, "empty": {}},
+])
+def test_a_hand_built_step_record_is_the_json_the_json_module_reads(tmp_path, fields):
+    from torchdoctor.probes.evidence import EvidenceWriter
+
+    writer = EvidenceWriter(str(tmp_path / "events.jsonl"))
+    line = writer.step_line(7, fields)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    record = json.loads(line)
+    t = record.pop("t")
+    assert isinstance(t, float) and 0 <= t < 60
+    want = {"kind": "step", "step": 7, **fields}
+    # NaN != NaN: compare the text of both sides, keys in the same order
+    assert json.dumps(record) == json.dumps(want)
