@@ -13,7 +13,7 @@ thread) and bench_protocol.py's protocol loop (a OneCycleLR per step, bf16
 autocast, clipping, a custom Function, validation every 25 steps).
 
     python bench/bench_side_by_side.py [--rounds 10] [--steps 400] [--warmup 60]
-        [--config default=  --config nan=--probe,nan  …]
+        [--config default=  --config nan=--probe,nan  --config control=plain  …]
 
 Linux only (CPU affinity); needs two CPUs.
 """
@@ -34,7 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_protocol import PROTOCOL, PROTOCOL_LOOP  # noqa: E402
 from bench_run import LOOP, MODELS  # noqa: E402
 
-CONFIGS = {
+# "control" runs the plain script on both cores (an A/A test): its spread is the machine's noise floor,
+# the band inside which a probed configuration's ratio says nothing.
+CONFIGS: dict[str, list[str] | None] = {
+    "control": None,
     "default": [],
     "nan": ["--probe", "nan"],
     "protocol": ["--probe", ",".join(PROTOCOL)],
@@ -47,7 +50,7 @@ def start(cmd: list[str], cpu: int, work: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work: Path,
+def side_by_side(script: Path, config: list[str] | None, args: argparse.Namespace, work: Path,
                  swap: bool) -> tuple[float, float]:
     """plain's steps per CPU-second over the probed run's, both started at once: over the whole window, and
     as the ratio of their median CPU time per block of 25 steps."""
@@ -56,8 +59,11 @@ def side_by_side(script: Path, config: list[str], args: argparse.Namespace, work
     for f in (plain_out, probed_out):
         f.unlink(missing_ok=True)
     plain = [sys.executable, str(script), *timing, str(plain_out), "1"]
-    probed = [sys.executable, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
-              "--format", "json", "--hang-timeout", "0", *config, "--", *timing, str(probed_out), "1"]
+    if config is None:  # the control: plain against plain
+        probed = [sys.executable, str(script), *timing, str(probed_out), "1"]
+    else:
+        probed = [sys.executable, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
+                  "--format", "json", "--hang-timeout", "0", *config, "--", *timing, str(probed_out), "1"]
     procs = [start(plain, 1 if swap else 0, work), start(probed, 0 if swap else 1, work)]
     for p in procs:
         _, err = p.communicate()
@@ -74,7 +80,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--config", action="append", default=[],
-                        help="NAME=ARG,ARG… (torchdoctor run arguments); default: default, nan, protocol")
+                        help="NAME=ARG,ARG… (torchdoctor run arguments; NAME=plain runs the plain script, an A/A "
+                        "control); default: control, default, nan, protocol")
     parser.add_argument("--loop", action="append", default=[],
                         help="only these loops (mlp, transformer, mlp+protocol, transformer+protocol)")
     args = parser.parse_args()
@@ -85,7 +92,7 @@ def main() -> None:
         configs = {}
         for item in args.config:
             name, _, rest = item.partition("=")
-            configs[name] = [a for a in rest.split(",") if a]
+            configs[name] = None if rest == "plain" else [a for a in rest.split(",") if a]
     loops = {name: LOOP.format(model=model) for name, model in MODELS.items()}
     loops["mlp+protocol"] = PROTOCOL_LOOP.format(model=MODELS["mlp"])
     loops["transformer+protocol"] = PROTOCOL_LOOP.format(model=MODELS["transformer"])
