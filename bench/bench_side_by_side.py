@@ -15,6 +15,14 @@ autocast, clipping, a custom Function, validation every 25 steps).
     python bench/bench_side_by_side.py [--rounds 10] [--steps 400] [--warmup 60]
         [--config default=  --config nan=--probe,nan  --config control=plain  …]
 
+Where glibc's heap lands decides whether a CPU training process takes a page fault per page of its big
+temporaries every step: a plain MLP process measured 0.01 to 50 minor faults per step from one start to
+the next (an MLP under `torchdoctor run --probe validation`, 303), a lottery that has nothing to do
+with torchdoctor. `--heap steady` sets the same fixed malloc thresholds in both processes (no trimming
+of the heap, big blocks from the heap, not mmap), so neither draws it; `--heap default` (the default)
+leaves glibc's adaptive thresholds, as a user's process has them. In one 16-round run on the shared
+machine, steady heaps did not narrow the control's spread: the neighbours' noise dominates.
+
 Linux only (CPU affinity); needs two CPUs.
 """
 
@@ -44,10 +52,14 @@ CONFIGS: dict[str, list[str] | None] = {
 }
 
 
-def start(cmd: list[str], cpu: int, work: Path) -> subprocess.Popen:
+# glibc's tunables: with both set, the adaptive mmap threshold is off and the heap is never trimmed
+STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": str(64 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20)}
+
+
+def start(cmd: list[str], cpu: int, work: Path, env: dict[str, str]) -> subprocess.Popen:
     # Every process of the run (the supervisor and the script) stays on its core.
     return subprocess.Popen(["taskset", "-c", str(cpu), *cmd], cwd=work, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=env)
 
 
 def side_by_side(script: Path, config: list[str] | None, args: argparse.Namespace, work: Path,
@@ -64,7 +76,8 @@ def side_by_side(script: Path, config: list[str] | None, args: argparse.Namespac
     else:
         probed = [sys.executable, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
                   "--format", "json", "--hang-timeout", "0", *config, "--", *timing, str(probed_out), "1"]
-    procs = [start(plain, 1 if swap else 0, work), start(probed, 0 if swap else 1, work)]
+    env = {**os.environ, **(STEADY_HEAP if args.heap == "steady" else {})}
+    procs = [start(plain, 1 if swap else 0, work, env), start(probed, 0 if swap else 1, work, env)]
     for p in procs:
         _, err = p.communicate()
         if p.returncode not in (0, 1):  # 1: torchdoctor found something, which is not our concern here
@@ -82,6 +95,9 @@ def main() -> None:
     parser.add_argument("--config", action="append", default=[],
                         help="NAME=ARG,ARG… (torchdoctor run arguments; NAME=plain runs the plain script, an A/A "
                         "control); default: control, default, nan, protocol")
+    parser.add_argument("--heap", choices=("steady", "default"), default="default",
+                        help="steady: the same fixed glibc malloc thresholds in both processes (see above); "
+                        "default: glibc's adaptive ones")
     parser.add_argument("--loop", action="append", default=[],
                         help="only these loops (mlp, transformer, mlp+protocol, transformer+protocol)")
     args = parser.parse_args()
@@ -114,7 +130,8 @@ def main() -> None:
                     samples.setdefault((loop, name), []).append(side_by_side(script, config, args, work, r % 2 == 1))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"side by side: plain and probed started together on their own cores; {args.rounds} rounds of "
-          f"{args.steps} steps after {args.warmup}; slowdown = plain steps/CPU-s over probed, per round:")
+          f"{args.steps} steps after {args.warmup}; heap: {args.heap}; slowdown = plain steps/CPU-s over "
+          "probed, per round:")
     print("  whole = over the whole window; blocks = median CPU time per 25-step block (probed over plain),")
     print("  which keeps every periodic cost of the probes but not a neighbour's burst on one of the two cores")
     print(f"{'loop':<22} {'config':<10} {'whole':>8} {'min':>8} {'max':>8} {'blocks':>8} {'min':>8} {'max':>8}")

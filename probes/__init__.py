@@ -113,7 +113,7 @@ PROBES: dict[str, ProbeInfo] = {
             analysis="torchdoctor.analysis.validation",
             measures="top-level forwards no backward reaches: grad mode, dropout/batch-norm train mode, the memory "
             "their graph holds, model.train() not restored",
-            cost="~10 µs per top-level forward on a quiet machine, nothing per layer",
+            cost="~10 µs per top-level forward in a tight loop, 30-40 µs right after a CPU step; nothing per layer",
         ),
         ProbeInfo(
             name="checkpoint",
