@@ -98,7 +98,7 @@ class EvidenceWriter:
         """A step record, `{"kind":"step","step":N,"t":T,<probe>:{…},…}`, built by hand.
 
         It is written after every optimizer step, when the interpreter's code is cold: there the json
-        module's encoder and a `round()` cost ~50 µs, this ~15 (the time as integer microseconds needs
+        module's encoder and a `round()` cost ~40-50 µs, this ~20 (the time as integer microseconds needs
         no float formatting). Same JSON as `line()` would give, values of other types through it.
         Raises TypeError or ValueError like `line()`.
         """

@@ -237,16 +237,16 @@ class Session:
 
     def _write_step(self, step: int, fields: dict[str, Any]) -> None:
         steps = self.steps_file
-        if steps is None or steps.failed:
-            self.writer.write({"kind": "step", "step": step, **fields})
-            return
-        try:
-            line = self.writer.step_line(step, fields)
-        except (TypeError, ValueError):
-            return
-        steps.write(line)
-        if steps.failed:  # the disk filled up mid-record: this one and the next go to the event stream
-            self.writer.write({"kind": "step", "step": step, **fields})
+        if steps is not None and not steps.failed:
+            try:
+                line = self.writer.step_line(step, fields)
+            except (TypeError, ValueError):
+                return
+            steps.write(line)
+            if not steps.failed:
+                return
+            # the disk filled up mid-record: this one and the next go to the event stream
+        self.writer.write({"kind": "step", "step": step, **fields})
 
     def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
         probe.enabled = False
