@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.run_files import ForeignFile, claim
 from torchdoctor.run_launch import (
     Launch,
     LaunchError,
@@ -27,19 +28,6 @@ from torchdoctor.run_launch import (
 
 FORMATS = ("text", "json", "markdown")
 FAIL_ON = ("error", "warning", "never")
-# Every file a run writes into its directory, so that a reused --out DIR drops an earlier run's copies and
-# never anything else: the per-rank files (probes/session.py `rank_file`: the session's events, stacks and
-# crash stacks, the memory probe's snapshot, the profile probe's trace), the parent's own files (the schedule
-# analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report).
-RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
-RUN_FILES = ("report.json", "lr_curves.csv")
-OUR_FILES = re.compile(
-    "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [
-        re.escape(stem) + r"\.rank\d+\." + re.escape(suffix)
-        for stem, _, suffix in (name.partition(".") for name in RANK_FILES)]) + ")$"
-)
-
-
 class UsageError(Exception):
     """A mistake in the command line: one sentence for the user, exit code 2."""
 
@@ -203,12 +191,13 @@ def _run_dir(out: str | None, cwd: str) -> Path:
         raise UsageError(f"cannot create the run directory {run_dir}: {exc.strerror}") from None
     if not os.access(run_dir, os.W_OK):
         raise UsageError(f"cannot write to the run directory {run_dir}")
-    names = {p.name for p in run_dir.iterdir()}
-    if "report.json" in names and not any(n.startswith("events.rank") for n in names):
-        raise UsageError(f"--out {out}: holds a report.json that is not from a torchdoctor run; choose another directory")
-    for name in names:  # a previous run's evidence, never anything else
-        if OUR_FILES.match(name) and (run_dir / name).is_file():
-            (run_dir / name).unlink()
+    try:
+        claim(run_dir)  # a previous run's evidence, proven by its manifest, and never anything else
+    except ForeignFile as exc:
+        raise UsageError(f"--out {out}: {exc}; a run would replace it, so move it away or choose another "
+                         "--out") from None
+    except OSError as exc:
+        raise UsageError(f"cannot prepare the run directory {run_dir}: {exc.strerror}") from None
     return run_dir
 
 

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchdoctor import exitcodes
+from torchdoctor import exitcodes, run_files
 from torchdoctor.analysis import RunAnalysis, analyse
 from torchdoctor.analysis.evidence import RunEvidence, read_events
 from torchdoctor.analysis.outcome import decide
@@ -198,6 +198,7 @@ def write_report(report: Report, run_dir: Path) -> None:
     tmp = run_dir / f"report.json.{os.getpid()}.tmp"
     tmp.write_text(to_json(report) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / "report.json")
+    run_files.record(run_dir)  # what this run wrote, so that the next run into run_dir may replace it
 
 
 def run_command(req: RunRequest) -> int:

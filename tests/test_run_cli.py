@@ -21,6 +21,7 @@ from tests.test_run_support import (
     tree_hash,
 )
 from torchdoctor import exitcodes
+from torchdoctor.run_files import MANIFEST
 
 # -- usage errors: one line, exit 2, nothing created ------------------------------------------
 
@@ -57,11 +58,47 @@ def test_out_must_be_a_directory(tmp_path):
     assert (tmp_path / "taken").read_text() == "mine"
 
 
-def test_out_never_overwrites_a_foreign_report(tmp_path):
-    (tmp_path / "report.json").write_text("{}")
+# Names a run writes (torchdoctor.run_files.OUR_FILES): the user's own file of such a name is never replaced.
+LOOKALIKES = ["report.json", "lr_curves.csv", "stacks.rank0.txt", "trace.rank0.json", "events.rank0.jsonl",
+              "crash.rank0.txt", "steps.rank3.jsonl", "memory_snapshot.rank1.pickle", "report.json.4242.tmp"]
+
+
+@pytest.mark.parametrize("name", LOOKALIKES)
+def test_out_never_replaces_a_users_file_named_like_ours(tmp_path, name):
+    (tmp_path / name).write_text("the user's own data")
+    (tmp_path / "notes.txt").write_text("mine too")
+    before = sorted(os.listdir(tmp_path))
     proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path))
-    assert proc.returncode == exitcodes.USAGE and "not from a torchdoctor run" in proc.stderr_text
-    assert (tmp_path / "report.json").read_text() == "{}"
+    assert proc.returncode == exitcodes.USAGE, proc.stderr_text[-2000:]
+    lines = proc.stderr_text.strip().splitlines()
+    assert len(lines) == 1 and name in lines[0] and "move it away or choose another --out" in lines[0], lines
+    assert sorted(os.listdir(tmp_path)) == before  # refused before anything was written
+    assert (tmp_path / name).read_text() == "the user's own data"
+
+
+def test_out_refuses_a_file_of_ours_that_the_user_changed_since(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    out = tmp_path / "out"
+    runs = [cli("run", str(script), "--out", str(out), "--probe", "none", "--format", "json") for _ in range(2)]
+    assert [r.returncode for r in runs] == [exitcodes.OK] * 2, runs[-1].stderr_text[-2000:]  # its own: replaced
+    assert MANIFEST in os.listdir(out)
+    report = out / "report.json"
+    report.write_text(report.read_text() + "\n")  # the user annotated it
+    second = cli("run", str(script), "--out", str(out), "--probe", "none")
+    assert second.returncode == exitcodes.USAGE and "report.json has changed since" in second.stderr_text
+    assert report.read_text().endswith("\n\n")
+
+
+def test_a_symlink_named_like_ours_is_refused_and_its_target_kept(tmp_path):
+    target = tmp_path / "precious.csv"
+    target.write_text("data")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "lr_curves.csv").symlink_to(target)
+    proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(out))
+    assert proc.returncode == exitcodes.USAGE and "lr_curves.csv" in proc.stderr_text
+    assert (out / "lr_curves.csv").is_symlink() and target.read_text() == "data"
 
 
 def test_the_parent_never_imports_torch():

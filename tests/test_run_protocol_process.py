@@ -19,15 +19,12 @@ from tests.test_run_protocol import protocol_run
 from tests.test_run_support import RUN_FIXTURES
 from torchdoctor import exitcodes
 from torchdoctor.analysis.evidence import EventTail
-from torchdoctor.run_options import OUR_FILES
+from torchdoctor.run_files import MANIFEST, OUR_FILES
 
 pytestmark = pytest.mark.slow
 
 WARNING_LINE = re.compile(r"^(?P<path>\S+?):(?P<line>\d+): (?P<category>\w+Warning): (?P<text>.{0,60})", re.M)
-# Files an earlier run of other probes leaves (names as probes/session.py `rank_file` makes them), and files
-# of the user's that merely look alike: the second must survive.
-EARLIER = ["trace.rank0.json", "memory_snapshot.rank1.pickle", "stacks.rank1.txt", "crash.rank3.txt",
-           "events.rank2.jsonl", "report.json.4242.tmp"]
+# Files of the user's whose names merely look like ours: they must survive a reused --out.
 USERS = ["notes.txt", "trace.json", "lr_curves.csv.bak", "events.jsonl"]
 
 
@@ -38,12 +35,13 @@ def warnings_of(stderr: str) -> list[tuple[str, int, str, str]]:
 @pytest.fixture(scope="module")
 def reused(tmp_path_factory):
     """proto_warnings.py under every probe, into an --out that holds an earlier run's files (a real
-    proto_sched_epoch.py run's, lr_curves.csv included) and some of the user's."""
+    proto_sched_epoch.py run's, lr_curves.csv and its manifest included, copied with their times) and some
+    of the user's whose names merely look alike."""
     earlier = Path(protocol_run(tmp_path_factory, "sched_epoch").run_dir)
     out = tmp_path_factory.mktemp("reused")
     for path in earlier.iterdir():
-        shutil.copy(path, out / path.name)
-    for name in EARLIER + USERS:
+        shutil.copy2(path, out / path.name)
+    for name in USERS:
         (out / name).write_text("x")
     copied = sorted(p.name for p in earlier.iterdir())
     proc = cli("run", "--out", str(out), "--format", "json", "proto_warnings.py", cwd=RUN_FIXTURES)
@@ -53,14 +51,15 @@ def reused(tmp_path_factory):
 def test_a_reused_out_keeps_nothing_of_an_earlier_run(reused):
     proc, out, copied = reused
     assert proc.returncode == exitcodes.OK, proc.stderr_text[-2000:]
-    assert "lr_curves.csv" in copied  # the earlier run drew its curves
+    assert "lr_curves.csv" in copied and MANIFEST in copied  # the earlier run drew its curves
     left = sorted(p.name for p in out.iterdir())
     report = json.loads((out / "report.json").read_text())
     assert "scheduler-order" in {s["id"] for s in report["symptoms"]}  # a warning: below --fail-on error
     assert "lr_curves" not in report["artifacts"]
-    assert not set(left) & set(EARLIER) and "lr_curves.csv" not in left, left
+    assert "lr_curves.csv" not in left, left
     assert set(USERS) <= set(left)
-    assert all(OUR_FILES.match(name) for name in set(left) - set(USERS)), left  # and nothing else is ours
+    assert all((out / name).read_text() == "x" for name in USERS)
+    assert all(OUR_FILES.match(name) for name in set(left) - set(USERS) - {MANIFEST}), left  # nothing else
 
 
 def test_warnings_name_the_users_line_as_plain_python_does(reused):
