@@ -176,3 +176,23 @@ def test_warnings_from_the_parser_stay_quiet(capfd):
     analyse_text('x = "\\d"\nassert (x, "always true")\n')
     captured = capfd.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+def test_a_rules_broken_message_template_is_its_own_td000_and_the_others_still_report(monkeypatch):
+    """A rule whose message names a value its report() did not give (a bug of ours) costs that one finding,
+    as a TD000 naming the rule, never the run: the other rules' findings on the file still come out."""
+    import dataclasses
+
+    table = registry.rules()
+    leak = next(r for r in table.values() if r.doc.symptom == "memory-growth" and r.check is not None
+                and analyse_text(LEAK, codes=[r.code]).results)
+    broken = dataclasses.replace(leak, doc=dataclasses.replace(leak.doc, message=leak.doc.message + " {no_such}"))
+    monkeypatch.setitem(table, leak.code, broken)
+    other = [c for c in table if c not in ("TD000", leak.code)]
+    result = analyse_text(LEAK, codes=[leak.code, *other])
+    codes = [r.finding.code for r in result.results]
+    internal = [r for r in result.results if r.finding.code == "TD000"]
+    assert len(internal) == 1 and leak.code in internal[0].finding.message, codes
+    assert "KeyError" in internal[0].finding.message
+    clean = analyse_text(LEAK, codes=other)
+    assert sorted(c for c in codes if c != "TD000") == sorted(r.finding.code for r in clean.results)

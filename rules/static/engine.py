@@ -210,7 +210,14 @@ def _findings(unit: Unit, ctx: Context) -> Iterator[Result]:
     ignored = suppressions(unit.text)
     seen: set[tuple[str, int, int]] = set()
     for hit in sorted(ctx.hits, key=lambda h: (getattr(h.node, "lineno", 1), getattr(h.node, "col_offset", 0))):
-        yield from _finding(unit, hit, lines, ignored, seen, ctx)
+        try:
+            # A list, so that a rule's bug (a message template missing a value) is caught here, per hit.
+            found = list(_finding(unit, hit, lines, ignored, seen, ctx))
+        except Exception as exc:  # noqa: BLE001 - one rule's bug must not end the run for every other rule
+            found = [_td000(unit, f"{hit.rule.doc.code} failed on this file while writing its finding "
+                                  f"({type(exc).__name__}: {exc}); please report it",
+                            line=getattr(hit.node, "lineno", 1) or 1)]
+        yield from found
 
 
 def _finding(
