@@ -60,17 +60,20 @@ def split_codes(values: Iterable[str] | None) -> list[str]:
 def discover(paths: Sequence[str], settings: Settings) -> list[tuple[str, str]]:
     """(path to read, path to show) for every source under the given paths, in order, once each."""
     from torchdoctor.rules.static.gitignore import IgnoreFile
-    from torchdoctor.rules.static.sources import default_excludes, walk
+    from torchdoctor.rules.static.sources import default_excludes, is_test_path, test_excludes, walk
 
     root = os.path.abspath(settings.root).replace(os.sep, "/")
     excludes = [default_excludes(), IgnoreFile(root, settings.exclude)]
+    tests = [] if settings.include_tests else [test_excludes()]
     seen: set[str] = set()
     found: list[tuple[str, str]] = []
     for given in paths:
         if given == "-":
             continue
         if os.path.isdir(given):
-            candidates: Iterable[str] = walk(given, excludes, settings.respect_gitignore)
+            # A tests folder the user names is checked: the test excludes apply below other folders.
+            chosen = excludes if is_test_path(given) else [*excludes, *tests]
+            candidates: Iterable[str] = walk(given, chosen, settings.respect_gitignore)
         else:
             candidates = [given]
         for path in candidates:

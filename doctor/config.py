@@ -8,6 +8,7 @@
     fail-on = "warning"                  # error | warning | info | never
     torch-version = "2.4"                # the torch the code targets (default: the installed one)
     respect-gitignore = true
+    include-tests = false                # tests/, test_*.py, conftest.py, benchmarks/ are skipped by default
     max-file-bytes = 2097152
 
 The nearest pyproject.toml with a [tool.torchdoctor] table, searched upwards
@@ -27,7 +28,8 @@ from typing import Any
 
 FAIL_ON = ("error", "warning", "info", "never")
 DEFAULT_MAX_BYTES = 2 * 2**20
-KEYS = ("select", "ignore", "per-file-ignores", "exclude", "fail-on", "torch-version", "respect-gitignore", "max-file-bytes")
+KEYS = ("select", "ignore", "per-file-ignores", "exclude", "fail-on", "torch-version", "respect-gitignore", "include-tests",
+        "max-file-bytes")
 
 
 class ConfigError(Exception):
@@ -44,6 +46,7 @@ class Settings:
     torch_version: tuple[int, int] | None = None
     torch_version_source: str = "unknown"
     respect_gitignore: bool = True
+    include_tests: bool = False
     max_file_bytes: int = DEFAULT_MAX_BYTES
     root: str = "."  # the folder patterns are relative to: the config file's, or the current one
     config_path: str | None = None
@@ -170,6 +173,10 @@ def _apply(settings: Settings, table: dict[str, Any], where: str) -> None:
         if not isinstance(table["respect-gitignore"], bool):
             raise ConfigError(f"{where}: `respect-gitignore` must be true or false")
         settings.respect_gitignore = table["respect-gitignore"]
+    if "include-tests" in table:
+        if not isinstance(table["include-tests"], bool):
+            raise ConfigError(f"{where}: `include-tests` must be true or false")
+        settings.include_tests = table["include-tests"]
     if "max-file-bytes" in table:
         value = table["max-file-bytes"]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

@@ -95,7 +95,7 @@ def test_per_file_ignores_and_cli_overrides(tmp_path, monkeypatch):
     (tmp_path / "tests" / "test_a.py").write_text(leaky)
     (tmp_path / "main.py").write_text(leaky)
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.torchdoctor]\nper-file-ignores = { "tests/**" = ["TD2"] }\nfail-on = "error"\n'
+        '[tool.torchdoctor]\nper-file-ignores = { "tests/**" = ["TD2"] }\nfail-on = "error"\ninclude-tests = true\n'
     )
     request = CheckRequest(paths=["."], fmt="json")
     settings = prepare(request)
@@ -109,3 +109,34 @@ def test_per_file_ignores_and_cli_overrides(tmp_path, monkeypatch):
         (tmp_path / "pyproject.toml").write_text('[tool.torchdoctor]\nper-file-ignores = { "x.py" = ["TD9"] }\n')
         prepare(CheckRequest(paths=["."]))
     assert os.getcwd() == str(tmp_path)
+
+
+LEAK = ("import torch\nmodel = torch.nn.Linear(2, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "total = 0\nfor x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+        "    total += loss\n")
+TEST_FILES = ["tests/test_train.py", "test/helpers.py", "pkg/tests/util.py", "pkg/test_model.py",
+              "pkg/model_test.py", "conftest.py", "benchmarks/bench_step.py", "pkg/benchmark/run.py"]
+
+
+def _tree(root):
+    for name in ["train.py", "pkg/trainer.py", *TEST_FILES]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(LEAK)
+
+
+def _paths(paths, **kw):
+    request = CheckRequest(paths=paths, fmt="json", **kw)
+    return sorted({f.path for f in build_report(request, prepare(request)).findings})
+
+
+def test_tests_and_benchmarks_are_skipped_by_default(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _tree(tmp_path)
+    assert _paths(["."]) == ["pkg/trainer.py", "train.py"]
+    assert _paths(["tests"]) == ["tests/test_train.py"]  # a tests folder named on the command line is checked
+    assert _paths(["pkg/test_model.py"]) == ["pkg/test_model.py"]  # and so is a file named
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\ninclude-tests = true\n")
+    assert _paths(["."]) == sorted(["pkg/trainer.py", "train.py", *TEST_FILES])
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\ninclude-tests = 1\n")
+    with pytest.raises(UsageError, match="include-tests"):
+        prepare(CheckRequest(paths=["."]))

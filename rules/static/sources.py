@@ -43,6 +43,21 @@ DEFAULT_EXCLUDE = (
     "*.egg-info/",
 )
 
+# Tests and benchmarks exercise training code, they are not training code: a test that builds a model
+# and calls backward once is not a training loop missing zero_grad. Skipped in a directory walk unless
+# `include-tests = true`; a file or folder named on the command line is always checked.
+TEST_EXCLUDE = (
+    "tests/",
+    "test/",
+    "testing/",
+    "benchmarks/",
+    "benchmark/",
+    "test_*.py",
+    "*_test.py",
+    "test_*.ipynb",
+    "conftest.py",
+)
+
 
 class UnreadableSource(Exception):
     """A file that cannot be analysed; the message becomes a TD000 finding."""
@@ -179,6 +194,17 @@ def unit_from_bytes(display: str, data: bytes) -> Unit:
 def default_excludes() -> IgnoreFile:
     """The built-in directory excludes; they match by name at any depth."""
     return IgnoreFile("", DEFAULT_EXCLUDE)
+
+
+def test_excludes() -> IgnoreFile:
+    """Tests and benchmarks, by name at any depth (see TEST_EXCLUDE)."""
+    return IgnoreFile("", TEST_EXCLUDE)
+
+
+def is_test_path(path: str) -> bool:
+    """Whether `path` (a file or folder the user named) is itself a test or benchmark path."""
+    name = os.path.basename(os.path.normpath(path))
+    return is_ignored((test_excludes(),), _norm(path), os.path.isdir(path)) or name in ("tests", "test")
 
 
 def _norm(path: str) -> str:
