@@ -18,15 +18,18 @@ from typing import Any
 class _Loader:
     """Wraps the real loader: execute the module, then call back."""
 
-    def __init__(self, loader: Any, callback: Callable[[ModuleType], None]):
+    def __init__(self, loader: Any, callback: Callable[[ModuleType], None], watcher: _Watcher):
         self._loader = loader
         self._callback = callback
+        self._watcher = watcher
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
+        if self._watcher in sys.meta_path:  # one-shot: the module now runs, later imports find it in sys.modules
+            sys.meta_path.remove(self._watcher)
         # Put the real loader back so the module looks exactly as imported normally.
         try:
             module.__loader__ = self._loader
@@ -65,9 +68,9 @@ class _Watcher:
             self.busy = False
         if spec is None or spec.loader is None:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec.loader = _Loader(spec.loader, self.callback)
+        # The watcher stays in sys.meta_path until the module is executed: `importlib.util.find_spec("torch")`
+        # (transformers' is_torch_available()) asks for a spec without importing, and the real import comes later.
+        spec.loader = _Loader(spec.loader, self.callback, self)
         return spec
 
     def invalidate_caches(self) -> None:

@@ -250,7 +250,7 @@ class Session:
 
     def _disable(self, probe: Probe, where: str, exc: BaseException) -> None:
         probe.enabled = False
-        self.emit("probe-error", probe=probe.name, where=where, error=_describe(exc))
+        self.emit("probe-error", probe=probe.name, where=where, error=_describe(exc), at=_our_frame(exc))
 
     # -- the end -----------------------------------------------------------------
 
@@ -327,6 +327,19 @@ def _probe_class(spec: str) -> type[Probe]:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _our_frame(exc: BaseException) -> str | None:
+    """The innermost torchdoctor line the exception passed through: what a bug report about a probe needs."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    at = None
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if path.startswith(package):
+            at = f"{os.path.relpath(path, package)}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return at
 
 
 def trim_traceback(tb: TracebackType | None) -> TracebackType | None:

@@ -1100,3 +1100,62 @@ def general(case: Case) -> Advice:
         [_input_check_fix(), _clip_fix(case)],
         [f"`{case.run_cmd('nan', extra='--steps 50')}` checks loss, gradients and parameters every step."],
     )
+
+
+@SPECIALIST.handles("probe-failed")
+def probe_failed(case: Case) -> Advice:
+    probe = case.text("probe") or "a"
+    error = case.text("error") or "an error"
+    at = case.text("at")
+    step = case.num("step")
+    when = f"at step {int(step)}" if step is not None else "before the first step"
+    return Advice(
+        f"The {probe} probe failed {when} ({error}) and was switched off: this report says nothing about what it "
+        f"measures from then on, so the absence of a {probe} finding is not a clean bill.",
+        [
+            Fix(
+                title=f"Report the {probe} probe's failure; the rest of the report stands",
+                snippet=case.run_cmd(probe, extra="--steps 20"),
+                why="The failure is torchdoctor's, not your script's: the script ran on unchanged, and the other "
+                "probes' findings hold. The error" + (f" and the place it names ({at})" if at else "")
+                + " are what a bug report needs; running the probe alone shows whether it reproduces.",
+                verify=f"A run lists no probe-failed symptom for the {probe} probe.",
+            )
+        ],
+        [f"`{case.run_cmd(probe)}` runs that probe alone on the same script."],
+    )
+
+
+@SPECIALIST.handles("nothing-measured")
+def nothing_measured(case: Case) -> Advice:
+    torch_seen = case.value("torch_imported")
+    if torch_seen is False:
+        facts = ("The run measured nothing: the process torchdoctor watched never imported torch, so no probe "
+                 "was attached. A launcher that starts the training in another interpreter (a shell script, "
+                 "`subprocess`, `accelerate launch` inside the script) hides it from the probes.")
+    else:
+        facts = ("The run measured no training: torch was imported, but no optimizer step, backward pass or model "
+                 "forward was seen. A clean report from such a run would vouch for training it never watched.")
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Point torchdoctor at the process that trains",
+                snippet=f"torchdoctor run {case.script} -- <your arguments>\n"
+                "torchdoctor run -- torchrun --nproc-per-node 2 train.py   # a torchrun line runs under the probes",
+                why="The probes live in the process torchdoctor starts (and, through torchrun, in every rank); "
+                "training started anywhere else is invisible to them.",
+                verify="The report's Run section counts optimizer steps.",
+            ),
+            Fix(
+                title="Let at least one optimizer step run",
+                snippet=f"torchdoctor run --steps 20 {case.script}",
+                why="A step is a call of optimizer.step() on a torch.optim optimizer (a framework's own loop calls "
+                "it too). A script that only builds the model, or updates weights by hand without an optimizer, "
+                "gives the step-based probes nothing to measure.",
+                verify="steps_completed in report.json is above 0.",
+                applies_when="The script's training loop is behind a flag or a configuration that was not given.",
+            ),
+        ],
+        [f"`torchdoctor check {case.script}` reads the code without running it."],
+    )

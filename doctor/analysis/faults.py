@@ -19,7 +19,7 @@ from __future__ import annotations
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.stacks import Dump, Thread, format_thread, parse
-from torchdoctor.model import Evidence, Location, RunError
+from torchdoctor.model import Evidence, Location, RunError, Symptom
 from torchdoctor.probes.userframes import display_path, is_user_file
 
 KIND = "faults"
@@ -47,16 +47,30 @@ def analyse(run: RunEvidence) -> Analysis:
         out.notes.append("The bootstrap never started in the script's process: nothing was measured.")
     for event in run.of_kind("note"):
         out.notes.append(event.get("text", ""))
-    for event in run.of_kind("probe-error"):
-        out.notes.append(
-            f"The {event.get('probe')} probe failed in {event.get('where')} at step {event.get('step')} and was "
-            f"switched off: {event.get('error')}"
-        )
+    for rank in run.ranks:
+        out.symptoms += [_probe_failed(run, event, rank) for event in run.of_kind("probe-error", rank=rank)]
     for event in run.of_kind("artifact"):
         if event.get("name") and event.get("path"):
             out.artifacts[event["name"]] = display_path(event["path"], run.cwd)
     out.notes += run.outcome.notes
     return out
+
+
+def _probe_failed(run: RunEvidence, event: dict, rank: int) -> Symptom:
+    """A probe's own failure is a finding about the report: what it measures is unknown from then on."""
+    probe, step = event.get("probe") or "a", event.get("step")
+    when = f"at step {step}" if isinstance(step, int) else "before the first step"
+    return run.symptom(
+        "probe-failed",
+        probe=str(probe),
+        summary=f"the {probe} probe failed in {event.get('where')} {when} and was switched off: "
+                f"{event.get('error')}",
+        values={"probe": str(probe), "where": str(event.get("where")), "error": str(event.get("error"))[:300],
+                **({"at": event["at"]} if isinstance(event.get("at"), str) else {}),
+                **({"step": step} if isinstance(step, int) else {})},
+        step=step if isinstance(step, int) else None,
+        rank=rank,
+    )
 
 
 def _exception(run: RunEvidence, rank: int, out: Analysis) -> None:

@@ -27,15 +27,44 @@ def analyse(run: RunEvidence) -> Analysis:
             f", then {m['step_time_median_ms']:.1f} ms per step (median)" if "step_time_median_ms" in m else ""
         )
     else:
-        started = any(run.start(r) for r in run.ranks)
-        torch_seen = bool(run.of_kind("torch"))
         m["summary"] = "no optimizer step completed"
-        if started and not run.of_kind("step"):
-            out.notes.append(
-                "No optimizer step was counted: a step is a call of optimizer.step() on a torch.optim "
-                "optimizer" + ("" if torch_seen else " (the script may not have imported torch)") + "."
-            )
+        blind = _nothing_measured(run)
+        if blind is not None:
+            out.symptoms.append(blind)
     if len(run.ranks) > 1:
         m["ranks"] = len(run.ranks)
     out.measurements = m
     return out
+
+
+def _activity(run: RunEvidence) -> dict[str, int]:
+    """Training activity other than optimizer steps, from the probes that count it (absent: not measured)."""
+    seen: dict[str, int] = {}
+    for kind, key, name in (("accumulation-summary", "backwards", "backward passes"),
+                            ("validation-summary", "forwards", "model forwards")):
+        counts = [e.get(key) for e in run.of_kind(kind) if isinstance(e.get(key), int)]
+        if counts:
+            seen[name] = sum(counts)
+    return seen
+
+
+def _nothing_measured(run: RunEvidence):
+    """A run that ended normally with no optimizer step and no other training activity says so: a report of
+    "no symptoms" from a run whose probes never saw training would vouch for code it never measured."""
+    if run.outcome.stopped not in ("completed", "steps", "exited") or not any(run.start(r) for r in run.ranks):
+        return None  # a crash, a hang or a script that never started is its own story
+    activity = _activity(run)
+    if any(activity.values()):
+        return None
+    torch_seen = bool(run.of_kind("torch"))
+    if not torch_seen:
+        why = "the script never imported torch in the process torchdoctor watched"
+    else:
+        counted = ", ".join(f"0 {name}" for name in activity) or "no probe that counts backward passes or forwards ran"
+        why = f"torch was imported, but no optimizer.step() of a torch.optim optimizer was seen ({counted})"
+    return run.symptom(
+        "nothing-measured",
+        probe="steps",
+        summary=f"nothing was measured: {why}",
+        values={"steps": 0, "torch_imported": torch_seen, **{k.replace(" ", "_"): v for k, v in activity.items()}},
+    )

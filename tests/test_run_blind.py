@@ -1,0 +1,52 @@
+"""Runs that must not come back as a quiet "No symptoms": the leak real scripts write most (a loss kept in a
+list with its graph), a script that asks importlib for torch's spec before importing it (Hugging Face does),
+a probe that fails, and a script with no training in it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_run_support import assert_sound, line_of, shared_run
+from torchdoctor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_list_of_losses_with_their_graphs_is_a_leak_named_at_its_line(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "leak-loss-list", "leak_loss_list.py")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    assert not result.symptoms("probe-failed"), result.symptoms("probe-failed")
+    growth = result.symptoms("memory-growth")
+    assert len(growth) == 1 and growth[0]["severity"] == "error"
+    assert growth[0]["location"]["line"] == line_of("leak_loss_list.py", "losses.append(loss)")
+    held = [e for e in growth[0]["evidence"] if e["values"].get("variable") == "losses"]
+    assert held and "autograd graphs" in held[0]["summary"], growth[0]["evidence"]
+
+
+def test_importlib_find_spec_before_import_torch_still_gets_the_probes(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "find-spec-first", "find_spec_first.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 6
+    assert result.run["measurements"]["nan"]["grad_checks"] >= 1
+    assert not result.symptoms("nothing-measured")
+
+
+def test_a_probe_that_fails_is_a_warning_not_a_clean_report(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "probe-sabotage", "probe_sabotage.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    failed = result.symptoms("probe-failed")
+    assert len(failed) == 1 and failed[0]["severity"] == "warning", result.report["symptoms"]
+    values = failed[0]["evidence"][0]["values"]
+    assert values["probe"] == "memory" and "holder scan broken on purpose" in values["error"]
+    assert result.run["steps_completed"] == 30  # the script itself ran on, unchanged
+    debugging = [r for r in result.report["reports"] if r["specialist"] == "debugging"]
+    assert debugging and "memory probe failed" in debugging[0]["diagnosis"]
+
+
+def test_a_run_with_no_training_says_it_measured_nothing(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "no-training", "no_training.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    blind = result.symptoms("nothing-measured")
+    assert len(blind) == 1 and blind[0]["severity"] == "warning"
+    assert blind[0]["evidence"][0]["values"]["torch_imported"] is True
+    assert "No symptoms" not in result.stdout
