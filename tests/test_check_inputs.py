@@ -152,6 +152,19 @@ def test_a_directory_walk_skips_non_regular_files(special_files):
     assert {f["path"] for f in report["findings"]} == {"leak.py"}
 
 
+def test_symlink_problems_are_named(tmp_path):
+    (tmp_path / "a.py").symlink_to("b.py")
+    (tmp_path / "b.py").symlink_to("a.py")
+    (tmp_path / "dangling.py").symlink_to("gone.py")
+    (tmp_path / "train.py").write_text("x = 1\n")
+    proc = cli("check", "train.py", "a.py", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout_text) == (2, "")
+    assert proc.stderr_text == "torchdoctor: a symlink loop (it never reaches a file): a.py\n"
+    proc = cli("check", "dangling.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr_text == "torchdoctor: a broken symlink (its target 'gone.py' does not exist): dangling.py\n"
+
+
 def test_empty_directory(tmp_path):
     proc = cli("check", str(tmp_path))
     assert proc.returncode == 0 and "No Python files or notebooks found" in proc.stdout_text
