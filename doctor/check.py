@@ -319,7 +319,15 @@ def run_check(request: CheckRequest) -> int:
     except UsageError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")
         return exitcodes.USAGE
-    stdin = sys.stdin.buffer.read() if "-" in request.paths else None
+    stdin = None
+    if "-" in request.paths:
+        from torchdoctor.textinput import InputError, read_stdin
+
+        try:  # bounded: one byte over the limit is enough to report the input as too large
+            stdin = read_stdin(settings.max_file_bytes, "pipe the source in, e.g. `cat train.py | torchdoctor check -`")
+        except InputError as exc:
+            sys.stderr.write(f"torchdoctor: {exc}\n")
+            return exitcodes.USAGE
     report = build_report(request, settings, stdin)
     code = exit_code(report.findings, settings.fail_on)
     if request.statistics:

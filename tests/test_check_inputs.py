@@ -165,6 +165,24 @@ def test_symlink_problems_are_named(tmp_path):
     assert proc.stderr_text == "torchdoctor: a broken symlink (its target 'gone.py' does not exist): dangling.py\n"
 
 
+def test_closed_or_endless_stdin(tmp_path):
+    """`check -` with standard input closed is one line and exit 2; an endless one is read only to the limit."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "torchdoctor.cli", "check", "--format", "json", "-"]
+    proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, cwd=tmp_path,
+                          preexec_fn=lambda: os.close(0))
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert proc.stderr.decode() == ("torchdoctor: standard input is closed: pipe the source in, "
+                                    "e.g. `cat train.py | torchdoctor check -`.\n")
+    with open("/dev/zero", "rb") as zeros:
+        proc = subprocess.run(command, stdin=zeros, capture_output=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert td000(json.loads(proc.stdout)) == {"-": "could not analyse: the input is over the 2.0 MiB limit"}
+
+
 def test_empty_directory(tmp_path):
     proc = cli("check", str(tmp_path))
     assert proc.returncode == 0 and "No Python files or notebooks found" in proc.stdout_text
