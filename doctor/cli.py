@@ -28,6 +28,40 @@ app = typer.Typer(
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="text | json | markdown")]
 
 
+def version_line() -> str:
+    """`torchdoctor 0.1.0 (torch 2.13.0)`, from installed package metadata: torch is not imported."""
+    from importlib import metadata
+
+    from torchdoctor import __version__
+
+    try:
+        mine = metadata.version("torchdoctor")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        mine = __version__
+    try:
+        torch = f"torch {metadata.version('torch')}"
+    except metadata.PackageNotFoundError:
+        torch = "torch not installed"
+    return f"torchdoctor {mine} ({torch})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(version_line() + "\n")
+        raise typer.Exit(exitcodes.OK)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version of torchdoctor and of the installed torch, and exit.",
+                     callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    pass  # options of the app itself (the app's help is Typer's `help=` above)
+
+
 def fail(message: str, code: int = exitcodes.USAGE) -> typer.Exit:
     """Print a one-line error to stderr and return the Exit to raise."""
     sys.stderr.write(f"torchdoctor: {message}\n")
@@ -97,7 +131,7 @@ def _register_optional(argv: list[str]) -> None:
     from importlib import import_module
 
     command = next((a for a in argv[1:] if not a.startswith("-")), None)
-    if command in {"ask", "routes", "schema", "demo"}:
+    if command in {"ask", "routes", "schema", "demo"} or argv[1:] == ["--version"]:
         return
     wanted = [_MODULE_OF[command]] if command in _MODULE_OF else sorted(set(_MODULE_OF.values()))
     for name in wanted:
