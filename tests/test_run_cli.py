@@ -50,6 +50,46 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, fragment):
     assert sorted(os.listdir(tmp_path)) == before  # no .torchdoctor, nothing touched
 
 
+@pytest.mark.parametrize(
+    "args,corrected",
+    [
+        (["fidelity.py", "--lr", "3e-4"], "torchdoctor run fidelity.py -- --lr 3e-4"),
+        (["fidelity.py", "--steps", "5", "--lr=3e-4", "-x", "two words"],
+         "torchdoctor run --steps 5 fidelity.py -- --lr=3e-4 -x 'two words'"),
+        (["fidelity.py", "--lr", "1", "--", "--epochs", "2"], "torchdoctor run fidelity.py -- --lr 1 --epochs 2"),
+        (["-m", "pkg.train", "--lr", "1"], "torchdoctor run -m pkg.train -- --lr 1"),
+        (["fidelity.py", "-pmemory", "-1"], "torchdoctor run -pmemory fidelity.py -- -1"),
+    ],
+)
+def test_script_options_before_dashdash_show_the_corrected_line(tmp_path, args, corrected):
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    proc = cli("run", *args, cwd=tmp_path)
+    assert proc.returncode == exitcodes.USAGE and proc.stdout_text == ""
+    option = next(a for a in args[1:] if a.startswith("-") and a.split("=")[0] not in ("--steps", "-m", "-pmemory"))
+    assert proc.stderr_text == (f"torchdoctor: {option.split('=')[0] if '=' in option else option} is not an option "
+                                f"of torchdoctor run; the script's own arguments go after `--`: {corrected}\n")
+    assert sorted(os.listdir(tmp_path)) == ["fidelity.py"]
+
+
+def test_the_corrected_line_runs_the_script_with_its_arguments(tmp_path):
+    import shlex
+
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    proc = cli("run", "fidelity.py", "--lr", "3e-4", "--probe", "none", cwd=tmp_path)
+    corrected = proc.stderr_text.rsplit("`--`: ", 1)[1].strip()
+    assert corrected == "torchdoctor run --probe none fidelity.py -- --lr 3e-4"
+    env = {"FIDELITY_OUT": str(tmp_path / "seen.json")}
+    proc = cli(*shlex.split(corrected)[1:2], "--out", "out", *shlex.split(corrected)[2:], cwd=tmp_path, env=env)
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    assert json.loads((tmp_path / "seen.json").read_text())["argv"] == ["fidelity.py", "--lr", "3e-4"]
+
+
+def test_unknown_option_before_the_script_is_one_line(tmp_path):
+    proc = cli("run", "--lr", "3", "fidelity.py", cwd=tmp_path)
+    assert proc.returncode == exitcodes.USAGE
+    assert proc.stderr_text == "torchdoctor: --lr is not an option of torchdoctor run (see `torchdoctor run --help`)\n"
+
+
 def test_out_must_be_a_directory(tmp_path):
     (tmp_path / "taken").write_text("mine")
     proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path / "taken"))
