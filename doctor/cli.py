@@ -8,6 +8,7 @@ and nothing here imports torch.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Annotated
 
@@ -138,10 +139,35 @@ def _register_optional(argv: list[str]) -> None:
         import_module(f"torchdoctor.{name}").register(app)
 
 
+# What rich's markup reads as a tag (`[bold]`, `[tool.torchdoctor]`, `[/]`), and the backslashes before it.
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?\])")
+
+
+def escape_markup(text: str) -> str:
+    """Help text as rich shows it literally: tag-like brackets escaped, other brackets left alone
+    (an escape before `[-- ARGS]` would be printed)."""
+    return _MARKUP_TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+
+
+def _escape_help(command) -> None:
+    """Escape the help of a command, its parameters and its subcommands: typer renders help as rich
+    markup, which would eat `[tool.torchdoctor]` and the like. Help texts are plain text here."""
+    for attr in ("help", "short_help", "epilog"):
+        if getattr(command, attr, None):
+            setattr(command, attr, escape_markup(getattr(command, attr)))
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = escape_markup(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _escape_help(sub)
+
+
 def main() -> None:
     _register_optional(sys.argv)
     try:
-        app()
+        command = typer.main.get_command(app)  # what app() runs, with the help escaped first
+        _escape_help(command)
+        command()
     except KeyboardInterrupt:
         sys.stderr.write("torchdoctor: interrupted\n")
         sys.exit(exitcodes.INTERRUPTED)
