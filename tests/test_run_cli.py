@@ -90,6 +90,50 @@ def test_unknown_option_before_the_script_is_one_line(tmp_path):
     assert proc.stderr_text == "torchdoctor: --lr is not an option of torchdoctor run (see `torchdoctor run --help`)\n"
 
 
+TINY_TRAINING = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("trained")
+"""
+
+
+def _runtime_dependencies() -> set[str]:
+    import re
+
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    return {re.match(r"[A-Za-z0-9_.-]+", dep).group().lower() for dep in project["dependencies"]}
+
+
+def test_a_run_prints_no_numpy_warning_with_only_the_runtime_dependencies(tmp_path):
+    """torch warns "Failed to initialize NumPy" at import when numpy is missing, so every run of a plain
+    `pip install torchdoctor` printed it. The test venv has numpy (dev extras), so numpy is hidden from
+    the script unless it is a runtime dependency, as it would be missing from a user's install."""
+    (tmp_path / "train.py").write_text(TINY_TRAINING)
+    env = {}
+    if "numpy" not in _runtime_dependencies():
+        stub = tmp_path / "not-installed" / "numpy"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+        env["PYTHONPATH"] = str(stub.parent)
+    proc = cli("run", "train.py", "--probe", "none", "--out", "run", cwd=tmp_path, env=env)
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    assert "trained" in proc.stdout_text and "The script completed: 3 optimizer steps" in proc.stdout_text
+    output = proc.stdout_text + proc.stderr_text
+    assert "NumPy" not in output and "UserWarning" not in output, output
+
+
 def test_out_must_be_a_directory(tmp_path):
     (tmp_path / "taken").write_text("mine")
     proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path / "taken"))
