@@ -265,6 +265,40 @@ def test_env_probe_fills_the_environment(tmp_path_factory):
     assert not result.symptoms("anomaly-detection-enabled")  # the healthy twin
 
 
+COMPILED_TRAINING = """\
+import torch
+
+model = torch.compile(torch.nn.Linear(4, 1), backend="eager")  # torch sets TORCHINDUCTOR_CACHE_DIR itself
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_environment_is_what_the_user_gave_and_every_file_is_an_artifact(tmp_path, monkeypatch, validate_report):
+    """`variables` are the ones the script started with, not the ones torch set while it ran (those are
+    `variables_changed`); and every file the run wrote is listed among the artifacts (steps.rank0.jsonl was not)."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    (tmp_path / "train.py").write_text(COMPILED_TRAINING)
+    proc = cli("run", "train.py", "--out", "run", "-f", "json", cwd=tmp_path,
+               env={"NCCL_DEBUG": "WARN"})
+    assert proc.returncode == exitcodes.OK, proc.stderr_text[-2000:]
+    report = validate_report(proc.stdout_text)
+    env = report["environment"]
+    assert env["variables"]["NCCL_DEBUG"] == "WARN"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env["variables"]
+    assert env["variables_changed"]["TORCHINDUCTOR_CACHE_DIR"]  # torch set it during the run: said so, apart
+    summary = report["run"]["measurements"]["env"]["summary"]
+    assert "NCCL_DEBUG" in summary.split("set: ")[1].split(", ") and "TORCHINDUCTOR" not in summary
+    listed = {os.path.normpath(p) for p in report["artifacts"].values()}
+    written = {os.path.join("run", name) for name in os.listdir(tmp_path / "run")}
+    assert report["artifacts"]["steps"] == "run/steps.rank0.jsonl"
+    assert written <= listed, written - listed
+
+
 def test_anomaly_detection_left_on(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "anomaly", "anomaly.py", "--probe", "env",
                         env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
