@@ -12,15 +12,15 @@ import sys
 
 from torchdoctor import exitcodes
 from torchdoctor.model import Question, Report
-from torchdoctor.textinput import InputError, clean, decode
+from torchdoctor.textinput import InputError, clean, decode, is_terminal, read_stdin
 
 PROMPT_TRIES = 3  # invalid answers tolerated on a terminal before giving up
 
 
 def read_text(parts: list[str]) -> str:
     """The text to triage: the arguments, or standard input for `-` (or a pipe)."""
-    if parts == ["-"] or (not parts and not sys.stdin.isatty()):
-        return decode(sys.stdin.buffer.read(), "standard input")
+    if parts == ["-"] or (not parts and sys.stdin is not None and not is_terminal(sys.stdin)):
+        return decode(read_stdin(), "standard input")
     if not parts:
         raise InputError('nothing to triage: describe the problem (`torchdoctor ask "loss is NaN"`) or pipe an error into `torchdoctor ask -`.')
     if "-" in parts:
@@ -73,7 +73,10 @@ def prompt(question: Question) -> int | None:
     for _ in range(PROMPT_TRIES):
         sys.stderr.write(f"Choose 1-{len(question.choices)} (Enter to skip): ")
         sys.stderr.flush()
-        raw = sys.stdin.readline()
+        try:
+            raw = sys.stdin.readline()
+        except OSError:  # the terminal went away
+            raw = ""
         if not raw:  # end of input
             sys.stderr.write("\n")
             return None
@@ -91,7 +94,7 @@ def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
 
     try:
         text = read_text(parts)
-        interactive = answer is None and parts not in ([], ["-"]) and sys.stdin.isatty() and sys.stdout.isatty()
+        interactive = answer is None and parts not in ([], ["-"]) and is_terminal(sys.stdin) and is_terminal(sys.stdout)
         report = build_report(text, answer, interactive)
     except InputError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")

@@ -256,6 +256,27 @@ def _write_statistics(rows: list[dict], fmt: str) -> None:
 # -- the command ------------------------------------------------------------------------------
 
 
+def path_problem(path: str) -> str | None:
+    """Why a path named on the command line cannot be checked, in one line; None when it can be."""
+    import errno
+
+    try:
+        os.stat(path)
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"a symlink loop (it never reaches a file): {path}"
+        if exc.errno == errno.EACCES:
+            return f"permission denied: {path}"
+        if os.path.islink(path):
+            return f"a broken symlink (its target {os.readlink(path)!r} does not exist): {path}"
+        if exc.errno == errno.ENOTDIR:
+            return f"no such file or directory: {path} (a part of the path is not a directory)"
+        if exc.errno == errno.ENAMETOOLONG:
+            return f"the path is too long: {path[:80]}…"
+        return f"no such file or directory: {path}"
+
+
 def prepare(request: CheckRequest) -> Settings:
     """Validate the request and resolve the settings; raises UsageError."""
     from torchdoctor.rules.static import registry
@@ -266,9 +287,10 @@ def prepare(request: CheckRequest) -> Settings:
         raise UsageError("--statistics prints text or json; drop --format or use --format json")
     if not request.paths:
         request.paths = ["."]
-    missing = [p for p in request.paths if p != "-" and not os.path.exists(p)]
-    if missing:
-        raise UsageError(f"no such file or directory: {missing[0]}")
+    for path in request.paths:
+        problem = None if path == "-" else path_problem(path)
+        if problem:
+            raise UsageError(problem)
     if request.paths.count("-") > 1:
         raise UsageError("`-` (standard input) can be given once")
     first = next((p for p in request.paths if p != "-"), ".")
@@ -300,7 +322,15 @@ def run_check(request: CheckRequest) -> int:
     except UsageError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")
         return exitcodes.USAGE
-    stdin = sys.stdin.buffer.read() if "-" in request.paths else None
+    stdin = None
+    if "-" in request.paths:
+        from torchdoctor.textinput import InputError, read_stdin
+
+        try:  # bounded: one byte over the limit is enough to report the input as too large
+            stdin = read_stdin(settings.max_file_bytes, "pipe the source in, e.g. `cat train.py | torchdoctor check -`")
+        except InputError as exc:
+            sys.stderr.write(f"torchdoctor: {exc}\n")
+            return exitcodes.USAGE
     report = build_report(request, settings, stdin)
     code = exit_code(report.findings, settings.fail_on)
     if request.statistics:

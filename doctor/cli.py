@@ -8,6 +8,7 @@ and nothing here imports torch.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Annotated
 
@@ -26,6 +27,40 @@ app = typer.Typer(
 )
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="text | json | markdown")]
+
+
+def version_line() -> str:
+    """`torchdoctor 0.1.0 (torch 2.13.0)`, from installed package metadata: torch is not imported."""
+    from importlib import metadata
+
+    from torchdoctor import __version__
+
+    try:
+        mine = metadata.version("torchdoctor")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        mine = __version__
+    try:
+        torch = f"torch {metadata.version('torch')}"
+    except metadata.PackageNotFoundError:
+        torch = "torch not installed"
+    return f"torchdoctor {mine} ({torch})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(version_line() + "\n")
+        raise typer.Exit(exitcodes.OK)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version of torchdoctor and of the installed torch, and exit.",
+                     callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    pass  # options of the app itself (the app's help is Typer's `help=` above)
 
 
 def fail(message: str, code: int = exitcodes.USAGE) -> typer.Exit:
@@ -97,17 +132,42 @@ def _register_optional(argv: list[str]) -> None:
     from importlib import import_module
 
     command = next((a for a in argv[1:] if not a.startswith("-")), None)
-    if command in {"ask", "routes", "schema", "demo"}:
+    if command in {"ask", "routes", "schema", "demo"} or argv[1:] == ["--version"]:
         return
     wanted = [_MODULE_OF[command]] if command in _MODULE_OF else sorted(set(_MODULE_OF.values()))
     for name in wanted:
         import_module(f"torchdoctor.{name}").register(app)
 
 
+# What rich's markup reads as a tag (`[bold]`, `[tool.torchdoctor]`, `[/]`), and the backslashes before it.
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?\])")
+
+
+def escape_markup(text: str) -> str:
+    """Help text as rich shows it literally: tag-like brackets escaped, other brackets left alone
+    (an escape before `[-- ARGS]` would be printed)."""
+    return _MARKUP_TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+
+
+def _escape_help(command) -> None:
+    """Escape the help of a command, its parameters and its subcommands: typer renders help as rich
+    markup, which would eat `[tool.torchdoctor]` and the like. Help texts are plain text here."""
+    for attr in ("help", "short_help", "epilog"):
+        if getattr(command, attr, None):
+            setattr(command, attr, escape_markup(getattr(command, attr)))
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = escape_markup(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _escape_help(sub)
+
+
 def main() -> None:
     _register_optional(sys.argv)
     try:
-        app()
+        command = typer.main.get_command(app)  # what app() runs, with the help escaped first
+        _escape_help(command)
+        command()
     except KeyboardInterrupt:
         sys.stderr.write("torchdoctor: interrupted\n")
         sys.exit(exitcodes.INTERRUPTED)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 HELP = """Run a training script under probes and diagnose it from measurements.
 
@@ -40,10 +41,75 @@ def _probe_help() -> str:
 COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
 
 
+def corrected_line(args: list[str], known: dict[str, bool]) -> str | None:
+    """`run train.py --lr 3e-4` -> `torchdoctor run train.py -- --lr 3e-4`: torchdoctor's own options stay
+    before the script, every other token after it goes after `--`. None when an unknown option comes
+    before the script (then it is not one of the script's arguments).
+
+    `known` maps each option name of `run` to whether it takes a value.
+    """
+    import shlex
+
+    ours: list[str] = []
+    script: list[str] = []
+    theirs: list[str] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            theirs += args[i + 1 :]
+            break
+        name = token.split("=", 1)[0]
+        if token.startswith("-") and len(token) > 1 and name not in known and token[:2] in known and not token.startswith("--"):
+            name = token[:2]  # a short option with its value attached: -pmemory
+        if token.startswith("-") and len(token) > 1 and name in known:
+            chunk = args[i : i + (2 if known[name] and token == name else 1)]
+            ours += chunk
+            if name in ("-m", "--module"):
+                script = script or [""]  # the module is the script; nothing positional to move
+            i += len(chunk)
+            continue
+        if not script:
+            if token.startswith("-") and len(token) > 1:
+                return None
+            script = [token]
+        else:
+            theirs.append(token)
+        i += 1
+    line = ["torchdoctor", "run", *ours, *(s for s in script if s), "--", *theirs]
+    return shlex.join(line)
+
+
+class RunCommand(TyperCommand):
+    """`run`, whose unknown options after the script get one line that shows where they belong."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:
+            option = getattr(exc, "option_name", None)  # click's NoSuchOption
+            if not option:
+                raise
+            known = {name: not (param.is_flag or param.count)
+                     for param in self.get_params(ctx) if getattr(param, "param_type_name", "") == "option"
+                     for name in (*param.opts, *param.secondary_opts)}
+            line = corrected_line(given, known)
+            import sys
+
+            if line is None:
+                sys.stderr.write(f"torchdoctor: {option} is not an option of torchdoctor run "
+                                 "(see `torchdoctor run --help`)\n")
+            else:
+                sys.stderr.write(f"torchdoctor: {option} is not an option of torchdoctor run; the script's own "
+                                 f"arguments go after `--`: {line}\n")
+            raise typer.Exit(2) from None
+
+
 def register(app: typer.Typer) -> None:
     """Add `run` to the app."""
 
-    @app.command("run", help=HELP, context_settings={"allow_interspersed_args": True})
+    @app.command("run", cls=RunCommand, help=HELP, context_settings={"allow_interspersed_args": True})
     def run(
         target: Annotated[
             list[str] | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 MAX_BYTES = 512 * 1024  # a traceback is a few KiB; a whole log should be cut to its end
 
@@ -14,10 +15,33 @@ class InputError(ValueError):
     """A one-line, user-facing reason the input cannot be triaged."""
 
 
+def read_stdin(limit: int = MAX_BYTES, hint: str = "pipe the text in, e.g. `python train.py 2>&1 | torchdoctor ask -`") -> bytes:
+    """Up to `limit + 1` bytes of standard input (one more than allowed, so callers can tell it was too long).
+
+    Bounded, so an endless stream (`yes | …`, `< /dev/zero`) is refused instead of filling memory;
+    a closed standard input (`<&-`: Python sets sys.stdin to None) or a read error is an InputError.
+    """
+    stream = sys.stdin
+    if stream is None or getattr(stream, "buffer", None) is None:
+        raise InputError(f"standard input is closed: {hint}.")
+    try:
+        return stream.buffer.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read standard input: {exc.strerror or exc}.") from None
+
+
+def is_terminal(stream) -> bool:
+    """Whether a standard stream is an open terminal (a closed one is None)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (OSError, ValueError):
+        return False
+
+
 def decode(data: bytes, where: str = "standard input") -> str:
     if len(data) > MAX_BYTES:
         raise InputError(
-            f"{where} is {len(data) / 1024:.0f} KiB; torchdoctor reads at most {MAX_BYTES // 1024} KiB. "
+            f"{where} is over {MAX_BYTES // 1024} KiB; torchdoctor reads at most {MAX_BYTES // 1024} KiB. "
             "Pass the end of the log, e.g. `python train.py 2>&1 | tail -n 200 | torchdoctor ask -`."
         )
     if b"\x00" in data:

@@ -12,6 +12,13 @@ CUDA_LAUNCH_BLOCKING, CUBLAS_WORKSPACE_CONFIG, OMP_NUM_THREADS,
 MKL_NUM_THREADS, PYTHONHASHSEED, NCCL_*, TORCH_*, the torchrun variables.
 The result is the report's `environment`.
 
+The variables are recorded as the script was started with them (`variables`),
+read when the probe is installed, before the script runs or imports torch:
+torch sets some itself while it runs (torch.compile sets
+TORCHINDUCTOR_CACHE_DIR), and those are not the user's settings. What changed
+during the run, by the script or by torch, is kept apart
+(`variables_changed`, None for a variable removed).
+
 Cost: about a millisecond, twice per run. It never initialises CUDA itself.
 It imports no torch at module level and reads torch only if the script
 imported it.
@@ -54,6 +61,13 @@ def environment_variables() -> dict[str, str]:
     return {
         k: v for k, v in sorted(os.environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)
     }
+
+
+def changed_variables(given: dict[str, str], now: dict[str, str]) -> dict[str, str | None]:
+    """The variables set, changed (new value) or removed (None) since `given` was read."""
+    changed: dict[str, str | None] = {k: v for k, v in now.items() if given.get(k) != v}
+    changed.update({k: None for k in given if k not in now})
+    return dict(sorted(changed.items()))
 
 
 def _safe(fn: Any, default: Any = None) -> Any:
@@ -113,6 +127,7 @@ class EnvProbe(Probe):
         # subprocess mutates the warning filters (os.get_exec_path), which empties every module's
         # once-per-line registry: after the first step the script's warnings would be shown a second time.
         self._platform = platform.platform()
+        self._given = environment_variables()  # before the script runs: as the user gave them
 
     def _record(self, when: str) -> None:
         facts: dict[str, Any] = {
@@ -120,8 +135,11 @@ class EnvProbe(Probe):
             "platform": self._platform,
             "machine": platform.machine(),
             "cpu_count": os.cpu_count(),
-            "variables": environment_variables(),
+            "variables": self._given,
         }
+        changed = changed_variables(self._given, environment_variables())
+        if changed:
+            facts["variables_changed"] = changed
         torch = sys.modules.get("torch")
         if torch is not None and hasattr(torch, "__version__"):
             facts.update(torch_facts(torch))

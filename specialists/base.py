@@ -9,12 +9,19 @@ for all its symptoms into one `FixReport`, primary symptom first.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from torchdoctor.model import Fix, FixReport, Location, Symptom
 from torchdoctor.rules import catalog
+
+
+def _same_file(path: str, target: str) -> bool:
+    """Whether a location path and the target name one file (`train.py`, `/tmp/x/train.py`); both are
+    relative to the working directory of the diagnosis. Strings only: nothing is read."""
+    return path == target or os.path.abspath(path) == os.path.abspath(target)
 
 
 @dataclass
@@ -32,10 +39,15 @@ class Case:
         """The script to name in commands: the user's own, or a placeholder.
 
         `ask` keeps the user's sentence as its target, so only a single path
-        ending in .py counts; a located symptom names its own file.
+        ending in .py counts; a located symptom names its own file, spelled as
+        the target spells it when the target is that file (`demo` names its
+        patient by an absolute path so the commands work from any folder).
         """
         loc = self.location
-        for candidate in (loc.path if loc is not None else None, self.target):
+        path = loc.path if loc is not None else None
+        if path and self.target and _same_file(path, self.target):
+            path = self.target
+        for candidate in (path, self.target):
             if candidate and candidate.endswith(".py") and not any(ch.isspace() for ch in candidate):
                 return candidate
         return "train.py"
@@ -138,7 +150,7 @@ class Case:
         if loc is None or loc.line is None:
             return fallback
         where = f"line {loc.line}"
-        if self.target is None or loc.path != self.target:
+        if self.target is None or not _same_file(loc.path, self.target):
             where += f" of {loc.path}"
         if loc.code:
             where += f" (`{loc.code.strip()}`)"

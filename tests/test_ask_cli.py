@@ -184,6 +184,39 @@ def test_control_characters(char):
         assert_clean_usage_error(cli("ask", "-", input=f"loss {char} nan".encode()))
 
 
+@pytest.mark.parametrize("args", [["-"], [], ["--format", "json", VAGUE]])
+def test_closed_stdin_is_a_usage_error_not_a_crash(args):
+    """`torchdoctor ask - <&-`: Python starts with sys.stdin = None; reading it or asking it isatty()
+    must end in one line and exit 2 (or, for text given as arguments, in the normal answer)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchdoctor.cli", "ask", *args],
+        stdin=subprocess.DEVNULL, capture_output=True, env={**os.environ, "NO_COLOR": "1"}, timeout=60,
+        preexec_fn=lambda: os.close(0),
+    )
+    proc.stdout_text = proc.stdout.decode("utf-8", "replace")
+    proc.stderr_text = proc.stderr.decode("utf-8", "replace")
+    if args and args[0] == "--format":
+        assert proc.returncode == exitcodes.QUESTION and proc.stderr_text == ""
+        assert json.loads(proc.stdout_text)["question"]["id"] == "what-is-broken"
+    elif args:
+        assert_clean_usage_error(proc, "standard input is closed")
+    else:
+        assert_clean_usage_error(proc, "nothing to triage")
+
+
+def test_endless_stdin_is_refused_without_reading_it_all():
+    """`yes | torchdoctor ask -` ends: standard input is read only up to the limit."""
+    writer = subprocess.Popen(["yes", "loss is nan"], stdout=subprocess.PIPE)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "torchdoctor.cli", "ask", "-"], stdin=writer.stdout,
+                              capture_output=True, timeout=60)
+    finally:
+        writer.kill()
+        writer.wait()
+    proc.stderr_text = proc.stderr.decode("utf-8", "replace")
+    assert_clean_usage_error(proc, "over 512 KiB")
+
+
 def test_unknown_format():
     assert_clean_usage_error(cli("ask", "--format", "xml", "OOM after a few batches"), "xml")
 

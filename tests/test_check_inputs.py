@@ -116,6 +116,73 @@ def test_missing_path_is_a_usage_error(tmp_path):
     assert proc.stderr_text == "torchdoctor: no such file or directory: missing_dir/\n"
 
 
+@pytest.fixture
+def special_files(tmp_path):
+    """A named pipe, a Unix socket and a character device, each named like a script."""
+    import os
+    import socket
+
+    os.mkfifo(tmp_path / "pipe.py")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "sock.py"))
+    (tmp_path / "zero.py").symlink_to("/dev/zero")  # reading it never ends; the walk must skip it
+    (tmp_path / "leak.py").write_text(LEAK)
+    yield tmp_path
+    sock.close()
+
+
+def test_non_regular_files_on_the_command_line_are_refused(special_files):
+    """A FIFO, a socket or a device named on the command line is a TD000 finding, never a read that
+    blocks or never ends; the regular file beside them is still checked."""
+    proc = cli("check", "--format", "json", "pipe.py", "sock.py", "/dev/zero", "leak.py",
+               cwd=special_files, timeout=30)
+    assert proc.returncode == 1 and proc.stderr_text == ""
+    report = json.loads(proc.stdout_text)
+    messages = td000(report)
+    assert messages["pipe.py"].endswith("a named pipe (FIFO), not a regular file: not read (`-` reads standard input)")
+    assert "a socket, not a regular file" in messages["sock.py"]
+    assert "a character device, not a regular file" in messages["/dev/zero"]
+    assert any(f["code"] == "TD101" and f["path"] == "leak.py" for f in report["findings"])
+
+
+def test_a_directory_walk_skips_non_regular_files(special_files):
+    proc = cli("check", "--format", "json", ".", cwd=special_files, timeout=30)
+    report = json.loads(proc.stdout_text)
+    assert proc.returncode == 1 and td000(report) == {}
+    assert {f["path"] for f in report["findings"]} == {"leak.py"}
+
+
+def test_symlink_problems_are_named(tmp_path):
+    (tmp_path / "a.py").symlink_to("b.py")
+    (tmp_path / "b.py").symlink_to("a.py")
+    (tmp_path / "dangling.py").symlink_to("gone.py")
+    (tmp_path / "train.py").write_text("x = 1\n")
+    proc = cli("check", "train.py", "a.py", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout_text) == (2, "")
+    assert proc.stderr_text == "torchdoctor: a symlink loop (it never reaches a file): a.py\n"
+    proc = cli("check", "dangling.py", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr_text == "torchdoctor: a broken symlink (its target 'gone.py' does not exist): dangling.py\n"
+
+
+def test_closed_or_endless_stdin(tmp_path):
+    """`check -` with standard input closed is one line and exit 2; an endless one is read only to the limit."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "torchdoctor.cli", "check", "--format", "json", "-"]
+    proc = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=60, cwd=tmp_path,
+                          preexec_fn=lambda: os.close(0))
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert proc.stderr.decode() == ("torchdoctor: standard input is closed: pipe the source in, "
+                                    "e.g. `cat train.py | torchdoctor check -`.\n")
+    with open("/dev/zero", "rb") as zeros:
+        proc = subprocess.run(command, stdin=zeros, capture_output=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert td000(json.loads(proc.stdout)) == {"-": "could not analyse: the input is over the 2.0 MiB limit"}
+
+
 def test_empty_directory(tmp_path):
     proc = cli("check", str(tmp_path))
     assert proc.returncode == 0 and "No Python files or notebooks found" in proc.stdout_text

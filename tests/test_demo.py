@@ -48,3 +48,33 @@ def test_a_mistake_seen_by_a_rule_and_a_probe_is_one_symptom_with_both_kinds_of_
 def test_demo_leaves_the_working_folder_alone(demo):
     _, cwd = demo
     assert list(cwd.iterdir()) == []
+
+
+def _next_step_commands(report) -> list[list[str]]:
+    import re
+    import shlex
+
+    commands = []
+    for fix_report in report["reports"]:
+        for step in fix_report["next_steps"]:
+            commands += [shlex.split(c) for c in re.findall(r"`(torchdoctor [^`]+)`", step)]
+    return commands
+
+
+def test_every_path_the_demo_names_exists_after_it(demo):
+    """The next steps name the patient script, and the artifacts the run directory: the demo keeps both,
+    by absolute path, so they can be followed from the user's folder."""
+    import os
+
+    proc, cwd = demo
+    report = json.loads(proc.stdout_text)
+    commands = _next_step_commands(report)
+    assert commands and any(c[1] == "run" for c in commands) and any(c[1] == "check" for c in commands)
+    named = [token for command in commands for token in command if token.endswith((".py", ".ipynb"))]
+    assert named and all(os.path.isabs(p) and os.path.isfile(p) for p in named), named
+    assert all(os.path.isabs(p) and os.path.exists(p) for p in report["artifacts"].values()), report["artifacts"]
+    for command in commands:
+        if command[1] == "check":  # quick to follow for real, from the user's folder
+            followed = cli(*command[1:], cwd=cwd)
+            assert followed.returncode in (0, 1) and followed.stderr_text == "", followed.stderr_text
+            assert "train_demo.py" in followed.stdout_text

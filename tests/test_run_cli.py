@@ -51,6 +51,90 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, fragment):
     assert sorted(os.listdir(tmp_path)) == before  # no .torchdoctor, nothing touched
 
 
+@pytest.mark.parametrize(
+    "args,corrected",
+    [
+        (["fidelity.py", "--lr", "3e-4"], "torchdoctor run fidelity.py -- --lr 3e-4"),
+        (["fidelity.py", "--steps", "5", "--lr=3e-4", "-x", "two words"],
+         "torchdoctor run --steps 5 fidelity.py -- --lr=3e-4 -x 'two words'"),
+        (["fidelity.py", "--lr", "1", "--", "--epochs", "2"], "torchdoctor run fidelity.py -- --lr 1 --epochs 2"),
+        (["-m", "pkg.train", "--lr", "1"], "torchdoctor run -m pkg.train -- --lr 1"),
+        (["fidelity.py", "-pmemory", "-1"], "torchdoctor run -pmemory fidelity.py -- -1"),
+    ],
+)
+def test_script_options_before_dashdash_show_the_corrected_line(tmp_path, args, corrected):
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    proc = cli("run", *args, cwd=tmp_path)
+    assert proc.returncode == exitcodes.USAGE and proc.stdout_text == ""
+    option = next(a for a in args[1:] if a.startswith("-") and a.split("=")[0] not in ("--steps", "-m", "-pmemory"))
+    assert proc.stderr_text == (f"torchdoctor: {option.split('=')[0] if '=' in option else option} is not an option "
+                                f"of torchdoctor run; the script's own arguments go after `--`: {corrected}\n")
+    assert sorted(os.listdir(tmp_path)) == ["fidelity.py"]
+
+
+def test_the_corrected_line_runs_the_script_with_its_arguments(tmp_path):
+    import shlex
+
+    shutil.copy(RUN_FIXTURES / "fidelity.py", tmp_path / "fidelity.py")
+    proc = cli("run", "fidelity.py", "--lr", "3e-4", "--probe", "none", cwd=tmp_path)
+    corrected = proc.stderr_text.rsplit("`--`: ", 1)[1].strip()
+    assert corrected == "torchdoctor run --probe none fidelity.py -- --lr 3e-4"
+    env = {"FIDELITY_OUT": str(tmp_path / "seen.json")}
+    proc = cli(*shlex.split(corrected)[1:2], "--out", "out", *shlex.split(corrected)[2:], cwd=tmp_path, env=env)
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    assert json.loads((tmp_path / "seen.json").read_text())["argv"] == ["fidelity.py", "--lr", "3e-4"]
+
+
+def test_unknown_option_before_the_script_is_one_line(tmp_path):
+    proc = cli("run", "--lr", "3", "fidelity.py", cwd=tmp_path)
+    assert proc.returncode == exitcodes.USAGE
+    assert proc.stderr_text == "torchdoctor: --lr is not an option of torchdoctor run (see `torchdoctor run --help`)\n"
+
+
+TINY_TRAINING = """\
+import torch
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("trained")
+"""
+
+
+def _runtime_dependencies() -> set[str]:
+    import re
+
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    return {re.match(r"[A-Za-z0-9_.-]+", dep).group().lower() for dep in project["dependencies"]}
+
+
+def test_a_run_prints_no_numpy_warning_with_only_the_runtime_dependencies(tmp_path):
+    """torch warns "Failed to initialize NumPy" at import when numpy is missing, so every run of a plain
+    `pip install torchdoctor` printed it. The test venv has numpy (dev extras), so numpy is hidden from
+    the script unless it is a runtime dependency, as it would be missing from a user's install."""
+    (tmp_path / "train.py").write_text(TINY_TRAINING)
+    env = {}
+    if "numpy" not in _runtime_dependencies():
+        stub = tmp_path / "not-installed" / "numpy"
+        stub.mkdir(parents=True)
+        (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+        env["PYTHONPATH"] = str(stub.parent)
+    proc = cli("run", "train.py", "--probe", "none", "--out", "run", cwd=tmp_path, env=env)
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    assert "trained" in proc.stdout_text and "The script completed: 3 optimizer steps" in proc.stdout_text
+    output = proc.stdout_text + proc.stderr_text
+    assert "NumPy" not in output and "UserWarning" not in output, output
+
+
 def test_out_must_be_a_directory(tmp_path):
     (tmp_path / "taken").write_text("mine")
     proc = cli("run", str(RUN_FIXTURES / "fidelity.py"), "--out", str(tmp_path / "taken"))
@@ -218,6 +302,40 @@ def test_env_probe_fills_the_environment(tmp_path_factory):
                 "num_threads", "variables"):
         assert key in env
     assert not result.symptoms("anomaly-detection-enabled")  # the healthy twin
+
+
+COMPILED_TRAINING = """\
+import torch
+
+model = torch.compile(torch.nn.Linear(4, 1), backend="eager")  # torch sets TORCHINDUCTOR_CACHE_DIR itself
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_environment_is_what_the_user_gave_and_every_file_is_an_artifact(tmp_path, monkeypatch, validate_report):
+    """`variables` are the ones the script started with, not the ones torch set while it ran (those are
+    `variables_changed`); and every file the run wrote is listed among the artifacts (steps.rank0.jsonl was not)."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    (tmp_path / "train.py").write_text(COMPILED_TRAINING)
+    proc = cli("run", "train.py", "--out", "run", "-f", "json", cwd=tmp_path,
+               env={"NCCL_DEBUG": "WARN"})
+    assert proc.returncode == exitcodes.OK, proc.stderr_text[-2000:]
+    report = validate_report(proc.stdout_text)
+    env = report["environment"]
+    assert env["variables"]["NCCL_DEBUG"] == "WARN"
+    assert "TORCHINDUCTOR_CACHE_DIR" not in env["variables"]
+    assert env["variables_changed"]["TORCHINDUCTOR_CACHE_DIR"]  # torch set it during the run: said so, apart
+    summary = report["run"]["measurements"]["env"]["summary"]
+    assert "NCCL_DEBUG" in summary.split("set: ")[1].split(", ") and "TORCHINDUCTOR" not in summary
+    listed = {os.path.normpath(p) for p in report["artifacts"].values()}
+    written = {os.path.join("run", name) for name in os.listdir(tmp_path / "run")}
+    assert report["artifacts"]["steps"] == "run/steps.rank0.jsonl"
+    assert written <= listed, written - listed
 
 
 def test_anomaly_detection_left_on(tmp_path_factory, validate_report):

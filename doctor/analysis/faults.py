@@ -28,9 +28,10 @@ KIND = "faults"
 def analyse(run: RunEvidence) -> Analysis:
     out = Analysis()
     for rank in run.ranks:
-        path = run.file("events", ".jsonl", rank)
-        if path.exists():
-            out.artifacts["events" if rank == 0 else f"events.rank{rank}"] = display_path(str(path), run.cwd)
+        for stem in ("events", "steps"):  # the evidence stream and the per-step records (probes/stepfile.py)
+            path = run.file(stem, ".jsonl", rank)
+            if path.exists():
+                out.artifacts[stem if rank == 0 else f"{stem}.rank{rank}"] = display_path(str(path), run.cwd)
         _exception(run, rank, out)
     stopped = run.outcome.stopped
     if stopped == "crashed" and run.outcome.signal:

@@ -2,7 +2,8 @@
 
 The demo copies `train_demo.py` (five planted problems, see its docstring)
 into a fresh temporary folder, so nothing in the user's working directory is
-read or written, then:
+read or written, and leaves it there with the run directory, so the next steps
+the report names (by absolute path) work. Then:
 
 1. `check` reads it without running it (static rules -> findings);
 2. `run` trains it for real on the CPU under the probes (measurements);
@@ -44,7 +45,9 @@ def run_report(script: Path, run_dir: Path) -> Report:
     return report
 
 
-def combine(static: Report, measured: Report, script_name: str) -> Report:
+def combine(static: Report, measured: Report, script_name: str, workdir: Path | None = None) -> Report:
+    """One report from both doors. With `workdir`, the commands and artifact paths it names are absolute,
+    so they work from the user's own folder (the demo runs in a temporary one)."""
     from torchdoctor.diagnosis import diagnose
 
     report = Report(
@@ -55,14 +58,14 @@ def combine(static: Report, measured: Report, script_name: str) -> Report:
         contexts=sorted({*static.contexts, *measured.contexts}),
         run=measured.run,
         environment=measured.environment,
-        artifacts=measured.artifacts,
+        artifacts={k: str(workdir / v) if workdir else v for k, v in measured.artifacts.items()},
         notes=[
             f"The demo patient: {script_name}, a small classifier with five planted problems, copied into a "
             "temporary folder, read by `torchdoctor check` and trained for real under `torchdoctor run`.",
             *measured.notes,
         ],
     )
-    diagnose(report, target_hint=script_name)
+    diagnose(report, target_hint=str(workdir / script_name) if workdir else script_name)
     report.notes.append(
         "On your own script: `torchdoctor check train.py`, `torchdoctor run train.py --steps 50`, "
         'or describe a problem: `torchdoctor ask "loss goes nan after epoch 3"`.'
@@ -83,13 +86,12 @@ def run_demo(fmt: str) -> int:
         script = Path(SCRIPT.name)
         static = static_report(script)
         measured = run_report(script, Path("run"))
-        report = combine(static, measured, SCRIPT.name)
+        report = combine(static, measured, SCRIPT.name, workdir)
     finally:
         os.chdir(here)
-        # keep the run directory (trace, events, report.json) for inspection; drop the rest
-        for leftover in (workdir / SCRIPT.name, workdir / "demo_checkpoint.pt"):
-            leftover.unlink(missing_ok=True)
+        # keep the patient (the next steps run it) and the run directory (trace, events, report.json)
+        (workdir / "demo_checkpoint.pt").unlink(missing_ok=True)
     sys.stdout.flush()
     render(report, fmt)
-    sys.stderr.write(f"torchdoctor demo: evidence and report.json kept in {workdir / 'run'}\n")
+    sys.stderr.write(f"torchdoctor demo: {SCRIPT.name}, evidence and report.json kept in {workdir}\n")
     return exitcodes.OK

@@ -357,7 +357,7 @@ def analyse_bytes(data: bytes, display: str, options: Options) -> FileResult:
     table = registry.rules()
     rules = [table[c] for c in options.codes if c in table]
     if len(data) > options.max_bytes:
-        return _unreadable(display, f"the input is {len(data) / 2**20:.1f} MiB, over the {options.max_bytes / 2**20:.1f} MiB limit")
+        return _unreadable(display, f"the input is over the {options.max_bytes / 2**20:.1f} MiB limit")  # read only to it
     try:
         unit = unit_from_bytes(display, data)
     except UnreadableSource as exc:

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import stat
 import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -164,16 +165,46 @@ def _neutralise(line: str) -> str:
     return line
 
 
+def file_kind(mode: int) -> str | None:
+    """What a non-regular file is, in words; None for a regular file."""
+    for test, words in (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return words
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _not_regular(kind: str) -> UnreadableSource:
+    return UnreadableSource(f"{kind}, not a regular file: not read (`-` reads standard input)")
+
+
 def read_unit(path: str, display: str, max_bytes: int) -> Unit:
-    """Read one file for analysis; raises UnreadableSource with a one-line reason."""
+    """Read one file for analysis; raises UnreadableSource with a one-line reason.
+
+    Only regular files are read: a named pipe would block forever and a device
+    such as /dev/zero never ends. The file is opened without blocking and
+    checked again on the open descriptor, so a path swapped in between cannot slip through.
+    """
     try:
-        size = os.path.getsize(path)
-        if size > max_bytes:
-            raise UnreadableSource(
-                f"the file is {size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.1f} MiB limit "
-                "(raise `max-file-bytes` in [tool.torchdoctor] to analyse it)"
-            )
-        with open(path, "rb") as fh:
+        kind = file_kind(os.stat(path).st_mode)
+        if kind is not None:
+            raise _not_regular(kind)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fd)
+            kind = file_kind(info.st_mode)
+            if kind is not None:
+                raise _not_regular(kind)
+            if info.st_size > max_bytes:
+                raise UnreadableSource(
+                    f"the file is {info.st_size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.1f} MiB limit "
+                    "(raise `max-file-bytes` in [tool.torchdoctor] to analyse it)"
+                )
             data = fh.read()
     except UnreadableSource:
         raise
