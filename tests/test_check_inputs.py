@@ -26,7 +26,8 @@ def bad_tree(tmp_path_factory):
     files = {
         "syntax_error.py": b"def f(:\n    pass\n",
         "latin1.py": "x = 'caf\xe9'\n".encode("latin-1"),
-        "bad_cookie.py": b"# -*- coding: klingon -*-\nx = 1\n",
+        "bad_cookie.py": b"# -*- coding: klingon -*-\nx = '\xe9'\n",
+        "transform_codec.py": "# -*- coding: future_fstrings -*-\n".encode() + LEAK.encode(),
         "nul.py": b"x = 1\x00\n",
         "python2.py": b"print 'hello'\nexcept_ok = 1\n",
         "empty.py": b"",
@@ -79,7 +80,7 @@ def test_no_traceback_and_every_bad_file_reported(bad_report, validate_report):
     }
     assert "syntax error at line 1" in messages["syntax_error.py"]
     assert "not valid utf-8 text at byte 8" in messages["latin1.py"]
-    assert "bad encoding declaration" in messages["bad_cookie.py"]
+    assert "not valid utf-8 text" in messages["bad_cookie.py"]  # an unknown codec: read as UTF-8, which it is not
     assert "NUL bytes" in messages["nul.py"]
     assert "(Python 2 code?)" in messages["python2.py"]
     assert "too many nested parentheses" in messages["deep_parens.py"]
@@ -87,12 +88,14 @@ def test_no_traceback_and_every_bad_file_reported(bad_report, validate_report):
     assert "JSON error at line 1" in messages["broken.ipynb"]
     assert "no list of cells" in messages["not_a_notebook.ipynb"]
     assert "5.0 MiB, over the 2.0 MiB limit" in messages["huge.py"]
-    assert "Checked 13 files (10 could not be analysed)" in report["notes"][0]
+    assert "Checked 14 files (10 could not be analysed)" in report["notes"][0]
 
 
 def test_other_files_are_still_checked(bad_report):
     _, report = bad_report
-    assert ("leak.py", "TD101", 9) in {(f["path"], f["code"], f["line"]) for f in report["findings"]}
+    found = {(f["path"], f["code"], f["line"]) for f in report["findings"]}
+    assert ("leak.py", "TD101", 9) in found
+    assert ("transform_codec.py", "TD101", 10) in found  # a source-transform codec's file is read as UTF-8
     assert not [f for f in report["findings"] if f["path"] in ("empty.py", "runs_if_imported.py")]
     assert not [s for s in report["symptoms"] if s["id"] == "source-not-analysed"]  # TD000 is not a symptom
 

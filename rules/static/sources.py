@@ -100,6 +100,10 @@ def decode_python(data: bytes) -> str:
     except SyntaxError as exc:
         if "invalid or missing encoding declaration" in str(exc.msg):
             encoding = "utf-8"  # undecodable bytes in the first two lines: reported below with their offset
+        elif "unknown encoding" in str(exc.msg):
+            # A codec the interpreter here lacks is almost always a source-transform codec installed with the
+            # project (`# -*- coding: future_fstrings -*-`): its input is UTF-8 text, so read that.
+            encoding = "utf-8"
         else:
             raise UnreadableSource(f"bad encoding declaration: {exc.msg}") from None
     try:
