@@ -1159,3 +1159,26 @@ def nothing_measured(case: Case) -> Advice:
         ],
         [f"`torchdoctor check {case.script}` reads the code without running it."],
     )
+
+
+@SPECIALIST.handles("training-in-validation")
+def training_in_validation(case: Case) -> Advice:
+    where = case.at("The validation loop")
+    data = case.text("variable") or "the validation data"
+    return Advice(
+        f"{where} updates the model inside the loop over `{data}`: the model trains on the data that is meant "
+        "to judge it, so the validation score, early stopping and best-checkpoint choice all read a number "
+        "that no longer measures generalisation.",
+        [
+            Fix(
+                title="Drop the update lines and run validation without autograd",
+                snippet="@torch.no_grad()\ndef validate(model, val_loader):\n    model.eval()\n"
+                "    for x, y in val_loader:\n        loss = criterion(model(x), y)   # no backward, no step",
+                why="Validation only reads the model; no_grad also stops autograd from keeping activations.",
+                verify="The model's parameters are bit-identical before and after a validation pass.",
+                location=case.location,
+            )
+        ],
+        [f"`torchdoctor run --probe validation {case.script}` classifies every forward as trained or evaluation "
+         "and reports training forwards that run with the model in eval mode."],
+    )

@@ -460,6 +460,31 @@ def missing_zero_grad(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("zero-grad-every-micro-step")
+def zero_grad_every_micro_step(case: Case) -> Advice:
+    where = case.at("The accumulation loop")
+    count = case.text("count") or "accum_steps"
+    step = case.text("step") or "optimizer.step()"
+    return Advice(
+        f"{where} clears the gradients on every micro-step while `{step}` runs once per {count}: each update "
+        "applies the last micro-batch's gradients only, so the accumulation does nothing.",
+        [
+            Fix(
+                title="Clear the gradients right after the optimizer step, inside its branch",
+                snippet=f"loss = criterion(model(x), y) / {count}\nloss.backward()\n"
+                f"if (i + 1) % {count} == 0:\n    optimizer.step()\n    optimizer.zero_grad()",
+                why="backward() adds into .grad; the micro-steps' gradients must survive until the step that "
+                "applies their sum.",
+                verify=f"The gradient norm at each optimizer step is about {count}x that of one micro-batch "
+                "(before the division by the micro-step count), not equal to it.",
+                location=case.location,
+            )
+        ],
+        [f"`torchdoctor run --probe accumulation {case.script}` counts the backward passes per optimizer step "
+         "and the zero_grad calls between them."],
+    )
+
+
 @SPECIALIST.handles("scaler-with-bf16")
 def scaler_with_bf16(case: Case) -> Advice:
     where = case.at("The script")

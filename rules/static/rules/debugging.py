@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, is_eval_word, kwarg
 from torchdoctor.rules.static.patterns import is_probabilities, is_softmax_call, latest_value
 from torchdoctor.rules.static.rules.profiling import snippet
 
@@ -502,3 +502,35 @@ def _bce_on_sigmoid(node: ast.Call, ctx: Context) -> None:
     if probs is None or not _is_sigmoid(index, probs):
         return
     ctx.report(node, variable=snippet(ctx, probs, 40), loss=loss)
+
+
+# -- TD606 -------------------------------------------------------------------------------------
+
+
+def _eval_mode_before(index: Index, loop_node: ast.AST, scope: ast.AST) -> ast.Call | None:
+    """The last `model.eval()` (no arguments) before the loop in its scope, when no `.train()` came after it."""
+    calls = [
+        c for c in index.method_calls("eval") + index.method_calls("train")
+        if index.scope_of(c) is scope and c.lineno < loop_node.lineno and index.is_model(c.func.value)  # type: ignore[attr-defined]
+    ]
+    if not calls:
+        return None
+    last = max(calls, key=lambda c: (c.lineno, c.col_offset))
+    return last if last.func.attr == "eval" and not last.args and not last.keywords else None  # type: ignore[attr-defined]
+
+
+@rule("TD606", ast.Module)
+def training_in_validation(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    backward = set(index.backward_calls)
+    steps = set(index.step_calls)
+    for loop in index.loops.values():
+        if not (loop.has_backward or loop.has_step) or not is_eval_word(loop.source):
+            continue
+        mode = _eval_mode_before(index, loop.node, loop.scope)
+        if mode is None:
+            continue  # a loader named `test_*` without eval mode: test-time training is deliberate
+        update = next((c for c in loop.calls if c in backward or c in steps), None)
+        if update is not None:
+            ctx.report(update, variable=loop.source, update=ctx.segment(update, 40),
+                       model=ctx.segment(mode.func.value, 40), line=str(mode.lineno))  # type: ignore[attr-defined]

@@ -806,9 +806,21 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
         elif s.cls == "ReduceLROnPlateau":
             continue  # steps on a metric; PyTorch does not check its order
         loop = index.loop_of(call)
-        if loop is None:
-            continue
         here = _position(call)
+        if loop is None:
+            # A wrapper that steps both (`def step(self): self.scheduler.step(); self.optimizer.step()`):
+            # the order inside one function body is the order of every training step that calls it.
+            fn = index.function_of(call)
+            if fn is None:
+                continue
+            mine = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
+            if not mine or any(_position(c) < here for c in mine):
+                continue
+            later = [c for c in mine if not _exclusive(index, c, call)]
+            if later:
+                first = min(later, key=_position)
+                ctx.report(call, variable=receiver, optimizer_step=ctx.segment(first, 50), line=str(first.lineno))
+            continue
         # Where this loop's iteration steps an optimizer: directly, through a training function of this
         # file, or in a nested training loop.
         updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers]
@@ -1063,3 +1075,57 @@ def _check_adam(node: ast.Call, ctx: Context) -> None:
     if n is None or n <= 0:
         return
     ctx.report(node, variable=ctx.segment(node.func), weight_decay=f"{n:g}", value=ctx.segment(decay, 30))  # type: ignore[arg-type]
+
+
+# -- TD413 -------------------------------------------------------------------------------------
+
+
+def _zero_grad_calls(loop: Loop) -> list[ast.Call]:
+    return [c for c in loop.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "zero_grad"]
+
+
+@rule("TD413", ast.Module)
+def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for acc in accumulations(ctx):
+        if acc.style == "modulo":
+            # zero_grad on every iteration of a loop whose optimizer steps only every n-th one
+            wiped = [c for c in _zero_grad_calls(acc.loop) if _mod_guard(index, c, acc.loop) is None
+                     and not any(isinstance(a, ast.If) for a, _ in _between(index, c, acc.loop.node))]
+        else:
+            wiped = _zero_grad_calls(acc.loop)  # inside `for _ in range(n):` whose step comes after it
+        for call in wiped:
+            ctx.report(call, variable=ctx.segment(call.func.value, 40), step=ctx.segment(acc.steps[0], 40),  # type: ignore[attr-defined]
+                       count=ctx.segment(acc.count, 40))
+    _zero_grad_every_call(ctx)
+
+
+def _zero_grad_every_call(ctx: Context) -> None:
+    """The same bug in a function called once per batch (Lightning's `training_step` under manual
+    optimisation): the step is guarded by `(batch_idx + 1) % n`, the zero_grad by nothing."""
+    index = ctx.index
+    steps = set(index.step_calls)
+    for fn in index.nodes(ast.FunctionDef) + index.nodes(ast.AsyncFunctionDef):
+        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and index.function_of(c) is fn
+                 and index.loop_of(c) is None]
+        mine = [c for c in calls if c in steps]
+        backs = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "manual_backward")]
+        if not mine or not backs:
+            continue
+        guards = [_fn_mod_guard(index, c, fn) for c in mine]
+        if any(g is None for g in guards):
+            continue
+        for call in calls:
+            if (isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
+                    and not any(isinstance(a, ast.If) for a, _ in _between(index, call, fn))):
+                ctx.report(call, variable=ctx.segment(call.func.value, 40), step=ctx.segment(mine[0], 40),
+                           count=ctx.segment(guards[0], 40))  # type: ignore[arg-type]
+
+
+def _fn_mod_guard(index: Index, node: ast.AST, fn: ast.AST) -> ast.expr | None:
+    for anc, _ in _between(index, node, fn):
+        if isinstance(anc, ast.If):
+            mod = _find_mod(index, anc.test, anc)
+            if mod is not None:
+                return mod
+    return None
