@@ -27,7 +27,7 @@ def bad_tree(tmp_path_factory):
         "syntax_error.py": b"def f(:\n    pass\n",
         "latin1.py": "x = 'caf\xe9'\n".encode("latin-1"),
         "bad_cookie.py": b"# -*- coding: klingon -*-\nx = '\xe9'\n",
-        "transform_codec.py": "# -*- coding: future_fstrings -*-\n".encode() + LEAK.encode(),
+        "transform_codec.py": b"# -*- coding: future_fstrings -*-\n" + LEAK.encode(),
         "nul.py": b"x = 1\x00\n",
         "python2.py": b"print 'hello'\nexcept_ok = 1\n",
         "empty.py": b"",
