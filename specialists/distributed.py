@@ -400,6 +400,39 @@ def accumulation_no_sync(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("grad-sync-misplaced")
+def grad_sync_misplaced(case: Case) -> Advice:
+    where = case.at("The micro-step loop")
+    model = case.text("variable") or "model"
+    return Advice(
+        f"{where} switches DDP's gradient sync after the forward of the micro-step: DDP decided in that forward "
+        "whether the backward all-reduces, so the last micro-step (the one that must sync the sum) does not, the "
+        "first one does, and each rank steps with its own gradients. The replicas drift apart without an error.",
+        [
+            Fix(
+                title="Decide the sync before the forward: no_sync() around forward and backward",
+                snippet=f"for micro_step in range(accum):\n    last = micro_step == accum - 1\n"
+                f"    with contextlib.nullcontext() if last else {model}.no_sync():\n"
+                f"        loss = criterion({model}(x), y) / accum\n        loss.backward()\noptimizer.step()",
+                why="DDP prepares the reducer in forward; no_sync() covers both halves of the micro-step.",
+                verify="After a few steps, a parameter's checksum is identical on every rank "
+                "(all_gather of p.sum() for one parameter).",
+                location=case.location,
+            ),
+            Fix(
+                title=f"Or set {model}.require_backward_grad_sync before the forward",
+                snippet=f"{model}.require_backward_grad_sync = micro_step == accum - 1\n"
+                f"loss = criterion({model}(x), y) / accum\nloss.backward()",
+                why="The flag works when it is set before the forward it is meant for.",
+                verify="One all-reduce per optimizer step, on the last micro-step.",
+                location=case.location,
+            ),
+        ],
+        [f"`{case.run_cmd('profile', extra='--nproc-per-node 2 --steps 20')}` counts the all-reduces per "
+         "optimizer step: one, on the last micro-step, when the sync is placed right."],
+    )
+
+
 @SPECIALIST.handles("expand-in-forward")
 def expand_in_forward(case: Case) -> Advice:
     where = case.at("The forward")

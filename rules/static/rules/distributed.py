@@ -628,3 +628,24 @@ def _check_expand(node: ast.Call, ctx: Context) -> None:
             "as a parameter or buffer, or pass it to a collective."
         )
     ctx.report(node, variable=f"self.{receiver.attr}", cls=info.name, kind=kind, detail=detail, remedy=fix)
+
+
+# -- TD308 -------------------------------------------------------------------------------------
+
+
+@rule("TD308", ast.Assign)
+def grad_sync_set_after_forward(node: ast.Assign, ctx: Context) -> None:
+    target = node.targets[0] if len(node.targets) == 1 else None
+    if not (isinstance(target, ast.Attribute) and target.attr == "require_backward_grad_sync"):
+        return
+    model = dotted(target.value)
+    loop = ctx.index.loop_of(node)
+    if model is None or loop is None:
+        return
+    here = _position(node)
+    # DDP reads the flag in its forward (prepare_for_backward): set after the forward of the same micro-step,
+    # it decides the sync of the next micro-step's backward instead of this one's.
+    forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < here]
+    backward = [c for c in loop.calls if c in set(ctx.index.backward_calls) and _position(c) > here]
+    if forwards and backward:
+        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=str(forwards[-1].lineno))
