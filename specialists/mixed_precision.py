@@ -485,6 +485,30 @@ def zero_grad_every_micro_step(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("fp16-overflow")
+def fp16_overflow(case: Case) -> Advice:
+    where = case.at("The code")
+    number = case.text("number") or "a constant"
+    call = case.text("call") or "masked_fill"
+    return Advice(
+        f"{where} writes {number} with `{call}`, past float16's largest value (65504): in float32 it works, but under "
+        "fp16 autocast or after `.half()` the tensor is float16 and the call raises "
+        "'value cannot be converted to type c10::Half without overflow'.",
+        [
+            Fix(
+                title="Use the tensor's own dtype limit",
+                snippet="scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)",
+                why="finfo(dtype).min is the most negative finite value of float32, bfloat16 and float16 alike, so "
+                "the same line is right in every precision.",
+                verify="One step under `torch.autocast('cuda', dtype=torch.float16)` runs without the overflow error.",
+                location=case.location,
+                applies_when="The model may run in float16; in float32/bfloat16-only code the value is harmless.",
+            )
+        ],
+        [f"`{case.check_cmd('TD4')}` lists the other fp16 hazards of the script."],
+    )
+
+
 @SPECIALIST.handles("scaler-with-bf16")
 def scaler_with_bf16(case: Case) -> Advice:
     where = case.at("The script")

@@ -1129,3 +1129,63 @@ def _fn_mod_guard(index: Index, node: ast.AST, fn: ast.AST) -> ast.expr | None:
             if mod is not None:
                 return mod
     return None
+
+
+# -- TD414 -------------------------------------------------------------------------------------
+
+FP16_MAX = 65504.0
+_FILL_METHODS = {"masked_fill": 1, "masked_fill_": 1, "fill_": 0, "new_full": 1}
+_FILL_FUNCTIONS = {"torch.full": 1, "torch.full_like": 1}
+
+
+def _module_constants(ctx: Context) -> dict[str, float]:
+    """Names bound once, at module or class level, to a number: `INF = 1e12`, `NEG_INF = -1e9`."""
+    def build() -> dict[str, float]:
+        seen: dict[str, list[float | None]] = {}
+        for stmt in ast.walk(ctx.tree):
+            if not isinstance(stmt, ast.Assign) or not isinstance(ctx.index.scope_of(stmt), ast.Module | ast.ClassDef):
+                continue
+            for target in stmt.targets:
+                if isinstance(target, ast.Name):
+                    seen.setdefault(target.id, []).append(_literal(stmt.value, {}))
+        return {k: v[0] for k, v in seen.items() if len(v) == 1 and v[0] is not None}
+    return ctx.memo("module-constants", build)
+
+
+def _literal(expr: ast.AST | None, constants: dict[str, float]) -> float | None:
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int | float) and not isinstance(expr.value, bool):
+        return float(expr.value)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
+        inner = _literal(expr.operand, constants)
+        return None if inner is None else (-inner if isinstance(expr.op, ast.USub) else inner)
+    if isinstance(expr, ast.Name):
+        return constants.get(expr.id)
+    if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "float"
+            and len(expr.args) == 1 and isinstance(expr.args[0], ast.Constant) and isinstance(expr.args[0].value, str)):
+        try:
+            return float(expr.args[0].value)
+        except ValueError:
+            return None
+    return None
+
+
+@rule("TD414", ast.Call)
+def fp16_overflowing_fill(node: ast.Call, ctx: Context) -> None:
+    func = node.func
+    position: int | None = None
+    if isinstance(func, ast.Attribute) and func.attr in _FILL_METHODS:
+        position = _FILL_METHODS[func.attr]
+    else:
+        name = ctx.index.callee(node)
+        if name in _FILL_FUNCTIONS:
+            position = _FILL_FUNCTIONS[name]
+            dtype = dotted(kwarg(node, "dtype")) or ""
+            if not dtype.endswith(("float16", "half")):
+                return  # the default dtype (float32) or an explicit wider one holds the value
+    if position is None:
+        return
+    arg = kwarg(node, "value", position)
+    value = _literal(arg, _module_constants(ctx))
+    if value is None or value != value or abs(value) in (float("inf"),) or abs(value) <= FP16_MAX:
+        return
+    ctx.report(node, value=ctx.segment(arg, 30), number=f"{value:g}", call=ctx.segment(func, 40))
