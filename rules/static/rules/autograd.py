@@ -631,3 +631,33 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
                 cls=owner.name,
                 upstream=snippet(ctx, upstream, 40),
             )
+
+
+# -- TD806 -------------------------------------------------------------------------------------
+
+
+def _all_none(expr: ast.AST | None) -> bool:
+    if expr is None or is_constant(expr, None):
+        return True
+    if isinstance(expr, ast.Tuple | ast.List):
+        return all(_all_none(e) for e in expr.elts)
+    return False
+
+
+@rule("TD806", ast.ClassDef)
+def backward_ignores_grad_output(node: ast.ClassDef, ctx: Context) -> None:
+    info = _function_class(ctx, node)
+    if info is None:
+        return
+    backward = info.method("backward")
+    if backward is None or backward.args.vararg is not None or backward.args.kwarg is not None:
+        return
+    grads = [a.arg for a in _positional(backward)[1:]]  # after ctx
+    if not grads:
+        return
+    read = {n.id for n in ast.walk(backward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if read & set(grads):
+        return  # the incoming gradient reaches the result (or at least is read)
+    returns = [r for r in _returns(backward) if not _all_none(r.value)]
+    if returns:
+        ctx.report(returns[0], variable=node.name, grads=", ".join(grads))
