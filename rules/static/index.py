@@ -541,7 +541,8 @@ class Index:
                     name = dotted(t)
                     inner = self.binding(v)
                     if name and inner is not None:
-                        wrapper = "accelerate" if inner.kind == "module" else inner.wrapper
+                        # A prepared loader moves its batches to the device itself: the wrapper says so.
+                        wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
                         self._add(Binding(name, inner.kind, inner.cls, stmt, inner.call, wrapper, inner.compiled, dotted(v)))
             return
         name = dotted(target)
@@ -557,7 +558,9 @@ class Index:
         ):
             inner = self.binding(value.args[0])
             if inner is not None:
-                b = Binding(name, inner.kind, inner.cls, stmt, inner.call, "accelerate" if inner.kind == "module" else None, inner.compiled, dotted(value.args[0]))
+                b = Binding(name, inner.kind, inner.cls, stmt, inner.call,
+                            "accelerate" if inner.kind in ("module", "dataloader") else None, inner.compiled,
+                            dotted(value.args[0]))
         if b is not None:
             self._add(b)
 
@@ -965,7 +968,8 @@ class Index:
         child = node
         for anc in self.ancestors(node):
             if isinstance(anc, WITHS) and child in anc.body:
-                if any(self._is_grad_off(item.context_expr) for item in anc.items):
+                if any(self._is_grad_off(item.context_expr) and not self._train_or_eval_toggle(item.context_expr, anc)
+                       for item in anc.items):
                     return True
             elif isinstance(anc, FUNCTIONS):
                 if any(self._is_grad_off(d) for d in anc.decorator_list):
@@ -980,6 +984,17 @@ class Index:
                 return False
             child = anc
         return self._set_grad_false_before(self.tree, node)
+
+    def _train_or_eval_toggle(self, expr: ast.AST, block: ast.AST) -> bool:
+        """`with torch.set_grad_enabled(train):` around a body that calls backward(): one function for both
+        training and evaluation, with grad on whenever the backward runs."""
+        if not (isinstance(expr, ast.Call) and self.resolve(expr.func) in self.names["set_grad_enabled"]):
+            return False
+        mode = kwarg(expr, "mode", 0)
+        if mode is None or isinstance(mode, ast.Constant):
+            return False
+        backward = set(self.backward_calls)
+        return any(isinstance(n, ast.Call) and n in backward for n in ast.walk(block))
 
     def _set_grad_false_before(self, scope: ast.AST, node: ast.AST) -> bool:
         line = getattr(node, "lineno", 0)
@@ -1145,6 +1160,10 @@ class Index:
         return False
 
     # -- contexts ----------------------------------------------------------------------------
+
+    def uses_accelerate(self) -> bool:
+        """An `accelerate.Accelerator` is built: it places each process on its own GPU when there is one."""
+        return bool(self.calls_to("accelerate.Accelerator"))
 
     def contexts(self) -> set[str]:
         """Setup facts for the router (routing.toml [[context]])."""

@@ -321,6 +321,9 @@ def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
 def _may_change_device(ctx: Context) -> str | None:
     """Why a script may load a checkpoint on another device than the one that saved it."""
     index = ctx.index
+    if index.uses_accelerate():
+        return ("every process of this Accelerate script runs it: each first materialises the tensors on the GPU "
+                "that saved them (usually cuda:0), piling copies onto one GPU, or fails where that GPU is absent")
     if GPU_SOURCE.search(ctx.source) is None:
         return None
     if index.calls_to("torch.cuda.is_available"):
@@ -344,8 +347,11 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if kwarg(node, "map_location", 1) is not None or any(kw.arg is None for kw in node.keywords):
         return
     reason = _may_change_device(ctx)
-    if reason is None or _written_here(index, kwarg(node, "f", 0)):
-        return  # a file this script writes itself: saved and loaded by the same setup
+    if reason is None:
+        return
+    several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
+    if not several and _written_here(index, kwarg(node, "f", 0)):
+        return  # a file this single-process script writes itself: saved and loaded by the same setup
     ctx.report(node, variable=_load_call(ctx, node), reason=reason)
 
 

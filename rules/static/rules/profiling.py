@@ -56,7 +56,8 @@ def trains_on_gpu(ctx: Context) -> bool:
     """The file has a training loop and puts work on a CUDA device."""
     return ctx.memo(
         "profiling:trains-on-gpu",
-        lambda: bool(ctx.index.training_loops()) and GPU_SOURCE.search(ctx.source) is not None,
+        lambda: bool(ctx.index.training_loops())
+        and (GPU_SOURCE.search(ctx.source) is not None or ctx.index.uses_accelerate()),
     )
 
 
@@ -238,7 +239,8 @@ def _gpu_training_loaders(ctx: Context) -> list[tuple[Binding, Loop]]:
         seen: set[int] = set()
         out = []
         for loop, loaders in _loader_loops(ctx):
-            if not loop.trains or not batch_copies(index, loop):
+            prepared = any(b.wrapper == "accelerate" for b in loaders)  # Accelerate copies the batches itself
+            if not loop.trains or not (prepared or batch_copies(index, loop)):
                 continue
             for b in loaders:
                 if id(b.call) in seen or b.star_kwargs:
