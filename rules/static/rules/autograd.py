@@ -658,6 +658,5 @@ def backward_ignores_grad_output(node: ast.ClassDef, ctx: Context) -> None:
     read = {n.id for n in ast.walk(backward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if read & set(grads):
         return  # the incoming gradient reaches the result (or at least is read)
-    returns = [r for r in _returns(backward) if not _all_none(r.value)]
-    if returns:
-        ctx.report(returns[0], variable=node.name, grads=", ".join(grads))
+    if any(not _all_none(r.value) for r in _returns(backward)):
+        ctx.report(backward, variable=node.name, grads=", ".join(grads))  # the signature names what is dropped

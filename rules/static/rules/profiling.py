@@ -207,6 +207,10 @@ def _heavy_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     if expr is None or depth > 6:
         return False
     if isinstance(expr, ast.Name):
+        # A Hugging Face dataset with an on-the-fly transform decodes and augments in __getitem__.
+        if any(dotted(c.func.value) == expr.id  # type: ignore[attr-defined]
+               for c in index.method_calls("set_transform") + index.method_calls("with_transform")):
+            return True
         return _heavy_dataset(index, latest_value(index, expr.id, expr), depth + 1)
     if not isinstance(expr, ast.Call):
         return False
