@@ -485,6 +485,36 @@ def zero_grad_every_micro_step(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("accumulation-not-applied")
+def accumulation_not_applied(case: Case) -> Advice:
+    where = case.at("The training loop")
+    count = case.text("count") or "accum_steps"
+    step = case.text("step") or "optimizer.step()"
+    return Advice(
+        f"{where} divides the loss by `{count}` as gradient accumulation does, but `{step}` runs on every "
+        f"micro-batch: no gradients accumulate, and every update is `{count}` times smaller than intended.",
+        [
+            Fix(
+                title="Step and clear once per accumulation group",
+                snippet=f"loss = criterion(model(x), y) / {count}\nloss.backward()\n"
+                f"if (step + 1) % {count} == 0:\n    optimizer.step()\n    optimizer.zero_grad()",
+                why="The division turns the sum of the group's gradients into their mean; it only makes sense "
+                "when the step waits for the whole group.",
+                verify=f"The number of optimizer steps per epoch is the number of batches divided by {count}.",
+                location=case.location,
+            ),
+            Fix(
+                title="Or drop the division, if no accumulation is wanted",
+                snippet="loss = criterion(model(x), y)\nloss.backward()\noptimizer.step()",
+                why="Without accumulation the division only scales the learning rate down.",
+                verify="The update size matches a run without the accumulation setting.",
+                location=case.location,
+            ),
+        ],
+        [f"`torchdoctor run --probe accumulation {case.script}` counts backward passes per optimizer step."],
+    )
+
+
 @SPECIALIST.handles("fp16-overflow")
 def fp16_overflow(case: Case) -> Advice:
     where = case.at("The code")

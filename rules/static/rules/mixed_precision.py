@@ -1189,3 +1189,40 @@ def fp16_overflowing_fill(node: ast.Call, ctx: Context) -> None:
     if value is None or value != value or abs(value) in (float("inf"),) or abs(value) <= FP16_MAX:
         return
     ctx.report(node, value=ctx.segment(arg, 30), number=f"{value:g}", call=ctx.segment(func, 40))
+
+
+# -- TD415 -------------------------------------------------------------------------------------
+
+
+def _divided_for_accumulation(node: ast.AST) -> ast.expr | None:
+    """`loss /= accum_steps` or `loss = loss / args.gradient_accumulation_steps`: the divisor."""
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
+        divisor = node.value
+    elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Div):
+        divisor = node.value.right
+    else:
+        return None
+    return divisor if _ACCUM_NAME.search(dotted(divisor) or "") else None
+
+
+@rule("TD415", ast.Module)
+def accumulation_not_applied(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    steps = set(index.step_calls)
+    backward = set(index.backward_calls)
+    accumulating = {id(acc.loop) for acc in accumulations(ctx)}
+    for loop in index.loops.values():
+        if id(loop) in accumulating or not loop.has_backward:
+            continue
+        here = [c for c in loop.calls if c in steps]
+        if not here or any(_mod_guard(index, c, loop) is not None for c in here):
+            continue
+        if any(isinstance(a, ast.If) for c in here for a, _ in _between(index, c, loop.node)):
+            continue  # the step runs under some condition we do not read
+        if any(c in backward and is_engine_backward(c) for c in loop.calls):
+            continue  # accelerator.backward / engine.backward: the framework accumulates
+        for stmt in ast.walk(loop.node):
+            divisor = _divided_for_accumulation(stmt)
+            if divisor is not None and index.loop_of(stmt) is loop:
+                ctx.report(stmt, count=ctx.segment(divisor, 40), step=ctx.segment(here[0], 40))
+                break
