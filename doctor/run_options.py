@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.notebook import SCRIPT_NAME, Notebook, NotebookError, read_notebook
 from torchdoctor.run_launch import (
     Launch,
     LaunchError,
@@ -30,9 +31,10 @@ FAIL_ON = ("error", "warning", "never")
 # Every file a run writes into its directory, so that a reused --out DIR drops an earlier run's copies and
 # never anything else: the per-rank files (probes/session.py `rank_file`: the session's events, stacks and
 # crash stacks, the memory probe's snapshot, the profile probe's trace), the parent's own files (the schedule
-# analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report).
+# analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report), and a notebook's converted script
+# (doctor/notebook.py).
 RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
-RUN_FILES = ("report.json", "lr_curves.csv")
+RUN_FILES = ("report.json", "lr_curves.csv", SCRIPT_NAME)
 OUR_FILES = re.compile(
     "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [
         re.escape(stem) + r"\.rank\d+\." + re.escape(suffix)
@@ -81,6 +83,12 @@ class RunPlan:
     thresholds: dict[str, Any]
     launch: Launch | None = None  # a torchrun job (run_launch.py); None: one process
     ddp_debug: bool = False
+    notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
+
+    @property
+    def child_cwd(self) -> str:
+        """Where the script runs: the working directory; a notebook's own folder, as a Jupyter kernel."""
+        return self.notebook.folder if self.notebook is not None else self.cwd
 
     @property
     def distributed(self) -> bool:
@@ -95,13 +103,15 @@ class RunPlan:
         """The command this run stands for, as the user would type it without torchdoctor."""
         if self.launch is not None:
             return list(self.launch.typed)
+        if self.notebook is not None:
+            return ["jupyter", "execute", str(self.script), *self.args]
         head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
         return head + self.args
 
     def child_argv(self) -> list[str]:
         if self.launch is not None:
             return self.launch.argv()
-        target = ["-m", self.module] if self.module else [str(self.script)]
+        target = ["-m", self.module] if self.module else [self.notebook.path if self.notebook else str(self.script)]
         return [sys.executable, "-m", "torchdoctor.probes.bootstrap", *target, *self.args]
 
     def child_config(self) -> dict[str, Any]:
@@ -114,6 +124,8 @@ class RunPlan:
             "project": self.project,
             "options": {name: self.thresholds.get(name, {}).get("instrument", {}) for name in self.probes},
         }
+        if self.notebook is not None:
+            config["notebook"] = self.notebook.config()  # run cell by cell (probes/notebook.py)
         if self.launch is not None:
             config["launcher"] = "torchrun"  # the bootstrap records each rank's exit status (bootstrap.py)
         return config
@@ -246,6 +258,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         raise UsageError("rendezvous options (--nnodes, --node-rank, --master-addr, --master-port, --rdzv-*, "
                          "--standalone) need --nproc-per-node")
     script: str | None = None
+    notebook: Notebook | None = None
     if req.module:
         if not _module_exists(req.module, cwd):
             raise UsageError(f"no module named {req.module!r} (looked in {cwd} and the Python path)")
@@ -262,6 +275,11 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         if not os.access(path, os.R_OK):
             raise UsageError(f"cannot read {script}")
         project = str(path.resolve().parent if path.is_file() else path.resolve())
+        if path.is_file() and path.suffix == ".ipynb":
+            try:
+                notebook = read_notebook(path)
+            except NotebookError as exc:
+                raise UsageError(str(exc)) from None
 
     if req.nproc_per_node is not None:
         try:
@@ -271,16 +289,25 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
     if launch is not None and not torch_available():
         raise UsageError(f"a distributed run needs torch in this Python ({sys.executable}): torchrun is "
                          "torch.distributed.run")
+    if notebook is not None and launch is not None:
+        raise UsageError(f"{script} is a notebook: a distributed run needs a script (export it with "
+                         f"`jupyter nbconvert --to script {script}`)")
     if req.ddp_debug and launch is None:
         raise UsageError("--ddp-debug needs a distributed run (--nproc-per-node N, or a torchrun line after --)")
 
     hang = req.hang_timeout if req.hang_timeout is not None else float(thresholds["run"]["hang_timeout_s"])
+    run_dir = _run_dir(req.out, cwd)
+    if notebook is not None:
+        try:
+            notebook.write(run_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot write the converted notebook to {run_dir}: {exc.strerror or exc}") from None
     return RunPlan(
         script=script,
         module=req.module,
         args=args,
         project=project,
-        run_dir=_run_dir(req.out, cwd),
+        run_dir=run_dir,
         probes=probes,
         steps=req.steps,
         timeout_s=req.timeout,
@@ -292,6 +319,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         thresholds=thresholds,
         launch=launch,
         ddp_debug=req.ddp_debug,
+        notebook=notebook,
     )
 
 

@@ -80,7 +80,7 @@ def supervise(plan: RunPlan) -> ChildResult:
     return Supervisor(
         argv=plan.child_argv(),
         env=env,
-        cwd=plan.cwd,
+        cwd=plan.child_cwd,
         run_dir=plan.run_dir,
         stdout=stdout,
         timeout_s=plan.timeout_s,
@@ -154,12 +154,19 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     from torchdoctor.diagnosis import diagnose
 
     started = time.perf_counter()
+    if plan.notebook is not None:
+        plan.notebook.remember_lines()  # the cells' own lines for the locations' `code`
     found = analyse(run)
     if plan.distributed or len(run.ranks) > 1:
         _across_ranks(run, found)
     from torchdoctor.analysis.static import add_static
 
     add_static(plan, found)  # check's findings on the same script; diagnose() merges them with the measured ones
+    if plan.notebook is not None:
+        from torchdoctor.notebook import relocate
+
+        relocate(found)  # 'train.ipynb:cell 3', line 4 -> path 'train.ipynb', cell 3, line 4
+        found.notes[:0] = plan.notebook.notes()
     outcome = run.outcome
     report = Report(
         command="run",

@@ -32,11 +32,11 @@ class Case:
         """The script to name in commands: the user's own, or a placeholder.
 
         `ask` keeps the user's sentence as its target, so only a single path
-        ending in .py counts; a located symptom names its own file.
+        ending in .py (or .ipynb) counts; a located symptom names its own file.
         """
         loc = self.location
         for candidate in (loc.path if loc is not None else None, self.target):
-            if candidate and candidate.endswith(".py") and not any(ch.isspace() for ch in candidate):
+            if candidate and candidate.endswith((".py", ".ipynb")) and not any(ch.isspace() for ch in candidate):
                 return candidate
         return "train.py"
 
@@ -137,7 +137,7 @@ class Case:
         loc = self.location
         if loc is None or loc.line is None:
             return fallback
-        where = f"line {loc.line}"
+        where = f"cell {loc.cell}, line {loc.line}" if loc.cell else f"line {loc.line}"  # as `check` words it
         if self.target is None or loc.path != self.target:
             where += f" of {loc.path}"
         if loc.code:
