@@ -95,6 +95,15 @@ class RunPlan:
         return self.launch is not None
 
     @property
+    def multinode(self) -> bool:
+        """A torchrun job over more than one node (--nnodes N or MIN:MAX with a maximum above 1)."""
+        nnodes = self.launch.option("--nnodes") if self.launch is not None else None
+        try:
+            return nnodes is not None and int(nnodes.rpartition(":")[2]) > 1
+        except ValueError:
+            return False
+
+    @property
     def display_target(self) -> str:
         return f"-m {self.module}" if self.module else str(self.script)
 

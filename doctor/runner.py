@@ -91,6 +91,7 @@ def supervise(plan: RunPlan) -> ChildResult:
         distributed=plan.distributed,
         rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
         peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
+        node_settle_s=float(spread.get("node_settle_s", 3.0)) if plan.multinode else 0.0,
     ).run()
 
 

@@ -175,6 +175,14 @@ def rank_crashed(case: Case) -> Advice:
     if peer and rank is None:
         facts = f"The connection to {peer} was reset: that rank exited"
     facts += "; the other ranks wait in their next collective for a partner that is gone."
+    remote = case.value("remote_ranks")
+    if case.value("lost_peer") is True and remote:
+        # one node of a multi-node job: this rank saw its partner go away; the cause is on another node
+        others = (f"rank {remote[0]} runs on another node" if len(remote) == 1
+                  else f"ranks {listing(remote)} run on other nodes")
+        facts = (f"{who} lost its connection to another rank" + (f" at step {case.step}" if case.step is not None
+                 else "") + (f" (`{error}`)" if error else "") + f": {others}, where the job failed first. Read "
+                 "that node's report (its --out directory) for the failing rank's error and line.")
     if after_last:
         facts = (
             f"{who} aborted at process exit, after its last training step and its own last output"
