@@ -224,3 +224,14 @@ def test_a_notebook_cannot_be_launched_through_torchrun(tmp_path):
     assert proc.returncode == exitcodes.USAGE
     assert "nb.ipynb is a notebook: a distributed run needs a script" in proc.stderr_text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.ipynb"]
+
+
+def test_the_shared_reader_keeps_the_statement_of_a_time_magic():
+    """`%time x = f()` defines x in Jupyter: `run` must run the statement, and `check`'s rules read it."""
+    from torchdoctor.rules.static.sources import notebook_unit
+
+    cells = [("code", ["%time model = make()\n", "for i in range(3):\n", "    %timeit step(model)\n",
+                       "    %timeit -n 3 step(model)\n", "    !echo done"])]
+    unit = notebook_unit("nb.ipynb", json.dumps(notebook(cells)).encode())
+    assert unit.text.split("\n") == ["model = make()", "for i in range(3):", "    step(model)", "    pass",
+                                     "    pass"]
