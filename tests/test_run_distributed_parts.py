@@ -15,7 +15,7 @@ from tests.conftest import cli
 from torchdoctor import exitcodes
 from torchdoctor.analysis import distributed
 from torchdoctor.analysis.evidence import Outcome, RunEvidence
-from torchdoctor.analysis.ranks import blocked_in, decide, first_failure, rank_end
+from torchdoctor.analysis.ranks import blocked_in, decide, first_failure, rank_end, remote_ranks
 from torchdoctor.run_launch import (
     BOOTSTRAP,
     LaunchError,
@@ -168,6 +168,29 @@ def test_the_first_failure_by_time_is_the_cause():
     assert first.rank == 1 and first.error == "ValueError: bad"
     outcome = decide(1, None, ends, 3.0, None)
     assert (outcome.stopped, outcome.exit_code) == ("crashed", 1) and "Rank 1 failed first" in outcome.notes[0]
+
+
+def _raised(rank: int, message: str) -> list[dict]:
+    return _rank_events(rank, {"kind": "exception", "type": "RuntimeError", "message": message, "t": 1.9},
+                        {"kind": "exit", "reason": "exception", "code": 1, "t": 1.95})
+
+
+def test_on_one_node_of_several_a_lost_connection_points_to_the_other_node():
+    """Node 0 of a 2-node job holds rank 0's evidence only: rank 0 lost its partner, it did not fail first."""
+    lost = rank_end(0, _raised(0, "[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4431"))
+    assert lost.lost_peer and lost.world_size == 2 and remote_ranks({0: lost}) == [1]
+    outcome = decide(1, None, {0: lost}, 3.0, None)
+    assert outcome.stopped == "crashed"
+    assert outcome.notes[0].startswith("Rank 0 lost its connection to another rank after 3 optimizer steps")
+    assert "rank 1 runs on another node, where the failure began" in outcome.notes[0]
+    nccl = rank_end(0, _raised(0, "ncclRemoteError: A call failed possibly due to a network error or a remote "
+                                  "process exiting prematurely."))
+    assert nccl.lost_peer
+    # a failure of its own on one node is still the first failure; so is a lost connection with every rank here
+    own = rank_end(0, _raised(0, "CUDA error: an illegal memory access was encountered"))
+    assert not own.lost_peer and "Rank 0 failed first" in decide(1, None, {0: own}, 3.0, None).notes[0]
+    both = {0: lost, 1: rank_end(1, _raised(1, "Connection reset by peer"))}
+    assert remote_ranks(both) == [] and "Rank 0 failed first" in decide(1, None, both, 3.0, None).notes[0]
 
 
 def test_a_segfault_without_an_exit_event_and_a_non_zero_exit():
