@@ -32,11 +32,12 @@ class Case:
         """The script to name in commands: the user's own, or a placeholder.
 
         `ask` keeps the user's sentence as its target, so only a single path
-        ending in .py (or .ipynb) counts; a located symptom names its own file.
+        ending in .py counts (a notebook's path would make `python …` and `torchrun …`
+        commands wrong); a located symptom names its own file.
         """
         loc = self.location
         for candidate in (loc.path if loc is not None else None, self.target):
-            if candidate and candidate.endswith((".py", ".ipynb")) and not any(ch.isspace() for ch in candidate):
+            if candidate and candidate.endswith(".py") and not any(ch.isspace() for ch in candidate):
                 return candidate
         return "train.py"
 
