@@ -17,7 +17,6 @@ finally splits such a path into the report's `path` and `cell`, the way
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
 from dataclasses import dataclass, field
@@ -63,12 +62,15 @@ class Notebook:
         remember_cells(self.path, self.text, self.cells)
 
     def notes(self) -> list[str]:
-        ran = f"Ran the notebook's {len(self.cells)} code cell{'s' if len(self.cells) != 1 else ''} in order as " \
-              "one script"
+        """What the report says about the conversion: cells that ran, lines skipped or translated."""
+        def count(n: int, what: str) -> str:
+            return f"{n} {what}{'' if n == 1 else 's'}"
+
+        ran = f"Ran the notebook's {count(len(self.cells), 'code cell')} in order, in one namespace"
         if self.magics:
-            ran += f"; {self.magics} IPython magic or shell line{'s were' if self.magics != 1 else ' was'} skipped"
+            ran += f"; skipped {count(self.magics, 'IPython magic or shell line')}"
         if self.timed:
-            ran += f"; {self.timed} `%time`/`%timeit` line{'s' if self.timed != 1 else ''} ran as plain Python"
+            ran += f"; ran {count(self.timed, '`%time`/`%timeit` line')} as plain Python"
         notes = [ran + f" (the converted script: {SCRIPT_NAME} in the run directory)."]
         for number, why in self.skipped:
             notes.append(f"Cell {number} did not run ({why}): `torchdoctor run` runs Python cells only.")
@@ -136,9 +138,3 @@ def _split(location: Any) -> None:
     path, cell = split_cell_path(location.path)
     if cell is not None:
         location.path, location.cell = path, cell
-
-
-def forget_lines(notebook: Notebook) -> None:
-    """Drop the cells from linecache (tests run several notebooks in one process)."""
-    for number, _, _ in notebook.cells:
-        linecache.cache.pop(f"{notebook.path}{CELL_SUFFIX}{number}", None)

@@ -31,8 +31,8 @@ FAIL_ON = ("error", "warning", "never")
 # Every file a run writes into its directory, so that a reused --out DIR drops an earlier run's copies and
 # never anything else: the per-rank files (probes/session.py `rank_file`: the session's events, stacks and
 # crash stacks, the memory probe's snapshot, the profile probe's trace), the parent's own files (the schedule
-# analysis's lr_curves.csv) and the report with its temporary copy (runner.write_report), and a notebook's converted script
-# (doctor/notebook.py).
+# analysis's lr_curves.csv, a notebook's converted script: doctor/notebook.py) and the report with its
+# temporary copy (runner.write_report).
 RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
 RUN_FILES = ("report.json", "lr_curves.csv", SCRIPT_NAME)
 OUR_FILES = re.compile(
