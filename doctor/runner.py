@@ -115,7 +115,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
 
         ends = {rank: ranks.rank_end(rank, rows) for rank, rows in events.items() if rows}
         outcome = ranks.decide(result.returncode, result.decided, ends, result.duration_s, result.sent_signal)
-        options["distributed"] = {"decided_at": result.decided_at, "peer_failed": result.peer_failed}
+        options["distributed"] = {"decided_at": result.decided_at, "peer_failed": result.peer_failed,
+                                  **plan.launch.rendezvous()}
     else:
         exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
         outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
@@ -194,6 +195,9 @@ def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
 
     if "distributed" not in run.probes:
         found.absorb("distributed", distributed.analyse(run))
+    waiting = distributed.rendezvous_wait(run)
+    if waiting is not None:  # no rank ever started: not a script's hang
+        found.symptoms = [s for s in found.symptoms if s.id != "hang"] + [waiting]
     found.error = distributed.first_error(run) or found.error
     classified = {"collective-mismatch", "ddp-hang", "rank-crashed"}
     if run.outcome.stopped == "hang" and any(s.id in classified for s in found.symptoms):

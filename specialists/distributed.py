@@ -634,8 +634,15 @@ def init_failed(case: Case) -> Advice:
     variable = case.text("variable")
     port = case.num("port")
     host = case.text("host")
+    waiting = case.value("waiting_for_nodes") is True  # this node's agent waited for nodes that never joined
     if variable:
         facts = f"init_process_group found no {variable} in the environment: the script was started without torchrun"
+    elif waiting:
+        endpoint = case.text("endpoint")
+        facts = (f"No rank started: this node's torchrun agent waited {secs(case.num('seconds') or 0)} at the "
+                 f"rendezvous{' ' + endpoint if endpoint else ''} for the job's other nodes (--nnodes "
+                 f"{case.text('nnodes')}), and they never joined: start the same command on every node, each with its "
+                 "own --node-rank and this endpoint, and check that every node reaches it")
     elif port is not None and "store-port-in-use" in case.sources:
         facts = f"Port {port:.0f} is already in use: another job (or a leftover process) holds the rendezvous port"
     elif port is not None:
@@ -647,7 +654,7 @@ def init_failed(case: Case) -> Advice:
     facts += "."
     return Advice(
         facts,
-        [
+        [fix for fix in [
             Fix(
                 title="Launch with torchrun, which sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous",
                 snippet=f"torchrun --standalone --nproc-per-node 2 {case.script}",
@@ -668,7 +675,7 @@ def init_failed(case: Case) -> Advice:
                 why="DDP and every dist.* call need the default process group.",
                 verify="dist.is_initialized() is True before the first collective.",
             ),
-        ],
+        ] if not waiting or fix.title.startswith("Multi-node")],  # a node left alone: only the rendezvous matters
         [f"`torchdoctor run --nproc-per-node 2 --steps 5 {case.script}` launches through torchrun with the right environment."],
     )
 

@@ -289,3 +289,41 @@ def test_a_rank_that_ran_ahead_and_exited_while_the_other_waits(tmp_path):
     assert crashed.evidence[0].values["exit_code"] == 0
     assert "rank 0 waits in all_reduce at train.py:33" in crashed.evidence[1].summary
 
+
+
+# -- a node whose partners never join the rendezvous ------------------------------------------------
+
+
+def _never_started(project: Path, *rendezvous: str):
+    """The parent's whole diagnosis of a torchrun job in which no rank ever started (the supervisor's
+    watchdog stopped the agent at the start-up allowance): nothing measured, no process needed."""
+    from torchdoctor.run_process import ChildResult
+    from torchdoctor.runner import build_report, evidence_of
+
+    plan = make_plan(RunRequest(target=["train.py"], nproc_per_node="1", rendezvous=list(rendezvous),
+                                probes=["distributed"], out=str(project / "run")), cwd=str(project))
+    result = ChildResult(returncode=-15, decided="hang", duration_s=61.0, seconds_without_step=60.2,
+                         sent_signal="SIGTERM")
+    return build_report(plan, evidence_of(plan, result))
+
+
+def test_a_node_left_alone_at_the_rendezvous_is_told_so(project):
+    report = _never_started(project, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "node0:29400")
+    assert report.run.stopped == "hang"
+    assert [s.id for s in report.symptoms] == ["distributed-init-failed"]  # not a script's `hang`
+    [symptom] = report.symptoms
+    assert symptom.evidence[0].summary == (
+        "No rank started in 60.2 s: torchrun's agent on this node was still in the rendezvous at node0:29400, "
+        "waiting for the job's other nodes to join (--nnodes 2, this node's rank 0)")
+    assert symptom.evidence[0].values["host"] == "node0" and symptom.evidence[0].values["port"] == 29400
+    assert report.reports[0].diagnosis.startswith("No rank started: this node's torchrun agent waited 60.2 s at "
+                                                  "the rendezvous node0:29400 for the job's other nodes")
+    assert [f.title for f in report.reports[0].fixes] == ["Multi-node: one reachable endpoint, same command on every node"]
+
+
+def test_static_rendezvous_options_name_the_endpoint_too(project):
+    report = _never_started(project, "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                            "--master-port", "29501")
+    [symptom] = report.symptoms
+    assert "rendezvous at 10.0.0.1:29501" in symptom.evidence[0].summary
+    assert "this node's rank 1" in symptom.evidence[0].summary

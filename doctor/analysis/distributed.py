@@ -340,6 +340,31 @@ def _secs(run: RunEvidence) -> str:
     return f"{seconds:.1f} s" if seconds else "a while"
 
 
+def rendezvous_wait(run: RunEvidence) -> Symptom | None:
+    """A distributed run stopped at --hang-timeout before any rank started: torchrun's agent was still in
+    the rendezvous, most often waiting for nodes that never joined (not started, another endpoint, a
+    firewall). None for any other run."""
+    if run.outcome.stopped != "hang" or any(run.start(r) for r in run.ranks):
+        return None
+    meet = run.options.get("distributed", {})
+    nnodes, endpoint = meet.get("nnodes"), meet.get("endpoint")
+    if not nnodes and not endpoint:
+        return None  # --standalone: the agent's own store on this host; nothing to wait for
+    seconds = run.outcome.seconds_without_step or run.outcome.hang_timeout_s or 0.0
+    where = f" at {endpoint}" if endpoint else ""
+    summary = f"No rank started in {seconds:.1f} s: torchrun's agent on this node was still in the rendezvous{where}"
+    many = nnodes is not None and nnodes.rpartition(":")[2] not in ("", "1")
+    if many:
+        summary += f", waiting for the job's other nodes to join (--nnodes {nnodes}"
+        summary += f", this node's rank {meet['node_rank']})" if meet.get("node_rank") else ")"
+    host, _, port = (endpoint or "").rpartition(":")
+    values: dict[str, Any] = {"seconds": round(seconds, 2), "nnodes": nnodes, "node_rank": meet.get("node_rank"),
+                              "endpoint": endpoint, "waiting_for_nodes": many}
+    if host and port.isdigit():
+        values.update(host=host, port=int(port))
+    return run.symptom("distributed-init-failed", probe=PROBE, summary=summary, values=values, severity="error")
+
+
 def _ddp_debug_mismatch(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
     """TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected mismatch between collectives" errors -> collective-mismatch."""
     seen: dict[int, dict[str, Any]] = {}
