@@ -153,10 +153,10 @@ def symptom_of(result: Result) -> Symptom:
     from torchdoctor.rules.catalog import make_symptom
 
     f: Finding = result.finding
-    location = Location(f.path, f.line, f.col, f.end_line, result.function, result.code or None)
+    location = Location(f.path, f.line, f.col, f.end_line, result.function, result.code or None, cell=f.cell)
     evidence = Evidence(
         kind="static",
-        summary=(f"cell {f.cell}: " if f.cell else "") + f"{f.message} [{f.code}]",
+        summary=f"{f.message} [{f.code}]",  # a notebook's cell is in the location
         quote=result.code or None,
         values={**result.values, "rule": f.name},
         source=f.code,

@@ -18,6 +18,8 @@ sys.path and __main__); its own arguments go after `--`:
 
   torchdoctor run -m mypkg.train --gpu-memory 10GiB -- --epochs 1
 
+  torchdoctor run notebook.ipynb --steps 50   (its code cells in order, as in Jupyter)
+
   torchdoctor run --nproc-per-node 2 train.py -- --epochs 3   (through torchrun)
 
   torchdoctor run -- torchrun --nproc-per-node 2 train.py     (your own torchrun line)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: Location.cell (a notebook cell)
 
 SPECIALISTS: tuple[str, ...] = (
     "memory",
@@ -74,9 +74,11 @@ class Location(_Serialisable):
     end_line: int | None = None
     function: str | None = None
     code: str | None = None  # the source line, stripped
+    cell: int | None = None  # notebooks: the 1-based cell (among all cells); line is within that cell
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}" if self.line else self.path
+        where = f"{self.path}:cell {self.cell}" if self.cell else self.path  # as `check` names a notebook's lines
+        return f"{where}:{self.line}" if self.line else where
 
 
 @dataclass(repr=False, eq=False)

@@ -79,6 +79,14 @@ class Launch:
                 value = attached if eq else (self.options[i + 1] if i + 1 < len(self.options) else "")
         return value
 
+    def rendezvous(self) -> dict[str, str]:
+        """Where this node's agent meets the others: nnodes, node_rank, endpoint (as given; absent if not)."""
+        endpoint = self.option("--rdzv-endpoint")
+        if not endpoint and self.option("--master-addr"):
+            endpoint = f"{self.option('--master-addr')}:{self.option('--master-port') or 29500}"
+        found = {"nnodes": self.option("--nnodes"), "node_rank": self.option("--node-rank"), "endpoint": endpoint}
+        return {key: value for key, value in found.items() if value}
+
     @property
     def node_rank(self) -> int:
         try:

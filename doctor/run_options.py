@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.notebook import Notebook, NotebookError, read_notebook
 from torchdoctor.run_files import ForeignFile, claim
 from torchdoctor.run_launch import (
     Launch,
@@ -69,10 +70,25 @@ class RunPlan:
     thresholds: dict[str, Any]
     launch: Launch | None = None  # a torchrun job (run_launch.py); None: one process
     ddp_debug: bool = False
+    notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
+
+    @property
+    def child_cwd(self) -> str:
+        """Where the script runs: the working directory; a notebook's own folder, as a Jupyter kernel."""
+        return self.notebook.folder if self.notebook is not None else self.cwd
 
     @property
     def distributed(self) -> bool:
         return self.launch is not None
+
+    @property
+    def multinode(self) -> bool:
+        """A torchrun job over more than one node (--nnodes N or MIN:MAX with a maximum above 1)."""
+        nnodes = self.launch.option("--nnodes") if self.launch is not None else None
+        try:
+            return nnodes is not None and int(nnodes.rpartition(":")[2]) > 1
+        except ValueError:
+            return False
 
     @property
     def display_target(self) -> str:
@@ -83,13 +99,15 @@ class RunPlan:
         """The command this run stands for, as the user would type it without torchdoctor."""
         if self.launch is not None:
             return list(self.launch.typed)
+        if self.notebook is not None:
+            return ["jupyter", "execute", str(self.script), *self.args]
         head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
         return head + self.args
 
     def child_argv(self) -> list[str]:
         if self.launch is not None:
             return self.launch.argv()
-        target = ["-m", self.module] if self.module else [str(self.script)]
+        target = ["-m", self.module] if self.module else [self.notebook.path if self.notebook else str(self.script)]
         return [sys.executable, "-m", "torchdoctor.probes.bootstrap", *target, *self.args]
 
     def child_config(self) -> dict[str, Any]:
@@ -102,6 +120,8 @@ class RunPlan:
             "project": self.project,
             "options": {name: self.thresholds.get(name, {}).get("instrument", {}) for name in self.probes},
         }
+        if self.notebook is not None:
+            config["notebook"] = self.notebook.config()  # run cell by cell (probes/notebook.py)
         if self.launch is not None:
             config["launcher"] = "torchrun"  # the bootstrap records each rank's exit status (bootstrap.py)
         return config
@@ -235,6 +255,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         raise UsageError("rendezvous options (--nnodes, --node-rank, --master-addr, --master-port, --rdzv-*, "
                          "--standalone) need --nproc-per-node")
     script: str | None = None
+    notebook: Notebook | None = None
     if req.module:
         if not _module_exists(req.module, cwd):
             raise UsageError(f"no module named {req.module!r} (looked in {cwd} and the Python path)")
@@ -251,6 +272,11 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         if not os.access(path, os.R_OK):
             raise UsageError(f"cannot read {script}")
         project = str(path.resolve().parent if path.is_file() else path.resolve())
+        if path.is_file() and path.suffix == ".ipynb":
+            try:
+                notebook = read_notebook(path)
+            except NotebookError as exc:
+                raise UsageError(str(exc)) from None
 
     if req.nproc_per_node is not None:
         try:
@@ -260,16 +286,25 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
     if launch is not None and not torch_available():
         raise UsageError(f"a distributed run needs torch in this Python ({sys.executable}): torchrun is "
                          "torch.distributed.run")
+    if notebook is not None and launch is not None:
+        raise UsageError(f"{script} is a notebook: a distributed run needs a script (export it with "
+                         f"`jupyter nbconvert --to script {script}`)")
     if req.ddp_debug and launch is None:
         raise UsageError("--ddp-debug needs a distributed run (--nproc-per-node N, or a torchrun line after --)")
 
     hang = req.hang_timeout if req.hang_timeout is not None else float(thresholds["run"]["hang_timeout_s"])
+    run_dir = _run_dir(req.out, cwd)
+    if notebook is not None:
+        try:
+            notebook.write(run_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot write the converted notebook to {run_dir}: {exc.strerror or exc}") from None
     return RunPlan(
         script=script,
         module=req.module,
         args=args,
         project=project,
-        run_dir=_run_dir(req.out, cwd),
+        run_dir=run_dir,
         probes=probes,
         steps=req.steps,
         timeout_s=req.timeout,
@@ -281,6 +316,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         thresholds=thresholds,
         launch=launch,
         ddp_debug=req.ddp_debug,
+        notebook=notebook,
     )
 
 

@@ -131,6 +131,7 @@ class Supervisor:
         distributed: bool = False,
         rank_grace_s: float = 1.0,
         peer_wait_s: float = 3.0,
+        node_settle_s: float = 0.0,
     ):
         self.argv = argv
         self.env = env
@@ -151,6 +152,7 @@ class Supervisor:
         self.distributed = distributed
         self.rank_grace_s = rank_grace_s
         self.peer_wait_s = peer_wait_s
+        self.node_settle_s = node_settle_s  # a multi-node job: other nodes' watchdogs take their stacks first
         self.ranks: dict[int, int] = {}  # rank -> pid of its main process, on this host, in this job
         self.groups: set[int] = set()  # the ranks' process groups (distributed runs)
         self.decided_at: float | None = None
@@ -250,6 +252,8 @@ class Supervisor:
         self.decided = reason or self.decided
         self.decided_at = time.time()
         self._dump_stacks()
+        if reason == "hang" and self.node_settle_s > 0:
+            time.sleep(self.node_settle_s)  # every node's watchdog fires at about this time: let them dump first
         self._terminate()
 
     def _targets(self) -> dict[int, int]:

@@ -80,7 +80,7 @@ def supervise(plan: RunPlan) -> ChildResult:
     return Supervisor(
         argv=plan.child_argv(),
         env=env,
-        cwd=plan.cwd,
+        cwd=plan.child_cwd,
         run_dir=plan.run_dir,
         stdout=stdout,
         timeout_s=plan.timeout_s,
@@ -91,6 +91,7 @@ def supervise(plan: RunPlan) -> ChildResult:
         distributed=plan.distributed,
         rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
         peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
+        node_settle_s=float(spread.get("node_settle_s", 3.0)) if plan.multinode else 0.0,
     ).run()
 
 
@@ -114,7 +115,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
 
         ends = {rank: ranks.rank_end(rank, rows) for rank, rows in events.items() if rows}
         outcome = ranks.decide(result.returncode, result.decided, ends, result.duration_s, result.sent_signal)
-        options["distributed"] = {"decided_at": result.decided_at, "peer_failed": result.peer_failed}
+        options["distributed"] = {"decided_at": result.decided_at, "peer_failed": result.peer_failed,
+                                  **plan.launch.rendezvous()}
     else:
         exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
         outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
@@ -154,12 +156,19 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     from torchdoctor.diagnosis import diagnose
 
     started = time.perf_counter()
+    if plan.notebook is not None:
+        plan.notebook.remember_lines()  # the cells' own lines for the locations' `code`
     found = analyse(run)
     if plan.distributed or len(run.ranks) > 1:
         _across_ranks(run, found)
     from torchdoctor.analysis.static import add_static
 
     add_static(plan, found)  # check's findings on the same script; diagnose() merges them with the measured ones
+    if plan.notebook is not None:
+        from torchdoctor.notebook import relocate
+
+        relocate(found)  # 'train.ipynb:cell 3', line 4 -> path 'train.ipynb', cell 3, line 4
+        found.notes[:0] = plan.notebook.notes()
     outcome = run.outcome
     report = Report(
         command="run",
@@ -186,6 +195,9 @@ def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
 
     if "distributed" not in run.probes:
         found.absorb("distributed", distributed.analyse(run))
+    waiting = distributed.rendezvous_wait(run)
+    if waiting is not None:  # no rank ever started: not a script's hang
+        found.symptoms = [s for s in found.symptoms if s.id != "hang"] + [waiting]
     found.error = distributed.first_error(run) or found.error
     classified = {"collective-mismatch", "ddp-hang", "rank-crashed"}
     if run.outcome.stopped == "hang" and any(s.id in classified for s in found.symptoms):

@@ -141,6 +141,10 @@ def run(session: Session, target: Target) -> int:
     try:
         if target.module:
             _run_module(target.module)
+        elif session.config.get("notebook"):  # `torchdoctor run notebook.ipynb` (probes/notebook.py)
+            from torchdoctor.probes.notebook import run_cells
+
+            run_cells(session.config["notebook"], _fresh_main())
         else:
             _run_script(str(target.script))
     except StopRun:

@@ -121,6 +121,6 @@ class HolderScan:
             "mib": round(share * n * mean_bytes / MIB, 4),
         }
         if graph:
-            nodes, truncated = self._nodes(graph[-1].grad_fn, walked)
+            nodes, truncated = self._nodes(graph[-1].grad_fn, walked)  # the node, not the tensor
             record.update(graph_nodes_each=nodes, truncated=truncated)
         return record

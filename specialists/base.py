@@ -39,9 +39,10 @@ class Case:
         """The script to name in commands: the user's own, or a placeholder.
 
         `ask` keeps the user's sentence as its target, so only a single path
-        ending in .py counts; a located symptom names its own file, spelled as
-        the target spells it when the target is that file (`demo` names its
-        patient by an absolute path so the commands work from any folder).
+        ending in .py counts (a notebook's path would make `python …` and `torchrun …`
+        commands wrong); a located symptom names its own file, spelled as the
+        target spells it when the target is that file (`demo` names its patient
+        by an absolute path so the commands work from any folder).
         """
         loc = self.location
         path = loc.path if loc is not None else None
@@ -149,7 +150,7 @@ class Case:
         loc = self.location
         if loc is None or loc.line is None:
             return fallback
-        where = f"line {loc.line}"
+        where = f"cell {loc.cell}, line {loc.line}" if loc.cell else f"line {loc.line}"  # as `check` words it
         if self.target is None or not _same_file(loc.path, self.target):
             where += f" of {loc.path}"
         if loc.code:

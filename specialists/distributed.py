@@ -175,6 +175,14 @@ def rank_crashed(case: Case) -> Advice:
     if peer and rank is None:
         facts = f"The connection to {peer} was reset: that rank exited"
     facts += "; the other ranks wait in their next collective for a partner that is gone."
+    remote = case.value("remote_ranks")
+    if case.value("lost_peer") is True and remote:
+        # one node of a multi-node job: this rank saw its partner go away; the cause is on another node
+        others = (f"rank {remote[0]} runs on another node" if len(remote) == 1
+                  else f"ranks {listing(remote)} run on other nodes")
+        facts = (f"{who} lost its connection to another rank" + (f" at step {case.step}" if case.step is not None
+                 else "") + (f" (`{error}`)" if error else "") + f": {others}, where the job failed first. Read "
+                 "that node's report (its --out directory) for the failing rank's error and line.")
     if after_last:
         facts = (
             f"{who} aborted at process exit, after its last training step and its own last output"
@@ -659,8 +667,15 @@ def init_failed(case: Case) -> Advice:
     variable = case.text("variable")
     port = case.num("port")
     host = case.text("host")
+    waiting = case.value("waiting_for_nodes") is True  # this node's agent waited for nodes that never joined
     if variable:
         facts = f"init_process_group found no {variable} in the environment: the script was started without torchrun"
+    elif waiting:
+        endpoint = case.text("endpoint")
+        facts = (f"No rank started: this node's torchrun agent waited {secs(case.num('seconds') or 0)} at the "
+                 f"rendezvous{' ' + endpoint if endpoint else ''} for the job's other nodes (--nnodes "
+                 f"{case.text('nnodes')}), and they never joined: start the same command on every node, each with its "
+                 "own --node-rank and this endpoint, and check that every node reaches it")
     elif port is not None and "store-port-in-use" in case.sources:
         facts = f"Port {port:.0f} is already in use: another job (or a leftover process) holds the rendezvous port"
     elif port is not None:
@@ -672,7 +687,7 @@ def init_failed(case: Case) -> Advice:
     facts += "."
     return Advice(
         facts,
-        [
+        [fix for fix in [
             Fix(
                 title="Launch with torchrun, which sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous",
                 snippet=f"torchrun --standalone --nproc-per-node 2 {case.script}",
@@ -693,7 +708,7 @@ def init_failed(case: Case) -> Advice:
                 why="DDP and every dist.* call need the default process group.",
                 verify="dist.is_initialized() is True before the first collective.",
             ),
-        ],
+        ] if not waiting or fix.title.startswith("Multi-node")],  # a node left alone: only the rendezvous matters
         [f"`torchdoctor run --nproc-per-node 2 --steps 5 {case.script}` launches through torchrun with the right environment."],
     )
 

@@ -15,7 +15,7 @@ from tests.conftest import cli
 from torchdoctor import exitcodes
 from torchdoctor.analysis import distributed
 from torchdoctor.analysis.evidence import Outcome, RunEvidence
-from torchdoctor.analysis.ranks import blocked_in, decide, first_failure, rank_end
+from torchdoctor.analysis.ranks import blocked_in, decide, first_failure, rank_end, remote_ranks
 from torchdoctor.run_launch import (
     BOOTSTRAP,
     LaunchError,
@@ -170,6 +170,29 @@ def test_the_first_failure_by_time_is_the_cause():
     assert (outcome.stopped, outcome.exit_code) == ("crashed", 1) and "Rank 1 failed first" in outcome.notes[0]
 
 
+def _raised(rank: int, message: str) -> list[dict]:
+    return _rank_events(rank, {"kind": "exception", "type": "RuntimeError", "message": message, "t": 1.9},
+                        {"kind": "exit", "reason": "exception", "code": 1, "t": 1.95})
+
+
+def test_on_one_node_of_several_a_lost_connection_points_to_the_other_node():
+    """Node 0 of a 2-node job holds rank 0's evidence only: rank 0 lost its partner, it did not fail first."""
+    lost = rank_end(0, _raised(0, "[../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4431"))
+    assert lost.lost_peer and lost.world_size == 2 and remote_ranks({0: lost}) == [1]
+    outcome = decide(1, None, {0: lost}, 3.0, None)
+    assert outcome.stopped == "crashed"
+    assert outcome.notes[0].startswith("Rank 0 lost its connection to another rank after 3 optimizer steps")
+    assert "rank 1 runs on another node, where the failure began" in outcome.notes[0]
+    nccl = rank_end(0, _raised(0, "ncclRemoteError: A call failed possibly due to a network error or a remote "
+                                  "process exiting prematurely."))
+    assert nccl.lost_peer
+    # a failure of its own on one node is still the first failure; so is a lost connection with every rank here
+    own = rank_end(0, _raised(0, "CUDA error: an illegal memory access was encountered"))
+    assert not own.lost_peer and "Rank 0 failed first" in decide(1, None, {0: own}, 3.0, None).notes[0]
+    both = {0: lost, 1: rank_end(1, _raised(1, "Connection reset by peer"))}
+    assert remote_ranks(both) == [] and "Rank 0 failed first" in decide(1, None, both, 3.0, None).notes[0]
+
+
 def test_a_segfault_without_an_exit_event_and_a_non_zero_exit():
     crash = rank_end(0, _rank_events(0, {"kind": "process-exit", "code": -11, "signal": "SIGSEGV", "time": 1001.0}))
     assert crash.kind == "crash" and crash.failed
@@ -266,3 +289,41 @@ def test_a_rank_that_ran_ahead_and_exited_while_the_other_waits(tmp_path):
     assert crashed.evidence[0].values["exit_code"] == 0
     assert "rank 0 waits in all_reduce at train.py:33" in crashed.evidence[1].summary
 
+
+
+# -- a node whose partners never join the rendezvous ------------------------------------------------
+
+
+def _never_started(project: Path, *rendezvous: str):
+    """The parent's whole diagnosis of a torchrun job in which no rank ever started (the supervisor's
+    watchdog stopped the agent at the start-up allowance): nothing measured, no process needed."""
+    from torchdoctor.run_process import ChildResult
+    from torchdoctor.runner import build_report, evidence_of
+
+    plan = make_plan(RunRequest(target=["train.py"], nproc_per_node="1", rendezvous=list(rendezvous),
+                                probes=["distributed"], out=str(project / "run")), cwd=str(project))
+    result = ChildResult(returncode=-15, decided="hang", duration_s=61.0, seconds_without_step=60.2,
+                         sent_signal="SIGTERM")
+    return build_report(plan, evidence_of(plan, result))
+
+
+def test_a_node_left_alone_at_the_rendezvous_is_told_so(project):
+    report = _never_started(project, "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "node0:29400")
+    assert report.run.stopped == "hang"
+    assert [s.id for s in report.symptoms] == ["distributed-init-failed"]  # not a script's `hang`
+    [symptom] = report.symptoms
+    assert symptom.evidence[0].summary == (
+        "No rank started in 60.2 s: torchrun's agent on this node was still in the rendezvous at node0:29400, "
+        "waiting for the job's other nodes to join (--nnodes 2, this node's rank 0)")
+    assert symptom.evidence[0].values["host"] == "node0" and symptom.evidence[0].values["port"] == 29400
+    assert report.reports[0].diagnosis.startswith("No rank started: this node's torchrun agent waited 60.2 s at "
+                                                  "the rendezvous node0:29400 for the job's other nodes")
+    assert [f.title for f in report.reports[0].fixes] == ["Multi-node: one reachable endpoint, same command on every node"]
+
+
+def test_static_rendezvous_options_name_the_endpoint_too(project):
+    report = _never_started(project, "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+                            "--master-port", "29501")
+    [symptom] = report.symptoms
+    assert "rendezvous at 10.0.0.1:29501" in symptom.evidence[0].summary
+    assert "this node's rank 1" in symptom.evidence[0].summary

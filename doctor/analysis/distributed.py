@@ -56,7 +56,15 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.ranks import Blocked, RankEnd, first_failure, rank_ends, where_ranks_wait
+from torchdoctor.analysis.ranks import (
+    Blocked,
+    RankEnd,
+    first_failure,
+    lost_to_remote,
+    rank_ends,
+    remote_ranks,
+    where_ranks_wait,
+)
 from torchdoctor.analysis.stacks import format_thread
 from torchdoctor.model import Evidence, Location, RunError, Symptom
 from torchdoctor.probes.userframes import display_path
@@ -215,6 +223,10 @@ def _crashed(run: RunEvidence, end: RankEnd, ends: dict[int, RankEnd], facts: di
     if end.after_last_step:
         summary = (f"Rank {end.rank} {end.describe()}, after its last optimizer step (step {end.steps}) and the "
                    "script's own last output; every rank finished its script")
+    elif end.lost_peer and remote_ranks(ends):
+        # one node of a multi-node job: the local rank only saw its partner go away
+        summary = lost_to_remote(end, remote_ranks(ends))
+        values.update(first_failure=False, lost_peer=True, remote_ranks=remote_ranks(ends))
     else:
         summary = (f"Rank {end.rank} failed first: it {end.describe()} after {end.steps} optimizer "
                    f"step{'' if end.steps == 1 else 's'}")
@@ -275,18 +287,25 @@ def _stuck(run: RunEvidence, ends: dict[int, RankEnd], facts: dict[str, Any]) ->
         waiting = {r: b for r, b in waiting.items() if not b.collective}
     outside = {r: b for r, b in waiting.items() if not b.collective}
     stuck = outside or ({} if out else waiting)
+    remote = remote_ranks(ends)  # one node of a multi-node job: the other ranks' stacks are on their nodes
+    elsewhere = (f"; rank {remote[0]} runs on another node" if len(remote) == 1
+                 else f"; ranks {_listing(remote)} run on other nodes") if remote else ""
     for rank, blocked in sorted(stuck.items()):
         values = {**common, "ranks": sorted(stuck), "calls": calls}
+        if remote:
+            values["remote_ranks"] = remote
         if blocked.collective:
             values["collective"] = blocked.collective
-            what = f"waits in {blocked.collective} at {_at(run, blocked)}, like every other rank"
+            what = f"waits in {blocked.collective} at {_at(run, blocked)}"
+            what += f"{elsewhere}: that node's report says where" if remote else ", like every other rank"
         else:
             values["stuck_in"] = blocked.stuck_in
-            what = f"is stuck outside any collective, in {blocked.stuck_in} at {_at(run, blocked)}"
+            what = f"is stuck outside any collective, in {blocked.stuck_in} at {_at(run, blocked)}{elsewhere}"
+        nobody = "No rank on this node" if remote else "No rank"
         out.append(run.symptom(
             "ddp-hang", probe=PROBE, rank=rank, step=run.steps_completed(rank), values=values,
             location=_location(run, blocked), quote=format_thread(blocked.thread) if blocked.thread else None,
-            summary=f"No rank made an optimizer step for {_secs(run)}: rank {rank} {what}",
+            summary=f"{nobody} made an optimizer step for {_secs(run)}: rank {rank} {what}",
             evidence=[_waiting_evidence(run, b) for r, b in sorted(waiting.items()) if r != rank and b.collective],
         ))
     return out
@@ -319,6 +338,31 @@ def _at(run: RunEvidence, blocked: Blocked) -> str:
 def _secs(run: RunEvidence) -> str:
     seconds = run.outcome.seconds_without_step or run.outcome.hang_timeout_s
     return f"{seconds:.1f} s" if seconds else "a while"
+
+
+def rendezvous_wait(run: RunEvidence) -> Symptom | None:
+    """A distributed run stopped at --hang-timeout before any rank started: torchrun's agent was still in
+    the rendezvous, most often waiting for nodes that never joined (not started, another endpoint, a
+    firewall). None for any other run."""
+    if run.outcome.stopped != "hang" or any(run.start(r) for r in run.ranks):
+        return None
+    meet = run.options.get("distributed", {})
+    nnodes, endpoint = meet.get("nnodes"), meet.get("endpoint")
+    if not nnodes and not endpoint:
+        return None  # --standalone: the agent's own store on this host; nothing to wait for
+    seconds = run.outcome.seconds_without_step or run.outcome.hang_timeout_s or 0.0
+    where = f" at {endpoint}" if endpoint else ""
+    summary = f"No rank started in {seconds:.1f} s: torchrun's agent on this node was still in the rendezvous{where}"
+    many = nnodes is not None and nnodes.rpartition(":")[2] not in ("", "1")
+    if many:
+        summary += f", waiting for the job's other nodes to join (--nnodes {nnodes}"
+        summary += f", this node's rank {meet['node_rank']})" if meet.get("node_rank") else ")"
+    host, _, port = (endpoint or "").rpartition(":")
+    values: dict[str, Any] = {"seconds": round(seconds, 2), "nnodes": nnodes, "node_rank": meet.get("node_rank"),
+                              "endpoint": endpoint, "waiting_for_nodes": many}
+    if host and port.isdigit():
+        values.update(host=host, port=int(port))
+    return run.symptom("distributed-init-failed", probe=PROBE, summary=summary, values=values, severity="error")
 
 
 def _ddp_debug_mismatch(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:

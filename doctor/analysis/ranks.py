@@ -22,6 +22,10 @@ terminated) and, under torchrun, the `process-exit` event its waiter wrote
 The first failure (by wall-clock time) among exception, exit-nonzero, crash
 and killed is what the job died of; ranks that failed later — a gloo
 "Connection closed by peer", torchrun's SIGTERM — are its consequences.
+On one node of a multi-node job the evidence holds only this node's ranks
+(`remote_ranks` are the others): a local rank whose error says it lost its
+connection to a peer (`lost_peer`) did not fail first, a rank elsewhere did,
+and that node's own report names it.
 
 Where a live rank waits (`where_ranks_wait`) comes from its faulthandler
 stack: the outermost public function of torch.distributed's c10d module
@@ -51,6 +55,9 @@ from torchdoctor.probes.userframes import is_user_file
 
 FAILURES = ("exception", "exit-nonzero", "crash", "killed")
 STOPPING = ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT")  # signals that stop a process from outside
+# A collective's error when its partner process went away (gloo, NCCL, the c10d store's socket).
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|remote process exit|ncclRemoteError|"
+                       r"Broken pipe|remote worker crash", re.IGNORECASE)
 
 
 @dataclass
@@ -66,6 +73,13 @@ class RankEnd:
     error: str | None = None  # "Type: message" of its exception
     exception: dict[str, Any] | None = None
     host: str | None = None
+    world_size: int | None = None  # from its start event
+
+    @property
+    def lost_peer(self) -> bool:
+        """It raised because a partner process went away (not a failure of its own)."""
+        message = (self.exception or {}).get("message") or self.error or ""
+        return self.kind == "exception" and bool(PEER_LOST.search(message))
 
     @property
     def failed(self) -> bool:
@@ -109,7 +123,8 @@ def rank_end(rank: int, events: list[dict[str, Any]]) -> RankEnd:
     exceptions = [e for e in events if e.get("kind") == "exception"]
     steps = [e for e in events if e.get("kind") == "step"]
     end = RankEnd(rank=rank, kind="unknown", steps=int(steps[-1]["step"]) if steps else 0,
-                  host=start.get("host") if start else None)
+                  host=start.get("host") if start else None,
+                  world_size=int(start["world_size"]) if start and start.get("world_size") else None)
     exit_event = exits[-1] if exits else None
     if exit_event is not None:
         end.reason = exit_event.get("reason")
@@ -156,6 +171,23 @@ def rank_end(rank: int, events: list[dict[str, Any]]) -> RankEnd:
 
 def rank_ends(run: RunEvidence) -> dict[int, RankEnd]:
     return {rank: rank_end(rank, run.events.get(rank, [])) for rank in run.ranks if run.events.get(rank)}
+
+
+def remote_ranks(ends: dict[int, RankEnd]) -> list[int]:
+    """The job's ranks whose evidence is not here: they run on other nodes."""
+    world = max((e.world_size or 0 for e in ends.values()), default=0)
+    return [r for r in range(world) if r not in ends]
+
+
+def lost_to_remote(end: RankEnd, remote: list[int]) -> str:
+    """'Rank 0 lost its connection to another rank after 3 optimizer steps (`…`); rank 1 runs on another
+    node, where the failure began: that node's report names it'."""
+    steps = f"{end.steps} optimizer step{'' if end.steps == 1 else 's'}"
+    where = (f"rank {remote[0]} runs on another node" if len(remote) == 1
+             else f"ranks {_listing(remote)} run on other nodes")
+    return (f"Rank {end.rank} lost its connection to another rank after {steps} (it raised "
+            f"`{_clip(end.error or 'an exception')}`): {where}, where the failure began; that node's report "
+            "names the rank that failed first and its line")
 
 
 def first_failure(ends: dict[int, RankEnd]) -> RankEnd | None:
@@ -241,6 +273,9 @@ def decide(
         steps = f"{first.steps} optimizer step{'' if first.steps == 1 else 's'}"
         notes = [f"Rank {first.rank} failed first: it {first.describe()}"
                  + (f" after {steps}." if first.steps else " before its first optimizer step.")]
+        remote = remote_ranks(ends)
+        if remote and first.lost_peer:
+            notes = [lost_to_remote(first, remote) + "."]
         if first.kind == "exception":
             return Outcome("crashed", first.code if first.code is not None else 1, None, duration, notes=notes)
         if first.kind == "exit-nonzero":

@@ -10,6 +10,7 @@ the frame's current line.
 from __future__ import annotations
 
 import ast
+import linecache
 from functools import lru_cache
 
 GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"}
@@ -17,10 +18,10 @@ GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "ad
 
 @lru_cache(maxsize=64)
 def _tree(path: str) -> ast.Module | None:
+    # through linecache: a notebook cell ('train.ipynb:cell 3') is there, not on disk (probes/notebook.py)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return ast.parse(fh.read(), filename=path)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
         return None
 
 

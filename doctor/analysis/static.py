@@ -37,7 +37,7 @@ def script_path(script: str | None, module: str | None, cwd: str) -> Path | None
         path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__main__.py"
     else:
         return None
-    return path if path.is_file() and path.suffix == ".py" else None
+    return path if path.is_file() and path.suffix in (".py", ".ipynb") else None
 
 
 def static_results(path: Path, cwd: str) -> list[Any]:
@@ -99,18 +99,23 @@ def _add_static(plan: Any, found: Any) -> None:
     found.symptoms += added
     found.measurements["check"] = {
         "findings": len(results),
-        "confirmed": [f"{f.code} line {f.line}" for f in confirmed],
-        "not_measured": [f"{f.code} line {f.line}" for f in unconfirmed],
+        "confirmed": [f"{f.code} {_line(f)}" for f in confirmed],
+        "not_measured": [f"{f.code} {_line(f)}" for f in unconfirmed],
         "summary": f"{len(results)} static finding{'s' if len(results) != 1 else ''} in {_shown(path, plan.cwd)}, "
         f"{len(confirmed)} confirmed by the run",
     }
     if unconfirmed:
-        listed = ", ".join(f"{f.code} {f.name} (line {f.line})" for f in unconfirmed[:5])
+        listed = ", ".join(f"{f.code} {f.name} ({_line(f)})" for f in unconfirmed[:5])
         more = f" and {len(unconfirmed) - 5} more" if len(unconfirmed) > 5 else ""
         found.notes.append(
             f"`torchdoctor check` also flags, in {_shown(path, plan.cwd)}: {listed}{more} — not confirmed by this "
             f"run's measurements; `torchdoctor check {_shown(path, plan.cwd)}` explains them."
         )
+
+
+def _line(f: Any) -> str:
+    """'line 19', or for a notebook 'cell 3, line 4' (as `check` words it)."""
+    return f"cell {f.cell}, line {f.line}" if f.cell else f"line {f.line}"
 
 
 def _shown(path: Path, cwd: str) -> str:

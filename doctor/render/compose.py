@@ -123,7 +123,8 @@ _DOORS = {"probe": "measured", "static": "in the source", "error": "the error", 
 def _door(ev) -> str:
     door = _DOORS.get(ev.kind, ev.kind)
     if ev.kind == "static" and ev.location is not None and ev.location.line:
-        door += f" (line {ev.location.line})"
+        loc = ev.location
+        door += f" (cell {loc.cell}, line {loc.line})" if loc.cell else f" (line {loc.line})"
     return door
 
 

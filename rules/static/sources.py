@@ -126,6 +126,10 @@ def notebook_unit(path: str, data: bytes) -> Unit:
         raise UnreadableSource("the notebook is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
         raise UnreadableSource(f"not a valid notebook: JSON error at line {exc.lineno}: {exc.msg}") from None
+    version = nb.get("nbformat") if isinstance(nb, dict) else None
+    if isinstance(version, int) and version != 4:
+        raise UnreadableSource(f"an nbformat {version} notebook; torchdoctor reads nbformat 4 (convert it with "
+                               "`jupyter nbconvert --to notebook --nbformat 4`)")
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):
         raise UnreadableSource("not a valid notebook: no list of cells")
@@ -161,8 +165,16 @@ def notebook_unit(path: str, data: bytes) -> Unit:
     return unit
 
 
+# `%time STATEMENT` and `%timeit STATEMENT` (no options) time Python code: keep the statement, which later
+# lines may need (`%time model = train()`) and rules should read.
+_TIMED = re.compile(r"^(\s*)%(?:time|timeit)\s+(?!-)(\S.*)$")
+
+
 def _neutralise(line: str) -> str:
     """A magic or shell line -> `pass` at the same indentation (keeps line numbers and blocks)."""
+    timed = _TIMED.match(line)
+    if timed:
+        return timed.group(1) + timed.group(2)
     if _MAGIC.match(line):
         indent = line[: len(line) - len(line.lstrip())]
         return indent + "pass"
