@@ -1182,3 +1182,23 @@ def training_in_validation(case: Case) -> Advice:
         [f"`torchdoctor run --probe validation {case.script}` classifies every forward as trained or evaluation "
          "and reports training forwards that run with the model in eval mode."],
     )
+
+
+@SPECIALIST.handles("zero-dim-index")
+def zero_dim_index(case: Case) -> Advice:
+    where = case.at("The script")
+    name = case.text("variable") or "loss"
+    return Advice(
+        f"{where} indexes `{name}`, a 0-dim tensor, as code written before PyTorch 0.4 did: today it raises "
+        "'IndexError: invalid index of a 0-dim tensor', usually at the first logging step.",
+        [
+            Fix(
+                title="Read the value with .item()",
+                snippet=f"print('loss', {name}.item())",
+                why="Reductions return 0-dim tensors since 0.4; .item() returns the Python number.",
+                verify="The logging line runs; the printed value matches the loss.",
+                location=case.location,
+            )
+        ],
+        [f"`{case.check_cmd('TD6')}` finds the other pre-0.4 idioms in the script."],
+    )

@@ -7,7 +7,7 @@ import ast
 
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, is_eval_word, kwarg
-from torchdoctor.rules.static.patterns import is_probabilities, is_softmax_call, latest_value
+from torchdoctor.rules.static.patterns import is_loss_callable, is_probabilities, is_softmax_call, latest_value
 from torchdoctor.rules.static.rules.profiling import snippet
 
 # Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
@@ -534,3 +534,33 @@ def training_in_validation(node: ast.Module, ctx: Context) -> None:
         if update is not None:
             ctx.report(update, variable=loop.source, update=ctx.segment(update, 40),
                        model=ctx.segment(mode.func.value, 40), line=str(mode.lineno))  # type: ignore[attr-defined]
+
+
+# -- TD607 -------------------------------------------------------------------------------------
+
+
+def _scalar_loss(index: Index, expr: ast.AST, depth: int = 0) -> bool:
+    """A 0-dim tensor: a loss function's output (reduced by default), `x.sum()`/`x.mean()`, or a name
+    bound to one (also a name that says it is a loss)."""
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("sum", "mean") and not expr.args \
+                and not expr.keywords:
+            return True
+        return is_loss_callable(index, expr.func) and kwarg(expr, "reduction") is None
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        if value is not None:
+            return _scalar_loss(index, value, depth + 1)
+        return "loss" in expr.id.lower()
+    return False
+
+
+@rule("TD607", ast.Subscript)
+def index_into_scalar_loss(node: ast.Subscript, ctx: Context) -> None:
+    value = node.value
+    if not (is_constant(node.slice, 0) and isinstance(value, ast.Attribute) and value.attr == "data"):
+        return
+    if isinstance(node.ctx, ast.Load) and _scalar_loss(ctx.index, value.value):
+        ctx.report(node, variable=ctx.segment(value.value, 40), expr=ctx.segment(node, 50))
