@@ -7,7 +7,12 @@ import ast
 
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, is_eval_word, kwarg
-from torchdoctor.rules.static.patterns import is_loss_callable, is_probabilities, is_softmax_call, latest_value
+from torchdoctor.rules.static.patterns import (
+    is_loss_callable,
+    is_probabilities,
+    is_softmax_call,
+    latest_value,
+)
 from torchdoctor.rules.static.rules.profiling import snippet
 
 # Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
