@@ -505,56 +505,80 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
     candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
-    for call in candidates:
-        _host_sync_every_step(call, ctx)
+    # One cause, one finding: the first host read of a step waits for the GPU; the reads after it find
+    # nothing queued and wait for nothing. So each step loop gets at most one finding, and none when a
+    # read this rule does not report (a running total) already synced the step before it.
+    reads: dict[int, list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]] = {}
+    for call in sorted(set(candidates), key=_position):
+        found = _host_sync_every_step(call, ctx)
+        if found is not None:
+            loop, values = found
+            reads.setdefault(id(loop), []).append((_position(call), call if values else None, values))
+    for group in reads.values():
+        first = min(group, key=lambda item: item[0])
+        if first[1] is not None:
+            later = sum(1 for item in group if item[1] is not None) - 1
+            values = dict(first[2])
+            if later:
+                values["kind"] += f"; {later} more read{'s' if later > 1 else ''} of the same step after it"
+            ctx.report(first[1], **values)
 
 
-def _host_sync_every_step(node: ast.Call, ctx: Context) -> None:
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str, str]] | None:
+    """(the step loop, the finding's values) for a per-step host read; (loop, {}) for a read that syncs the
+    step but is not reported itself (a running total); None for anything else."""
     func = node.func
     if isinstance(func, ast.Attribute):
         if func.attr not in _SYNC_METHODS or node.args or node.keywords:
-            return
+            return None
         kind = f".{func.attr}()"
     elif isinstance(func, ast.Name) and func.id in _SYNC_BUILTINS:
         if not node.args or node.keywords and func.id != "print":
-            return
+            return None
         kind = f"{func.id}()"
     else:
-        return
+        return None
     index = ctx.index
     loop = index.step_loop_of(node)
     if loop is None:
-        return
+        return None
     if index.grad_disabled(node) and index.grad_disabled(loop.node):
-        return  # a loop that only looks like a step loop
-    if _conditional_within(index, node, loop) or _accumulated(index, node, loop) or _feeds_a_branch(index, node, loop):
-        return
+        return None  # a loop that only looks like a step loop
+    if _conditional_within(index, node, loop) or _feeds_a_branch(index, node, loop):
+        return None
+    synced_anyway = _accumulated(index, node, loop)  # exempt from a finding, but the step still waits here
     fn = index.function_of(node)
     names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
     if isinstance(func, ast.Attribute):
         if _chained_into_sync(index, node):
-            return
+            return None
         receiver = func.value
         if func.attr == "cpu" and index.is_model(receiver):
-            return
+            return None
         if _on_host(index, receiver, node):
-            return
+            return None
         if func.attr in ("cpu", "tolist") and not _tensor_value(index, receiver, node, names) and not _derived_tensor(index, receiver, node, names):
-            return
+            return None
         variable = snippet(ctx, node, 50)
     else:
         if func.id == "print":
             shown = [a for a in node.args if _printed_tensor(index, a, node, names)]
             if not shown:
-                return
+                return None
             variable = snippet(ctx, node, 50)
             kind = "print() of a tensor"
         else:
             if not _tensor_value(index, node.args[0], node, names):
-                return
+                return None
             variable = snippet(ctx, node, 50)
+    if synced_anyway:
+        return loop, {}
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
-    ctx.report(node, variable=variable, kind=kind, loop=where)
+    return loop, {"variable": variable, "kind": kind, "loop": where}
 
 
 def _derived_tensor(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
