@@ -278,7 +278,38 @@ def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
             value = latest_value(index, expr.id, expr)
             if value is not None:
                 forms.add(ast.dump(value))
+                expr = value
+        template = _path_template(expr)
+        if template is not None:
+            forms.add(f"template:{template}")
     return bool(forms_a & forms_b)
+
+
+def _path_template(expr: ast.AST | None) -> str | None:
+    """The constant skeleton of a formatted path: `"models/%s/G_%d.pth" % (name, epoch)` and
+    `f"{out}/G_{epoch}.pth"` keep their literal parts, so the save of epoch n and the load of epoch m match."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant) \
+            and isinstance(expr.left.value, str):
+        return expr.left.value
+    if isinstance(expr, ast.JoinedStr):
+        parts = [v.value if isinstance(v, ast.Constant) else "{}" for v in expr.values]
+        text = "".join(str(p) for p in parts)
+        return text if text.strip("{}/._-") else None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format" \
+            and isinstance(expr.func.value, ast.Constant) and isinstance(expr.func.value.value, str):
+        return expr.func.value.value
+    if isinstance(expr, ast.Call) and (dotted(expr.func) or "").endswith("path.join") and expr.args:
+        parts = [_path_template(arg) or (arg.value if isinstance(arg, ast.Constant) else "{}") for arg in expr.args]
+        return "/".join(str(p) for p in parts)
+    return None
+
+
+def _per_rank_path(expr: ast.AST | None) -> bool:
+    """`f"queue{args.rank}.pth"`: each process writes and reads its own file, on its own device."""
+    return expr is not None and any(
+        "rank" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
+        for n in ast.walk(expr) if isinstance(n, ast.Name | ast.Attribute)
+    )
 
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:
@@ -349,9 +380,16 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     reason = _may_change_device(ctx)
     if reason is None:
         return
+    path = kwarg(node, "f", 0)
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
-    if not several and _written_here(index, kwarg(node, "f", 0)):
+    if not several and _written_here(index, path):
         return  # a file this single-process script writes itself: saved and loaded by the same setup
+    if _per_rank_path(path):
+        return  # each rank reads back its own file, saved from its own device
+    fn = index.function_of(node)
+    if any(other is not node and index.function_of(other) is fn and kwarg(other, "map_location", 1) is not None
+           and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
+        return  # another branch loads the same file with map_location: this one is the branch that needs none
     ctx.report(node, variable=_load_call(ctx, node), reason=reason)
 
 

@@ -163,11 +163,14 @@ def _check_sampler_options(node: ast.Call, ctx: Context) -> None:
 _SAVES = ("torch.save",)
 
 
-def _names_rank(index: Index, expr: ast.AST | None) -> bool:
+def _names_rank(index: Index, expr: ast.AST | None, _depth: int = 0) -> bool:
     """A path built from the rank (`f"ckpt_rank{rank}.pt"`): one file per rank on purpose."""
     if expr is None:
         return False
     rank_names = index.vocab["rank"]["rank_names"]
+    if isinstance(expr, ast.Name) and _depth < 2:  # `mb_path = dump / ("mb" + str(args.rank) + ".pth")`
+        if any(_names_rank(index, value, _depth + 1) for value in index.definitions(expr.id, expr)):
+            return True
     for sub in ast.walk(expr):
         if isinstance(sub, ast.Name | ast.Attribute) and last_name(sub) in rank_names:
             return True
