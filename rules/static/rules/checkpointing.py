@@ -170,7 +170,9 @@ def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST
 @rule("TD701", ast.Module)
 def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
-    for call in index.calls_to("torch.save"):
+    # Saves written in the loop itself come first: when a group of saves is one finding, it points at one of them.
+    saves = sorted(index.calls_to("torch.save"), key=lambda c: index.training_loop_of(c) is None)
+    for call in saves:
         _checkpoint_without_training_state(call, ctx)
 
 
@@ -182,6 +184,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     if found is None:
         return
     loop, anchor, direct = found
+    if not _resumes(ctx):
+        return  # nothing in the script reads a checkpoint back into training: its saves are exports
     path = kwarg(node, "f", 1)
     if path is not None and "best" in ast.unparse(path).lower():
         return
@@ -220,12 +224,16 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         parts.append("optimizer")
         additions.append(f'"optimizer": {optimizer}.state_dict()')
     scheduler = _used_binding(index, "scheduler", "step")
-    if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered):
+    if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered) \
+            and not _rebuilt_from_epoch(index, scheduler):
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
     scaler = _used_binding(index, "scaler", "scale")
-    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
+    # A GradScaler that restarts finds its scale again within a few skipped steps: missing from the save
+    # matters when the resume path reads it back (`scaler.load_state_dict(...)`).
+    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered) \
+            and any(dotted(c.func.value) == scaler for c in index.method_calls("load_state_dict")):  # type: ignore[attr-defined]
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
@@ -238,6 +246,10 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
             additions.append(f'"{counters[0]}": {counters[0]}')
     if not missing:
         return
+    group = ctx.memo("checkpointing:groups", set)
+    if (id(loop), tuple(parts)) in group:
+        return  # the companion saves of one checkpoint (G, D, optimizers) are one finding, at the first
+    group.add((id(loop), tuple(parts)))
     suggestion = "{" + ", ".join([f'"model": {model}.state_dict()', *additions]) + "}"
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
     ctx.report(
@@ -250,6 +262,35 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     )
 
 
+_RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from", re.I)
+
+
+def _resumes(ctx: Context) -> bool:
+    """Whether the script can read a checkpoint back into training: an optimizer's `load_state_dict`, or a
+    name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`)."""
+    def build() -> bool:
+        index = ctx.index
+        for call in index.method_calls("load_state_dict"):
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if index.kind_of(receiver) in ("optimizer", "scheduler", "scaler"):
+                return True
+        return any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree)
+                   if isinstance(n, ast.Name | ast.Attribute))
+    return ctx.memo("checkpointing:resumes", build)
+
+
+def _rebuilt_from_epoch(index: Index, scheduler: str) -> bool:
+    """`scheduler.last_epoch = start_epoch - 1` or `LambdaLR(..., last_epoch=...)`: the schedule's position is
+    restored from the saved epoch instead of its state_dict."""
+    for node in index.nodes(ast.Assign):
+        if any(isinstance(t, ast.Attribute) and t.attr == "last_epoch" and dotted(t.value) == scheduler
+               for t in node.targets):  # type: ignore[attr-defined]
+            return True
+    b = index.binding(scheduler)
+    last = b.arg("last_epoch") if b is not None else None
+    return last is not None and not is_constant(last, -1)
+
+
 def _model_in(index: Index, values: list[ast.AST]) -> str:
     """The model whose `state_dict()` is saved (`netG.state_dict()` -> netG)."""
     for value in values:
@@ -257,6 +298,12 @@ def _model_in(index: Index, values: list[ast.AST]) -> str:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
                 name = dotted(node.func.value)
                 if name and (index.is_model(node.func.value) or looks_like_model(name.replace(".module", ""))):
+                    return name
+    for value in values:  # `D_VAE.state_dict()`: any state_dict that is not an optimizer's, scheduler's or scaler's
+        for node in ast.walk(value):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict":
+                name = dotted(node.func.value)
+                if name and index.kind_of(node.func.value) not in ("optimizer", "scheduler", "scaler"):
                     return name
     return "model"
 
