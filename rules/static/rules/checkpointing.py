@@ -516,4 +516,32 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return  # the result (missing and unexpected keys) is kept
     if index.kind_of(func.value) in ("optimizer", "scheduler", "scaler"):
         return
+    if _matched_to_own_keys(index, kwarg(node, "state_dict", 0), node, dotted(func.value)):
+        return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, model: str | None, depth: int = 0) -> bool:
+    """`csd = intersect_dicts(ckpt, model.state_dict())`, `{k: v for k, v in sd.items() if k in model_dict}`,
+    or `sd[k] = model.state_dict()[k]` for the missing ones: the dict is built against the model's own keys."""
+    if loaded is None or depth > 2:
+        return False
+    exprs: list[ast.AST] = [loaded]
+    if isinstance(loaded, ast.Name):
+        exprs += index.definitions(loaded.id, at)
+        fn = index.function_of(at)
+        scope = fn if fn is not None else index.tree
+        exprs += [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and dotted(t.value) == loaded.id for t in n.targets)]
+    for expr in exprs:
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":
+                owner = dotted(sub.func.value) or ""
+                if model is None or owner == model or owner.split(".")[0] == model.split(".")[0]:
+                    return True
+            if isinstance(sub, ast.Name) and sub.id != getattr(loaded, "id", None) and depth < 2 \
+                    and isinstance(index.parent(sub), ast.Compare):
+                # `if k in model_dict` where model_dict = model.state_dict()
+                if _matched_to_own_keys(index, sub, at, model, depth + 1):
+                    return True
+    return False
