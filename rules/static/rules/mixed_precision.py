@@ -111,6 +111,8 @@ def units(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> se
             found.add("len")
         elif isinstance(node, ast.Name | ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Store):
             word = node.id if isinstance(node, ast.Name) else node.attr
+            if isinstance(node, ast.Attribute) and word == "step" and isinstance(node.value, ast.Call):
+                continue  # `LambdaLR(n_epochs, offset, decay_epoch).step`: a method passed as the lambda, not a count
             if _STEP_WORD.search(word):
                 found.add("batch")
             elif _EPOCH_WORD.search(word):
