@@ -266,14 +266,12 @@ _RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_che
 
 
 def _resumes(ctx: Context) -> bool:
-    """Whether the script can read a checkpoint back into training: an optimizer's `load_state_dict`, or a
-    name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`)."""
+    """Whether the script can read a checkpoint back into training: any `torch.load` or `load_state_dict`, or
+    a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`)."""
     def build() -> bool:
         index = ctx.index
-        for call in index.method_calls("load_state_dict"):
-            receiver = call.func.value  # type: ignore[attr-defined]
-            if index.kind_of(receiver) in ("optimizer", "scheduler", "scaler"):
-                return True
+        if index.calls_to("torch.load") or index.method_calls("load_state_dict"):
+            return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
         return any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
@@ -433,11 +431,26 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
         return  # a file this single-process script writes itself: saved and loaded by the same setup
     if _per_rank_path(path):
         return  # each rank reads back its own file, saved from its own device
-    fn = index.function_of(node)
-    if any(other is not node and index.function_of(other) is fn and kwarg(other, "map_location", 1) is not None
+    if any(other is not node and kwarg(other, "map_location", 1) is not None and _other_branch(index, node, other)
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
     ctx.report(node, variable=_load_call(ctx, node), reason=reason)
+
+
+def _other_branch(index: Index, a: ast.AST, b: ast.AST) -> bool:
+    """`a` and `b` sit in the two branches of one `if` (`if args.gpu is None: ... else: ...`)."""
+    side: dict[ast.AST, bool] = {}
+    child = a
+    for anc in index.ancestors(a):
+        if isinstance(anc, ast.If):
+            side[anc] = child in anc.body
+        child = anc
+    child = b
+    for anc in index.ancestors(b):
+        if isinstance(anc, ast.If) and anc in side:
+            return side[anc] != (child in anc.body)
+        child = anc
+    return False
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:

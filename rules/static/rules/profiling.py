@@ -505,23 +505,45 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
     candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
-    # One cause, one finding: the first host read of a step waits for the GPU; the reads after it find
-    # nothing queued and wait for nothing. So each step loop gets at most one finding, and none when a
-    # read this rule does not report (a running total) already synced the step before it.
-    reads: dict[int, list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]] = {}
+    # One cause, one finding: the first host read after GPU work waits for it; the reads right after it find
+    # nothing queued and wait for nothing. So each sync point of a step gets one finding, and none when a read
+    # this rule does not report (a running total) synced first.
+    reads: dict[int, tuple[Loop, list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]]] = {}
     for call in sorted(set(candidates), key=_position):
         found = _host_sync_every_step(call, ctx)
         if found is not None:
             loop, values = found
-            reads.setdefault(id(loop), []).append((_position(call), call if values else None, values))
-    for group in reads.values():
-        first = min(group, key=lambda item: item[0])
-        if first[1] is not None:
-            later = sum(1 for item in group if item[1] is not None) - 1
-            values = dict(first[2])
-            if later:
-                values["kind"] += f"; {later} more read{'s' if later > 1 else ''} of the same step after it"
-            ctx.report(first[1], **values)
+            reads.setdefault(id(loop), (loop, []))[1].append((_position(call), call if values else None, values))
+    for loop, group in reads.values():
+        work = _gpu_work(index, loop)
+        point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]] = []
+        for item in group:
+            if point and any(point[-1][0] < w < item[0] for w in work):  # GPU work queued since: a new wait
+                _report_sync_point(ctx, point)
+                point = []
+            point.append(item)
+        if point:
+            _report_sync_point(ctx, point)
+
+
+def _gpu_work(index: Index, loop: Loop) -> list[tuple[int, int]]:
+    """Where the step queues GPU work between host reads: a model's forward, a backward, an optimizer step."""
+    backward, steps = set(index.backward_calls), set(index.step_calls)
+    return [_position(c) for c in loop.all_calls()
+            if c in backward or c in steps or (isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func))]
+
+
+def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]) -> None:
+    """Reads with no GPU work queued between them wait once, at the first: one finding, or none when the first is
+    a read the rule does not report (a running total)."""
+    first = point[0]
+    if first[1] is None:
+        return
+    later = sum(1 for item in point if item[1] is not None) - 1
+    values = dict(first[2])
+    if later:
+        values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
+    ctx.report(first[1], **values)
 
 
 def _position(node: ast.AST) -> tuple[int, int]:
