@@ -205,6 +205,9 @@ class RunInfo(_Serialisable):
     probes: list[str] = field(default_factory=list)  # the probes that ran
     measurements: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> measured numbers (unit in key)
     error: RunError | None = None
+    # processes of the run still alive after the script ended: {"pid", "command", "ended_by"}, ended_by
+    # SIGTERM or SIGKILL (torchdoctor ended it) or None (it could not be ended: it outlives the run)
+    leftover_processes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)

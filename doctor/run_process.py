@@ -18,8 +18,14 @@ whole group — DataLoader workers included — can be stopped at once:
   process, whose faulthandler writes every thread's stack to
   stacks.rank<R>.txt, then SIGTERM to each rank's main process (the probes
   write their last evidence), SIGKILL to the group after the grace period;
-- after the child has exited, whatever is left in its group (orphaned
-  workers) gets SIGTERM, then SIGKILL: no process outlives the run.
+- after the child has exited, whatever is left of the run gets SIGTERM, then
+  SIGKILL: no process outlives the run. "Left" is more than the group: on
+  Linux torchdoctor is a child subreaper (lifetime.py) for the run, so a
+  process the script detached (`start_new_session=True`, a daemon's double
+  fork) re-parents to torchdoctor, not to init, and is found among its
+  descendants. Orphans that exit during the run are reaped as they go (never
+  the script's own process: Popen and the pidfd wait keep its status). What
+  had to be ended, and what could not be, is named in the report.
 
 A distributed run (`distributed=True`) starts torchrun's agent as the child.
 The agent starts every rank in a session of its own, so the supervisor also
@@ -50,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from torchdoctor import lifetime
 from torchdoctor.analysis.evidence import EventTail
 
 POLL_S = 0.25
@@ -93,25 +100,8 @@ class ChildResult:
     pids: dict[int, int] = field(default_factory=dict)
     decided_at: float | None = None  # wall-clock time of torchdoctor's decision (hang, timeout, a dead peer)
     peer_failed: int | None = None  # the failed rank whose waiting peers torchdoctor stopped
-
-
-def group_alive(pgid: int) -> bool:
-    """Is any non-zombie process left in the group?"""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    import psutil
-
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
+    leftovers: list[dict] = field(default_factory=list)  # processes of the run alive after the script: pid,
+    # command, ended_by (SIGTERM | SIGKILL | None: could not be ended)
 
 
 class Supervisor:
@@ -158,6 +148,10 @@ class Supervisor:
         self._failed_seen: tuple[int, float] | None = None  # (rank, monotonic time) of a failed rank
         self._verdicts: dict[int, bool] = {}  # rank -> did its process fail (once it is gone)
         self._last_scan = 0.0
+        self.settle_s = 1.0  # leftovers get this long to exit on their own before they are ended
+        self._subreaper = False
+        self._before: set[int] = set()  # torchdoctor's own children from before the run (an in-process caller's)
+        self.leftovers: list[dict] = []
 
     # -- signals to torchdoctor ------------------------------------------------------
 
@@ -191,6 +185,9 @@ class Supervisor:
         started = time.monotonic()
         waited: float | None = None
         pidfd: int | None = None
+        was_subreaper = lifetime.subreaper()
+        self._subreaper = was_subreaper or lifetime.become_subreaper()
+        self._before = _children_now()
         try:
             self.proc = subprocess.Popen(
                 self.argv, env=self.env, cwd=self.cwd, stdout=self.stdout, start_new_session=True
@@ -200,6 +197,7 @@ class Supervisor:
             while True:
                 if wait_exit(self.proc, pidfd, POLL_S):
                     break
+                self._reap_adopted()
                 now = time.monotonic()
                 if self.tail.poll():
                     last_progress = now
@@ -223,7 +221,9 @@ class Supervisor:
             if self.proc is not None:
                 if self.proc.poll() is None:  # torchdoctor itself failed mid-run
                     self._terminate()
-                self._clean_group()
+                self._clean_up()
+            if self._subreaper and not was_subreaper:
+                lifetime.become_subreaper(False)
             for s, handler in previous.items():
                 signal.signal(s, handler)
         self.tail.poll()
@@ -236,6 +236,7 @@ class Supervisor:
             pids=dict(self.ranks or self.tail.pids),
             decided_at=self.decided_at,
             peer_failed=self.peer_failed,
+            leftovers=list(self.leftovers),
         )
 
     def _hang_limit(self) -> float:
@@ -309,25 +310,106 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
 
-    def _clean_group(self) -> None:
-        """Nothing of the run outlives it: leftovers in the groups get SIGTERM, then SIGKILL."""
+    def _clean_up(self) -> None:
+        """Nothing of the run outlives it: what is left gets SIGTERM, then SIGKILL, and is reaped.
+
+        A leftover gets `settle_s` to exit on its own first (a DataLoader worker that noticed its
+        parent's end, multiprocessing's resource tracker): only what is still there was left behind.
+        """
         assert self.proc is not None
         if self.distributed:
             self._scan()
-        groups = [g for g in (self.proc.pid, *sorted(self.groups)) if group_alive(g)]
-        if not groups:
+        left = self._leftovers()
+        if not left:
             return
-        for pgid in groups:
-            _killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+        left = self._wait_gone(left, self.settle_s)
+        if not left:
+            return
+        records = {p.pid: {"pid": p.pid, "command": _command(p), "ended_by": "SIGTERM"} for p in left}
+        for p in left:
+            _send(p, signal.SIGTERM)
+        left = self._wait_gone(left, self.grace_s)
+        for p in left:
+            records[p.pid]["ended_by"] = "SIGKILL"
+            _send(p, signal.SIGKILL)
+        left = self._wait_gone(left, 2.0)
+        for p in left:
+            records[p.pid]["ended_by"] = None
+        self.leftovers = sorted(records.values(), key=lambda r: r["pid"])
+
+    def _leftovers(self) -> list:
+        """The run's processes still alive: torchdoctor's new descendants and the members of the run's groups."""
+        import psutil
+
+        assert self.proc is not None
+        found: dict[int, psutil.Process] = {}
+        try:
+            me = psutil.Process()
+            for child in me.children():
+                if child.pid in self._before or child.pid == self.proc.pid:
+                    continue
+                found[child.pid] = child
+                for below in child.children(recursive=True):
+                    found[below.pid] = below
+        except psutil.Error:
+            pass
+        groups = {self.proc.pid, *self.groups} - {os.getpgrp()}
+        if any(_group_exists(g) for g in groups):  # without a subreaper, orphans of the groups went to init
+            for proc in psutil.process_iter():
+                try:
+                    if proc.pid not in found and os.getpgid(proc.pid) in groups:
+                        found[proc.pid] = proc
+                except (OSError, psutil.Error):
+                    continue
+        return [p for p in found.values() if not self._gone(p)]
+
+    def _gone(self, proc) -> bool:
+        """Has it ended? A zombie has; one that is torchdoctor's own child is reaped here."""
+        import psutil
+
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
+        try:
+            if proc.ppid() == os.getpid():
+                os.waitpid(proc.pid, os.WNOHANG)
+        except (OSError, psutil.Error):
+            pass
+        return True
+
+    def _wait_gone(self, procs: list, seconds: float) -> list:
+        """Wait up to `seconds` for `procs` to end (reaping the ones re-parented here); the ones left."""
+        deadline = time.monotonic() + seconds
+        while True:
+            procs = [p for p in procs if not self._gone(p)]
+            if not procs or time.monotonic() >= deadline:
+                return procs
             time.sleep(0.05)
-        groups = [g for g in groups if group_alive(g)]
-        for pgid in groups:
-            _killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
-            time.sleep(0.05)
+
+    def _reap_adopted(self) -> None:
+        """Reap orphans that re-parented here and exited, so none stays a zombie while the run goes on.
+
+        waitid(WNOWAIT) peeks at an exited child without reaping it: the script's own process is left
+        to Popen (its exit status is the run's), and so is any child an in-process caller had before.
+        """
+        if not self._subreaper or not hasattr(os, "waitid"):
+            return
+        assert self.proc is not None
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except (ChildProcessError, OSError):
+                return
+            if info is None or info.si_pid in (0, self.proc.pid) or info.si_pid in self._before:
+                return
+            try:
+                os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                return
 
     # -- distributed runs --------------------------------------------------------------
 
@@ -418,6 +500,41 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+def _children_now() -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _command(proc) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def _send(proc, sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:

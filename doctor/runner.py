@@ -121,6 +121,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
     outcome.seconds_without_step = result.seconds_without_step
     outcome.hang_timeout_s = plan.hang_timeout_s
     outcome.timeout_s = plan.timeout_s
+    outcome.leftovers = result.leftovers
+    outcome.notes += leftover_notes(result.leftovers)
     return RunEvidence(
         run_dir=plan.run_dir,
         cwd=plan.cwd,
@@ -132,6 +134,28 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
         thresholds=plan.thresholds,
         options=options,
     )
+
+
+def leftover_notes(leftovers: list[dict]) -> list[str]:
+    """One note for the processes torchdoctor had to end after the script, one for any it could not end."""
+    def named(rows: list[dict]) -> str:
+        return "; ".join(f"pid {r['pid']} ({_clip(r['command'])}" + (f", {r['ended_by']}" if r["ended_by"] else "")
+                         + ")" for r in rows)
+
+    ended = [r for r in leftovers if r["ended_by"]]
+    stuck = [r for r in leftovers if not r["ended_by"]]
+    notes = []
+    if ended:
+        notes.append(f"{len(ended)} process{'es' if len(ended) > 1 else ''} of the script outlived it and "
+                     f"{'were' if len(ended) > 1 else 'was'} ended by torchdoctor: {named(ended)}.")
+    if stuck:
+        notes.append(f"{len(stuck)} process{'es' if len(stuck) > 1 else ''} of the script could not be ended "
+                     f"and outlive{'' if len(stuck) > 1 else 's'} the run: {named(stuck)}.")
+    return notes
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
@@ -146,6 +170,7 @@ def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
         signal=outcome.signal,
         ranks=max(run.world_size, 1),
         probes=list(plan.probes),
+        leftover_processes=list(outcome.leftovers),
         **measured,
     )
 

@@ -192,6 +192,7 @@ class Outcome:
     hang_timeout_s: float | None = None
     timeout_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    leftovers: list[dict] = field(default_factory=list)  # the supervisor's leftover processes (run_process.py)
 
 
 @dataclass
