@@ -4,10 +4,12 @@
   `start_new_session=True`, a daemon's double fork, DataLoader workers whose
   main process died) re-parent to torchdoctor instead of init, so the
   supervisor sees them as its descendants and ends them with the run.
-- `die_with_parent()`: PR_SET_PDEATHSIG, SIGKILL when the parent *thread*
+- `die_with_parent()`: PR_SET_PDEATHSIG, a signal when the parent *thread*
   exits (torchdoctor killed by a CI timeout or the OOM killer), then the
   check for the race: a parent already gone before the call was made never
-  sends the signal, so the process exits itself.
+  sends the signal, so the process exits itself. The death signal survives
+  execve but not fork: each link of a chain sets its own
+  (`chain_to_forks()`).
 
 Elsewhere (macOS, a kernel or seccomp policy that refuses prctl) every
 function returns False and the run goes on with the process-group clean-up
@@ -19,6 +21,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+
+SUPERVISOR_ENV = "TORCHDOCTOR_SUPERVISOR"  # torchdoctor's pid, in the script's environment
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -67,15 +71,16 @@ def become_subreaper(on: bool = True) -> bool:
     return prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0)
 
 
-def die_with_parent(expected_parent: int | None, watched: int | None = None) -> bool:
-    """SIGKILL this process when its parent thread exits; exit now if the parent is already gone.
+def die_with_parent(expected_parent: int | None, watched: int | None = None,
+                    sig: int = signal.SIGKILL) -> bool:
+    """`sig` to this process when its parent thread exits; exit now if the parent is already gone.
 
     `expected_parent`: the pid the parent had before this process was made (a fork: the forking
     process). `watched`: a process further up the chain (torchdoctor), for a child that cannot know
     its parent's pid: if it is gone, or became our parent by adopting us, the chain is broken.
     Returns whether the death signal is set.
     """
-    if not prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)):
+    if not prctl(PR_SET_PDEATHSIG, int(sig)):
         return False
     parent = os.getppid()
     if expected_parent is not None and parent != expected_parent:
@@ -83,6 +88,30 @@ def die_with_parent(expected_parent: int | None, watched: int | None = None) -> 
     if watched is not None and (parent in (1, watched) or not _exists(watched)):
         os._exit(1)
     return True
+
+
+def chain_to_forks(sig: int = signal.SIGTERM) -> None:
+    """Every process this one forks from its main thread gets `sig` when this one dies, and so on down.
+
+    Forks only (multiprocessing's default `fork` start method: DataLoader workers, Pool workers;
+    os.fork): fork runs the at-fork hooks, which the child inherits, so the chain goes on below.
+    The death signal fires when the forking *thread* exits, so a fork from any other thread is left
+    out: that thread may end long before the process. SIGTERM, not SIGKILL: on a normal end of the
+    parent its workers may still clean up (shared memory, temporary files); one that ignores SIGTERM
+    is ended by the supervisor's clean-up after the run.
+    """
+    import threading
+
+    forking: list[int | None] = [None]
+
+    def before() -> None:
+        forking[0] = os.getpid() if threading.current_thread() is threading.main_thread() else None
+
+    def after_in_child() -> None:
+        if forking[0] is not None:
+            die_with_parent(forking[0], sig=sig)
+
+    os.register_at_fork(before=before, after_in_child=after_in_child)
 
 
 def _exists(pid: int) -> bool:

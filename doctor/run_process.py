@@ -2,7 +2,10 @@
 
 The child runs in its own session and process group (`start_new_session`),
 so the terminal's Ctrl-C reaches only torchdoctor, which forwards it, and the
-whole group — DataLoader workers included — can be stopped at once:
+whole group — DataLoader workers included — can be stopped at once. It dies
+with torchdoctor, even when torchdoctor is killed outright (PR_SET_PDEATHSIG,
+set before the exec; the bootstrap chains it on to the script's forked
+workers and, under torchrun, to every rank: lifetime.py):
 
 - first Ctrl-C: SIGINT to the group (the script sees KeyboardInterrupt and the
   probes write their last evidence); second Ctrl-C: SIGKILL to the group.
@@ -51,6 +54,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +156,8 @@ class Supervisor:
         self._subreaper = False
         self._before: set[int] = set()  # torchdoctor's own children from before the run (an in-process caller's)
         self.leftovers: list[dict] = []
+        self.guard: subprocess.Popen | None = None  # run_guard.py: ends the run if torchdoctor is killed
+        self._told: set[int] = set()  # the process groups the guard knows
 
     # -- signals to torchdoctor ------------------------------------------------------
 
@@ -188,10 +194,14 @@ class Supervisor:
         was_subreaper = lifetime.subreaper()
         self._subreaper = was_subreaper or lifetime.become_subreaper()
         self._before = _children_now()
+        self._start_guard()
         try:
+            env = {**self.env, lifetime.SUPERVISOR_ENV: str(os.getpid())}
             self.proc = subprocess.Popen(
-                self.argv, env=self.env, cwd=self.cwd, stdout=self.stdout, start_new_session=True
+                self.argv, env=env, cwd=self.cwd, stdout=self.stdout, start_new_session=True,
+                preexec_fn=_dies_with(os.getpid()),
             )
+            self._tell_guard(self.proc.pid)
             last_progress = started
             pidfd = open_pidfd(self.proc.pid)
             while True:
@@ -222,6 +232,7 @@ class Supervisor:
                 if self.proc.poll() is None:  # torchdoctor itself failed mid-run
                     self._terminate()
                 self._clean_up()
+            self._stop_guard()
             if self._subreaper and not was_subreaper:
                 lifetime.become_subreaper(False)
             for s, handler in previous.items():
@@ -346,7 +357,7 @@ class Supervisor:
         try:
             me = psutil.Process()
             for child in me.children():
-                if child.pid in self._before or child.pid == self.proc.pid:
+                if child.pid in self._before or child.pid in (self.proc.pid, self._guard_pid()):
                     continue
                 found[child.pid] = child
                 for below in child.children(recursive=True):
@@ -390,6 +401,47 @@ class Supervisor:
                 return procs
             time.sleep(0.05)
 
+    # -- the guard (run_guard.py) -----------------------------------------------------
+
+    def _start_guard(self) -> None:
+        """Start the guard; without one (it failed to start) the death signals alone tie the run to us."""
+        try:
+            self.guard = subprocess.Popen(
+                [sys.executable, "-m", "torchdoctor.run_guard", str(os.getpid())], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        except OSError:
+            self.guard = None
+
+    def _guard_pid(self) -> int:
+        return self.guard.pid if self.guard is not None else 0
+
+    def _tell_guard(self, pgid: int) -> None:
+        if self.guard is None or pgid in self._told or self.guard.stdin is None:
+            return
+        self._told.add(pgid)
+        try:
+            self.guard.stdin.write(f"group {pgid}\n".encode())
+            self.guard.stdin.flush()
+        except OSError:  # the guard is gone (killed): the death signals remain
+            pass
+
+    def _stop_guard(self) -> None:
+        """The run is over and cleaned up: the guard exits without ending anything."""
+        if self.guard is None:
+            return
+        try:
+            assert self.guard.stdin is not None
+            self.guard.stdin.write(b"done\n")
+            self.guard.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.guard.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.guard.kill()
+            self.guard.wait()
+
     def _reap_adopted(self) -> None:
         """Reap orphans that re-parented here and exited, so none stays a zombie while the run goes on.
 
@@ -404,7 +456,7 @@ class Supervisor:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except (ChildProcessError, OSError):
                 return
-            if info is None or info.si_pid in (0, self.proc.pid) or info.si_pid in self._before:
+            if info is None or info.si_pid in (0, self.proc.pid, self._guard_pid()) or info.si_pid in self._before:
                 return
             try:
                 os.waitpid(info.si_pid, 0)
@@ -439,6 +491,8 @@ class Supervisor:
             except OSError:
                 continue
         self.groups.discard(os.getpgrp())  # never torchdoctor's own group
+        for pgid in self.groups:
+            self._tell_guard(pgid)
         return family
 
     def _peer_failed(self, now: float, last_progress: float) -> bool:
@@ -500,6 +554,25 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+def _dies_with(supervisor: int):
+    """The child's preexec: SIGKILL when torchdoctor dies, even of SIGKILL (a CI timeout, the OOM killer).
+
+    PR_SET_PDEATHSIG fires when the parent *thread* exits: the supervisor runs on the main thread
+    (it installs signal handlers, which only the main thread may), which lives as long as torchdoctor.
+    The check against the parent's pid closes the race of a torchdoctor killed before the call.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    lifetime.subreaper()  # look libc's prctl up here, not in the forked child
+
+    def preexec() -> None:
+        lifetime.die_with_parent(supervisor)
+
+    return preexec
 
 
 def _children_now() -> set[int]:

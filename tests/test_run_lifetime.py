@@ -7,10 +7,16 @@ on a script that ignores SIGINT.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import psutil
 import pytest
 
-from tests.test_run_support import assert_sound, run_once
+from tests.test_run_support import RUN_FIXTURES, assert_sound, processes_of, run_once
 from torchdoctor import exitcodes
 
 pytestmark = pytest.mark.slow
@@ -46,3 +52,79 @@ def test_an_orphan_that_exits_during_the_run_is_reaped(tmp_path, validate_report
     pid, state = seen.read_text().split(" ", 1)
     assert state == "gone", f"the orphan {pid} was not reaped during the run: {state}"
     assert result.run["leftover_processes"] == []  # it had ended on its own: nothing to end, nothing to name
+
+
+def _start_torchdoctor(*args: str, cwd=RUN_FIXTURES) -> subprocess.Popen:
+    """`torchdoctor run ARGS` in a session of its own (as a CI runner starts it)."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.Popen([sys.executable, "-m", "torchdoctor.cli", "run", *args], cwd=cwd, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _wait_for(path, proc: subprocess.Popen, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def _gone_within(pids, seconds: float) -> list[int]:
+    """The pids still alive (not zombies) after waiting up to `seconds` for them to end."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = [pid for pid in pids if alive(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _end(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_the_script_and_its_workers_die_with_a_killed_torchdoctor(tmp_path):
+    """SIGKILL to torchdoctor (a CI timeout, the OOM killer): nothing of the run keeps training —
+    not the script, nor its workers however started (fork, spawn, a subprocess in its own session)."""
+    pidfile = tmp_path / "pids.txt"
+    run_dir = tmp_path / "run"
+    doctor = _start_torchdoctor("workers_forever.py", "--out", str(run_dir), "--", str(pidfile))
+    family: list[int] = []
+    try:
+        _wait_for(pidfile, doctor)
+        started = {int(p) for p in pidfile.read_text().split()}
+        family = [p.pid for p in psutil.Process(doctor.pid).children(recursive=True)]
+        assert len(started) == 4 and started <= set(family)
+        os.kill(doctor.pid, signal.SIGKILL)
+        doctor.wait(timeout=10)
+        assert _gone_within(family, 10) == [], "the run outlived a killed torchdoctor"
+        assert processes_of(run_dir) == []
+    finally:
+        _end([doctor.pid, *family])
+        doctor.stderr.close()
+
+
+@pytest.mark.distributed
+def test_a_torchrun_job_dies_with_a_killed_torchdoctor(tmp_path):
+    """torchrun's agent is torchdoctor's child, the ranks the agent's (each in a session of its own)."""
+    pidfile = tmp_path / "pids"
+    doctor = _start_torchdoctor("--nproc-per-node", "2", "ranks_forever.py", "--out", str(tmp_path / "run"),
+                                "--", str(pidfile))
+    family: list[int] = []
+    try:
+        for rank in (0, 1):
+            _wait_for(tmp_path / f"pids.rank{rank}", doctor, 120)
+        ranks = [int(pid) for rank in (0, 1) for pid in (tmp_path / f"pids.rank{rank}").read_text().split()]
+        family = [p.pid for p in psutil.Process(doctor.pid).children(recursive=True)]
+        assert set(ranks) <= set(family) and len(family) >= 7  # agent, 2 waiters, 2 ranks, 2 workers
+        os.kill(doctor.pid, signal.SIGKILL)
+        doctor.wait(timeout=10)
+        assert _gone_within(family, 10) == [], "the job outlived a killed torchdoctor"
+        assert processes_of(tmp_path / "run") == []
+    finally:
+        _end([doctor.pid, *family])
+        doctor.stderr.close()
