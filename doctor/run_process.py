@@ -8,7 +8,10 @@ set before the exec; the bootstrap chains it on to the script's forked
 workers and, under torchrun, to every rank: lifetime.py):
 
 - first Ctrl-C: SIGINT to the group (the script sees KeyboardInterrupt and the
-  probes write their last evidence); second Ctrl-C: SIGKILL to the group.
+  probes write their last evidence); a script still running `interrupt_grace_s`
+  later (it ignores or swallows SIGINT) is stopped as on a timeout: SIGTERM,
+  then SIGKILL after the grace period; second Ctrl-C: SIGKILL to the group.
+  Once interrupted, the run is `interrupted`, never a hang or a timeout.
   SIGTERM or SIGHUP to torchdoctor: SIGTERM to the group, then SIGKILL after
   the grace period;
 - --timeout, and the watchdog (no new step event for --hang-timeout seconds;
@@ -125,6 +128,7 @@ class Supervisor:
         distributed: bool = False,
         rank_grace_s: float = 1.0,
         peer_wait_s: float = 3.0,
+        interrupt_grace_s: float = 3.0,
     ):
         self.argv = argv
         self.env = env
@@ -141,6 +145,8 @@ class Supervisor:
         self.decided: str | None = None
         self.sent: str | None = None
         self.interrupts = 0
+        self.interrupt_grace_s = interrupt_grace_s
+        self.interrupted_at: float | None = None  # monotonic time of the first Ctrl-C, until it is enforced
         self.stop_requested: int | None = None  # a signal torchdoctor itself received
         self.distributed = distributed
         self.rank_grace_s = rank_grace_s
@@ -169,6 +175,7 @@ class Supervisor:
             self._kill_groups()
         elif signum == signal.SIGINT:
             self._signal_group(signal.SIGINT)
+            self.interrupted_at = time.monotonic()
         else:
             self.stop_requested = signum  # the loop terminates with a grace period
 
@@ -216,6 +223,10 @@ class Supervisor:
                 if self.stop_requested is not None:
                     self.stop_requested = None
                     self._terminate()
+                elif self.interrupted_at is not None:
+                    if now - self.interrupted_at >= self.interrupt_grace_s:  # the script did not stop on SIGINT
+                        self.interrupted_at = None
+                        self._terminate()
                 elif self.timeout_s and now - started > self.timeout_s:
                     waited = now - last_progress
                     self._stop("timeout")

@@ -91,6 +91,7 @@ def supervise(plan: RunPlan) -> ChildResult:
         distributed=plan.distributed,
         rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
         peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
+        interrupt_grace_s=float(limits.get("interrupt_grace_s", 3.0)),
     ).run()
 
 

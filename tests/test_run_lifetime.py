@@ -7,6 +7,7 @@ on a script that ignores SIGINT.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -128,3 +129,51 @@ def test_a_torchrun_job_dies_with_a_killed_torchdoctor(tmp_path):
     finally:
         _end([doctor.pid, *family])
         doctor.stderr.close()
+
+
+def _interrupt(tmp_path, *script_args: str, presses: int = 1) -> tuple[subprocess.Popen, float, dict]:
+    """Run ignores_sigint.py, press Ctrl-C `presses` times (0.3 s apart) once it trains; (process,
+    seconds from the last press to torchdoctor's exit, report)."""
+    ready = tmp_path / "ready"
+    run_dir = tmp_path / "run"
+    doctor = _start_torchdoctor("ignores_sigint.py", "--out", str(run_dir), "-f", "json", "--",
+                                str(ready), *script_args)
+    try:
+        _wait_for(ready, doctor)
+        for press in range(presses):
+            if press:
+                time.sleep(0.3)
+            os.kill(doctor.pid, signal.SIGINT)  # the terminal sends it to torchdoctor's foreground group
+        pressed = time.monotonic()
+        doctor.wait(timeout=40)
+        took = time.monotonic() - pressed
+        return doctor, took, json.loads((run_dir / "report.json").read_text())
+    finally:
+        if doctor.poll() is None:
+            doctor.kill()
+        doctor.wait()
+        doctor.stderr.close()
+        assert processes_of(run_dir) == []
+
+
+@pytest.mark.parametrize("ignored", ["sigint", "sigint-and-sigterm"])
+def test_one_ctrl_c_stops_a_script_that_ignores_it(tmp_path, validate_report, ignored):
+    """Forwarded as SIGINT; the script runs on; `interrupt_grace_s` (3 s) later SIGTERM, then SIGKILL."""
+    doctor, took, report = _interrupt(tmp_path, *(["term"] if ignored == "sigint-and-sigterm" else []))
+    validate_report(report)
+    assert doctor.returncode == exitcodes.INTERRUPTED
+    assert report["run"]["stopped"] == "interrupted" and not [s for s in report["symptoms"] if s["id"] == "hang"]
+    grace, term_grace = 3.0, 5.0
+    if ignored == "sigint":
+        assert report["run"]["signal"] == "SIGTERM"
+        assert grace <= took < grace + 5.0, took
+    else:
+        assert report["run"]["signal"] == "SIGKILL"
+        assert grace + term_grace <= took < grace + term_grace + 5.0, took
+
+
+def test_a_second_ctrl_c_stops_it_at_once(tmp_path, validate_report):
+    doctor, took, report = _interrupt(tmp_path, "term", presses=2)
+    validate_report(report)
+    assert doctor.returncode == exitcodes.INTERRUPTED and report["run"]["stopped"] == "interrupted"
+    assert report["run"]["signal"] == "SIGKILL" and took < 2.5, took
