@@ -197,7 +197,7 @@ class RunInfo(_Serialisable):
 
     exit_code: int | None
     steps_completed: int
-    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    stopped: str  # a value of rules/data/stopped.toml (doctor/stopped.py)
     duration_s: float
     command: list[str] = field(default_factory=list)
     signal: str | None = None

@@ -24,8 +24,8 @@ The parent never imports torch. With `--format json` the script's stdout goes
 to our stderr, so stdout carries the report alone.
 
 Exit codes (precedence, first match wins):
-130 interrupted (Ctrl-C) > 4 the script failed (non-zero exit, exception,
-fatal signal, killed, --timeout, hang) > 1 a measured symptom at or above
+130 interrupted (Ctrl-C) > 4 the script failed (exited non-zero, crashed,
+killed, --timeout, hang) > 1 a measured symptom at or above
 --fail-on > 0. Usage errors exit 2 before anything runs; a torchdoctor bug 70.
 """
 
@@ -47,17 +47,17 @@ from torchdoctor.probes.session import ENV
 from torchdoctor.probes.userframes import display_path
 from torchdoctor.run_options import RunPlan, RunRequest, UsageError, make_plan
 from torchdoctor.run_process import ChildResult, Supervisor
-
-SCRIPT_FAILED = ("crashed", "killed", "timeout", "hang")
+from torchdoctor.stopped import ending
 
 
 def exit_code(report: Report, fail_on: str) -> int:
     """The documented exit code of a run (see the module docstring for the precedence)."""
     run = report.run
     assert run is not None
-    if run.stopped == "interrupted":
+    ended = ending(run.stopped).exit  # rules/data/stopped.toml
+    if ended == "interrupted":
         return exitcodes.INTERRUPTED
-    if run.stopped in SCRIPT_FAILED or (run.stopped == "completed" and run.exit_code not in (0, None)):
+    if ended == "failed":
         return exitcodes.SCRIPT_FAILED
     if fail_on != "never":
         bar = SEVERITY_RANK[fail_on]

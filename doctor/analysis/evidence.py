@@ -184,7 +184,7 @@ class EventTail:
 class Outcome:
     """How the script ended (decided by analysis/outcome.py)."""
 
-    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    stopped: str  # a value of rules/data/stopped.toml (doctor/stopped.py)
     exit_code: int | None
     signal: str | None
     duration_s: float
