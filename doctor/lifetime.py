@@ -44,6 +44,11 @@ def _libc_prctl():
     return _prctl or None
 
 
+def available() -> bool:
+    """Is prctl there? Looks libc up now: call it before a fork whose child will use it."""
+    return _libc_prctl() is not None
+
+
 def prctl(option: int, arg: int) -> bool:
     fn = _libc_prctl()
     if fn is None:

@@ -129,6 +129,7 @@ class Supervisor:
         rank_grace_s: float = 1.0,
         peer_wait_s: float = 3.0,
         interrupt_grace_s: float = 3.0,
+        settle_s: float = 1.0,
     ):
         self.argv = argv
         self.env = env
@@ -158,7 +159,7 @@ class Supervisor:
         self._failed_seen: tuple[int, float] | None = None  # (rank, monotonic time) of a failed rank
         self._verdicts: dict[int, bool] = {}  # rank -> did its process fail (once it is gone)
         self._last_scan = 0.0
-        self.settle_s = 1.0  # leftovers get this long to exit on their own before they are ended
+        self.settle_s = settle_s  # leftovers get this long to exit on their own before they are ended
         self._subreaper = False
         self._before: set[int] = set()  # torchdoctor's own children from before the run (an in-process caller's)
         self.leftovers: list[dict] = []
@@ -458,6 +459,7 @@ class Supervisor:
 
         waitid(WNOWAIT) peeks at an exited child without reaping it: the script's own process is left
         to Popen (its exit status is the run's), and so is any child an in-process caller had before.
+        A guard that died is reaped here too (its Popen then reads status 0: nothing waits on it).
         """
         if not self._subreaper or not hasattr(os, "waitid"):
             return
@@ -467,7 +469,7 @@ class Supervisor:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except (ChildProcessError, OSError):
                 return
-            if info is None or info.si_pid in (0, self.proc.pid, self._guard_pid()) or info.si_pid in self._before:
+            if info is None or info.si_pid in (0, self.proc.pid) or info.si_pid in self._before:
                 return
             try:
                 os.waitpid(info.si_pid, 0)
@@ -578,7 +580,8 @@ def _dies_with(supervisor: int):
 
     if threading.current_thread() is not threading.main_thread():
         return None
-    lifetime.subreaper()  # look libc's prctl up here, not in the forked child
+    if not lifetime.available():  # looked up here, not in the forked child
+        return None
 
     def preexec() -> None:
         lifetime.die_with_parent(supervisor)

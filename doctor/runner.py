@@ -92,6 +92,7 @@ def supervise(plan: RunPlan) -> ChildResult:
         rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
         peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
         interrupt_grace_s=float(limits.get("interrupt_grace_s", 3.0)),
+        settle_s=float(limits.get("leftover_settle_s", 1.0)),
     ).run()
 
 
