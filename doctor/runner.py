@@ -157,6 +157,7 @@ def leftover_notes(leftovers: list[dict]) -> list[str]:
 
 
 def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())  # a `python -c` command line holds newlines
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
