@@ -177,3 +177,27 @@ def test_a_second_ctrl_c_stops_it_at_once(tmp_path, validate_report):
     validate_report(report)
     assert doctor.returncode == exitcodes.INTERRUPTED and report["run"]["stopped"] == "interrupted"
     assert report["run"]["signal"] == "SIGKILL" and took < 2.5, took
+
+
+RACE = """
+import os, sys, time
+from torchdoctor import lifetime
+
+parent = os.getpid()
+if os.fork() == 0:  # the child arms its death signal only after its parent is gone: the race
+    while os.getppid() == parent:
+        time.sleep(0.01)
+    armed = lifetime.die_with_parent(parent) if sys.argv[1] == "parent" else lifetime.die_with_parent(None, watched=parent)
+    open(sys.argv[2], "w").write(f"still here, armed={armed}")
+    os._exit(0)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("check", ["parent", "watched"])
+def test_a_parent_gone_before_the_death_signal_is_armed_ends_the_child(tmp_path, check):
+    """PR_SET_PDEATHSIG set after the parent died never fires: die_with_parent sees it and exits."""
+    marker = tmp_path / "survived"
+    subprocess.run([sys.executable, "-c", RACE, check, str(marker)], check=True, timeout=30)
+    time.sleep(1.0)  # the orphan notices its new parent within 10 ms, then decides
+    assert not marker.exists(), marker.read_text()
