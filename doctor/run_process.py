@@ -351,7 +351,7 @@ class Supervisor:
         records = {p.pid: {"pid": p.pid, "command": _command(p), "ended_by": "SIGTERM"} for p in left}
         for p in left:
             _send(p, signal.SIGTERM)
-        left = self._wait_gone(left, self.grace_s)
+        left = self._wait_gone(left, self.grace_s, hurry=True)
         for p in left:
             records[p.pid]["ended_by"] = "SIGKILL"
             _send(p, signal.SIGKILL)
@@ -404,12 +404,13 @@ class Supervisor:
             pass
         return True
 
-    def _wait_gone(self, procs: list, seconds: float) -> list:
-        """Wait up to `seconds` for `procs` to end (reaping the ones re-parented here); the ones left."""
+    def _wait_gone(self, procs: list, seconds: float, hurry: bool = False) -> list:
+        """Wait up to `seconds` for `procs` to end (reaping the ones re-parented here); the ones left.
+        `hurry`: a second Ctrl-C cuts the wait short."""
         deadline = time.monotonic() + seconds
         while True:
             procs = [p for p in procs if not self._gone(p)]
-            if not procs or time.monotonic() >= deadline:
+            if not procs or time.monotonic() >= deadline or (hurry and self.interrupts > 1):
                 return procs
             time.sleep(0.05)
 
