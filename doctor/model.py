@@ -199,7 +199,7 @@ class RunInfo(_Serialisable):
 
     exit_code: int | None
     steps_completed: int
-    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    stopped: str  # a value of rules/data/stopped.toml (doctor/stopped.py)
     duration_s: float
     command: list[str] = field(default_factory=list)
     signal: str | None = None
@@ -207,6 +207,9 @@ class RunInfo(_Serialisable):
     probes: list[str] = field(default_factory=list)  # the probes that ran
     measurements: dict[str, dict[str, Any]] = field(default_factory=dict)  # probe -> measured numbers (unit in key)
     error: RunError | None = None
+    # processes of the run still alive after the script ended: {"pid", "command", "ended_by"}, ended_by
+    # SIGTERM or SIGKILL (torchdoctor ended it) or None (it could not be ended: it outlives the run)
+    leftover_processes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(repr=False, eq=False)

@@ -2,10 +2,16 @@
 
 The child runs in its own session and process group (`start_new_session`),
 so the terminal's Ctrl-C reaches only torchdoctor, which forwards it, and the
-whole group — DataLoader workers included — can be stopped at once:
+whole group — DataLoader workers included — can be stopped at once. It dies
+with torchdoctor, even when torchdoctor is killed outright (PR_SET_PDEATHSIG,
+set before the exec; the bootstrap chains it on to the script's forked
+workers and, under torchrun, to every rank: lifetime.py):
 
 - first Ctrl-C: SIGINT to the group (the script sees KeyboardInterrupt and the
-  probes write their last evidence); second Ctrl-C: SIGKILL to the group.
+  probes write their last evidence); a script still running `interrupt_grace_s`
+  later (it ignores or swallows SIGINT) is stopped as on a timeout: SIGTERM,
+  then SIGKILL after the grace period; second Ctrl-C: SIGKILL to the group.
+  Once interrupted, the run is `interrupted`, never a hang or a timeout.
   SIGTERM or SIGHUP to torchdoctor: SIGTERM to the group, then SIGKILL after
   the grace period;
 - --timeout, and the watchdog (no new step event for --hang-timeout seconds;
@@ -18,8 +24,14 @@ whole group — DataLoader workers included — can be stopped at once:
   process, whose faulthandler writes every thread's stack to
   stacks.rank<R>.txt, then SIGTERM to each rank's main process (the probes
   write their last evidence), SIGKILL to the group after the grace period;
-- after the child has exited, whatever is left in its group (orphaned
-  workers) gets SIGTERM, then SIGKILL: no process outlives the run.
+- after the child has exited, whatever is left of the run gets SIGTERM, then
+  SIGKILL: no process outlives the run. "Left" is more than the group: on
+  Linux torchdoctor is a child subreaper (lifetime.py) for the run, so a
+  process the script detached (`start_new_session=True`, a daemon's double
+  fork) re-parents to torchdoctor, not to init, and is found among its
+  descendants. Orphans that exit during the run are reaped as they go (never
+  the script's own process: Popen and the pidfd wait keep its status). What
+  had to be ended, and what could not be, is named in the report.
 
 A distributed run (`distributed=True`) starts torchrun's agent as the child.
 The agent starts every rank in a session of its own, so the supervisor also
@@ -45,11 +57,13 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from torchdoctor import lifetime
 from torchdoctor.analysis.evidence import EventTail
 
 POLL_S = 0.25
@@ -93,25 +107,8 @@ class ChildResult:
     pids: dict[int, int] = field(default_factory=dict)
     decided_at: float | None = None  # wall-clock time of torchdoctor's decision (hang, timeout, a dead peer)
     peer_failed: int | None = None  # the failed rank whose waiting peers torchdoctor stopped
-
-
-def group_alive(pgid: int) -> bool:
-    """Is any non-zombie process left in the group?"""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    import psutil
-
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                return True
-        except (ProcessLookupError, psutil.Error):
-            continue
-    return False
+    leftovers: list[dict] = field(default_factory=list)  # processes of the run alive after the script: pid,
+    # command, ended_by (SIGTERM | SIGKILL | None: could not be ended)
 
 
 class Supervisor:
@@ -132,6 +129,8 @@ class Supervisor:
         rank_grace_s: float = 1.0,
         peer_wait_s: float = 3.0,
         node_settle_s: float = 0.0,
+        interrupt_grace_s: float = 3.0,
+        settle_s: float = 1.0,
     ):
         self.argv = argv
         self.env = env
@@ -148,6 +147,8 @@ class Supervisor:
         self.decided: str | None = None
         self.sent: str | None = None
         self.interrupts = 0
+        self.interrupt_grace_s = interrupt_grace_s
+        self.interrupted_at: float | None = None  # monotonic time of the first Ctrl-C, until it is enforced
         self.stop_requested: int | None = None  # a signal torchdoctor itself received
         self.distributed = distributed
         self.rank_grace_s = rank_grace_s
@@ -160,6 +161,12 @@ class Supervisor:
         self._failed_seen: tuple[int, float] | None = None  # (rank, monotonic time) of a failed rank
         self._verdicts: dict[int, bool] = {}  # rank -> did its process fail (once it is gone)
         self._last_scan = 0.0
+        self.settle_s = settle_s  # leftovers get this long to exit on their own before they are ended
+        self._subreaper = False
+        self._before: set[int] = set()  # torchdoctor's own children from before the run (an in-process caller's)
+        self.leftovers: list[dict] = []
+        self.guard: subprocess.Popen | None = None  # run_guard.py: ends the run if torchdoctor is killed
+        self._told: set[int] = set()  # the process groups the guard knows
 
     # -- signals to torchdoctor ------------------------------------------------------
 
@@ -171,6 +178,7 @@ class Supervisor:
             self._kill_groups()
         elif signum == signal.SIGINT:
             self._signal_group(signal.SIGINT)
+            self.interrupted_at = time.monotonic()
         else:
             self.stop_requested = signum  # the loop terminates with a grace period
 
@@ -193,15 +201,23 @@ class Supervisor:
         started = time.monotonic()
         waited: float | None = None
         pidfd: int | None = None
+        was_subreaper = lifetime.subreaper()
+        self._subreaper = was_subreaper or lifetime.become_subreaper()
+        self._before = _children_now()
+        self._start_guard()
         try:
+            env = {**self.env, lifetime.SUPERVISOR_ENV: str(os.getpid())}
             self.proc = subprocess.Popen(
-                self.argv, env=self.env, cwd=self.cwd, stdout=self.stdout, start_new_session=True
+                self.argv, env=env, cwd=self.cwd, stdout=self.stdout, start_new_session=True,
+                preexec_fn=_dies_with(os.getpid()),
             )
+            self._tell_guard(self.proc.pid)
             last_progress = started
             pidfd = open_pidfd(self.proc.pid)
             while True:
                 if wait_exit(self.proc, pidfd, POLL_S):
                     break
+                self._reap_adopted()
                 now = time.monotonic()
                 if self.tail.poll():
                     last_progress = now
@@ -210,6 +226,10 @@ class Supervisor:
                 if self.stop_requested is not None:
                     self.stop_requested = None
                     self._terminate()
+                elif self.interrupted_at is not None:
+                    if now - self.interrupted_at >= self.interrupt_grace_s:  # the script did not stop on SIGINT
+                        self.interrupted_at = None
+                        self._terminate()
                 elif self.timeout_s and now - started > self.timeout_s:
                     waited = now - last_progress
                     self._stop("timeout")
@@ -225,7 +245,10 @@ class Supervisor:
             if self.proc is not None:
                 if self.proc.poll() is None:  # torchdoctor itself failed mid-run
                     self._terminate()
-                self._clean_group()
+                self._clean_up()
+            self._stop_guard()
+            if self._subreaper and not was_subreaper:
+                lifetime.become_subreaper(False)
             for s, handler in previous.items():
                 signal.signal(s, handler)
         self.tail.poll()
@@ -238,6 +261,7 @@ class Supervisor:
             pids=dict(self.ranks or self.tail.pids),
             decided_at=self.decided_at,
             peer_failed=self.peer_failed,
+            leftovers=list(self.leftovers),
         )
 
     def _hang_limit(self) -> float:
@@ -313,25 +337,149 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
 
-    def _clean_group(self) -> None:
-        """Nothing of the run outlives it: leftovers in the groups get SIGTERM, then SIGKILL."""
+    def _clean_up(self) -> None:
+        """Nothing of the run outlives it: what is left gets SIGTERM, then SIGKILL, and is reaped.
+
+        A leftover gets `settle_s` to exit on its own first (a DataLoader worker that noticed its
+        parent's end, multiprocessing's resource tracker): only what is still there was left behind.
+        """
         assert self.proc is not None
         if self.distributed:
             self._scan()
-        groups = [g for g in (self.proc.pid, *sorted(self.groups)) if group_alive(g)]
-        if not groups:
+        left = self._leftovers()
+        if not left:
             return
-        for pgid in groups:
-            _killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
-        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
+        left = self._wait_gone(left, self.settle_s)
+        if not left:
+            return
+        records = {p.pid: {"pid": p.pid, "command": _command(p), "ended_by": "SIGTERM"} for p in left}
+        for p in left:
+            _send(p, signal.SIGTERM)
+        left = self._wait_gone(left, self.grace_s, hurry=True)
+        for p in left:
+            records[p.pid]["ended_by"] = "SIGKILL"
+            _send(p, signal.SIGKILL)
+        left = self._wait_gone(left, 2.0)
+        for p in left:
+            records[p.pid]["ended_by"] = None
+        self.leftovers = sorted(records.values(), key=lambda r: r["pid"])
+
+    def _leftovers(self) -> list:
+        """The run's processes still alive: torchdoctor's new descendants and the members of the run's groups."""
+        import psutil
+
+        assert self.proc is not None
+        found: dict[int, psutil.Process] = {}
+        try:
+            me = psutil.Process()
+            for child in me.children():
+                if child.pid in self._before or child.pid in (self.proc.pid, self._guard_pid()):
+                    continue
+                found[child.pid] = child
+                for below in child.children(recursive=True):
+                    found[below.pid] = below
+        except psutil.Error:
+            pass
+        groups = {self.proc.pid, *self.groups} - {os.getpgrp()}
+        if any(_group_exists(g) for g in groups):  # without a subreaper, orphans of the groups went to init
+            for proc in psutil.process_iter():
+                try:
+                    if proc.pid not in found and os.getpgid(proc.pid) in groups:
+                        found[proc.pid] = proc
+                except (OSError, psutil.Error):
+                    continue
+        return [p for p in found.values() if not self._gone(p)]
+
+    def _gone(self, proc) -> bool:
+        """Has it ended? A zombie has; one that is torchdoctor's own child is reaped here."""
+        import psutil
+
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
+        try:
+            if proc.ppid() == os.getpid():
+                os.waitpid(proc.pid, os.WNOHANG)
+        except (OSError, psutil.Error):
+            pass
+        return True
+
+    def _wait_gone(self, procs: list, seconds: float, hurry: bool = False) -> list:
+        """Wait up to `seconds` for `procs` to end (reaping the ones re-parented here); the ones left.
+        `hurry`: a second Ctrl-C cuts the wait short."""
+        deadline = time.monotonic() + seconds
+        while True:
+            procs = [p for p in procs if not self._gone(p)]
+            if not procs or time.monotonic() >= deadline or (hurry and self.interrupts > 1):
+                return procs
             time.sleep(0.05)
-        groups = [g for g in groups if group_alive(g)]
-        for pgid in groups:
-            _killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and any(group_alive(g) for g in groups):
-            time.sleep(0.05)
+
+    # -- the guard (run_guard.py) -----------------------------------------------------
+
+    def _start_guard(self) -> None:
+        """Start the guard; without one (it failed to start) the death signals alone tie the run to us."""
+        try:
+            self.guard = subprocess.Popen(
+                [sys.executable, "-m", "torchdoctor.run_guard", str(os.getpid())], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        except OSError:
+            self.guard = None
+
+    def _guard_pid(self) -> int:
+        return self.guard.pid if self.guard is not None else 0
+
+    def _tell_guard(self, pgid: int) -> None:
+        if self.guard is None or pgid in self._told or self.guard.stdin is None:
+            return
+        self._told.add(pgid)
+        try:
+            self.guard.stdin.write(f"group {pgid}\n".encode())
+            self.guard.stdin.flush()
+        except OSError:  # the guard is gone (killed): the death signals remain
+            pass
+
+    def _stop_guard(self) -> None:
+        """The run is over and cleaned up: the guard exits without ending anything."""
+        if self.guard is None:
+            return
+        try:
+            assert self.guard.stdin is not None
+            self.guard.stdin.write(b"done\n")
+            self.guard.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.guard.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.guard.kill()
+            self.guard.wait()
+
+    def _reap_adopted(self) -> None:
+        """Reap orphans that re-parented here and exited, so none stays a zombie while the run goes on.
+
+        waitid(WNOWAIT) peeks at an exited child without reaping it: the script's own process is left
+        to Popen (its exit status is the run's), and so is any child an in-process caller had before.
+        A guard that died is reaped here too (its Popen then reads status 0: nothing waits on it).
+        """
+        if not self._subreaper or not hasattr(os, "waitid"):
+            return
+        assert self.proc is not None
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except (ChildProcessError, OSError):
+                return
+            if info is None or info.si_pid in (0, self.proc.pid) or info.si_pid in self._before:
+                return
+            try:
+                os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                return
 
     # -- distributed runs --------------------------------------------------------------
 
@@ -361,6 +509,8 @@ class Supervisor:
             except OSError:
                 continue
         self.groups.discard(os.getpgrp())  # never torchdoctor's own group
+        for pgid in self.groups:
+            self._tell_guard(pgid)
         return family
 
     def _peer_failed(self, now: float, last_progress: float) -> bool:
@@ -422,6 +572,61 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+def _dies_with(supervisor: int):
+    """The child's preexec: SIGKILL when torchdoctor dies, even of SIGKILL (a CI timeout, the OOM killer).
+
+    PR_SET_PDEATHSIG fires when the parent *thread* exits: the supervisor runs on the main thread
+    (it installs signal handlers, which only the main thread may), which lives as long as torchdoctor.
+    The check against the parent's pid closes the race of a torchdoctor killed before the call.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if not lifetime.available():  # looked up here, not in the forked child
+        return None
+
+    def preexec() -> None:
+        lifetime.die_with_parent(supervisor)
+
+    return preexec
+
+
+def _children_now() -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _command(proc) -> str:
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline()) or proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def _send(proc, sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -24,8 +24,8 @@ The parent never imports torch. With `--format json` the script's stdout goes
 to our stderr, so stdout carries the report alone.
 
 Exit codes (precedence, first match wins):
-130 interrupted (Ctrl-C) > 4 the script failed (non-zero exit, exception,
-fatal signal, killed, --timeout, hang) > 1 a measured symptom at or above
+130 interrupted (Ctrl-C) > 4 the script failed (exited non-zero, crashed,
+killed, --timeout, hang) > 1 a measured symptom at or above
 --fail-on > 0. Usage errors exit 2 before anything runs; a torchdoctor bug 70.
 """
 
@@ -47,17 +47,17 @@ from torchdoctor.probes.session import ENV
 from torchdoctor.probes.userframes import display_path
 from torchdoctor.run_options import RunPlan, RunRequest, UsageError, make_plan
 from torchdoctor.run_process import ChildResult, Supervisor
-
-SCRIPT_FAILED = ("crashed", "killed", "timeout", "hang")
+from torchdoctor.stopped import ending
 
 
 def exit_code(report: Report, fail_on: str) -> int:
     """The documented exit code of a run (see the module docstring for the precedence)."""
     run = report.run
     assert run is not None
-    if run.stopped == "interrupted":
+    ended = ending(run.stopped).exit  # rules/data/stopped.toml
+    if ended == "interrupted":
         return exitcodes.INTERRUPTED
-    if run.stopped in SCRIPT_FAILED or (run.stopped == "completed" and run.exit_code not in (0, None)):
+    if ended == "failed":
         return exitcodes.SCRIPT_FAILED
     if fail_on != "never":
         bar = SEVERITY_RANK[fail_on]
@@ -92,6 +92,8 @@ def supervise(plan: RunPlan) -> ChildResult:
         rank_grace_s=float(spread.get("rank_grace_s", 1.0)),
         peer_wait_s=float(spread.get("peer_wait_s", 3.0)),
         node_settle_s=float(spread.get("node_settle_s", 3.0)) if plan.multinode else 0.0,
+        interrupt_grace_s=float(limits.get("interrupt_grace_s", 3.0)),
+        settle_s=float(limits.get("leftover_settle_s", 1.0)),
     ).run()
 
 
@@ -123,6 +125,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
     outcome.seconds_without_step = result.seconds_without_step
     outcome.hang_timeout_s = plan.hang_timeout_s
     outcome.timeout_s = plan.timeout_s
+    outcome.leftovers = result.leftovers
+    outcome.notes += leftover_notes(result.leftovers)
     return RunEvidence(
         run_dir=plan.run_dir,
         cwd=plan.cwd,
@@ -134,6 +138,29 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
         thresholds=plan.thresholds,
         options=options,
     )
+
+
+def leftover_notes(leftovers: list[dict]) -> list[str]:
+    """One note for the processes torchdoctor had to end after the script, one for any it could not end."""
+    def named(rows: list[dict]) -> str:
+        return "; ".join(f"pid {r['pid']} ({_clip(r['command'])}" + (f", {r['ended_by']}" if r["ended_by"] else "")
+                         + ")" for r in rows)
+
+    ended = [r for r in leftovers if r["ended_by"]]
+    stuck = [r for r in leftovers if not r["ended_by"]]
+    notes = []
+    if ended:
+        notes.append(f"{len(ended)} process{'es' if len(ended) > 1 else ''} of the script outlived it and "
+                     f"{'were' if len(ended) > 1 else 'was'} ended by torchdoctor: {named(ended)}.")
+    if stuck:
+        notes.append(f"{len(stuck)} process{'es' if len(stuck) > 1 else ''} of the script could not be ended "
+                     f"and outlive{'' if len(stuck) > 1 else 's'} the run: {named(stuck)}.")
+    return notes
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())  # a `python -c` command line holds newlines
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
@@ -148,6 +175,7 @@ def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
         signal=outcome.signal,
         ranks=max(run.world_size, 1),
         probes=list(plan.probes),
+        leftover_processes=list(outcome.leftovers),
         **measured,
     )
 

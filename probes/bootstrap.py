@@ -33,6 +33,11 @@ is the parent of the ranks: without this a rank that aborts in interpreter
 shutdown, segfaults or is killed leaves no trace in the evidence. The waiter
 ignores the catchable signals (torchrun and torchdoctor signal the rank's
 whole process group, so the rank still receives them).
+
+The run dies with torchdoctor even when torchdoctor is killed outright
+(lifetime.py): under torchrun the waiter dies with torchrun's agent and the
+rank with the waiter; the processes the script forks from its main thread
+get SIGTERM when their parent dies.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from torchdoctor import lifetime
 from torchdoctor.probes.evidence import EvidenceWriter
 from torchdoctor.probes.session import Session, StopRun, Terminated, rank_file, read_config, trim_traceback
 
@@ -187,8 +193,10 @@ def record_exit_status(config: dict[str, Any], t0: float) -> None:
     path = rank_file(config["run_dir"], "events.jsonl", rank)
     sys.stdout.flush()
     sys.stderr.flush()
+    waiter = os.getpid()
     pid = os.fork()
     if pid == 0:
+        lifetime.die_with_parent(waiter)  # the waiter dies only of SIGKILL: so does the rank, at once
         return
     for name in _WAITER_IGNORES:
         if hasattr(signal, name):
@@ -215,13 +223,28 @@ def record_exit_status(config: dict[str, Any], t0: float) -> None:
     os._exit(code)
 
 
+def bind_to_supervisor(config: dict[str, Any]) -> None:
+    """Die with torchdoctor, even when it is killed outright (SIGKILL: a CI timeout, the OOM killer).
+
+    One process: torchdoctor's preexec set the death signal before the exec; nothing to do. Under
+    torchrun this process's parent is torchrun's agent (which dies with torchdoctor the same way):
+    its pid is not known here, so the race check is that the chain above is whole — torchdoctor
+    still there and not our parent (a subreaper adopts the orphans of a dead agent), nor init.
+    """
+    supervisor = os.environ.get(lifetime.SUPERVISOR_ENV, "")
+    if config.get("launcher") == "torchrun" and supervisor.isdigit():
+        lifetime.die_with_parent(None, watched=int(supervisor))
+
+
 def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         target = parse_target(list(sys.argv[1:] if argv is None else argv))
         config = read_config()
+        bind_to_supervisor(config)
         if config.get("launcher") == "torchrun" and "RANK" in os.environ:
             record_exit_status(config, t0)
+        lifetime.chain_to_forks()
         session = Session(config)
     except (ValueError, RuntimeError, KeyError) as exc:
         sys.stderr.write(f"torchdoctor bootstrap: {exc}\n")

@@ -167,7 +167,8 @@ def test_accumulation_line(tmp_path, name, current, first, function, expected):
     [
         (0, None, {"reason": "completed", "code": 0}, "completed", 0, None),
         (0, None, {"reason": "steps", "code": 0}, "steps", 0, None),
-        (3, None, {"reason": "exit", "code": 3}, "completed", 3, None),
+        (3, None, {"reason": "exit", "code": 3}, "exited", 3, None),  # sys.exit(3)
+        (5, None, None, "exited", 5, None),  # os._exit(5): no exit event
         (1, None, {"reason": "exception", "code": 1}, "crashed", 1, None),
         (-11, None, None, "crashed", None, "SIGSEGV"),
         (-9, None, None, "killed", None, "SIGKILL"),
@@ -201,7 +202,7 @@ def _report(stopped: str, code: int | None, severities: list[str]) -> Report:
         ("completed", 0, ["warning"], "warning", exitcodes.FINDINGS),
         ("completed", 0, ["error"], "never", exitcodes.OK),
         ("steps", 0, ["error"], "error", exitcodes.FINDINGS),
-        ("completed", 3, [], "error", exitcodes.SCRIPT_FAILED),
+        ("exited", 3, [], "error", exitcodes.SCRIPT_FAILED),
         ("crashed", 1, ["error"], "error", exitcodes.SCRIPT_FAILED),  # the failure outranks the symptoms
         ("hang", None, [], "never", exitcodes.SCRIPT_FAILED),  # --fail-on never does not hide a failure
         ("killed", None, [], "error", exitcodes.SCRIPT_FAILED),

@@ -199,7 +199,7 @@ def test_a_segfault_without_an_exit_event_and_a_non_zero_exit():
     assert decide(1, None, {0: crash}, 2.0, None).stopped == "crashed"
     leaves = rank_end(1, _rank_events(1, {"kind": "exit", "reason": "exit", "code": 3, "t": 1.0}))
     outcome = decide(1, None, {1: leaves}, 2.0, None)
-    assert (outcome.stopped, outcome.exit_code) == ("completed", 3)
+    assert (outcome.stopped, outcome.exit_code) == ("exited", 3)
 
 
 # -- where a rank waits ---------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_the_script_still_prints_its_traceback_like_python(raised):
 def test_sys_exit_code_is_recorded(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "exits", "exits.py")
     assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
-    assert result.run["stopped"] == "completed"
+    assert result.run["stopped"] == "exited"
     assert result.run["exit_code"] == 3 and result.run["signal"] is None
     assert result.run["steps_completed"] == 2 and result.run["error"] is None
 

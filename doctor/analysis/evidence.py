@@ -184,7 +184,7 @@ class EventTail:
 class Outcome:
     """How the script ended (decided by analysis/outcome.py)."""
 
-    stopped: str  # completed | steps | timeout | hang | crashed | killed | interrupted
+    stopped: str  # a value of rules/data/stopped.toml (doctor/stopped.py)
     exit_code: int | None
     signal: str | None
     duration_s: float
@@ -192,6 +192,7 @@ class Outcome:
     hang_timeout_s: float | None = None
     timeout_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    leftovers: list[dict] = field(default_factory=list)  # the supervisor's leftover processes (run_process.py)
 
 
 @dataclass

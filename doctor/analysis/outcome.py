@@ -1,14 +1,10 @@
 """How did the script end? From the child's status, the runner's own decision and the exit event.
 
-`stopped` (RunInfo.stopped):
-
-- completed   the script returned or called sys.exit (exit_code says how)
-- steps       --steps N was reached and the script was stopped on purpose
-- timeout     --timeout expired
-- hang        no optimizer step for --hang-timeout seconds
-- crashed     an uncaught exception, or a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL)
-- killed      ended by a signal from outside (SIGKILL — e.g. the kernel's OOM killer — or SIGTERM)
-- interrupted Ctrl-C (or SIGTERM/SIGHUP to torchdoctor itself)
+`stopped` (RunInfo.stopped) is one of the values of rules/data/stopped.toml
+(doctor/stopped.py): completed (exit 0), steps, exited (a non-zero exit code
+the script chose: sys.exit(n), os._exit(n)), crashed (an uncaught exception,
+a fatal signal), killed, timeout, hang, interrupted. Every decision below goes
+through `_ended`, which refuses any other value.
 
 A process that dies of a signal after the bootstrap recorded a normal end
 (the script had finished; something failed at interpreter exit) keeps the
@@ -21,12 +17,13 @@ import signal as signals
 from typing import Any
 
 from torchdoctor.analysis.evidence import Outcome
+from torchdoctor.stopped import ending
 
 FATAL = {"SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGSYS", "SIGTRAP"}
 _BY_REASON = {
     "steps": "steps",
     "completed": "completed",
-    "exit": "completed",
+    "exit": "completed",  # sys.exit(0); sys.exit(n), n != 0: exited (below)
     "exception": "crashed",
     "interrupted": "interrupted",
     "terminated": "killed",
@@ -38,6 +35,11 @@ def signal_name(number: int) -> str:
         return signals.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def _ended(stopped: str, exit_code: int | None, sig: str | None, duration_s: float, notes: list[str]) -> Outcome:
+    ending(stopped)  # a value stopped.toml does not define is a bug here, not a report
+    return Outcome(stopped, exit_code, sig, round(duration_s, 3), notes=notes)
 
 
 def decide(
@@ -53,25 +55,26 @@ def decide(
     notes: list[str] = []
 
     if decided in ("hang", "timeout", "interrupted"):
-        return Outcome(decided, exit_code, sent_signal or died_of, round(duration_s, 3), notes=notes)
+        return _ended(decided, exit_code, sent_signal or died_of, duration_s, notes)
 
     if reason in _BY_REASON:
         stopped = _BY_REASON[reason]
         recorded = exit_event.get("code") if exit_event else None
-        if died_of and stopped in ("steps", "completed"):
+        if reason == "exit" and recorded not in (0, None):
+            stopped = "exited"
+        if died_of and stopped in ("steps", "completed", "exited"):
             notes.append(
                 f"The process died of {died_of} after the script had finished ({reason}): the failure is in "
                 "interpreter shutdown (atexit handlers, library teardown), not in training."
             )
-            return Outcome(stopped, recorded if isinstance(recorded, int) else 0, died_of, round(duration_s, 3),
-                           notes=notes)
+            return _ended(stopped, recorded if isinstance(recorded, int) else 0, died_of, duration_s, notes)
         sig = "SIGTERM" if reason == "terminated" else died_of
-        return Outcome(stopped, exit_code, sig, round(duration_s, 3), notes=notes)
+        return _ended(stopped, exit_code, sig, duration_s, notes)
 
     if died_of:
-        stopped = "crashed" if died_of in FATAL else "killed"
-        return Outcome(stopped, None, died_of, round(duration_s, 3), notes=notes)
-    if exit_code not in (0, None):
-        notes.append("The script's process ended without the bootstrap recording how; see its output above.")
-        return Outcome("crashed", exit_code, None, round(duration_s, 3), notes=notes)
-    return Outcome("completed", exit_code, None, round(duration_s, 3), notes=notes)
+        return _ended("crashed" if died_of in FATAL else "killed", None, died_of, duration_s, notes)
+    if exit_code not in (0, None):  # os._exit(n), or exit(n) from native code: the script's process chose it
+        notes.append("The script's process exited without the bootstrap recording how (os._exit, or exit() from "
+                     "native code); see its output above.")
+        return _ended("exited", exit_code, None, duration_s, notes)
+    return _ended("completed", exit_code, None, duration_s, notes)

@@ -279,7 +279,7 @@ def decide(
         if first.kind == "exception":
             return Outcome("crashed", first.code if first.code is not None else 1, None, duration, notes=notes)
         if first.kind == "exit-nonzero":
-            return Outcome("completed", first.code, None, duration, notes=notes)
+            return Outcome("exited", first.code, None, duration, notes=notes)
         stopped = "crashed" if first.signal in FATAL else "killed"
         return Outcome(stopped, None, first.signal, duration, notes=notes)
     spared = aftermath(ends)

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 from torchdoctor.model import Report, RunInfo
 from torchdoctor.render.document import Block, Bullets, Section, Text
-
-_OUTCOME = {
-    "completed": "completed",
-    "steps": "stopped on purpose after the requested steps (--steps)",
-    "timeout": "stopped by --timeout",
-    "hang": "stopped: it hung (no optimizer step within --hang-timeout)",
-    "crashed": "crashed",
-    "killed": "was killed",
-    "interrupted": "interrupted (Ctrl-C)",
-}
-_STYLE = {"completed": "ok", "steps": "ok", "interrupted": "warning"}
+from torchdoctor.stopped import ending
 
 
 def outcome_line(run: RunInfo) -> str:
-    text = f"The script {_OUTCOME.get(run.stopped, run.stopped)}"
+    text = f"The script {ending(run.stopped).says}"
     details = [f"{run.steps_completed} optimizer step{'s' if run.steps_completed != 1 else ''}",
                f"{run.duration_s:.1f} s"]
     if run.exit_code is not None:
@@ -35,9 +25,7 @@ def run_blocks(report: Report) -> list[Block]:
     if run is None:
         return []
     blocks: list[Block] = []
-    failed = run.stopped not in ("completed", "steps") or run.exit_code not in (0, None)
-    blocks.append(Text(outcome_line(run), "error" if failed and run.stopped != "interrupted" else
-                       _STYLE.get(run.stopped, "warning")))
+    blocks.append(Text(outcome_line(run), ending(run.stopped).style))
     if run.error is not None:
         where = f" at {run.error.location}" if run.error.location and run.error.location.line else ""
         code = f" (`{run.error.location.code}`)" if run.error.location and run.error.location.code else ""
