@@ -333,6 +333,8 @@ def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
 def _path_template(expr: ast.AST | None) -> str | None:
     """The constant skeleton of a formatted path: `"models/%s/G_%d.pth" % (name, epoch)` and
     `f"{out}/G_{epoch}.pth"` keep their literal parts, so the save of epoch n and the load of epoch m match."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str) and "%" in expr.value:
+        return expr.value  # a format string never formatted (a bug of its own) still names the same files
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant) \
             and isinstance(expr.left.value, str):
         return expr.left.value
@@ -349,12 +351,29 @@ def _path_template(expr: ast.AST | None) -> str | None:
     return None
 
 
-def _per_rank_path(expr: ast.AST | None) -> bool:
-    """`f"queue{args.rank}.pth"`: each process writes and reads its own file, on its own device."""
-    return expr is not None and any(
+def _per_rank_path(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+    """`f"queue{args.rank}.pth"`, or a name bound to one: each process writes and reads its own file, on its
+    own device."""
+    if expr is None or depth > 2:
+        return False
+    if isinstance(expr, ast.Name) and any(_per_rank_path(index, v, depth + 1) for v in index.definitions(expr.id, expr)):
+        return True
+    return any(
         "rank" in (n.id if isinstance(n, ast.Name) else n.attr).lower()
         for n in ast.walk(expr) if isinstance(n, ast.Name | ast.Attribute)
     )
+
+
+def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
+    """The file at `path` is written by this script from `.cpu()` tensors: it loads back onto the CPU."""
+    for save in index.calls_to("torch.save"):
+        if _same_path(index, path, kwarg(save, "f", 1)):
+            obj = kwarg(save, "obj", 0)
+            values = [obj, *index.definitions(obj.id, save)] if isinstance(obj, ast.Name) else [obj]
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
+                   for v in values if v is not None for n in ast.walk(v)):
+                return True
+    return False
 
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:
@@ -429,8 +448,8 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
     if not several and _written_here(index, path):
         return  # a file this single-process script writes itself: saved and loaded by the same setup
-    if _per_rank_path(path):
-        return  # each rank reads back its own file, saved from its own device
+    if _per_rank_path(index, path) or _saves_host_tensors(index, path):
+        return  # each rank reads back its own file, saved from its own device; or tensors saved from the CPU
     if any(other is not node and kwarg(other, "map_location", 1) is not None and _other_branch(index, node, other)
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none

@@ -325,10 +325,28 @@ def deprecated_amp_api(node: ast.Module, ctx: Context) -> None:
             if isinstance(d, ast.Name | ast.Attribute) and index.resolve(d) in _DEPRECATED_AMP:
                 used.append((d, d))  # a bare `@torch.cuda.amp.custom_bwd`
     for where, expr in used:
+        if _compatibility_fallback(index, where):
+            continue
         q = index.resolve(expr) or ""
         shown = ctx.segment(expr)
         via = "" if shown == q else f" (`{q}`)"
         ctx.report(where, variable=shown, via=via, call=q, new=_DEPRECATED_AMP[q])
+
+
+_VERSION_TEST = re.compile(r"version|TORCH_\d|torch_\d|hasattr|is_torch_greater|is_torch_less|compat", re.I)
+
+
+def _compatibility_fallback(index: Index, node: ast.AST) -> bool:
+    """The old API kept for old torch only: in an `except` handler of a try that uses the new one, or in a
+    branch of an `if` that tests the torch version (`if TORCH_2_4: ... else: torch.cuda.amp...`)."""
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.ExceptHandler):
+            return True
+        if isinstance(anc, ast.If | ast.IfExp) and _VERSION_TEST.search(ast.unparse(anc.test)):
+            return True
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            return False
+    return False
 
 
 # -- TD402 ---------------------------------------------------------------------------------------
