@@ -129,8 +129,10 @@ def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
             return  # re-initialised or detached inside the loop
     for call in loop.all_calls():
         func = call.func
-        if isinstance(func, ast.Attribute) and func.attr == "detach_" and dotted(func.value) == state:
-            return
+        if isinstance(func, ast.Attribute) and func.attr == "detach_":
+            target = func.value.value if isinstance(func.value, ast.Subscript) else func.value
+            if dotted(target) == state:  # `hidden.detach_()`, or each part of a tuple: `hidden[0].detach_()`
+                return
         called = (dotted(func) or "").lower()
         if ("detach" in called or "repackage" in called) and any(dotted(a) == state for a in call.args):
             return

@@ -368,4 +368,10 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
     fn = index.function_of(node)
     if fn is None or fn.name == "__init__":
         return
+    for anc in index.ancestors(node):
+        if anc is fn:
+            break
+        if isinstance(anc, ast.If | ast.IfExp) and any(
+                isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(anc.test)):
+            return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
