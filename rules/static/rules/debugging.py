@@ -252,6 +252,11 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
             inner = _events(ctx, _calls_by_function(ctx).get(target, []), depth + 1, (*stack, target))
             if inner is None:
                 return None
+            if depth == 0:  # the loop's own call through which an `.eval()` deep inside takes effect
+                anchors = ctx.memo("debugging:eval-anchors", dict)
+                for kind, inner_call, _ in inner:
+                    if kind == "eval":
+                        anchors.setdefault(inner_call, call)
             out.extend(inner)
     return out
 
@@ -272,7 +277,13 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
             continue
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
-        ctx.report(found, variable=dotted(found.func.value) or "model", loop=where, train_not_restored=True)  # type: ignore[attr-defined]
+        # Reached through a call in the loop (`self.validate()` every N steps): the loop's line is where the mode
+        # goes stale, and where `.train()` belongs; the `.eval()` itself is named in the message.
+        anchor = ctx.memo("debugging:eval-anchors", dict).get(found)
+        at = anchor if anchor is not None and index.loop_of(anchor) is not None else found
+        via = f" (set at line {found.lineno}, inside `{ctx.segment(at.func, 40)}()`)" if at is not found else ""
+        ctx.report(at, variable=dotted(found.func.value) or "model", loop=where, via=via,  # type: ignore[attr-defined]
+                   train_not_restored=True)
 
 
 def _leaves_loop(index: Index, call: ast.Call, depth: int) -> bool:
