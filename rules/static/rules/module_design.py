@@ -239,10 +239,24 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
             continue
         if reads is None:
             reads = index.self_reads(info)
-        if a.attr not in reads:
-            continue
+        if a.attr not in reads or all(_moved_or_replaced(index, r) for r in reads[a.attr]):
+            continue  # never read, or every read moves it to the input's device first / replaces it
         reported.add(a.attr)
         ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+def _moved_or_replaced(index, read: ast.Attribute) -> bool:
+    """`self.z.type_as(w)`, `self.grid.to(x.device)`, `self.grid = make_grid(...).to(x.device)`, `self.grid.shape`:
+    this read puts the tensor on the right device itself, overwrites it, or reads only its metadata, so the
+    module's `.to()` need not move it."""
+    parent = index.parent(read)
+    if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "ndim", "dtype", "device"):
+        return True  # metadata: the same on any device
+    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "type_as", "cuda", "new_tensor", "size", "dim"):
+        return isinstance(index.parent(parent), ast.Call)
+    if isinstance(parent, ast.Assign) and read in parent.targets:
+        return True
+    return isinstance(read.ctx, ast.Store)
 
 
 @rule("TD205", ast.Call)
