@@ -1,0 +1,251 @@
+"""What a name holds: the kind of training object bound to it (loader, optimizer, model, ...), from its
+constructor or from its name."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.syntax import (
+    _position,
+    dotted,
+    kwarg,
+    last_name,
+)
+
+if TYPE_CHECKING:
+    from torchdoctor.rules.static.semantic.bindings import Binding
+
+
+@dataclass
+class Binding:
+    """What a name holds after `name = <call>`: kind, class and the call's arguments."""
+
+    name: str  # "loader", "self.loader"
+    kind: str  # dataloader | sampler | scheduler | optimizer | scaler | autocast | module | loss | grad-mode
+    cls: str | None  # qualified callee or local class name
+    node: ast.AST  # the assignment statement
+    call: ast.Call | None = None
+    wrapper: str | None = None  # ddp | fsdp | dp | accelerate (modules)
+    compiled: bool = False
+    inner: str | None = None  # the wrapped name: DDP(model) -> "model"
+    guessed: bool = False  # kind guessed from the name only (e.g. a function parameter `loader`)
+
+    @property
+    def kwargs(self) -> dict[str, ast.expr]:
+        if self.call is None:
+            return {}
+        return {kw.arg: kw.value for kw in self.call.keywords if kw.arg is not None}
+
+    @property
+    def star_kwargs(self) -> bool:
+        """`**options` or `*args` were passed: some arguments are unknown."""
+        if self.call is None:
+            return False
+        return any(kw.arg is None for kw in self.call.keywords) or any(
+            isinstance(a, ast.Starred) for a in self.call.args
+        )
+
+    def arg(self, name: str, position: int | None = None) -> ast.expr | None:
+        return kwarg(self.call, name, position) if self.call is not None else None
+
+    @property
+    def short_cls(self) -> str | None:
+        return self.cls.rsplit(".", 1)[-1] if self.cls else None
+
+_MODEL_NAME = re.compile(r"(?:^|_)(?:model|net|network|backbone)s?$|model$", re.I)
+_LOADER_NAME = re.compile(r"loader|(?:^|_)dl$|^dl_", re.I)
+_OPTIMIZER_NAME = re.compile(r"(?:^|_)(?:optim|optimizer|optimiser|opt)s?(?:_|$)|optimizer", re.I)
+_SCALER_NAME = re.compile(r"scaler$", re.I)
+
+def looks_like_model(name: str | None) -> bool:
+    return bool(name) and bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
+
+def looks_like_loader(name: str | None) -> bool:
+    return bool(name) and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
+
+class Bindings:
+    """Bindings by name; kinds from constructors, wrappers (DDP, compile, accelerate) and names."""
+
+    def binding(self, expr: ast.AST | str | None) -> Binding | None:
+        """The latest binding of a name (or Name/Attribute node) whose kind is known."""
+        name = expr if isinstance(expr, str) else dotted(expr)
+        if name is None:
+            return None
+        found = self.bindings.get(name)
+        return found[-1] if found else None
+
+    def bindings_of(self, kind: str) -> list[Binding]:
+        return [b for bs in self.bindings.values() for b in bs if b.kind == kind]
+
+    def kind_of(self, expr: ast.AST | None, guess: bool = True) -> str | None:
+        """A binding's kind, or with `guess` a kind read from the name (`train_loader`, `optimizer`)."""
+        b = self.binding(expr)
+        if b is not None:
+            return b.kind
+        if not guess:
+            return None
+        name = dotted(expr)
+        if name is None:
+            return None
+        if looks_like_loader(name):
+            return "dataloader"
+        if _SCALER_NAME.search(name.rsplit(".", 1)[-1]):
+            return "scaler"
+        if _OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]):
+            return "optimizer"
+        if looks_like_model(name):
+            return "module"
+        return None
+
+    def is_model(self, expr: ast.AST | None) -> bool:
+        """Whether an expression holds a module/model: a binding, `self` in a Module, or a model-like name."""
+        if isinstance(expr, ast.Name) and expr.id == "self":
+            info = self.class_of(expr)
+            return bool(info and info.is_module)
+        b = self.binding(expr)
+        if b is not None:
+            return b.kind == "module"
+        return looks_like_model(dotted(expr))
+
+    def _classify(self, value: ast.AST, name: str, stmt: ast.AST, depth: int = 0) -> Binding | None:
+        if depth > 8:
+            return None
+        same = self.names["same_object_methods"]
+        # `Net().to(device)`, `model.cuda()`: the same object as the receiver.
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in same
+            and (isinstance(value.func.value, ast.Call) or self.binding(value.func.value) is not None)
+        ):
+            value = value.func.value
+        if isinstance(value, ast.IfExp):
+            return self._classify(value.body, name, stmt, depth + 1) or self._classify(
+                value.orelse, name, stmt, depth + 1
+            )
+        if isinstance(value, ast.Name | ast.Attribute):
+            if isinstance(value, ast.Attribute) and value.attr in ("module", "_orig_mod"):
+                inner = self.binding(value.value)
+                if inner is not None and inner.kind == "module":
+                    return Binding(name, "module", inner.cls, stmt, inner.call)
+            source = self.binding(value)
+            if source is not None:
+                return Binding(name, source.kind, source.cls, stmt, source.call, source.wrapper, source.compiled, source.inner)
+            return None
+        if not isinstance(value, ast.Call):
+            return None
+        q = self.resolve(value.func)
+        n = self.names
+        if q is None:
+            local = dotted(value.func)
+            if local in self.classes and self.classes[local].is_module:
+                return Binding(name, "module", local, stmt, value)
+            if isinstance(value.func, ast.Attribute) and value.func.attr == "from_pretrained":
+                owner = last_name(value.func.value) or ""
+                if any(marker in owner for marker in n["pretrained_model_markers"]):
+                    return Binding(name, "module", dotted(value.func.value), stmt, value)
+            return None
+        if q in n["dataloaders"]:
+            return Binding(name, "dataloader", q, stmt, value)
+        if q in n["distributed_samplers"] or q in n["samplers"]:
+            return Binding(name, "sampler", q, stmt, value)
+        if q in n["scheduler_factories"] or any(q.startswith(p) for p in n["scheduler_prefixes"]):
+            return Binding(name, "scheduler", q, stmt, value)
+        if q in n["scalers"]:
+            return Binding(name, "scaler", q, stmt, value)
+        if q in n["autocast"]:
+            return Binding(name, "autocast", q, stmt, value)
+        if q in n["no_grad"] or q in n["set_grad_enabled"]:
+            return Binding(name, "grad-mode", q, stmt, value)
+        if q in n["ddp"] or q in n["fsdp"] or q in n["data_parallel"]:
+            wrapper = "ddp" if q in n["ddp"] else "fsdp" if q in n["fsdp"] else "dp"
+            inner_expr = kwarg(value, "module", 0)
+            inner = self.binding(inner_expr)
+            return Binding(name, "module", inner.cls if inner else None, stmt, value, wrapper, bool(inner and inner.compiled), dotted(inner_expr))
+        if q in n["compile"]:
+            inner_expr = kwarg(value, "model", 0)
+            inner = self.binding(inner_expr)
+            if inner is not None and inner.kind == "module":
+                return Binding(name, "module", inner.cls, stmt, value, inner.wrapper, True, dotted(inner_expr))
+            if inner is None and looks_like_model(dotted(inner_expr)):
+                return Binding(name, "module", None, stmt, value, None, True, dotted(inner_expr))
+            return None
+        if q in n["optimizer_factories"]:
+            return Binding(name, "optimizer", q, stmt, value)
+        short = q.rsplit(".", 1)[-1]
+        if short[:1].isupper() and q.count(".") == 2 and any(q.startswith(p) for p in n["optimizer_prefixes"]):
+            return Binding(name, "optimizer", q, stmt, value)
+        if q.startswith("torch.nn.") and short[:1].isupper() and q.count(".") == 2:
+            if short.endswith(n["loss_module_suffix"]):
+                return Binding(name, "loss", q, stmt, value)
+            if short not in ("Parameter", "ParameterList", "ParameterDict", "Buffer"):
+                return Binding(name, "module", q, stmt, value)
+        if any(q.startswith(p) for p in n["model_factory_prefixes"]):
+            return Binding(name, "module", q, stmt, value)
+        if short == "from_pretrained":
+            owner = q.rsplit(".", 2)[-2] if q.count(".") >= 1 else ""
+            if any(marker in owner for marker in n["pretrained_model_markers"]):
+                return Binding(name, "module", q.rsplit(".", 1)[0], stmt, value)
+        return None
+
+    def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
+                for t, v in zip(target.elts, value.elts, strict=True):
+                    self._bind_target(t, v, stmt)
+            elif (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "prepare"
+                and len(value.args) == len(target.elts)
+            ):
+                # accelerator.prepare(model, optimizer, loader) returns them in order, wrapped.
+                for t, v in zip(target.elts, value.args, strict=True):
+                    name = dotted(t)
+                    inner = self.binding(v)
+                    if name and inner is not None:
+                        # A prepared loader moves its batches to the device itself: the wrapper says so.
+                        wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
+                        self._add(Binding(name, inner.kind, inner.cls, stmt, inner.call, wrapper, inner.compiled, dotted(v)))
+            return
+        name = dotted(target)
+        if name is None or value is None:
+            return
+        b = self._classify(value, name, stmt)
+        if (
+            b is None
+            and isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr == "prepare"
+            and len(value.args) == 1
+        ):
+            inner = self.binding(value.args[0])
+            if inner is not None:
+                b = Binding(name, inner.kind, inner.cls, stmt, inner.call,
+                            "accelerate" if inner.kind in ("module", "dataloader") else None, inner.compiled,
+                            dotted(value.args[0]))
+        if b is not None:
+            self._add(b)
+
+    def _add(self, b: Binding) -> None:
+        self.bindings.setdefault(b.name, []).append(b)
+
+    def _build_bindings(self) -> None:
+        """Every assignment in source order, so a name's latest binding wins."""
+        statements = self.nodes(ast.Assign) + self.nodes(ast.AnnAssign)
+        statements.sort(key=_position)
+        for stmt in statements:
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    self._bind_target(target, stmt.value, stmt)
+            else:
+                self._bind_target(stmt.target, stmt.value, stmt)
+        # fully_shard(model) wraps in place (FSDP2).
+        for call in self.calls_to(*sorted(self.names["fsdp"])):
+            inner = kwarg(call, "module", 0)
+            b = self.binding(inner)
+            if b is not None and isinstance(self.parents.get(call), ast.Expr):
+                self._add(Binding(b.name, b.kind, b.cls, call, b.call, "fsdp", b.compiled, b.name))

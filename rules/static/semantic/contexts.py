@@ -1,0 +1,40 @@
+"""Setup facts for the router: distributed, amp, compile, gpu, custom autograd, Accelerate."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    pass
+
+
+_GPU = re.compile(r"""\.cuda\(|["']cuda(?::\d+)?["']""")
+
+class Contexts:
+    """Facts about the whole file that choose advice."""
+
+    def uses_accelerate(self) -> bool:
+        """An `accelerate.Accelerator` is built: it places each process on its own GPU when there is one."""
+        return bool(self.calls_to("accelerate.Accelerator"))
+
+    def contexts(self) -> set[str]:
+        """Setup facts for the router (routing.toml [[context]])."""
+        out: set[str] = set()
+        if (
+            self.uses("torch.distributed")
+            or any(b.wrapper in ("ddp", "fsdp") for b in self.bindings_of("module"))
+            or self.calls_to(*sorted(self.names["ddp"] | self.names["fsdp"]))
+        ):
+            out.add("distributed")
+        if self.bindings_of("scaler") or self.autocast_regions() or self.calls_to(
+            *sorted(self.names["autocast"] | self.names["scalers"])
+        ):
+            out.add("amp")
+        if self.calls_to(*sorted(self.names["compile"])):
+            out.add("compile")
+        if "cuda" in self.source and _GPU.search(self.source):
+            out.add("gpu")
+        if self.function_classes:
+            out.add("custom-autograd")
+        return out

@@ -1,0 +1,68 @@
+"""Simple data flow: what a name was assigned in a function, and who calls a function of the file."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.syntax import (
+    _pairs,
+    _position,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+class Flow:
+    """Assignments by scope, definitions before a point, callers of local functions and methods."""
+
+    def defs(self, scope: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.expr]]]:
+        """Assignments `name = value` in a scope, by name, in source order (tuple targets unpacked)."""
+        if self._defs is None:
+            table: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] = {}
+            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=_position):
+                if stmt.value is None:
+                    continue
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                where = table.setdefault(self.scope_of(stmt), {})
+                for target in targets:
+                    for name_node, value in _pairs(target, stmt.value):
+                        where.setdefault(name_node, []).append((stmt, value))
+            self._defs = table
+        return self._defs.get(scope, {})
+
+    def definitions(self, name: str, at: ast.AST) -> list[ast.expr]:
+        """Values assigned to `name` in the scope of `at` by statements before the one holding `at`
+        (so `att = att.softmax(-1)` looks up the earlier `att`), in source order."""
+        scope = self.scope_of(at)
+        stmt = self.statement_of(at) or at
+        here = (getattr(stmt, "lineno", 1 << 30), getattr(stmt, "col_offset", 0))
+        return [value for s, value in self.defs(scope).get(name, []) if (s.lineno, s.col_offset) < here]
+
+    def _local_function_calls(self) -> list[tuple[ast.Call, ast.AST]]:
+        """(call, function) for calls of this file's functions and of methods through `self.`."""
+        if self._local_calls is not None:
+            return self._local_calls
+        pairs: list[tuple[ast.Call, ast.AST]] = []
+        for call in self.nodes(ast.Call):
+            func = call.func
+            if isinstance(func, ast.Name) and func.id in self.functions:
+                pairs.append((call, self.functions[func.id]))
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                info = self.class_of(call)
+                if info is not None:
+                    target = info.method(func.attr)
+                    if target is not None:
+                        pairs.append((call, target))
+        self._local_calls = pairs
+        return pairs
+
+    def callers(self, fn: ast.AST) -> list[ast.Call]:
+        """Calls of a function (or of a method through `self.`) in this file."""
+        if self._callers is None:
+            table: dict[ast.AST, list[ast.Call]] = {}
+            for call, target in self._local_function_calls():
+                table.setdefault(target, []).append(call)
+            self._callers = table
+        return self._callers.get(fn, [])

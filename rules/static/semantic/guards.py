@@ -1,0 +1,129 @@
+"""Guards: code that runs on the main process only (rank tests, decorators, early returns, callers)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.syntax import (
+    FUNCTIONS,
+    is_constant,
+    last_name,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def _is_single_process_test(test: ast.AST) -> bool:
+    """`not dist.is_initialized()`, `not ddp`, `world_size == 1`: true when not distributed."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and last_name(test.left) in ("world_size", "WORLD_SIZE"):
+        return isinstance(test.ops[0], ast.Eq | ast.LtE) and is_constant(test.comparators[0], 1)
+    return False
+
+def _body_holding(parent: ast.AST, stmt: ast.stmt) -> list[ast.stmt] | None:
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if isinstance(block, list) and stmt in block:
+            return block
+    return None
+
+class Guards:
+    """Rank-zero tests and the code they guard."""
+
+    def _rank_expr(self, expr: ast.AST) -> bool:
+        """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, ..."""
+        names = self.vocab["rank"]["rank_names"]
+        if isinstance(expr, ast.Call):
+            if last_name(expr.func) in ("get_rank", "get_global_rank", "get_local_rank"):
+                return True
+            if isinstance(expr.func, ast.Name) and expr.func.id == "int" and expr.args:
+                return self._rank_expr(expr.args[0])
+            if last_name(expr.func) == "get" and expr.args:  # os.environ.get("RANK", 0)
+                return self._rank_expr(expr.args[0])
+            return False
+        if isinstance(expr, ast.Subscript):
+            return self._rank_expr(expr.slice)
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return expr.value in names
+        return last_name(expr) in names
+
+    def is_rank_zero_test(self, test: ast.AST) -> bool:
+        """A condition true on the main process only."""
+        main = self.vocab["rank"]["main_process_names"]
+        if isinstance(test, ast.BoolOp):
+            if isinstance(test.op, ast.And):
+                return any(self.is_rank_zero_test(v) for v in test.values)
+            # `not dist.is_initialized() or dist.get_rank() == 0`
+            return any(self.is_rank_zero_test(v) for v in test.values) and all(
+                self.is_rank_zero_test(v) or _is_single_process_test(v) for v in test.values
+            )
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._rank_expr(test.operand)  # `if not rank:`
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            left, op, right = test.left, test.ops[0], test.comparators[0]
+            if isinstance(op, ast.Eq | ast.Is):
+                return (is_constant(right, 0) and self._rank_expr(left)) or (
+                    is_constant(left, 0) and self._rank_expr(right)
+                )
+            if isinstance(op, ast.In) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+                values = {e.value for e in right.elts if isinstance(e, ast.Constant)}
+                return self._rank_expr(left) and values <= {0, -1} and 0 in values
+            if isinstance(op, ast.Lt | ast.LtE):
+                return self._rank_expr(left) and (is_constant(right, 1) if isinstance(op, ast.Lt) else is_constant(right, 0))
+            return False
+        return last_name(test) in main
+
+    def is_not_rank_zero_test(self, test: ast.AST) -> bool:
+        """A condition true on every process except the main one (`if rank != 0: return`)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self.is_rank_zero_test(test.operand)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            left, op, right = test.left, test.ops[0], test.comparators[0]
+            if isinstance(op, ast.NotEq | ast.IsNot | ast.Gt):
+                return (is_constant(right, 0) and self._rank_expr(left)) or (
+                    is_constant(left, 0) and self._rank_expr(right)
+                )
+        return False
+
+    def rank_guarded(self, node: ast.AST, _depth: int = 0) -> bool:
+        """Whether `node` runs on the main process only."""
+        decorators = self.vocab["rank"]["rank_zero_decorators"]
+        child = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.If | ast.IfExp):
+                in_body = child in anc.body if isinstance(anc.body, list) else child is anc.body
+                in_else = child in anc.orelse if isinstance(anc.orelse, list) else child is anc.orelse
+                if in_body and self.is_rank_zero_test(anc.test):
+                    return True
+                if in_else and self.is_not_rank_zero_test(anc.test):
+                    return True
+            if isinstance(child, ast.stmt):
+                body = _body_holding(anc, child)
+                if body is not None and self._early_exit_before(body, child):
+                    return True
+            if isinstance(anc, FUNCTIONS):
+                if any(last_name(d) in decorators for d in anc.decorator_list):
+                    return True
+                callers = self.callers(anc)
+                if callers and _depth < 4 and all(self.rank_guarded(c, _depth + 1) for c in callers):
+                    return True
+                return False
+            child = anc
+        return False
+
+    def _early_exit_before(self, body: list[ast.stmt], stmt: ast.stmt) -> bool:
+        """`if rank != 0: return` (or continue/raise/sys.exit) earlier in the same block."""
+        for s in body:
+            if s is stmt:
+                return False
+            if (
+                isinstance(s, ast.If)
+                and self.is_not_rank_zero_test(s.test)
+                and s.body
+                and isinstance(s.body[-1], ast.Return | ast.Continue | ast.Raise)
+            ):
+                return True
+        return False

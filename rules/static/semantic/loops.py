@@ -1,0 +1,244 @@
+"""Loops and their roles: the batch (step) loop, the epoch loop, training and validation loops."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.bindings import Binding, looks_like_loader
+from torchdoctor.rules.static.semantic.syntax import (
+    LOOPS,
+    SCOPES,
+    _position,
+    dotted,
+)
+
+if TYPE_CHECKING:
+    from torchdoctor.rules.static.semantic.bindings import Binding
+    from torchdoctor.rules.static.semantic.loops import Loop
+
+
+@dataclass
+class Loop:
+    node: ast.For | ast.AsyncFor | ast.While
+    scope: ast.AST
+    parent: Loop | None
+    targets: tuple[str, ...]
+    source: str | None  # dotted name iterated, after unwrapping enumerate/tqdm/zip
+    source_binding: Binding | None
+    iterates_loader: bool
+    has_backward: bool = False  # a backward() directly in this loop (not in a nested loop)
+    has_step: bool = False  # an optimizer step directly in this loop
+    calls_training: bool = False  # calls a function of this file that trains
+    trains: bool = False  # any of the above here or in a nested loop
+    children: list[Loop] = field(default_factory=list)
+    calls: list[ast.Call] = field(default_factory=list)  # calls directly in this loop, in source order
+    kind: str = "other"  # batch | epoch | other
+    validation: bool = False
+
+    def all_calls(self) -> Iterator[ast.Call]:
+        yield from self.calls
+        for child in self.children:
+            yield from child.all_calls()
+
+    @property
+    def line(self) -> int:
+        return self.node.lineno
+
+_EVAL_WORD = re.compile(
+    r"(?:^|[^a-z])(?:val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|holdout|predict|"
+    r"prediction|inference|infer)(?:[^a-z]|loader|dl|set|data|ds|$)"
+)
+
+def is_eval_word(name: str | None) -> bool:
+    return bool(name) and bool(_EVAL_WORD.search(name.lower()))
+
+def _depth(loop: Loop) -> int:
+    d = 0
+    while loop.parent is not None:
+        loop = loop.parent
+        d += 1
+    return d
+
+class Loops:
+    """Which calls train (backward, optimizer steps) and which loops run them, and in what role."""
+
+    def is_optimizer_step(self, call: ast.Call) -> bool:
+        """`optimizer.step()` / `scaler.step(optimizer)` (not `scheduler.step()`, not `env.step(a)`)."""
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr != "step":
+            return False
+        kind = self.kind_of(func.value)
+        if kind in ("optimizer", "scaler"):
+            return True
+        if kind is not None:
+            return False
+        return bool(call.args) and self.kind_of(call.args[0]) == "optimizer"
+
+    def _build_training(self) -> None:
+        backward = [c for c in self.method_calls("backward") + self.method_calls("manual_backward")]
+        backward += self.calls_to("torch.autograd.backward")
+        self.backward_calls = sorted(backward, key=_position)
+        self.step_calls = [c for c in self.method_calls("step") if self.is_optimizer_step(c)]
+        for call in self.backward_calls + self.step_calls:
+            fn = self.function_of(call)
+            if fn is not None:
+                self.training_functions.add(fn)
+        # Functions that call a training function of this file train too.
+        local_calls = self._local_function_calls()
+        changed = True
+        rounds = 0
+        while changed and rounds < 8:
+            changed = False
+            rounds += 1
+            for call, target in local_calls:
+                if target in self.training_functions:
+                    fn = self.function_of(call)
+                    if fn is not None and fn not in self.training_functions:
+                        self.training_functions.add(fn)
+                        changed = True
+
+    def loop_of(self, node: ast.AST) -> Loop | None:
+        """The innermost loop whose body (or `while` test) holds `node`, within the same function."""
+        path: list[ast.AST] = []
+        child = node
+        current = self.parents.get(node)
+        result: Loop | None = None
+        while current is not None:
+            if child is not node and child in self._loop_of:
+                result = self._loop_of[child]
+                break
+            if isinstance(current, SCOPES):
+                break
+            if isinstance(current, LOOPS) and child is not getattr(current, "iter", None) and child is not getattr(
+                current, "target", None
+            ) and child not in current.orelse:
+                result = self.loops.get(current)
+                break
+            path.append(child)
+            child = current
+            current = self.parents.get(current)
+        for p in path:
+            self._loop_of[p] = result
+        return result
+
+    def loops_around(self, node: ast.AST) -> list[Loop]:
+        """Enclosing loops of `node` in its function, innermost first."""
+        out: list[Loop] = []
+        loop = self.loop_of(node)
+        while loop is not None:
+            out.append(loop)
+            loop = loop.parent
+        return out
+
+    def training_loop_of(self, node: ast.AST) -> Loop | None:
+        """The innermost enclosing loop that trains (backward/step in it or below it)."""
+        for loop in self.loops_around(node):
+            if loop.trains:
+                return loop
+        return None
+
+    def step_loop_of(self, node: ast.AST) -> Loop | None:
+        """The innermost enclosing per-batch training loop (backward or optimizer step directly in it)."""
+        for loop in self.loops_around(node):
+            if loop.has_backward or loop.has_step:
+                return loop
+        return None
+
+    def _iter_source(self, iterable: ast.AST) -> ast.AST:
+        wrappers = self.names["iteration_wrappers"]
+        for _ in range(4):
+            if isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
+                iterable = iterable.args[0]
+            else:
+                break
+        return iterable
+
+    def _build_loops(self) -> None:
+        nodes = sorted(self.nodes(ast.For) + self.nodes(ast.AsyncFor) + self.nodes(ast.While), key=_position)
+        if not nodes:
+            return
+        for node in nodes:  # outer loops come first in source order
+            parent = self.loop_of(node)
+            targets: tuple[str, ...] = ()
+            source = None
+            binding = None
+            iterates_loader = False
+            if isinstance(node, ast.For | ast.AsyncFor):
+                targets = tuple(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+                src = self._iter_source(node.iter)
+                source = dotted(src)
+                binding = self.binding(src)
+                iterates_loader = (binding is not None and binding.kind == "dataloader") or (
+                    binding is None and looks_like_loader(source)
+                )
+            loop = Loop(node, self.scope_of(node), parent, targets, source, binding, iterates_loader)
+            self.loops[node] = loop
+            if parent is not None:
+                parent.children.append(loop)
+        for call in self.nodes(ast.Call):
+            loop = self.loop_of(call)
+            if loop is not None:
+                loop.calls.append(call)
+        backward = set(self.backward_calls)
+        steps = set(self.step_calls)
+        local_targets = dict(self._local_function_calls())
+        for loop in self.loops.values():
+            loop.calls.sort(key=_position)
+            for call in loop.calls:
+                if call in backward:
+                    loop.has_backward = True
+                elif call in steps:
+                    loop.has_step = True
+                target = local_targets.get(call)
+                if target is not None and target in self.training_functions:
+                    loop.calls_training = True
+        for loop in sorted(self.loops.values(), key=lambda lp: -_depth(lp)):
+            loop.trains = loop.has_backward or loop.has_step or loop.calls_training or any(
+                c.trains for c in loop.children
+            )
+        for loop in self.loops.values():
+            if loop.has_backward or loop.has_step or loop.iterates_loader:
+                loop.kind = "batch"
+            elif loop.trains or any("epoch" in t.lower() for t in loop.targets):
+                loop.kind = "epoch"
+        for loop in self.loops.values():
+            loop.validation = self._is_validation(loop)
+
+    def _is_validation(self, loop: Loop) -> bool:
+        """A loop that runs the model without training it, over data named or used as evaluation data."""
+        if loop.trains or loop.source is None:
+            return False
+        if not any(self.is_model(c.func) for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute)):
+            return False
+        if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
+            return True
+        if not loop.iterates_loader:
+            return False
+        fn = self.function_of(loop.node)
+        if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
+            return True
+        # `model.eval()` earlier in the same function (and no `model.train()` since), then a loop over a loader.
+        mode_calls = [
+            c
+            for c in self.method_calls("eval") + self.method_calls("train")
+            if self.scope_of(c) is loop.scope
+            and c.lineno < loop.node.lineno
+            and self.is_model(c.func.value)  # type: ignore[attr-defined]
+        ]
+        if mode_calls:
+            last = max(mode_calls, key=_position)
+            return last.func.attr == "eval" and not last.args  # type: ignore[attr-defined]
+        return False
+
+    def training_loops(self) -> list[Loop]:
+        return [lp for lp in self.loops.values() if lp.trains]
+
+    def validation_loops(self) -> list[Loop]:
+        return [lp for lp in self.loops.values() if lp.validation]
+
+    def epoch_loops(self) -> list[Loop]:
+        return [lp for lp in self.loops.values() if lp.kind == "epoch"]

@@ -1,0 +1,94 @@
+"""What a name refers to: import aliases resolved to qualified names, and calls indexed by callee."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.syntax import (
+    _position,
+    dotted,
+)
+from torchdoctor.rules.static.semantic.vocabulary import canonical
+
+if TYPE_CHECKING:
+    pass
+
+
+class Names:
+    """Qualified names through import aliases; calls by qualified name and by method."""
+
+    def resolve(self, expr: ast.AST | None) -> str | None:
+        """The qualified name of an imported object: `F.softmax` -> `torch.nn.functional.softmax`."""
+        name = dotted(expr)
+        if name is None:
+            return None
+        root, _, rest = name.partition(".")
+        base = self.aliases.get(root)
+        if base is None:
+            base = self.vocab["conventional_aliases"].get(root)
+            if base is None:
+                return None
+        return canonical(f"{base}.{rest}" if rest else base)
+
+    def callee(self, call: ast.Call) -> str | None:
+        """The qualified name of what a call calls; the plain dotted name for local objects."""
+        try:
+            return self._callee[call]
+        except KeyError:
+            pass
+        name = self.resolve(call.func)
+        if name is None:
+            name = dotted(call.func)
+        self._callee[call] = name
+        return name
+
+    def calls_to(self, *names: str) -> list[ast.Call]:
+        """Calls of any of these qualified names, in source order."""
+        found: list[ast.Call] = []
+        for n in names:
+            found += self.calls_by_name.get(n, [])
+        return sorted(found, key=_position) if len(names) > 1 else found
+
+    def method_calls(self, method: str) -> list[ast.Call]:
+        """Every `<expr>.method(...)` call, in source order."""
+        return self.calls_by_method.get(method, [])
+
+    def uses(self, prefix: str) -> bool:
+        """Whether the file imports or calls anything under a qualified prefix."""
+        dotted_prefix = prefix + "."
+        return any(n == prefix or n.startswith(dotted_prefix) for n in self.imported) or any(
+            n == prefix or n.startswith(dotted_prefix) for n in self.calls_by_name
+        )
+
+    def _build_names(self) -> None:
+        """Import aliases, then every call indexed by qualified callee and by method name."""
+        for node in self.nodes(ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self.aliases[alias.asname] = alias.name
+                else:
+                    root = alias.name.split(".", 1)[0]
+                    self.aliases[root] = root
+                self.imported.add(alias.name)
+        for node in self.nodes(ast.ImportFrom):
+            module = ("." * node.level) + (node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    self.star_imports.append(module)
+                    continue
+                full = f"{module}.{alias.name}" if module else alias.name
+                self.aliases[alias.asname or alias.name] = full
+                self.imported.add(canonical(full) if not node.level else full)
+        for node in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            if isinstance(self.parents.get(node), ast.Module):
+                self.functions[node.name] = node
+
+    def _index_calls(self) -> None:
+        for node in self.nodes(ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                self.calls_by_method.setdefault(func.attr, []).append(node)
+            name = self.callee(node)
+            if name is not None:
+                self.calls_by_name.setdefault(name, []).append(node)
