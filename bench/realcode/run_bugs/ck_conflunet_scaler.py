@@ -12,7 +12,7 @@ torch.manual_seed(0)
 device = "cpu"
 model = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 2, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.99, nesterov=True)
-lr_scheduler = torch.optim.lr_scheduler.PolynomialLR(optimizer, total_iters=40, power=0.9)
+lr_scheduler = torch.optim.lr_scheduler.PolynomialLR(optimizer, total_iters=4, power=0.9)  # stepped once per epoch
 grad_scaler = torch.amp.GradScaler(device)
 output_folder = tempfile.mkdtemp()
 

@@ -49,10 +49,10 @@ for epoch in range(4):
     train_one_epoch()
     lr_scheduler.step()
     checkpoint_path = os.path.join(output_dir, "checkpoint.pth")
-    torch.save({
+    torch.save({  # BUG
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "lr_scheduler": lr_scheduler.state_dict(),
         "epoch": epoch,
-    }, checkpoint_path)  # BUG
+    }, checkpoint_path)
 print("done")

@@ -7,8 +7,7 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 1, 3, padding=1))
-FD = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, stride=2), torch.nn.Flatten(), torch.nn.LazyLinear(1))
-FD(torch.randn(1, 1, 16, 16))
+FD = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, stride=2), torch.nn.Flatten(), torch.nn.Linear(4 * 7 * 7, 1))
 optimizer = torch.optim.RMSprop(net.parameters(), lr=1e-3)
 optimizer_fd = torch.optim.Adam(FD.parameters(), lr=1e-4)
 

@@ -8,8 +8,7 @@ import torch.nn.functional as F
 torch.manual_seed(0)
 epochs = 8
 netG = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.PReLU(), torch.nn.Conv2d(8, 3, 3, padding=1))
-netD = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.LeakyReLU(0.2), torch.nn.Flatten(), torch.nn.LazyLinear(1))
-netD(torch.randn(1, 3, 16, 16))
+netD = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.LeakyReLU(0.2), torch.nn.Flatten(), torch.nn.Linear(8 * 7 * 7, 1))
 optimizerG = torch.optim.Adam(netG.parameters(), lr=1e-4)
 optimizerD = torch.optim.Adam(netD.parameters(), lr=1e-4)
 schedulerG = torch.optim.lr_scheduler.StepLR(optimizerG, step_size=epochs // 2, gamma=0.1)
