@@ -7,13 +7,14 @@ import torch.nn.functional as F
 
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 1, 1))
-optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.99)
-scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.9)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.99, nesterov=True, weight_decay=1e-5)
+scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[2, 3], gamma=0.3)
 tiles = [(torch.randn(4, 1, 16, 16), (torch.rand(4, 1, 16, 16) > 0.5).float()) for _ in range(10)]
 
-for epoch in range(4):
-    scheduler.step()  # BUG
+for epoch in range(1, 5):
     net.train()
+    if scheduler:
+        scheduler.step()  # BUG
     for photo, mask in tiles:
         optimizer.zero_grad()
         loss = F.binary_cross_entropy_with_logits(net(photo), mask)
