@@ -63,7 +63,7 @@ Adding a rule (ruff-style: a small unit with its docs and two fixtures)
    rule's metadata; the healthy scripts in tests/fixtures/check/healthy/
    must stay free of warnings and errors with all rules on.
 
-The index at a glance (index.py has the details)
+The index at a glance (index.py composes it; rules/static/semantic/ has one module per question)
 -----------------------------------------------
 - names: `resolve(expr)` / `callee(call)` -> qualified names through import
   aliases; `calls_to("torch.save")`, `method_calls("step")`, `imported`, `uses(prefix)`;
