@@ -27,7 +27,7 @@ AGREEMENT = [
     ("accum_bad", "accumulation-not-normalized", "TD409", 18),
     ("eval_bad", "eval-without-no-grad", "TD102", 18),
     ("eval_bad", "eval-mode-missing", "TD601", 18),
-    ("eval_restore", "eval-mode-missing", "TD602", 17),
+    ("eval_restore", "eval-mode-missing", "TD602", 26),  # the evaluate() call, where train() belongs
     ("ckpt_bad", "checkpoint-incomplete", "TD701", 27),
     ("ckpt_bad", "whole-model-pickled", "TD704", 29),
     ("ckpt_bad", "unsafe-load", "TD702", 32),

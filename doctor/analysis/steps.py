@@ -53,6 +53,8 @@ def _nothing_measured(run: RunEvidence):
     "no symptoms" from a run whose probes never saw training would vouch for code it never measured."""
     if run.outcome.stopped not in ("completed", "steps", "exited") or not any(run.start(r) for r in run.ranks):
         return None  # a crash, a hang or a script that never started is its own story
+    if any(run.steps_completed(r) for r in run.ranks):
+        return None  # the ranks on this node (of a multi-node job, rank 0 may be elsewhere) took steps
     activity = _activity(run)
     if any(activity.values()):
         return None

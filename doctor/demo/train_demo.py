@@ -10,7 +10,8 @@ Planted:
   3. a feature is standardised by a standard deviation that is zero for one
      batch, so the loss becomes NaN at a known step;
   4. OneCycleLR, a per-batch schedule, is stepped once per epoch;
-  5. the checkpoint holds only the model weights, not the optimizer state.
+  5. the checkpoint holds only the model weights, not the optimizer state,
+     although --resume continues training from it.
 """
 
 import argparse
@@ -50,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--checkpoint", default="demo_checkpoint.pt")
+    parser.add_argument("--resume", action="store_true", help="continue training from --checkpoint")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -59,6 +61,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=args.epochs * len(train))
     criterion = nn.CrossEntropyLoss()
+    if args.resume:
+        model.load_state_dict(torch.load(args.checkpoint, map_location="cpu", weights_only=True))
 
     for epoch in range(args.epochs):
         model.train()
