@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
@@ -64,6 +64,12 @@ class Outcome:
 # -- inputs -----------------------------------------------------------------------------------
 
 
+def fail(message: str) -> NoReturn:
+    """A usage problem: one line on stderr, exit 2."""
+    print(f"eval_check: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Every JSON object of a .jsonl file; a malformed line stops the script with its place."""
     rows = []
@@ -75,7 +81,7 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise SystemExit(f"eval_check: {path}:{n}: not JSON ({exc.msg})") from None
+                fail(f"{path}:{n}: not JSON ({exc.msg})")
     return rows
 
 
@@ -84,7 +90,7 @@ def bug_files(extra: Iterable[str]) -> list[str]:
     found = sorted(glob.glob(os.path.join(HERE, "bugs*.jsonl")))
     for path in extra:
         if not os.path.isfile(path):
-            raise SystemExit(f"eval_check: --bugs {path}: no such file")
+            fail(f"--bugs {path}: no such file")
         found.append(path)
     out: list[str] = []
     for path in found:
@@ -278,6 +284,7 @@ def score_healthy(outcomes: list[Outcome], judged: list[dict[str, Any]], min_ran
         "by_family": precision_table(rows, "family"),
         "by_split": precision_table(rows, "split"),
         "by_style": precision_table(rows, "style"),
+        "by_repo": precision_table(rows, "repo"),
         "rows": rows,
         "judged_not_reported": [
             {k: j.get(k) for k in ("repo", "commit", "path", "line", "code", "verdict", "reason")}
@@ -398,10 +405,11 @@ def score_bugs(outcomes: list[Outcome]) -> dict[str, Any]:
 
 def print_precision(title: str, table: dict[str, dict[str, Any]]) -> None:
     print(f"\n{title}")
-    print(f"  {'':<14} {'n':>5} {'true':>5} {'false':>5} {'debat':>5} {'unjdg':>5}  precision")
+    width = max([14, *(len(k) for k in table)])
+    print(f"  {'':<{width}} {'n':>5} {'true':>5} {'false':>5} {'debat':>5} {'unjdg':>5}  precision")
     for key, c in table.items():
         print(
-            f"  {key:<14} {c['findings']:>5} {c['true']:>5} {c['false']:>5} {c['debatable']:>5} "
+            f"  {key:<{width}} {c['findings']:>5} {c['true']:>5} {c['false']:>5} {c['debatable']:>5} "
             f"{c['unjudged']:>5}  {fmt_ratio(c['precision'])}"
         )
 
@@ -428,6 +436,7 @@ def print_report(report: dict[str, Any], list_unjudged: bool) -> None:
     print_precision("precision by family", h["by_family"])
     print_precision("precision by rule", h["by_rule"])
     print_precision("precision by style", h["by_style"])
+    print_precision("precision by repository", h["by_repo"])
     gone = h["judged_not_reported"]
     if gone:
         counts = Counter(j["verdict"] for j in gone)
@@ -494,8 +503,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not os.path.exists(args.torchdoctor):
-        print(f"eval_check: no torchdoctor at {args.torchdoctor} (give --torchdoctor PATH)", file=sys.stderr)
-        return 2
+        fail(f"no torchdoctor at {args.torchdoctor} (give --torchdoctor PATH)")
+    if not os.path.isfile(args.manifest):
+        fail(f"no manifest at {args.manifest}")
     want = {"dev", "heldout"} if args.split == "all" else {args.split}
     problems: list[str] = []
     projects: list[Project] = []
