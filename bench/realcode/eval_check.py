@@ -208,8 +208,19 @@ def run_check(project: Project, exe: str, mirror_root: str, cache: str) -> Outco
 # -- scoring ----------------------------------------------------------------------------------
 
 
-def finding_key(repo: str, commit: str, f: dict[str, Any]) -> tuple[str, str, str, int, str]:
-    return (repo, commit, str(f.get("path")), int(f.get("line") or 0), str(f.get("code")))
+Key = tuple[str, str, str, int, str, int]
+
+
+def finding_key(repo: str, commit: str, f: dict[str, Any]) -> Key:
+    """(repo, commit, path, line, code, cell): cell is the notebook cell (1-based, all cells), 0 in a .py file."""
+    return (
+        repo,
+        commit,
+        str(f.get("path")),
+        int(f.get("line") or 0),
+        str(f.get("code")),
+        int(f.get("cell") or 0),
+    )
 
 
 def ratio(num: int, den: int) -> float | None:
@@ -240,11 +251,9 @@ def precision_table(rows: list[dict[str, Any]], by: str) -> dict[str, dict[str, 
 
 
 def score_healthy(outcomes: list[Outcome], judged: list[dict[str, Any]], min_rank: int) -> dict[str, Any]:
-    verdicts = {
-        (j["repo"], j["commit"], j["path"], int(j["line"]), j["code"]): j for j in judged if j.get("verdict")
-    }
+    verdicts = {finding_key(j["repo"], j["commit"], j): j for j in judged if j.get("verdict")}
     rows: list[dict[str, Any]] = []
-    seen: set[tuple[str, str, str, int, str]] = set()
+    seen: set[Key] = set()
     for out in outcomes:
         p = out.project
         for f in out.findings:
@@ -262,6 +271,7 @@ def score_healthy(outcomes: list[Outcome], judged: list[dict[str, Any]], min_ran
                     "path": key[2],
                     "line": key[3],
                     "code": key[4],
+                    "cell": key[5] or None,
                     "family": key[4][:3] + "xx",
                     "severity": f.get("severity"),
                     "split": p.split,
@@ -287,7 +297,7 @@ def score_healthy(outcomes: list[Outcome], judged: list[dict[str, Any]], min_ran
         "by_repo": precision_table(rows, "repo"),
         "rows": rows,
         "judged_not_reported": [
-            {k: j.get(k) for k in ("repo", "commit", "path", "line", "code", "verdict", "reason")}
+            {k: j.get(k) for k in ("repo", "commit", "path", "line", "cell", "code", "verdict", "reason")}
             for j in gone
         ],
     }
@@ -454,8 +464,9 @@ def print_report(report: dict[str, Any], list_unjudged: bool) -> None:
         )
         if list_unjudged:
             for r in unjudged:
+                cell = f" (cell {r['cell']})" if r["cell"] else ""
                 print(
-                    f"  [{r['split']}] {r['repo']}@{r['commit'][:10]} {r['path']}:{r['line']} {r['code']} {r['message']}"
+                    f"  [{r['split']}] {r['repo']}@{r['commit'][:10]} {r['path']}:{r['line']}{cell} {r['code']} {r['message']}"
                 )
     b = report["bugs"]
     if b["rows"]:
@@ -560,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.write_unjudged, "w", encoding="utf-8") as fh:
             for r in healthy["rows"]:
                 if not r["verdict"]:
-                    keep = ("repo", "commit", "path", "line", "code", "severity", "split", "message")
+                    keep = ("repo", "commit", "path", "line", "cell", "code", "severity", "split", "message")
                     fh.write(json.dumps({**{k: r[k] for k in keep}, "verdict": "", "reason": ""}) + "\n")
     if args.json:
         json.dump(report, sys.stdout, indent=1)
