@@ -542,7 +542,9 @@ def main(argv: list[str] | None = None) -> int:
         if p.repo in missing_repos:
             continue
         if not has_commit(git_dir, p.commit):
-            problems.append(f"{p.repo}: commit {p.commit[:12]} not in the mirror (fetch it again); skipped")
+            ready = git(git_dir, "rev-parse", "--git-dir").returncode == 0
+            why = f"commit {p.commit[:12]} not in the mirror" if ready else "the mirror is not a git dir yet"
+            problems.append(f"{p.repo}: {why} (fetch github:{p.repo} again); skipped")
             continue
         runnable.append(p)
 
