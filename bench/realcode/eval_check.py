@@ -85,9 +85,9 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def bug_files(extra: Iterable[str]) -> list[str]:
-    """bugs.jsonl and bugs_*.jsonl next to this script, then the files given with --bugs."""
-    found = sorted(glob.glob(os.path.join(HERE, "bugs*.jsonl")))
+def bug_files(folder: str, extra: Iterable[str]) -> list[str]:
+    """bugs.jsonl and bugs_*.jsonl in folder (next to this script by default), then the files given with --bugs."""
+    found = sorted(glob.glob(os.path.join(folder, "bugs*.jsonl")))
     for path in extra:
         if not os.path.isfile(path):
             fail(f"--bugs {path}: no such file")
@@ -498,6 +498,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--manifest", default=os.path.join(HERE, "repos.jsonl"))
     ap.add_argument("--judged", default=os.path.join(HERE, "judged.jsonl"))
     ap.add_argument("--bugs", action="append", default=[], help="another bug label file (repeatable)")
+    ap.add_argument(
+        "--bugs-dir", default=HERE, help="where to look for bugs*.jsonl (default: next to this script)"
+    )
     ap.add_argument("--no-bugs", action="store_true", help="skip the recall part")
     ap.add_argument("--no-healthy", action="store_true", help="skip the precision part")
     ap.add_argument("--mirror", default="/work/.mirror", help="where fetched mirrors live (OWNER+NAME/repo)")
@@ -526,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
                 projects.append(
                     Project("healthy", row["repo"], row["commit"], list(row["paths"]), row["split"], row)
                 )
-    files = [] if args.no_bugs else bug_files(args.bugs)
+    files = [] if args.no_bugs else bug_files(args.bugs_dir, args.bugs)
     for bug in read_bugs(files):
         if bug.get("split", "dev") in want:
             projects.append(
