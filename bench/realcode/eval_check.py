@@ -442,6 +442,14 @@ def print_report(report: dict[str, Any], list_unjudged: bool) -> None:
     print(f"healthy corpus: {report['healthy_projects']} projects checked, {len(h['rows'])} findings")
     for line in report["problems"]:
         print(f"  ! {line}")
+    if not h["rows"] and not report["healthy_projects"]:
+        print("  (no healthy project checked: precision skipped)")
+    else:
+        print_healthy(h, list_unjudged)
+    print_bugs(report)
+
+
+def print_healthy(h: dict[str, Any], list_unjudged: bool) -> None:
     print_precision("precision by split (true / (true + false))", h["by_split"])
     print_precision("precision by family", h["by_family"])
     print_precision("precision by rule", h["by_rule"])
@@ -468,6 +476,9 @@ def print_report(report: dict[str, Any], list_unjudged: bool) -> None:
                 print(
                     f"  [{r['split']}] {r['repo']}@{r['commit'][:10]} {r['path']}:{r['line']}{cell} {r['code']} {r['message']}"
                 )
+
+
+def print_bugs(report: dict[str, Any]) -> None:
     b = report["bugs"]
     if b["rows"]:
         print(f"\nbugs: {len(b['rows'])} labels from {', '.join(report['bug_files'])}")
