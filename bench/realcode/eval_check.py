@@ -250,14 +250,23 @@ def precision_table(rows: list[dict[str, Any]], by: str) -> dict[str, dict[str, 
     return out
 
 
-def score_healthy(outcomes: list[Outcome], judged: list[dict[str, Any]], min_rank: int) -> dict[str, Any]:
-    verdicts = {finding_key(j["repo"], j["commit"], j): j for j in judged if j.get("verdict")}
+def score_healthy(
+    outcomes: list[Outcome], judged: list[dict[str, Any]], min_rank: int, codes: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Rows for the findings at or above min_rank (of the given code prefixes, if any), with their verdicts."""
+    verdicts = {
+        finding_key(j["repo"], j["commit"], j): j
+        for j in judged
+        if j.get("verdict") and str(j.get("code", "")).startswith(codes or ("",))
+    }
     rows: list[dict[str, Any]] = []
     seen: set[Key] = set()
     for out in outcomes:
         p = out.project
         for f in out.findings:
             if SEVERITY_RANK.get(str(f.get("severity")), 0) < min_rank:
+                continue
+            if codes and not str(f.get("code", "")).startswith(codes):
                 continue
             key = finding_key(p.repo, p.commit, f)
             if key in seen:  # two manifest entries sharing a file report it once
@@ -501,6 +510,11 @@ def print_bugs(report: dict[str, Any]) -> None:
 # -- main -------------------------------------------------------------------------------------
 
 
+def wanted_repo(repo: str, patterns: list[str]) -> bool:
+    """True when no --repo was given or repo contains one of them (case-insensitive)."""
+    return not patterns or any(p.lower() in repo.lower() for p in patterns)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Precision and recall of `torchdoctor check` on real code.")
     ap.add_argument("--split", choices=("dev", "heldout", "all"), default="dev")
@@ -517,6 +531,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--mirror", default="/work/.mirror", help="where fetched mirrors live (OWNER+NAME/repo)")
     ap.add_argument("--cache", default="/tmp/realcode-cache", help="where commits are extracted")
     ap.add_argument("--min-severity", choices=tuple(SEVERITY_RANK), default="warning")
+    ap.add_argument(
+        "--repo", action="append", default=[], help="only repositories whose name contains this (repeatable)"
+    )
+    ap.add_argument(
+        "--code", help="precision only for these rule codes or prefixes (comma-separated: TD7,TD507)"
+    )
     ap.add_argument("--jobs", type=int, default=2, help="checks run at once (default 2)")
     ap.add_argument("--list-unjudged", action="store_true", help="print every unjudged finding")
     ap.add_argument(
@@ -536,13 +556,13 @@ def main(argv: list[str] | None = None) -> int:
     projects: list[Project] = []
     if not args.no_healthy:
         for row in read_jsonl(args.manifest):
-            if row.get("split") in want:
+            if row.get("split") in want and wanted_repo(row["repo"], args.repo):
                 projects.append(
                     Project("healthy", row["repo"], row["commit"], list(row["paths"]), row["split"], row)
                 )
     files = [] if args.no_bugs else bug_files(args.bugs_dir, args.bugs)
     for bug in read_bugs(files):
-        if bug.get("split", "dev") in want:
+        if bug.get("split", "dev") in want and wanted_repo(bug["repo"], args.repo):
             projects.append(
                 Project("bug", bug["repo"], bug["commit"], bug_project(bug), bug.get("split", "dev"), bug)
             )
@@ -570,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
 
     judged = read_jsonl(args.judged) if os.path.exists(args.judged) else []
     healthy = score_healthy(
-        [o for o in outcomes if o.project.kind == "healthy"], judged, SEVERITY_RANK[args.min_severity]
+        [o for o in outcomes if o.project.kind == "healthy"],
+        judged,
+        SEVERITY_RANK[args.min_severity],
+        tuple(c.strip().upper() for c in args.code.split(",") if c.strip()) if args.code else (),
     )
     bugs = score_bugs([o for o in outcomes if o.project.kind == "bug"])
     report = {
