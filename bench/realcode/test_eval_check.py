@@ -243,3 +243,24 @@ def test_bad_label_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureF
         eval_check.main(["--torchdoctor", TORCHDOCTOR, "--bugs-dir", str(tmp_path), "--no-healthy"])
     assert exc.value.code == 2
     assert "bugs_bad.jsonl:1: not JSON" in capsys.readouterr().err
+
+
+def test_repo_and_code_filters(
+    corpus: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = write_jsonl(
+        tmp_path / "repos.jsonl",
+        [
+            {
+                "repo": "acme/trainer",
+                "commit": corpus["fixed"],
+                "paths": ["src"],
+                "style": "plain-loop",
+                "split": "dev",
+            }
+        ],
+    )
+    rows = run(corpus, capsys, "--manifest", manifest, "--no-bugs", "--code", "td70")["healthy"]["rows"]
+    assert {r["code"] for r in rows} == {"TD704"}
+    report = run(corpus, capsys, "--manifest", manifest, "--no-bugs", "--repo", "other/")
+    assert report["healthy_projects"] == 0 and report["healthy"]["rows"] == []
