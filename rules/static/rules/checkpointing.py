@@ -230,10 +230,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
     scaler = _used_binding(index, "scaler", "scale")
-    # A GradScaler that restarts finds its scale again within a few skipped steps: missing from the save
-    # matters when the resume path reads it back (`scaler.load_state_dict(...)`).
-    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered) \
-            and any(dotted(c.func.value) == scaler for c in index.method_calls("load_state_dict")):  # type: ignore[attr-defined]
+    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
