@@ -184,11 +184,14 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
         not_analysed += not results_stdin.analysed
         contexts |= results_stdin.contexts
         results += results_stdin.results
+    analysed = []
     for file_result in analyse(items, options, request.jobs):
         files += 1
         not_analysed += not file_result.analysed
         contexts |= file_result.contexts
         results += file_result.results
+        analysed.append(file_result)
+    results += _project_pass(request, analysed, options)
     root = os.path.abspath(settings.root)
     pfi = _per_file_ignored(settings)
     results = [r for r in results if r.finding.code in codes and not _dropped(r.finding, pfi, root)]
@@ -210,6 +213,15 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
     report.notes.append(_summary(files, not_analysed, report.findings))
     report.timings["analyse_s"] = round(time.perf_counter() - started, 3)
     return report
+
+
+def _project_pass(request: CheckRequest, analysed: list, options) -> list:
+    """The rules that join files (rules/static/project.py): their findings, as the engine writes findings."""
+    from torchdoctor.rules.static.engine import project_findings
+
+    roots = [p for p in request.paths if p != "-" and os.path.isdir(p)] or [
+        os.path.dirname(os.path.abspath(p)) for p in request.paths if p != "-"]
+    return project_findings({}, analysed, options.codes, roots)
 
 
 def _summary(files: int, not_analysed: int, findings: list[Finding]) -> str:

@@ -70,6 +70,21 @@ def rule(code: str, *nodes: type[ast.AST]) -> Callable[[CheckFunction], CheckFun
     return register
 
 
+# Rules that need other files of the project: `@project(code)` registers `fn(project) -> list[ProjectHit]`,
+# called once after every file was analysed, over the facts each file left with `ctx.leave(key, value)`.
+PROJECT_RULES: list[tuple[str, Callable[[Any], list[Any]]]] = []
+
+
+def project(code: str) -> Callable[[Callable[[Any], list[Any]]], Callable[[Any], list[Any]]]:
+    """Register a project pass for rule `code` (rules/static/project.py runs it)."""
+
+    def register(fn: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
+        PROJECT_RULES.append((code, fn))
+        return fn
+
+    return register
+
+
 @dataclass
 class Hit:
     """One report() call: the rule, where, and the values that fill its message."""
@@ -95,6 +110,7 @@ class Context:
         self.torch_version = torch_version
         self.rule: Rule | None = None  # set by the engine before each check runs
         self.hits: list[Hit] = []
+        self.facts: dict[str, list[Any]] = {}  # what this file tells the project pass (small, JSON-able)
         self._lines: list[str] | None = None
         self._memo: dict[Any, Any] = {}
 
@@ -134,6 +150,10 @@ class Context:
     def torch_at_least(self, major: int, minor: int) -> bool:
         """Whether the targeted torch is at least major.minor (unknown counts as current)."""
         return self.torch_version is None or self.torch_version >= (major, minor)
+
+    def leave(self, key: str, value: Any) -> None:
+        """A fact for the project pass (`@project` rules): a class defined here, a call to another file."""
+        self.facts.setdefault(key, []).append(value)
 
     def report(self, node: ast.AST, **values: object) -> None:
         assert self.rule is not None

@@ -54,6 +54,8 @@ class FileResult:
     results: list[Result] = field(default_factory=list)
     contexts: set[str] = field(default_factory=set)
     analysed: bool = True  # False when TD000 stopped the analysis
+    facts: dict[str, list] = field(default_factory=dict)  # for the project pass (rules/static/project.py)
+    read_path: str | None = None  # where the file was read from (the display path may be relative)
 
 
 def _child_fields(cls: type) -> tuple[str, ...]:
@@ -147,6 +149,7 @@ def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, in
             )
     if ctx.hits:
         result.results.extend(_findings(unit, ctx))
+    result.facts = ctx.facts
     return result
 
 
@@ -159,7 +162,11 @@ def analyse_text(
     """Convenience for tests and tools: analyse a string with the given (default: all) rules."""
     table = registry.rules()
     rules = [table[c] for c in (codes if codes is not None else table)]
-    return analyse_unit(Unit(path=path, text=text), rules, torch_version)
+    unit = Unit(path=path, text=text)
+    result = analyse_unit(unit, rules, torch_version)
+    # the project pass over this one file, as `check` runs it over a tree
+    result.results += project_findings({path: unit}, [result], tuple(r.code for r in rules), [])
+    return result
 
 
 # -- findings ---------------------------------------------------------------------------------
@@ -350,7 +357,52 @@ def analyse_file(path: str, display: str, options: Options) -> FileResult:
         unit = read_unit(path, display, options.max_bytes)
     except UnreadableSource as exc:
         return _unreadable(display, str(exc))
-    return analyse_unit(unit, rules, options.torch_version)
+    result = analyse_unit(unit, rules, options.torch_version)
+    result.read_path = path
+    return result
+
+
+def finding_at(unit: Unit, code: str, line: int, col: int, values: dict) -> Result | None:
+    """A finding a project pass made (rules/static/project.py), with its code frame, as `_finding` makes one;
+    None when the line carries a suppression for the code."""
+    rule = registry.rules()[code]
+    node = ast.Pass(lineno=line, col_offset=max(col - 1, 0), end_lineno=line, end_col_offset=max(col - 1, 0))
+    kept = {k: v if isinstance(v, str | bool | int | float) else str(v) for k, v in values.items()}
+    ctx = Context(unit.path, unit.text, ast.Module(body=[], type_ignores=[]), _NoIndex(), None)
+    found = list(_finding(unit, Hit(rule, node, kept), ctx.lines, suppressions(unit.text), set(), ctx))
+    return found[0] if found else None
+
+
+def project_findings(units: dict[str, Unit | None], results: list[FileResult], codes: tuple[str, ...],
+                     roots: list[str]) -> list[Result]:
+    """Run the project pass over the files' facts; `units` gives each display path's source (None: read it)."""
+    from torchdoctor.rules.static import project
+
+    files = [project.ProjectFile(r.path, project.module_name(r.read_path or r.path, roots), r.facts)
+             for r in results if r.facts]
+    if not files:
+        return []
+    where = {r.path: r.read_path or r.path for r in results}
+    out: list[Result] = []
+    for code, hits in sorted(project.run(files, codes).items()):
+        for hit in hits:
+            unit = units.get(hit.path)
+            if unit is None:
+                try:
+                    unit = units[hit.path] = read_unit(where.get(hit.path, hit.path), hit.path, MAX_BYTES * 8)
+                except UnreadableSource:
+                    continue
+            found = finding_at(unit, code, hit.line, hit.col, hit.values)
+            if found is not None:
+                out.append(found)
+    return out
+
+
+class _NoIndex:
+    """`_finding` asks the index for the enclosing function: a project finding has none to give."""
+
+    def function_of(self, node: ast.AST) -> None:
+        return None
 
 
 def analyse_bytes(data: bytes, display: str, options: Options) -> FileResult:
@@ -362,7 +414,11 @@ def analyse_bytes(data: bytes, display: str, options: Options) -> FileResult:
         unit = unit_from_bytes(display, data)
     except UnreadableSource as exc:
         return _unreadable(display, str(exc))
-    return analyse_unit(unit, rules, options.torch_version)
+    result = analyse_unit(unit, rules, options.torch_version)
+    # standard input is a project of its own: its project pass runs here, where its text is at hand
+    result.results += project_findings({display: unit}, [result], options.codes, [])
+    result.facts = {}
+    return result
 
 
 def _unreadable(display: str, reason: str) -> FileResult:

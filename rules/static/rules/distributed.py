@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import (
     Binding,
     ClassInfo,
@@ -19,6 +19,7 @@ from torchdoctor.rules.static.index import (
     kwarg,
     last_name,
 )
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import accumulations, number
 
 
@@ -424,17 +425,24 @@ def _binds_device(ctx: Context) -> bool:
 @rule("TD306", ast.Module)
 def nccl_without_set_device(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
-    inits = index.calls_to("torch.distributed.init_process_group")
-    if not inits:
+    if _binds_device(ctx):
+        ctx.leave("binds-device", True)  # the project pass: a set_device in any file binds the processes
         return
-    for call in inits:
+    for call in index.calls_to("torch.distributed.init_process_group"):
         if kwarg(call, "device_id") is not None:
             continue  # bound to a device explicitly
         if not _mentions_nccl(index, kwarg(call, "backend", 0), call):
             continue
-        if _binds_device(ctx):
-            return
-        ctx.report(call, variable=ctx.segment(call, 60))
+        ctx.leave("TD306", {"line": call.lineno, "col": call.col_offset + 1,
+                            "values": {"variable": ctx.segment(call, 60)}})
+
+
+@project("TD306")
+def nccl_without_set_device_in_project(project: Project) -> list[ProjectHit]:
+    """`setup()` in utils.py initialises NCCL, `main.py` calls `torch.cuda.set_device`: the binding is there."""
+    if project.any_fact("binds-device"):
+        return []
+    return [ProjectHit(f.path, c["line"], c["col"], c["values"]) for f, c in project.facts("TD306")]
 
 
 # -- TD307 ---------------------------------------------------------------------------------------

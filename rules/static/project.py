@@ -1,0 +1,96 @@
+"""One project, many files: the pass that joins what each file told about itself.
+
+`check` analyses every file once, on its own (in worker processes for large trees). A rule whose question
+spans files — a training loop in `train.py` calling `eval_net()` from `eval.py`, a model whose class in
+`model.py` ends in softmax — leaves small facts with `ctx.leave(key, value)` while it analyses a file, and
+registers a `@project(code)` function that runs once, after every file, over all of them. The pass sees only
+those facts, never the trees, so it costs next to nothing and the per-file analysis stays parallel.
+
+Module names are the files' paths below the folder that was checked (`pkg/model.py` -> `pkg.model`); an import
+names a module of the project when its dotted name ends like one (`from model import Net` inside `src/`).
+Results depend only on the set of files, not on the order they were named in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ProjectHit:
+    """A finding the project pass makes: in which file, where, and the values of the rule's message."""
+
+    path: str  # the display path of a file of the project
+    line: int
+    col: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProjectFile:
+    path: str  # display path
+    module: str  # dotted module name below its root
+    facts: dict[str, list[Any]]
+
+
+class Project:
+    """Every analysed file's facts, with module names to join them by."""
+
+    def __init__(self, files: list[ProjectFile]):
+        self.files = sorted(files, key=lambda f: f.path)
+        self._by_tail: dict[str, list[ProjectFile]] = {}
+        for f in self.files:
+            parts = f.module.split(".")
+            for i in range(len(parts)):
+                self._by_tail.setdefault(".".join(parts[i:]), []).append(f)
+
+    def facts(self, key: str) -> Iterator[tuple[ProjectFile, Any]]:
+        for f in self.files:
+            for value in f.facts.get(key, ()):
+                yield f, value
+
+    def any_fact(self, key: str) -> bool:
+        return any(key in f.facts for f in self.files)
+
+    def defining(self, qualified: str) -> list[tuple[ProjectFile, str]]:
+        """(file, local name) for a qualified name such as `eval.eval_net` or `models.unet.UNet` that one of
+        the project's modules defines; several when the module's name is ambiguous."""
+        module, _, name = qualified.rpartition(".")
+        if not module or not name:
+            return []
+        return [(f, name) for f in self._by_tail.get(module, [])]
+
+
+def module_name(display: str, roots: list[str]) -> str:
+    """`src/pkg/model.py` below the checked folder `src` -> `pkg.model`; `__init__.py` names its package."""
+    absolute = os.path.abspath(display)
+    best = None
+    for root in roots:
+        root = os.path.abspath(root)
+        if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
+            rel = os.path.relpath(absolute, root if os.path.isdir(root) else os.path.dirname(root))
+            if best is None or len(rel) < len(best):
+                best = rel
+    rel = best if best is not None else os.path.basename(absolute)
+    stem = os.path.splitext(rel)[0].replace(os.sep, "/")
+    parts = [p for p in stem.split("/") if p and p != "."]
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def run(files: list[ProjectFile], codes: tuple[str, ...]) -> dict[str, list[ProjectHit]]:
+    """Every enabled rule's project pass: rule code -> its findings."""
+    from torchdoctor.rules.static import registry
+    from torchdoctor.rules.static.api import PROJECT_RULES
+
+    registry.rules()  # imports the rule families, which register their project passes
+    project = Project(files)
+    out: dict[str, list[ProjectHit]] = {}
+    for code, fn in PROJECT_RULES:
+        if code in codes:
+            out.setdefault(code, []).extend(fn(project))
+    return out

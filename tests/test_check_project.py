@@ -1,0 +1,46 @@
+"""The project pass: rules that join files (rules/static/project.py), checked on real little trees."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchdoctor.check import CheckRequest, build_report, prepare
+
+SETUP = """import torch.distributed as dist
+
+
+def setup(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+"""
+MAIN_BINDS = """import torch
+
+from utils import setup
+
+
+def main(local_rank, world_size):
+    setup(local_rank, world_size)
+    torch.cuda.set_device(local_rank)
+"""
+
+
+def _findings(tmp_path, monkeypatch, files: dict[str, str], paths=(".",)):
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    request = CheckRequest(paths=list(paths), fmt="json", fail_on="never")
+    return [(f.path, f.line, f.code) for f in build_report(request, prepare(request)).findings]
+
+
+def test_set_device_in_another_file_binds_the_process_group(tmp_path, monkeypatch):
+    assert _findings(tmp_path, monkeypatch, {"utils.py": SETUP, "main.py": MAIN_BINDS}) == []
+
+
+def test_nccl_without_set_device_anywhere_is_found_in_the_file_that_initialises(tmp_path, monkeypatch):
+    main = MAIN_BINDS.replace("    torch.cuda.set_device(local_rank)\n", "")
+    assert _findings(tmp_path, monkeypatch, {"utils.py": SETUP, "main.py": main}) == [("utils.py", 5, "TD306")]
+
+
+@pytest.mark.parametrize("order", [["main.py", "utils.py"], ["utils.py", "main.py"]])
+def test_the_result_does_not_depend_on_the_order_files_are_named(tmp_path, monkeypatch, order):
+    assert _findings(tmp_path, monkeypatch, {"utils.py": SETUP, "main.py": MAIN_BINDS}, order) == []
