@@ -44,3 +44,44 @@ def test_nccl_without_set_device_anywhere_is_found_in_the_file_that_initialises(
 @pytest.mark.parametrize("order", [["main.py", "utils.py"], ["utils.py", "main.py"]])
 def test_the_result_does_not_depend_on_the_order_files_are_named(tmp_path, monkeypatch, order):
     assert _findings(tmp_path, monkeypatch, {"utils.py": SETUP, "main.py": MAIN_BINDS}, order) == []
+
+
+EVAL = """import torch
+
+
+def eval_net(net, loader, device):
+    net.eval()
+    total = 0.0
+    for x, y in loader:
+        with torch.no_grad():
+            total += torch.nn.functional.cross_entropy(net(x.to(device)), y.to(device)).item()
+    return total / len(loader)
+"""
+TRAIN = """import torch
+
+from eval import eval_net
+
+
+def train_net(net, train_loader, val_loader, optimizer, device, epochs):
+    for epoch in range(epochs):
+        net.train()
+        for step, (x, y) in enumerate(train_loader):
+            loss = torch.nn.functional.cross_entropy(net(x.to(device)), y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % 100 == 0:
+                val_score = eval_net(net, val_loader, device)
+"""
+
+
+def test_an_evaluation_in_another_file_that_never_restores_train_mode(tmp_path, monkeypatch):
+    found = _findings(tmp_path, monkeypatch, {"eval.py": EVAL, "train.py": TRAIN})
+    assert found == [("train.py", 15, "TD602")]
+
+
+def test_an_evaluation_in_another_file_that_restores_train_mode(tmp_path, monkeypatch):
+    restored = EVAL.replace("    return total / len(loader)", "    net.train()\n    return total / len(loader)")
+    assert _findings(tmp_path, monkeypatch, {"eval.py": restored, "train.py": TRAIN}) == []
+    restored_by_caller = TRAIN.replace("val_loader, device)\n", "val_loader, device)\n                net.train()\n")
+    assert _findings(tmp_path, monkeypatch, {"eval.py": EVAL, "train.py": restored_by_caller}) == []

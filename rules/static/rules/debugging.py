@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, is_eval_word, kwarg
 from torchdoctor.rules.static.patterns import (
     is_loss_callable,
@@ -13,6 +13,7 @@ from torchdoctor.rules.static.patterns import (
     is_softmax_call,
     latest_value,
 )
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
 
 # Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
@@ -248,6 +249,10 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
             out.append(("step", call, _trained_models(index, ctx, call)))
             continue
         target = _local_target(index, call)
+        external = _external_model_call(index, call) if target is None and depth == 0 else None
+        if external is not None:
+            out.append(("call", call, frozenset(external.values())))
+            continue
         if target is not None and depth < 3 and target not in stack:
             inner = _events(ctx, _calls_by_function(ctx).get(target, []), depth + 1, (*stack, target))
             if inner is None:
@@ -264,10 +269,13 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
 @rule("TD602", ast.Module)
 def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_param_evals(ctx)
     reported: set[ast.Call] = set()
     for loop in index.training_loops():
         calls = sorted(loop.all_calls(), key=lambda c: (c.lineno, c.col_offset))
         events = _events(ctx, calls, 0, (index.function_of(loop.node),) if index.function_of(loop.node) else ())
+        if events and any(kind == "call" for kind, _, _ in events):
+            _leave_loop(ctx, loop, events)
         if not events or not any(kind == "eval" for kind, _, _ in events):
             continue
         found = _stale_eval(events)
@@ -286,6 +294,71 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
                    train_not_restored=True)
 
 
+def _leave_param_evals(ctx: Context) -> None:
+    """For the project pass: module-level functions that leave a model parameter in eval mode
+    (`def eval_net(net, loader): net.eval() ...` with no `net.train()` after it)."""
+    index = ctx.index
+    for name, fn in index.functions.items():
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        last: dict[str, ast.Call] = {}
+        for call in _calls_by_function(ctx).get(fn, []):
+            func = call.func
+            if isinstance(func, ast.Attribute) and func.attr in ("eval", "train") and isinstance(func.value, ast.Name) \
+                    and func.value.id in params:
+                last[func.value.id] = call
+        for param, call in last.items():
+            if call.func.attr == "eval" and not call.args and not call.keywords:  # type: ignore[attr-defined]
+                ctx.leave("evals-param", {"function": name, "position": params.index(param), "line": call.lineno})
+
+
+def _leave_loop(ctx: Context, loop, events: list[Event]) -> None:
+    """For the project pass: a training loop whose mode switches depend on functions of other files."""
+    index = ctx.index
+    rows = []
+    for kind, call, keys in events:
+        row = {"kind": kind, "line": call.lineno, "col": call.col_offset + 1, "keys": sorted(keys)}
+        if kind == "call":
+            row["callee"] = index.resolve(call.func)
+            row["models"] = {str(i): k for i, k in (_external_model_call(index, call) or {}).items()}
+            row["shown"] = ctx.segment(call.func, 40)
+        rows.append(row)
+    where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    ctx.leave("TD602-loop", {"events": rows, "loop": where})
+
+
+@project("TD602")
+def train_mode_not_restored_across_files(project: Project) -> list[ProjectHit]:
+    """A training loop that calls `eval_net(net, ...)` from another file, which leaves `net` in eval mode."""
+    evals: dict[tuple[str, str], tuple[int, int, str]] = {}
+    for f, fact in project.facts("evals-param"):
+        evals[(f.module, fact["function"])] = (fact["position"], fact["line"], f.path)
+    if not evals:
+        return []
+    hits = []
+    for f, fact in project.facts("TD602-loop"):
+        rows = []
+        resolved: dict[tuple[int, int], str] = {}
+        for row in fact["events"]:
+            kind, keys = row["kind"], frozenset(row["keys"])
+            if kind == "call":
+                found = [evals.get((g.module, name)) for g, name in project.defining(row["callee"] or "")]
+                found = [x for x in found if x is not None]
+                key = row["models"].get(str(found[0][0])) if found else None
+                if key is None:
+                    continue
+                kind, keys = "eval", frozenset({key})
+                resolved[(row["line"], row["col"])] = f" (set at line {found[0][1]} of {found[0][2]}, inside " \
+                                                      f"`{row['shown']}()`)"
+            rows.append((kind, (row["line"], row["col"]), keys))
+        stale = _stale_eval(rows)  # type: ignore[arg-type]
+        if stale is not None and stale in resolved:
+            key = next(iter(next(k for _, at, k in rows if at == stale)))
+            hits.append(ProjectHit(f.path, stale[0], stale[1], {
+                "variable": key, "loop": fact["loop"], "via": resolved[stale],
+                "train_not_restored": True}))
+    return hits
+
+
 def _leaves_loop(index: Index, call: ast.Call, depth: int) -> bool:
     """`model.eval(); test(model); break`: the block leaves the training loop after it (a `return`
     inside a called evaluation function only returns to the loop)."""
@@ -299,6 +372,22 @@ def _leaves_loop(index: Index, call: ast.Call, depth: int) -> bool:
     return False
 
 
+def _external_model_call(index: Index, call: ast.Call) -> dict[int, str] | None:
+    """`eval_net(net, val_loader)` where `eval_net` is imported from another module of the project (not torch,
+    not a library we know): {argument position: model key} of the models it is handed, for the project pass."""
+    q = index.resolve(call.func)
+    if q is None or q.split(".", 1)[0] in _LIBRARIES or isinstance(call.func, ast.Attribute) and \
+            isinstance(call.func.value, ast.Name) and call.func.value.id == "self":
+        return None
+    models = {i: _model_key(a) for i, a in enumerate(call.args)
+              if isinstance(a, ast.Name | ast.Attribute) and index.is_model(a) and _model_key(a)}
+    return models or None  # type: ignore[return-value]
+
+
+_LIBRARIES = frozenset("torch torchvision numpy np tqdm os sys math random time logging json wandb "
+                       "transformers accelerate lightning pytorch_lightning timm datasets".split())
+
+
 def _stale_eval(events: list[Event]) -> ast.Call | None:
     """Run the loop body twice: the `.eval()` still in force when a training step runs, if any."""
     state: dict[str, ast.Call | None] = {}
@@ -310,7 +399,7 @@ def _stale_eval(events: list[Event]) -> ast.Call | None:
             elif kind == "train":
                 for k in keys:
                     state[k] = None
-            else:
+            elif kind == "step":
                 for k in keys:
                     if state.get(k) is not None:
                         return state[k]
