@@ -333,8 +333,17 @@ def bug_found(bug: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, 
 
 def bug_specialist_match(bug: dict[str, Any], code: str) -> bool:
     """With no codes given, any finding of the same specialist (hundreds digit) as the bug's family."""
-    digit = FAMILY_SPECIALIST.get(str(bug.get("family")), "")
+    family = str(bug.get("family"))
+    if family in FAMILY_CODES:
+        return code.startswith(FAMILY_CODES[family])
+    digit = FAMILY_SPECIALIST.get(family, "")
     return bool(digit) and code.startswith("TD" + digit)
+
+
+# Families whose rules sit in more than one specialist's range: the codes that answer them.
+FAMILY_CODES = {
+    "deprecated-api": ("TD401", "TD607", "TD608"),  # the AMP API (mixed precision), removed and deprecated torch API
+}
 
 
 # The specialist (hundreds digit of TD codes) each bug family belongs to, for labels without codes.

@@ -124,5 +124,6 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._build_classes()
         self._index_calls()
         self._build_bindings()
+        self._bind_parameters()
         self._build_training()
         self._build_loops()

@@ -233,6 +233,28 @@ class Bindings:
     def _add(self, b: Binding) -> None:
         self.bindings.setdefault(b.name, []).append(b)
 
+    def _bind_parameters(self) -> None:
+        """Kinds follow function parameters: `train_gan(..., scheduler=self.scheduler)` makes the parameter
+        `scheduler` of `train_gan` a scheduler when every call in the file that passes it passes the same kind.
+        A parameter that has a binding of its own (or none passed) stays as it is."""
+        for call, fn in self._local_function_calls():
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+            passed = [(params[i + offset], a) for i, a in enumerate(call.args)
+                      if i + offset < len(params) and not isinstance(a, ast.Starred)]
+            passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in params]
+            for name, arg in passed:
+                source = self.binding(arg)
+                if source is None or name in self.bindings and self.bindings[name][-1].node is not fn:
+                    continue
+                known = self.bindings.get(name)
+                if known and known[-1].kind != source.kind:
+                    self.bindings.pop(name)  # callers disagree: the parameter's kind is unknown
+                    continue
+                if not known:
+                    self._add(Binding(name, source.kind, source.cls, fn, source.call, source.wrapper, source.compiled,
+                                      source.inner, guessed=True))
+
     def _build_bindings(self) -> None:
         """Every assignment in source order, so a name's latest binding wins."""
         statements = self.nodes(ast.Assign) + self.nodes(ast.AnnAssign)
