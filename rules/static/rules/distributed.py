@@ -117,12 +117,16 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             continue  # a fixed order by design (validation shards)
         if is_eval_word(name) or (loaders and all(is_eval_word(lb.name) for lb in loaders)):
             continue
-        used = [lb for lb in loaders if lb.name in repeated]
+        # a loader iterated under another name after a pass-through (`distr_dl = backend.distribute(dl)`)
+        same = {other: lb for lb in loaders for other in repeated
+                if (b := index.binding(other)) is not None and b.call is lb.call}
+        used = [lb for lb in loaders if lb.name in repeated] or list(same.values())
         if not used:
             continue  # no loader over it is iterated epoch after epoch
         if targets & reach[name] or any(t not in known for t in targets):
             continue  # set on this sampler, or on a receiver we cannot tie to another sampler
-        epoch_loop = repeated[used[0].name]
+        loop_name = used[0].name if used[0].name in repeated else next(o for o, lb in same.items() if lb is used[0])
+        epoch_loop = repeated[loop_name]
         values = dict(variable=name, loop=f"line {epoch_loop.line}")
         it = getattr(epoch_loop.node, "iter", None)
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:

@@ -503,6 +503,10 @@ def _schedules(index: Index) -> dict[str, Schedule]:
     if not stepped:
         return table
     for b in index.bindings_of("scheduler"):
+        value = getattr(b.node, "value", None)
+        if isinstance(value, ast.Call) and value is not b.call and isinstance(value.func, ast.Name) \
+                and value.func.id in index.functions:
+            continue  # built by a local factory: read below, with the factory's own arguments
         if b.call is not None and b.cls and b.name in stepped:
             table[b.name] = Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)
     built: dict[str, str | None] = {}  # local factory function -> the scheduler it returns

@@ -143,6 +143,9 @@ class Bindings:
             local = dotted(value.func)
             if local in self.classes and self.classes[local].is_module:
                 return Binding(name, "module", local, stmt, value)
+            returned = self._returned(value, name, stmt, depth)
+            if returned is not None:
+                return returned
             if isinstance(value.func, ast.Attribute) and value.func.attr == "from_pretrained":
                 owner = last_name(value.func.value) or ""
                 if any(marker in owner for marker in n["pretrained_model_markers"]):
@@ -199,13 +202,14 @@ class Bindings:
             elif (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)
-                and value.func.attr == "prepare"
-                and len(value.args) == len(target.elts)
+                and value.func.attr in self.names["pass_through_methods"]
+                and len(handed := self._handed(value)) == len(target.elts)
             ):
-                # accelerator.prepare(model, optimizer, loader) returns them in order, wrapped.
-                for t, v in zip(target.elts, value.args, strict=True):
+                # accelerator.prepare(model, optimizer, loader) returns them in order, wrapped; so does
+                # `backend.distribute(args=args, model=m, optimizer=o, training_data=dl, lr_scheduler=s)`.
+                for t, v in zip(target.elts, handed, strict=True):
                     name = dotted(t)
-                    inner = self.binding(v)
+                    inner = self._value_binding(v)
                     if name and inner is not None:
                         # A prepared loader moves its batches to the device itself: the wrapper says so.
                         wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
@@ -219,19 +223,55 @@ class Bindings:
             b is None
             and isinstance(value, ast.Call)
             and isinstance(value.func, ast.Attribute)
-            and value.func.attr == "prepare"
-            and len(value.args) == 1
+            and value.func.attr in self.names["pass_through_methods"]
         ):
-            inner = self.binding(value.args[0])
+            # `accelerator.prepare(loader)`, `distr_backend.distribute(training_data=dl)`: what comes back is
+            # the one training object handed in, wrapped.
+            handed = [a for a in [*value.args, *(k.value for k in value.keywords)] if self.binding(a) is not None]
+            inner = self.binding(handed[0]) if len(handed) == 1 else None
             if inner is not None:
-                b = Binding(name, inner.kind, inner.cls, stmt, inner.call,
-                            "accelerate" if inner.kind in ("module", "dataloader") else None, inner.compiled,
-                            dotted(value.args[0]))
+                prepared = value.func.attr == "prepare" and inner.kind in ("module", "dataloader")
+                b = Binding(name, inner.kind, inner.cls, stmt, inner.call, "accelerate" if prepared else inner.wrapper,
+                            inner.compiled, dotted(handed[0]))
         if b is not None:
             self._add(b)
 
     def _add(self, b: Binding) -> None:
         self.bindings.setdefault(b.name, []).append(b)
+
+    def _handed(self, call: ast.Call) -> list[ast.expr]:
+        """The arguments of a pass-through call, in order: all positional ones when there are any (prepare's
+        contract), else the keyword values that hold a training object or sit in a training object's slot
+        (`model=`, `training_data=`: DeepSpeed's distribute returns them in that order)."""
+        if call.args:
+            return list(call.args)
+        slots = self.names["pass_through_keywords"]
+        return [k.value for k in call.keywords
+                if k.arg is not None and (k.arg in slots or self._value_binding(k.value) is not None)]
+
+    def _value_binding(self, expr: ast.AST) -> Binding | None:
+        """A name's binding, also through `ds if deepspeed else dl` (either branch that holds one)."""
+        if isinstance(expr, ast.IfExp):
+            return self._value_binding(expr.body) or self._value_binding(expr.orelse)
+        return self.binding(expr)
+
+    def _returned(self, call: ast.Call, name: str, stmt: ast.AST, depth: int) -> Binding | None:
+        """Kinds follow return values: `self.train_loader = self._prepare_dataloader(ds)` holds what every
+        `return` of that function or method of the file builds (`return DataLoader(ds, sampler=...)`)."""
+        func = call.func
+        target = None
+        if isinstance(func, ast.Name):
+            target = self.functions.get(func.id)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            info = self.class_of(call)
+            target = info.method(func.attr) if info is not None else None
+        if target is None or depth > 4:
+            return None
+        found = [self._classify(r.value, name, stmt, depth + 1) for r in ast.walk(target)
+                 if isinstance(r, ast.Return) and r.value is not None and self.function_of(r) is target]
+        if not found or any(b is None for b in found) or len({b.kind for b in found if b is not None}) != 1:
+            return None
+        return found[-1]
 
     def _bind_parameters(self) -> None:
         """Kinds follow function parameters: `train_gan(..., scheduler=self.scheduler)` makes the parameter
