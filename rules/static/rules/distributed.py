@@ -110,9 +110,18 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
     targets = {dotted(c.func.value) for c in set_epoch}  # type: ignore[attr-defined]
     if None in targets:
         return  # `get_sampler().set_epoch(epoch)`: a receiver we cannot name
-    reach = {name: {name} | {f"{lb.name}.sampler" for lb in loaders} for name, _, loaders in candidates}
-    known = set().union(*reach.values())
+    # One sampler reached under several names (a loader passed on as a parameter, returned, prepared) is one
+    # sampler: `set_epoch` on any of its names counts, and it gives one finding.
+    by_call: dict[int, set[str]] = {}
     for name, call, loaders in candidates:
+        by_call.setdefault(id(call), set()).update({name} | {f"{lb.name}.sampler" for lb in loaders})
+    reach = {name: by_call[id(call)] for name, call, _ in candidates}
+    known = set().union(*reach.values())
+    seen_calls: set[int] = set()
+    for name, call, loaders in candidates:
+        if id(call) in seen_calls:
+            continue
+        seen_calls.add(id(call))
         if is_constant(kwarg(call, "shuffle", 3), False):
             continue  # a fixed order by design (validation shards)
         if is_eval_word(name) or (loaders and all(is_eval_word(lb.name) for lb in loaders)):
