@@ -1,0 +1,135 @@
+"""TD608 (debugging family) — a torch name or argument that torch itself marks deprecated or removed.
+
+The table is data generated from the installed torch's source (rules/data/deprecated.toml, written by
+`python -m torchdoctor.rules.static.deprecations`); nothing here imports torch. Docs: deprecated_api.toml.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from torchdoctor.rules.catalog import load_toml
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import canonical
+
+# -- TD608 -------------------------------------------------------------------------------------
+
+# Entries TD401 reports (with its own advice on torch.amp), left out here so a use is reported once.
+_COVERED_BY_TD401 = ("torch.cuda.amp.", "torch.cpu.amp.")
+
+
+@dataclass(frozen=True)
+class _Deprecations:
+    names: dict[str, dict[str, Any]]  # qualified name -> entry (a deprecated or removed name)
+    arguments: dict[str, list[dict[str, Any]]]  # qualified callable -> entries for its arguments
+    torch: tuple[int, int] | None  # the torch the table was generated from
+
+
+@cache
+def deprecations() -> _Deprecations:
+    """rules/data/deprecated.toml (generated from torch's source by rules/static/deprecations.py)."""
+    data = load_toml("deprecated.toml")
+    names: dict[str, dict[str, Any]] = {}
+    arguments: dict[str, list[dict[str, Any]]] = {}
+    for entry in data.get("deprecated", []):
+        name = canonical(entry["name"])
+        if name.startswith(_COVERED_BY_TD401):
+            continue
+        if entry.get("kind") == "argument":
+            arguments.setdefault(name, []).append(entry)
+        else:
+            names.setdefault(name, entry)
+    m = re.match(r"(\d+)\.(\d+)", str(data.get("torch", "")))
+    return _Deprecations(names, arguments, (int(m.group(1)), int(m.group(2))) if m else None)
+
+
+def _applies(ctx: Context, table: _Deprecations, entry: dict[str, Any]) -> bool:
+    """Whether the targeted torch has the deprecation: by the version the message gives, else only
+    when the target is at least the torch the table comes from (an older one may not warn yet)."""
+    since = re.match(r"(\d+)\.(\d+)", entry.get("since", ""))
+    if since:
+        return ctx.torch_at_least(int(since.group(1)), int(since.group(2)))
+    return table.torch is None or ctx.torch_at_least(*table.torch)
+
+
+def _argument_used(call: ast.Call, entry: dict[str, Any]) -> bool | None:
+    """True when the call gives the argument a value torch warns about (any but None for `passed`,
+    a true one for `set`), False when it leaves it out or passes the harmless default, None when
+    `*args` / `**kwargs` hide the answer."""
+    name, position = entry["argument"], int(entry.get("position", -1))
+    harmless = (None,) if entry.get("when") == "passed" else (None, False, 0, "")
+    value: ast.expr | None = None
+    for kw in call.keywords:
+        if kw.arg == name:
+            value = kw.value
+        elif kw.arg is None and value is None:
+            return None
+    if value is None:
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        if 0 <= position < len(call.args):
+            value = call.args[position]
+    if value is None:
+        return False
+    return not (isinstance(value, ast.Constant) and value.value in harmless)
+
+
+def _deprecation_values(ctx: Context, table: _Deprecations, where: ast.AST, q: str, entry: dict[str, Any]) -> dict:
+    shown = ctx.segment(where, 60)
+    replacement = entry.get("replacement", "")
+    argument = entry.get("argument", "")
+    since = f" since torch {entry['since']}" if entry.get("since") else ""
+    if argument:
+        state = (
+            f"leaves out `{argument}`, which is deprecated{since}" if entry.get("when") == "omitted"
+            else f"passes `{argument}`, deprecated{since}"
+        )
+    elif entry.get("removed"):
+        state = f"was removed (deprecated{since}; the name only raises an error now)"
+    else:
+        state = f"is deprecated{since}"
+    version = ".".join(map(str, table.torch)) if table.torch else "the installed torch"
+    warning = entry.get("message", "")
+    if len(warning) > 160:
+        warning = warning[:157].rstrip() + "..."
+    return {
+        "variable": shown,
+        "via": "" if q in (shown, f"{shown}()") or not q else f" (`{q}`)",
+        "state": state,
+        "torch": version,
+        "instead": f"; use `{replacement}`" if replacement else "",
+        "warning": warning,
+        "name": q,
+        "replacement": replacement,
+        "advice": f"use `{replacement}` as torch's warning says" if replacement
+        else "follow torch's warning",
+    }
+
+
+@rule("TD608", ast.Name, ast.Attribute, ast.Call)
+def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
+    table = deprecations()
+    index = ctx.index
+    if isinstance(node, ast.Call):
+        q = index.callee(node)
+        for entry in table.arguments.get(q or "", ()):
+            used = _argument_used(node, entry)
+            wanted = entry.get("when") != "omitted"
+            if used is not None and used == wanted and _applies(ctx, table, entry):
+                ctx.report(node, **_deprecation_values(ctx, table, node.func, q or "", entry))
+                return
+        return
+    if not isinstance(getattr(node, "ctx", None), ast.Load):
+        return
+    parent = index.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return  # `torch.jit` in `torch.jit.script`: the longest name is the one used
+    q = index.resolve(node)
+    entry = table.names.get(q or "")
+    if entry is None or not _applies(ctx, table, entry):
+        return
+    ctx.report(node, **_deprecation_values(ctx, table, node, q or "", entry))
