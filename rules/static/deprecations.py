@@ -34,6 +34,7 @@ import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 _DEPRECATION = re.compile(r"deprecat|will be removed|scheduled for removal", re.I)
@@ -415,6 +416,7 @@ class Scanner:
         self.sites: list[Site] = []
         self._parents: dict[str, dict[ast.AST, ast.AST]] = {}
         self._memo: dict[tuple[str, int], list[tuple[Condition, str, bool]]] = {}
+        self.helpers: set[str] = set()  # private functions that warn about a deprecation
 
     def load(self, path: Path) -> Module | None:
         name = module_name(self.root, path)
@@ -435,40 +437,85 @@ class Scanner:
 
     def scan(self) -> None:
         texts = {p: p.read_text(encoding="utf-8", errors="replace") for p in self.files()}
-        for path, text in texts.items():
-            if re.search(r"deprecat|removed", text, re.I):
-                m = self.load(path)
-                if m is not None:
-                    self.scan_module(m)
-        # Parse what may re-export the names found: packages, and modules with an __all__.
-        wanted = {s.qual.split(".")[0] for s in self.sites if s.qual} | {
+        todo = [p for p, t in texts.items() if re.search(r"deprecat|removed", t, re.I)]
+        done: set[Path] = set()
+        # 1. The modules that say "deprecated", and those that call a private helper that warns,
+        #    until no new helper turns up (helpers first: a caller may be read before its helper).
+        while todo:
+            loaded = [m for m in (self.load(p) for p in todo) if m is not None]
+            done.update(todo)
+            for m in loaded:
+                self._register_helpers(m)
+            words = sorted(self.helpers)
+            wanted = re.compile("|".join(rf"\b{re.escape(h)}\s*\(" for h in words)) if words else None
+            todo = [
+                p for p, t in texts.items()
+                if p not in done and wanted is not None and any(w in t for w in words) and wanted.search(t)
+            ]
+        for m in list(self.modules.values()):
+            self.scan_module(m)
+        # 2. Subclasses of a class whose construction warns (`class MSELoss(_Loss)`), in other files.
+        for _ in range(4):
+            bases = sorted({s.qual.split(".")[0] for s in self.sites if s.kind in ("class", "argument") and s.qual})
+            if not bases:
+                break
+            wanted = re.compile("|".join(rf"class\s+\w+\s*\((?:[\w.]+\.)?{re.escape(b)}\b" for b in bases))
+            more = [p for p, t in texts.items() if p not in done and any(b in t for b in bases) and wanted.search(t)]
+            if not more:
+                break
+            done.update(more)
+            for m in [m for m in (self.load(p) for p in more) if m is not None]:
+                self.scan_module(m)
+        # 3. What may re-export the names found: packages, and modules with an __all__.
+        wanted_names = {s.qual.split(".")[0] for s in self.sites if s.qual} | {
             s.module.rpartition(".")[2] for s in self.sites
         }
         for path, text in texts.items():
-            if (path.name == "__init__.py" or "__all__" in text) and any(w in text for w in wanted):
+            if (path.name == "__init__.py" or "__all__" in text) and any(w in text for w in wanted_names):
                 self.load(path)
+
+    def _register_helpers(self, m: Module) -> None:
+        """Private functions that always warn about a deprecation: their callers elsewhere warn too."""
+        parents = self.parents(m)
+        for name, fn in m.functions.items():
+            if name.startswith("__") or not (name.startswith("_") or not _is_public(m.name)):
+                continue
+            env = self._locals(m, fn, {})
+            defaults = {k: d.value for k, d in _parameters(fn).items() if isinstance(d, ast.Constant)}
+            for node in _own_nodes(fn):
+                if isinstance(node, ast.Call) and m.qualify(node.func) in _WARN and node.args:
+                    if condition(node, fn, parents, defaults) == Condition() and _DEPRECATION.search(
+                        Renderer(m, env).text(node.args[0])
+                    ):
+                        self.helpers.add(name)
 
     # Calls of warnings.warn and of private helpers that warn, inside one function's own body.
     def _warnings_in(self, m: Module, fn: ast.AST) -> Iterator[tuple[ast.Call, str, bool]]:
         """(call, rendered message, removed) for each deprecation warning raised in `fn`'s own body."""
-        env = self._locals(m, fn, {})
+        known: list[dict[str, Value]] = []
+
+        def env() -> dict[str, Value]:  # the locals, worked out only for functions that warn
+            if not known:
+                known.append(self._locals(m, fn, {}))
+            return known[0]
+
         for node in _own_nodes(fn):
             if isinstance(node, ast.Call):
                 q = m.qualify(node.func)
                 if q in _WARN and node.args:
-                    text = Renderer(m, env).text(node.args[0])
+                    text = Renderer(m, env()).text(node.args[0])
                     if _DEPRECATION.search(text) and _warning_category(m, node):
                         yield node, text, False
                 else:
                     found = self.helper(m, node.func)
                     if found is not None:
-                        text = self._helper_message(m, found[0], found[1], node, env)
+                        text = self._helper_message(m, found[0], found[1], node, env())
                         if text is not None:
                             yield node, text, False
             elif isinstance(node, ast.Raise) and node.exc is not None:
                 exc = node.exc
                 if isinstance(exc, ast.Call) and exc.args:
-                    text = Renderer(m, env).text(exc.args[0])
+                    text = Renderer(m, env()).text(exc.args[0])
                     if _REMOVED.search(text) and _DEPRECATION.search(text):
                         yield node, text, True  # type: ignore[misc]
 
@@ -478,7 +525,7 @@ class Scanner:
         if isinstance(func, ast.Name) and func.id in m.functions:
             return (m, m.functions[func.id]) if func.id.startswith("_") else None
         q = m.qualify(func)
-        if not q or not q.startswith("torch.") or q.count(".") < 2:
+        if not q or not q.startswith("torch.") or q.count(".") < 2 or q.rpartition(".")[2] not in self.helpers:
             return None
         module, _, name = q.rpartition(".")
         if _is_public(q):
@@ -846,6 +893,7 @@ class Scanner:
         return found
 
 
+@cache
 def _own_nodes(fn: ast.AST) -> list[ast.AST]:
     """The nodes of a function's (or module's) own body, not of functions or classes nested in it."""
     out: list[ast.AST] = []
