@@ -57,11 +57,9 @@ def _applies(ctx: Context, table: _Deprecations, entry: dict[str, Any]) -> bool:
 
 
 def _argument_used(call: ast.Call, entry: dict[str, Any]) -> bool | None:
-    """True when the call gives the argument a value torch warns about (any but None for `passed`,
-    a true one for `set`), False when it leaves it out or passes the harmless default, None when
-    `*args` / `**kwargs` hide the answer."""
+    """True when the call gives the argument a value (any but None; a true one for `set`), False when
+    it leaves it out or passes None, None when `*args` / `**kwargs` hide the answer."""
     name, position = entry["argument"], int(entry.get("position", -1))
-    harmless = (None,) if entry.get("when") == "passed" else (None, False, 0, "")
     value: ast.expr | None = None
     for kw in call.keywords:
         if kw.arg == name:
@@ -75,7 +73,10 @@ def _argument_used(call: ast.Call, entry: dict[str, Any]) -> bool | None:
             value = call.args[position]
     if value is None:
         return False
-    return not (isinstance(value, ast.Constant) and value.value in harmless)
+    if isinstance(value, ast.Constant):
+        # `dim=0` gives dim; only None stands for "not given" (and a false value for `set`).
+        return value.value is not None and (entry.get("when") != "set" or bool(value.value))
+    return True
 
 
 def _deprecation_values(ctx: Context, table: _Deprecations, where: ast.AST, q: str, entry: dict[str, Any]) -> dict:
