@@ -199,6 +199,24 @@ FAKE_TORCH = {
                 warnings.warn(warning.format(ret))
             return ret
     """,
+    "torch/optim/sched.py": """
+        import warnings
+
+
+        class Sched:
+            def step(self, epoch=None):
+                if epoch is not None:
+                    warnings.warn("The epoch parameter is being deprecated. Please use `scheduler.step()`.")
+
+
+        class StepSched(Sched):
+            pass
+
+
+        class OwnStep(Sched):
+            def step(self, epoch=None):
+                pass
+    """,
     "torch/linalg.py": """
         def solve(a, b):
             raise RuntimeError(
@@ -255,6 +273,13 @@ def test_arguments_through_helpers_and_base_classes(fake_table):
         e = fake_table[(name, "size_average")]
         assert (e["when"], e["position"]) == ("passed", position), name
         assert e["message"].startswith("size_average and reduce args will be deprecated")
+
+
+def test_a_subclass_gets_its_bases_method_arguments_unless_it_overrides_them(fake_table):
+    for name in ("torch.optim.sched.Sched.step", "torch.optim.sched.StepSched.step"):
+        e = fake_table[(name, "epoch")]
+        assert (e["when"], e["position"], e["replacement"]) == ("passed", 0, "scheduler.step()"), name
+    assert ("torch.optim.sched.OwnStep.step", "epoch") not in fake_table
 
 
 def test_removed_functions(fake_table):

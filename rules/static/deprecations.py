@@ -466,6 +466,8 @@ class Scanner:
             done.update(more)
             for m in [m for m in (self.load(p) for p in more) if m is not None]:
                 self.scan_module(m)
+        self._inherit_methods([self.modules[module_name(self.root, p)] for p in sorted(done)
+                               if module_name(self.root, p) in self.modules])
         # 3. What may re-export the names found: packages, and modules with an __all__.
         wanted_names = {s.qual.split(".")[0] for s in self.sites if s.qual} | {
             s.module.rpartition(".")[2] for s in self.sites
@@ -473,6 +475,36 @@ class Scanner:
         for path, text in texts.items():
             if (path.name == "__init__.py" or "__all__" in text) and any(w in text for w in wanted_names):
                 self.load(path)
+
+    def _inherit_methods(self, modules: list[Module]) -> None:
+        """`StepLR.step(epoch)` warns like `LRScheduler.step(epoch)`: a subclass that does not override a
+        method gets its base's method entries, under its own name (the name a script's object has)."""
+        by_class: dict[tuple[str, str], list[Site]] = {}
+        for site in self.sites:
+            head, _, method = site.qual.partition(".")
+            if method and "." not in method and site.kind == "argument":
+                by_class.setdefault((site.module, head), []).append(site)
+        if not by_class:
+            return
+        for m in modules:
+            for cls in m.tree.body:
+                if not isinstance(cls, ast.ClassDef):
+                    continue
+                defined = {f.name for f in cls.body if isinstance(f, Function)}
+                owner = self.class_def(m, cls.bases[0]) if cls.bases else None
+                for _ in range(6):
+                    if owner is None:
+                        break
+                    bm, bcls = owner
+                    for site in by_class.get((bm.name, bcls.name), []):
+                        method = site.qual.partition(".")[2]
+                        if method not in defined:
+                            self.sites.append(
+                                Site(m.name, f"{cls.name}.{method}", site.kind, site.message, site.removed,
+                                     site.argument, site.when, site.position)
+                            )
+                    defined |= {f.name for f in bcls.body if isinstance(f, Function)}
+                    owner = self.class_def(bm, bcls.bases[0]) if bcls.bases else None
 
     def _register_helpers(self, m: Module) -> None:
         """Private functions that always warn about a deprecation: their callers elsewhere warn too."""

@@ -117,7 +117,14 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     index = ctx.index
     if isinstance(node, ast.Call):
         q = index.callee(node)
-        for entry in table.arguments.get(q or "", ()):
+        entries = table.arguments.get(q or "", [])
+        if not entries and isinstance(node.func, ast.Attribute):
+            # `scheduler.step(epoch)`: the method of the object's class, when the index knows the class.
+            b = index.binding(node.func.value)
+            if b is not None and b.cls:
+                q = f"{b.cls}.{node.func.attr}"
+                entries = table.arguments.get(q, [])
+        for entry in entries:
             used = _argument_used(node, entry)
             wanted = entry.get("when") != "omitted"
             if used is not None and used == wanted and _applies(ctx, table, entry):
