@@ -14,7 +14,7 @@ from typing import Any
 
 from torchdoctor.rules.catalog import load_toml
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import canonical
+from torchdoctor.rules.static.index import canonical, dotted
 
 # -- TD608 -------------------------------------------------------------------------------------
 
@@ -111,6 +111,17 @@ def _deprecation_values(ctx: Context, table: _Deprecations, where: ast.AST, q: s
     }
 
 
+def _one_class(index: Any, expr: ast.expr) -> str | None:
+    """The class every binding of this name in the file agrees on (`scheduler = ReduceLROnPlateau(...)`
+    in one branch and `MultiStepLR(...)` in another: no answer)."""
+    name = dotted(expr)
+    found = index.bindings.get(name or "", [])
+    classes = {b.cls for b in found}
+    if len(classes) != 1 or any(b.guessed for b in found):
+        return None
+    return classes.pop()
+
+
 @rule("TD608", ast.Name, ast.Attribute, ast.Call)
 def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     table = deprecations()
@@ -120,9 +131,9 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
         entries = table.arguments.get(q or "", [])
         if not entries and isinstance(node.func, ast.Attribute):
             # `scheduler.step(epoch)`: the method of the object's class, when the index knows the class.
-            b = index.binding(node.func.value)
-            if b is not None and b.cls:
-                q = f"{b.cls}.{node.func.attr}"
+            cls = _one_class(index, node.func.value)
+            if cls:
+                q = f"{cls}.{node.func.attr}"
                 entries = table.arguments.get(q, [])
         for entry in entries:
             used = _argument_used(node, entry)
