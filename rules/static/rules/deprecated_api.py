@@ -56,7 +56,26 @@ def _applies(ctx: Context, table: _Deprecations, entry: dict[str, Any]) -> bool:
     return table.torch is None or ctx.torch_at_least(*table.torch)
 
 
-def _argument_used(call: ast.Call, entry: dict[str, Any]) -> bool | None:
+def _maybe_none(index: Any, call: ast.Call, value: ast.expr) -> bool:
+    """A value forwarded from somewhere that may hold None: `size_average=size_average` inside a wrapper
+    whose own parameter defaults to None, or `reduce=self.reduce` (torch warns only when it is not None)."""
+    if isinstance(value, ast.Attribute):
+        return True
+    if not isinstance(value, ast.Name):
+        return False
+    fn = index.function_of(call)
+    if fn is None:
+        return False
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    named = [a.arg for a in positional[len(positional) - len(args.defaults):]]
+    defaults = dict(zip(named, args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+    default = defaults.get(value.id)
+    return isinstance(default, ast.Constant) and default.value is None
+
+
+def _argument_used(call: ast.Call, entry: dict[str, Any], index: Any = None) -> bool | None:
     """True when the call gives the argument a value (any but None; a true one for `set`), False when
     it leaves it out or passes None, None when `*args` / `**kwargs` hide the answer."""
     name, position = entry["argument"], int(entry.get("position", -1))
@@ -73,6 +92,8 @@ def _argument_used(call: ast.Call, entry: dict[str, Any]) -> bool | None:
             value = call.args[position]
     if value is None:
         return False
+    if index is not None and _maybe_none(index, call, value):
+        return None
     if isinstance(value, ast.Constant):
         # `dim=0` gives dim; only None stands for "not given" (and a false value for `set`).
         return value.value is not None and (entry.get("when") != "set" or bool(value.value))
@@ -136,7 +157,7 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
                 q = f"{cls}.{node.func.attr}"
                 entries = table.arguments.get(q, [])
         for entry in entries:
-            used = _argument_used(node, entry)
+            used = _argument_used(node, entry, index)
             wanted = entry.get("when") != "omitted"
             if used is not None and used == wanted and _applies(ctx, table, entry):
                 ctx.report(node, **_deprecation_values(ctx, table, node.func, q or "", entry))
