@@ -60,19 +60,52 @@ def _maybe_none(index: Any, call: ast.Call, value: ast.expr) -> bool:
     """A value forwarded from somewhere that may hold None: `size_average=size_average` inside a wrapper
     whose own parameter defaults to None, or `reduce=self.reduce` (torch warns only when it is not None)."""
     if isinstance(value, ast.Attribute):
-        return True
+        return _attribute_maybe_none(index, call, value)
     if not isinstance(value, ast.Name):
         return False
     fn = index.function_of(call)
     if fn is None:
         return False
-    args = fn.args
+    return _parameter_default_is_none(fn, value.id)
+
+
+def _attribute_maybe_none(index: Any, call: ast.Call, value: ast.Attribute) -> bool:
+    """`self.size_average`, known not None only when every `self.size_average = ...` in the class is a
+    constant other than None or an `__init__` parameter whose default is one."""
+    info = index.class_of(call)
+    if info is None or not (isinstance(value.value, ast.Name) and value.value.id == "self"):
+        return True
+    sets = [a for a in index.self_assignments(info, None) if a.attr == value.attr]
+    if not sets:
+        return True
+    for a in sets:
+        v = a.value
+        if isinstance(v, ast.Constant):
+            if v.value is None:
+                return True
+        elif not (isinstance(v, ast.Name) and _parameter_default(a.method, v.id) not in (None, _NONE)):
+            return True
+    return False
+
+
+_NONE = object()  # a parameter whose default is None
+
+
+def _parameter_default(fn: ast.AST, name: str) -> object:
+    """The constant default of a parameter: its value, _NONE for None, None when unknown or absent."""
+    args = fn.args  # type: ignore[attr-defined]
     positional = args.posonlyargs + args.args
     named = [a.arg for a in positional[len(positional) - len(args.defaults):]]
     defaults = dict(zip(named, args.defaults, strict=True))
     defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
-    default = defaults.get(value.id)
-    return isinstance(default, ast.Constant) and default.value is None
+    d = defaults.get(name)
+    if not isinstance(d, ast.Constant):
+        return None
+    return _NONE if d.value is None else d.value
+
+
+def _parameter_default_is_none(fn: ast.AST, name: str) -> bool:
+    return _parameter_default(fn, name) is _NONE
 
 
 def _argument_used(call: ast.Call, entry: dict[str, Any], index: Any = None) -> bool | None:
@@ -94,6 +127,8 @@ def _argument_used(call: ast.Call, entry: dict[str, Any], index: Any = None) -> 
         return False
     if index is not None and _maybe_none(index, call, value):
         return None
+    if entry.get("when") == "set" and not isinstance(value, ast.Constant):
+        return None  # warns only for a true value, and this one is not known
     if isinstance(value, ast.Constant):
         # `dim=0` gives dim; only None stands for "not given" (and a false value for `set`).
         return value.value is not None and (entry.get("when") != "set" or bool(value.value))
