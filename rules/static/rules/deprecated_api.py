@@ -203,6 +203,8 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     parent = index.parent(node)
     if isinstance(parent, ast.Attribute) and parent.value is node:
         return  # `torch.jit` in `torch.jit.script`: the longest name is the one used
+    if isinstance(parent, ast.Dict | ast.List | ast.Tuple | ast.Set | ast.Compare):
+        return  # listed or compared, not called: e.g. a table of every init function to patch
     q = index.resolve(node)
     entry = table.names.get(q or "")
     if entry is None or not _applies(ctx, table, entry):
