@@ -228,9 +228,15 @@ FAKE_TORCH = {
 
 
 @pytest.fixture(scope="module")
-def fake_table(tmp_path_factory) -> dict[tuple[str, str], dict]:
+def fake_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("site") / "torch"
     _write(root.parent, FAKE_TORCH)
+    return root
+
+
+@pytest.fixture(scope="module")
+def fake_table(fake_root) -> dict[tuple[str, str], dict]:
+    root = fake_root
     out = root.parent / "deprecated.toml"
     assert deprecations.main(["--torch-dir", str(root), "--out", str(out)]) == 0
     table = _table(out)
@@ -298,6 +304,12 @@ def test_generator_refuses_a_folder_that_is_not_torch(tmp_path, capsys):
     assert deprecations.main(["--torch-dir", str(tmp_path), "--out", str(tmp_path / "x.toml")]) == 2
     assert "not a torch package folder" in capsys.readouterr().err
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_generator_says_when_it_cannot_write(tmp_path, capsys, fake_root):
+    out = tmp_path / "missing" / "deprecated.toml"
+    assert deprecations.main(["--torch-dir", str(fake_root), "--out", str(out)]) == 2
+    assert "cannot write" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -1056,7 +1056,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {root} is not a torch package folder", file=sys.stderr)
         return 2
     table = build(root)
-    Path(args.out).write_text(render_toml(table), encoding="utf-8")
+    try:
+        Path(args.out).write_text(render_toml(table), encoding="utf-8")
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"{len(table['deprecated'])} entries from torch {table['torch']} -> {args.out}")  # type: ignore[arg-type]
     return 0
 
