@@ -218,6 +218,22 @@ FAKE_TORCH = {
                 pass
     """,
     "torch/linalg.py": """
+        import textwrap
+
+
+        def old_inverse(a):
+            raise RuntimeError(textwrap.dedent('''
+                old_inverse() was removed.
+                Use torch.linalg.inv instead.
+            '''))
+
+
+        def lookup(table, key):
+            if key not in table:
+                raise KeyError(f"{key} was removed from the table")  # a data error, not a removed name
+            return table[key]
+
+
         def solve(a, b):
             raise RuntimeError(
                 "This function was deprecated since version 1.9 and is now removed. "
@@ -291,6 +307,10 @@ def test_a_subclass_gets_its_bases_method_arguments_unless_it_overrides_them(fak
 def test_removed_functions(fake_table):
     e = fake_table[("torch.linalg.solve", "")]
     assert e["removed"] is True and e["since"] == "1.9" and e["replacement"] == "torch.linalg.solve_ex"
+    e = fake_table[("torch.linalg.old_inverse", "")]
+    assert e["removed"] is True and e["replacement"] == "torch.linalg.inv"
+    assert e["message"] == "old_inverse() was removed. Use torch.linalg.inv instead."
+    assert ("torch.linalg.lookup", "") not in fake_table
 
 
 def test_private_and_unrelated_names_stay_out(fake_table):

@@ -42,6 +42,7 @@ _REMOVED = re.compile(r"\b(?:is|are|was|were|has been|have been) (?:now )?remove
 _DEPRECATED_DECORATORS = frozenset({"typing_extensions.deprecated", "warnings.deprecated"})
 _WARN = frozenset({"warnings.warn"})
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+_TEXT_CLEANERS = frozenset({"trim", "dedent", "cleandoc", "strip"})  # change whitespace only
 
 
 # -- values: strings rendered from the source, with `{expr}` for what cannot be known -------------
@@ -133,6 +134,12 @@ class Renderer:
                     return inner[lo:hi]
                 except (ValueError, TypeError):
                     pass
+        if (
+            isinstance(expr, ast.Call)
+            and len(expr.args) == 1
+            and (_dotted(expr.func) or "").rpartition(".")[2] in _TEXT_CLEANERS
+        ):
+            return self.value(expr.args[0], depth + 1)  # `trim("""...""")`: the text, whitespace aside
         if (
             isinstance(expr, ast.Call)
             and isinstance(expr.func, ast.Attribute)
@@ -548,7 +555,9 @@ class Scanner:
                 exc = node.exc
                 if isinstance(exc, ast.Call) and exc.args:
                     text = Renderer(m, env()).text(exc.args[0])
-                    if _REMOVED.search(text) and _DEPRECATION.search(text):
+                    # "deprecated ... and is now removed", or a function whose body is only the error
+                    always = node in getattr(fn, "body", [])
+                    if _REMOVED.search(text) and (always or _DEPRECATION.search(text)):
                         yield node, text, True  # type: ignore[misc]
 
     def helper(self, m: Module, func: ast.expr) -> tuple[Module, Function] | None:
