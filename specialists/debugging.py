@@ -1202,3 +1202,31 @@ def zero_dim_index(case: Case) -> Advice:
         ],
         [f"`{case.check_cmd('TD6')}` finds the other pre-0.4 idioms in the script."],
     )
+
+
+@SPECIALIST.handles("deprecated-api")
+def deprecated_api(case: Case) -> Advice:
+    name = case.text("name", "variable")
+    new = case.text("replacement")
+    state = case.text("state") or "is deprecated"
+    warning = case.text("warning")
+    where = case.at("The script")
+    used = f"`{name}`" if name else "a torch name"
+    said = f' (torch says: "{warning}")' if warning else ""
+    removed = "removed" in state
+    return Advice(
+        f"{where} uses {used}, which {state}{said}."
+        + (" The call fails at run time." if removed else " It still works, with a warning, until a torch "
+           "release removes it."),
+        [
+            Fix(
+                title=f"Replace `{name}` with `{new}`" if name and new else "Move to the API torch's warning names",
+                why="The deprecated path is kept only for compatibility: it warns on use, gets no fixes and "
+                "disappears in a later release, so the script breaks on a torch upgrade.",
+                verify="`python -W error::DeprecationWarning -W error::FutureWarning` runs the script without a "
+                "deprecation error, and `torchdoctor check --select TD608` reports nothing.",
+                location=case.location,
+            )
+        ],
+        [f"`{case.check_cmd('TD608')}` lists every deprecated torch name the script uses."],
+    )
