@@ -210,18 +210,25 @@ class Loops:
 
     def _is_validation(self, loop: Loop) -> bool:
         """A loop that runs the model without training it, over data named or used as evaluation data."""
-        if loop.trains or loop.source is None:
+        if loop.trains:
             return False
         if not any(self.is_model(c.func) for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute)):
             return False
+        fn = self.function_of(loop.node)
+        if loop.source is None:
+            # `for i in range(n): batch = next(val_iter)` inside `def _valid_epoch(self)` after `self.model.eval()`:
+            # both the function's name and the mode say evaluation, whatever the loop counts.
+            return fn is not None and is_eval_word(fn.name) and self._eval_mode_before(loop)
         if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
             return True
         if not loop.iterates_loader:
             return False
-        fn = self.function_of(loop.node)
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
-        # `model.eval()` earlier in the same function (and no `model.train()` since), then a loop over a loader.
+        return self._eval_mode_before(loop)
+
+    def _eval_mode_before(self, loop: Loop) -> bool:
+        """`model.eval()` earlier in the loop's scope, and no `model.train()` since."""
         mode_calls = [
             c
             for c in self.method_calls("eval") + self.method_calls("train")
