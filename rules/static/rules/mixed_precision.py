@@ -987,6 +987,26 @@ def _clears_gradients(ctx: Context, nodes: list[ast.AST], depth: int = 0) -> boo
     return False
 
 
+def _optimizer_left_uncleared(index: Index, loop: Loop, steps: list[ast.Call]) -> ast.Call | None:
+    """In a loop that steps several optimizers and clears them one by one (`optimizer_G.zero_grad()`), the step
+    of one that nothing clears: a GAN's discriminator whose gradients pile up step over step."""
+    stepped = {dotted(c.func.value): c for c in steps if index.kind_of(c.func.value) == "optimizer"}  # type: ignore[attr-defined]
+    if len(stepped) < 2 or None in stepped:
+        return None
+    calls = list(loop.all_calls())
+    cleared: set[str] = set()
+    for c in calls:
+        if isinstance(c.func, ast.Attribute) and c.func.attr == "zero_grad":
+            receiver = dotted(c.func.value)
+            if receiver not in stepped:
+                return None  # `D.zero_grad()` on a model, or a name we cannot tie: it may clear any of them
+            cleared.add(receiver)
+    if not cleared or any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(loop.node)):
+        return None  # gradients also handled by hand (`p.grad = None`)
+    missing = [name for name in stepped if name not in cleared]
+    return stepped[missing[0]] if len(missing) == 1 else None
+
+
 @rule("TD410", ast.Module)
 def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -1009,6 +1029,10 @@ def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
         if any(_built_inside(index, c, loop) for c in here):
             continue  # a fresh optimizer every iteration: a one-off update, not a training loop
         if _clears_gradients(ctx, [loop.node]):
+            uncleared = _optimizer_left_uncleared(index, loop, here)
+            if uncleared is not None:
+                ctx.report(uncleared, variable=ctx.segment(uncleared.func.value, 40),  # type: ignore[attr-defined]
+                           step=ctx.segment(uncleared, 40))
             continue
         step = here[0]
         optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
