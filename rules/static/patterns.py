@@ -160,34 +160,71 @@ def is_softmax_call(index: Index, expr: ast.AST) -> ast.AST | None:
 def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
     """Whether `expr` holds softmax output: a softmax call, a name assigned one, or a model whose forward
     ends in a softmax (an `nn.Sequential(..., nn.Softmax())` or a class returning `softmax(...)`)."""
+    return probabilities_origin(index, expr, at, depth) is not None
+
+
+def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0,
+                         position: int | None = None) -> ast.AST | None:
+    """The softmax that made `expr` (a softmax call, or the `nn.Softmax()` layer of a model), or None.
+    `position` picks an element of a tuple the expression returns (`validity, label = D(x)`)."""
     if expr is None or depth > DEPTH:
-        return False
-    if is_softmax_call(index, expr) is not None:
-        return True
+        return None
+    if position is None and is_softmax_call(index, expr) is not None:
+        return expr
+    if isinstance(expr, ast.Tuple) and position is not None:
+        return probabilities_origin(index, expr.elts[position], at, depth + 1) if position < len(expr.elts) else None
     if isinstance(expr, ast.Name):
+        unpacked = _unpacked_from(index, expr.id, expr)
+        if unpacked is not None:
+            value, where = unpacked
+            return probabilities_origin(index, value, value, depth + 1, where)
         value = latest_value(index, expr.id, expr)
-        return value is not None and is_probabilities(index, value, value, depth + 1)
-    if isinstance(expr, ast.Call) and model_returns_softmax(index, expr.func):
-        return True
-    return False
+        return probabilities_origin(index, value, value, depth + 1, position) if value is not None else None
+    if isinstance(expr, ast.Call):
+        return model_softmax(index, expr.func, position, depth)
+    return None
+
+
+def _unpacked_from(index: Index, name: str, at: ast.AST) -> tuple[ast.expr, int] | None:
+    """`validity, label = discriminator(x)`: (the call, the name's position) for the latest such assignment
+    of `name` before `at` in its scope."""
+    scope = index.scope_of(at)
+    here = (getattr(at, "lineno", 1 << 30), getattr(at, "col_offset", 0))
+    found = None
+    for stmt, _ in index.defs(scope).get(name, []):
+        if (stmt.lineno, stmt.col_offset) >= here or not isinstance(stmt, ast.Assign):
+            continue
+        target = stmt.targets[0]
+        if isinstance(target, ast.Tuple) and not isinstance(stmt.value, ast.Tuple):
+            names = [e.id if isinstance(e, ast.Name) else None for e in target.elts]
+            found = (stmt.value, names.index(name)) if name in names else None
+        else:
+            found = None
+    return found
 
 
 def model_returns_softmax(index: Index, func: ast.AST) -> bool:
+    return model_softmax(index, func, None, 0) is not None
+
+
+def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int) -> ast.AST | None:
+    """The softmax at the end of a model's forward (or of one element of the tuple it returns)."""
     b = index.binding(func)
-    if b is None or b.kind != "module" or b.call is None:
-        return False
+    if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
+        return None
     call = b.call
-    if b.cls == "torch.nn.Sequential" and call.args:
+    if b.cls == "torch.nn.Sequential" and call.args and position is None:
         last = call.args[-1]
-        return isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Softmax"
+        return last if isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Softmax" else None
     info = index.classes.get(b.cls or "")
     if info is None or not info.is_module:
-        return False
+        return None
     forward = info.method("forward")
     if forward is None:
-        return False
+        return None
     returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
-    return bool(returns) and all(is_probabilities(index, r, r) for r in returns)
+    origins = [probabilities_origin(index, r, r, depth + 1, position) for r in returns]
+    return origins[0] if origins and all(o is not None for o in origins) else None
 
 
 def is_scores(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:

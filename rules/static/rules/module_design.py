@@ -9,8 +9,8 @@ from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, kwarg, last_name
 from torchdoctor.rules.static.patterns import (
     attention_probs,
-    is_probabilities,
     latest_value,
+    probabilities_origin,
     requires_grad_in_chain,
     tensor_factory,
 )
@@ -275,7 +275,8 @@ def softmax_before_loss(node: ast.Call, ctx: Context) -> None:
     if kind is None:
         return
     inputs = kwarg(node, "input", 0)
-    if inputs is None or not is_probabilities(index, inputs, node):
+    origin = probabilities_origin(index, inputs, node) if inputs is not None else None
+    if origin is None:
         return
     if kind == "cross_entropy":
         expects = "logits: it applies log_softmax itself, so the softmax is applied twice"
@@ -283,6 +284,15 @@ def softmax_before_loss(node: ast.Call, ctx: Context) -> None:
     else:
         expects = "log-probabilities (log_softmax output), not probabilities"
         remedy = "Use `F.log_softmax(logits, dim=1)` in place of the softmax, or pass the logits to `F.cross_entropy`."
+    if index.class_of(origin) is not None and index.function_of(origin) is not index.function_of(node):
+        # The softmax is a model's last layer: the fix goes there, and every loss call it feeds is one cause.
+        seen = ctx.memo("module-design:softmax-layers", set)
+        if id(origin) in seen:
+            return
+        seen.add(id(origin))
+        ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func),
+                   expects=expects, remedy=remedy + f" The loss is applied at line {node.lineno}.")
+        return
     ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects, remedy=remedy)
 
 
