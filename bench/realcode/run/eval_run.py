@@ -151,6 +151,7 @@ TIMING = [
     (re.compile(r"\d+(\.\d+)?\s*(ms|µs|us|s|sec|seconds|it/s|s/it|steps/s|samples/s|MiB|GiB|MB|GB)\b"), "<T>"),
     (re.compile(r"(time|elapsed|runtime|throughput|mfu|samples_per_second|steps_per_second|"
                 r"train_runtime|per_second|ms/batch|lr)\W+[-\d.e+%]+", re.I), r"\1 <T>"),
+    (re.compile(r"\b\d+:\d\d:\d\d(\.\d+)?"), "<T>"),  # progress bars' elapsed and remaining time
     (re.compile(r"0x[0-9a-f]+"), "<ADDR>"),
     (re.compile(r"\bpid[ =:]*\d+|\[\d{3,}\]", re.I), "<PID>"),
     (re.compile(r"version_\d+"), "version_<N>"),
@@ -158,7 +159,7 @@ TIMING = [
     (re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]\d\d[:\-]\d\d(\.\d+)?"), "<DATE>"),
 ]
 NUMBER = re.compile(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?", re.I)  # an unseeded script: every number may differ
-NOISE = re.compile(r"%\||\r|it/s\]|s/it\]|^\s*$|Warning: .*(MASTER_ADDR|OMP_NUM_THREADS)|^\*{10,}|"
+NOISE = re.compile(r"━|%\||\r|it/s\]|s/it\]|^\s*$|Warning: .*(MASTER_ADDR|OMP_NUM_THREADS)|^\*{10,}|"
                    r"Setting OMP_NUM_THREADS|^W\d{4} |^I\d{4} |torch.distributed.elastic|to skip this")
 
 
@@ -171,7 +172,7 @@ def normalise(text: str, deterministic: bool, distributed: bool) -> list[str]:
             line = pattern.sub(repl, line)
         if not deterministic:
             line = NUMBER.sub("<F>", line)
-        lines.append(line.rstrip())
+        lines.append(" ".join(line.split()))  # tables re-pad columns to the numbers' width
     return sorted(lines) if distributed else lines
 
 
