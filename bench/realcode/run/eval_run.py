@@ -204,8 +204,8 @@ def symptom_rows(report: dict, entry: dict) -> list[dict]:
             loc = {"path": path, "line": int(line) if line.isdigit() else None}
         row = {"symptom": s.get("id"), "severity": s.get("severity"), "path": loc.get("path"),
                "line": loc.get("line"), "summary": (ev.get("summary") or s.get("title") or "")[:200]}
-        same = next((r for r in rows if all(r[k] == row[k] for k in row)), None)
-        if same:  # each rank of a distributed run reports its own copy: count the symptom once
+        same = next((r for r in rows if all(r[k] == row[k] for k in ("symptom", "severity", "path", "line"))), None)
+        if same:  # each rank of a distributed run reports its own copy (its own numbers): count it once
             same["copies"] += 1
             continue
         rows.append({**row, "copies": 1})
