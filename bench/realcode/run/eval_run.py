@@ -216,7 +216,8 @@ def judge(rows: list[dict], entry_id: str, labels: list[dict]) -> None:
     for r in rows:
         r["verdict"] = None
         for lab in labels:
-            if lab["id"] == entry_id and lab["symptom"] == r["symptom"] and lab.get("line") == r["line"]:
+            # "line": "any" for a symptom whose line is where the run happened to be (a hang's stuck line)
+            if lab["id"] == entry_id and lab["symptom"] == r["symptom"] and lab.get("line") in (r["line"], "any"):
                 r["verdict"] = lab["verdict"]
                 break
 
