@@ -1153,7 +1153,9 @@ def _zero_grad_every_call(ctx: Context) -> None:
     optimisation): the step is guarded by `(batch_idx + 1) % n`, the zero_grad by nothing."""
     index = ctx.index
     steps = set(index.step_calls)
-    for fn in index.nodes(ast.FunctionDef) + index.nodes(ast.AsyncFunctionDef):
+    # only functions that step an optimizer outside any loop of theirs
+    candidates = {index.function_of(c) for c in steps if index.loop_of(c) is None} - {None}
+    for fn in candidates:
         calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and index.function_of(c) is fn
                  and index.loop_of(c) is None]
         mine = [c for c in calls if c in steps]
