@@ -85,3 +85,49 @@ def test_an_evaluation_in_another_file_that_restores_train_mode(tmp_path, monkey
     assert _findings(tmp_path, monkeypatch, {"eval.py": restored, "train.py": TRAIN}) == []
     restored_by_caller = TRAIN.replace("val_loader, device)\n", "val_loader, device)\n                net.train()\n")
     assert _findings(tmp_path, monkeypatch, {"eval.py": EVAL, "train.py": restored_by_caller}) == []
+
+
+MODEL = """import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(100, 10)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=-1)
+"""
+TRAINER = """import torch.nn as nn
+
+
+def source_only(encoder, classifier, loader, optimizer):
+    criterion = nn.CrossEntropyLoss()
+    for x, y in loader:
+        class_pred = classifier(encoder(x))
+        loss = criterion(class_pred, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+ENTRY = """import torch
+
+import model
+import trainer
+
+encoder = torch.nn.Linear(784, 100)
+classifier = model.Classifier()
+optimizer = torch.optim.SGD(list(encoder.parameters()) + list(classifier.parameters()), lr=0.01)
+trainer.source_only(encoder, classifier, [], optimizer)
+"""
+
+
+def test_a_softmax_model_from_one_file_trained_with_cross_entropy_in_another(tmp_path, monkeypatch):
+    files = {"model.py": MODEL, "trainer.py": TRAINER, "main.py": ENTRY}
+    assert _findings(tmp_path, monkeypatch, files) == [("model.py", 11, "TD205")]
+
+
+def test_the_same_model_returning_logits_is_quiet(tmp_path, monkeypatch):
+    files = {"model.py": MODEL.replace("F.softmax(self.fc(x), dim=-1)", "self.fc(x)"), "trainer.py": TRAINER, "main.py": ENTRY}
+    assert _findings(tmp_path, monkeypatch, files) == []

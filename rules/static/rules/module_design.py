@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, kwarg, last_name
 from torchdoctor.rules.static.patterns import (
     attention_probs,
@@ -14,6 +14,7 @@ from torchdoctor.rules.static.patterns import (
     requires_grad_in_chain,
     tensor_factory,
 )
+from torchdoctor.rules.static.project import Project, ProjectHit
 
 
 def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
@@ -259,22 +260,28 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
     return isinstance(read.ctx, ast.Store)
 
 
-@rule("TD205", ast.Call)
-def softmax_before_loss(node: ast.Call, ctx: Context) -> None:
-    index = ctx.index
+def _loss_kind(index, node: ast.Call) -> str | None:
     q = index.callee(node)
-    kind = None
     if q == "torch.nn.functional.cross_entropy":
-        kind = "cross_entropy"
-    elif q == "torch.nn.functional.nll_loss":
-        kind = "nll"
-    else:
-        b = index.binding(node.func)
-        if b is not None and b.kind == "loss":
-            kind = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}.get(b.cls or "")
+        return "cross_entropy"
+    if q == "torch.nn.functional.nll_loss":
+        return "nll"
+    b = index.binding(node.func)
+    if b is not None and b.kind == "loss":
+        return {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}.get(b.cls or "")
+    return None
+
+
+@rule("TD205", ast.Call, ast.Module)
+def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
+    if isinstance(node, ast.Module):
+        _leave_softmax_facts(ctx)
+        return
+    index = ctx.index
+    kind = _loss_kind(index, node)  # type: ignore[arg-type]
     if kind is None:
         return
-    inputs = kwarg(node, "input", 0)
+    inputs = kwarg(node, "input", 0)  # type: ignore[arg-type]
     origin = probabilities_origin(index, inputs, node) if inputs is not None else None
     if origin is None:
         return
@@ -294,6 +301,85 @@ def softmax_before_loss(node: ast.Call, ctx: Context) -> None:
                    expects=expects, remedy=remedy + f" The loss is applied at line {node.lineno}.")
         return
     ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects, remedy=remedy)
+
+
+def _leave_softmax_facts(ctx: Context) -> None:
+    """For the project pass: model classes that end in softmax, functions that feed a model parameter's output
+    to a cross-entropy loss, and calls that hand a model of a known class to a function of another file."""
+    index = ctx.index
+    for info in index.module_classes:
+        forward = info.method("forward")
+        returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None] \
+            if forward is not None else []
+        origins = [probabilities_origin(index, r, r) for r in returns]
+        if origins and all(o is not None for o in origins):
+            ctx.leave("softmax-class", {"class": info.name, "line": origins[0].lineno,  # type: ignore[union-attr]
+                                        "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
+    for call in index.nodes(ast.Call):
+        kind = _loss_kind(index, call)  # type: ignore[arg-type]
+        fn = index.function_of(call)
+        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        if isinstance(inputs, ast.Name):  # `class_pred = classifier(x)`, then the loss of class_pred
+            inputs = latest_value(index, inputs.id, inputs)
+        if kind == "cross_entropy" and fn is not None and isinstance(inputs, ast.Call) \
+                and isinstance(inputs.func, ast.Name):
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
+                ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
+                                            "loss": ctx.segment(call.func, 40), "line": call.lineno})
+        q = index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue
+        for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
+            cls = _constructed_class(index, arg)
+            if cls is not None:
+                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes})
+
+
+def _constructed_class(index, expr: ast.AST) -> str | None:
+    """The class a name was built from (`classifier = model.Classifier().cuda()` -> `model.Classifier`), for a
+    class of this file or of another module of the project (not torch's own)."""
+    b = index.binding(expr)
+    if b is not None and b.kind == "module" and b.cls and not b.cls.startswith("torch."):
+        return b.cls
+    value = latest_value(index, expr.id, expr) if isinstance(expr, ast.Name) else None
+    same = index.names["same_object_methods"]
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return None
+    q = index.resolve(value.func) or dotted(value.func)
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
+        return None
+    return q
+
+
+@project("TD205")
+def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHit]:
+    """main.py builds `model.Classifier()` and hands it to `train.source_only(encoder, classifier, ...)`, which
+    feeds `classifier(x)` to CrossEntropyLoss; Classifier's forward ends in softmax (model.py)."""
+    classes = {(f.module, fact["class"]): (f, fact) for f, fact in project.facts("softmax-class")}
+    if not classes:
+        return []
+    losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
+    hits: dict[tuple[str, int], ProjectHit] = {}
+    for f, fact in project.facts("passes-model"):
+        targets = [(g.module, name) for g, name in project.defining(fact["callee"])]
+        loss = next((losses[(m, n, fact["position"])] for m, n in targets if (m, n, fact["position"]) in losses), None)
+        if loss is None:
+            continue
+        owners = [(f.module, fact["cls"])] if fact["local"] else \
+            [(g.module, name) for g, name in project.defining(fact["cls"])]
+        for owner in owners:
+            if owner in classes:
+                g, cls = classes[owner]
+                hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], {
+                    "variable": f"{cls['class']}'s output", "loss": loss["loss"],
+                    "expects": "logits: it applies log_softmax itself, so the softmax is applied twice",
+                    "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss is "
+                              f"`{loss['loss']}` in `{fact['callee']}`, line {loss['line']}); keep softmax only for "
+                              "reporting probabilities."}))
+    return list(hits.values())
 
 
 @rule("TD206", ast.BinOp, ast.Call)
