@@ -259,12 +259,12 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     )
 
 
-_RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from", re.I)
+_RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
 
 
 def _resumes(ctx: Context) -> bool:
     """Whether the script can read a checkpoint back into training: any `torch.load` or `load_state_dict`, or
-    a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`)."""
+    a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`, `load_model(path)`)."""
     def build() -> bool:
         index = ctx.index
         if index.calls_to("torch.load") or index.method_calls("load_state_dict"):
