@@ -153,9 +153,10 @@ def test_ctrl_c_interrupts_and_cleans_up(tmp_path, validate_report):
         [sys.executable, "-m", "torchdoctor.cli", "run", "slow_forever.py", "--out", str(tmp_path), "-f", "json"],
         cwd=RUN_FIXTURES, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    events = tmp_path / "events.rank0.jsonl"
+    # step records go to the memory-mapped steps file (probes/stepfile.py), not to the event stream
+    files = [tmp_path / "events.rank0.jsonl", tmp_path / "steps.rank0.jsonl"]
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not events.exists() or b'"kind":"step"' not in events.read_bytes()):
+    while time.monotonic() < deadline and not any(f.exists() and b'"kind":"step"' in f.read_bytes() for f in files):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
