@@ -200,6 +200,12 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
         return
     if not isinstance(getattr(node, "ctx", None), ast.Load):
         return
+    root = node
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or (root.id not in index.aliases
+                                          and root.id not in index.vocab["conventional_aliases"]):
+        return  # a local name (most nodes): nothing imported to resolve, skip before the parent lookups
     parent = index.parent(node)
     if isinstance(parent, ast.Attribute) and parent.value is node:
         return  # `torch.jit` in `torch.jit.script`: the longest name is the one used

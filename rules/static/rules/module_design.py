@@ -327,11 +327,13 @@ def _leave_softmax_facts(ctx: Context) -> None:
             if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
                 ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
                                             "loss": ctx.segment(call.func, 40), "line": call.lineno})
+        if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
+            continue
         q = index.resolve(call.func)  # type: ignore[attr-defined]
         if q is None or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            cls = _constructed_class(index, arg)
+            cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
             if cls is not None:
                 ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes})
 

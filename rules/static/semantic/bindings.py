@@ -267,8 +267,11 @@ class Bindings:
             target = info.method(func.attr) if info is not None else None
         if target is None or depth > 4:
             return None
-        found = [self._classify(r.value, name, stmt, depth + 1) for r in ast.walk(target)
-                 if isinstance(r, ast.Return) and r.value is not None and self.function_of(r) is target]
+        returns = self._returns_of.get(target)
+        if returns is None:
+            returns = self._returns_of[target] = [r.value for r in ast.walk(target) if isinstance(r, ast.Return)
+                                                  and r.value is not None and self.function_of(r) is target]
+        found = [self._classify(value, name, stmt, depth + 1) for value in returns]
         if not found or any(b is None for b in found) or len({b.kind for b in found if b is not None}) != 1:
             return None
         return found[-1]
