@@ -63,12 +63,15 @@ MIB = 2**20
 
 
 class _Forward:
-    __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved")
+    __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
+                 "stack")
 
     def __init__(self) -> None:
         self.trained = False
         self.graph = False
+        self.waited = False  # kept past one optimizer step for a backward that may still come (several optimizers)
         self.saved: dict[int, int] | None = None
+        self.stack: tuple[tuple[Any, int], ...] | None = None
 
 
 class ValidationProbe(Probe):
@@ -215,8 +218,16 @@ class ValidationProbe(Probe):
         if self.last is not None:
             self._settle_last()
         if self.pending:
-            self._classify(self.pending)
-            self.pending = []
+            # A forward with a graph that no backward has reached yet is judged one step later: with several
+            # optimizers stepping in turn (a GAN), its graph may be used by the backward of the next optimizer,
+            # after this step (the discriminator's forward on real data, used by the discriminator's backward
+            # after the generator's step). Its pre-hook still marks it trained then; a graph nobody holds is freed.
+            ready = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
+            waiting = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
+            for rec in waiting:
+                rec.waited = True
+            self._classify(ready)
+            self.pending = waiting
 
     def _classify(self, records: list[_Forward]) -> None:
         for rec in records:
@@ -287,6 +298,12 @@ class ValidationProbe(Probe):
     def finish(self, reason: str) -> None:
         self.last = None
         if self.pending:
+            if reason != "completed":
+                # The script stopped early (an exception, --steps, a signal): a forward whose graph no backward
+                # has reached yet may only have lost its backward to the stop. Undecided, never an evaluation.
+                undecided = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
+                self.counts["undecided"] = len(undecided)
+                self.pending = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             self._classify(self.pending)
             self.pending = []
         self.emit(

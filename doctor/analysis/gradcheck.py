@@ -47,6 +47,14 @@ def analyse(run: RunEvidence) -> Analysis:
             lines.append(f"{r['function']}: failed (largest error {r.get('max_abs_error')})")
         elif status == "passed":
             lines.append(f"{r['function']}: passed on {r.get('inputs')}")
+        elif status == "gradient-transform":
+            lines.append(f"{r['function']}: a deliberate gradient transform (backward = {r.get('scale')} × grad)")
+            out.notes.append(
+                f"gradcheck: `{r['function']}` returns its input unchanged and its backward returns "
+                f"{r.get('scale')} × the incoming gradient: a deliberate gradient transform (gradient reversal or "
+                "scaling, as in domain-adversarial training), so its gradcheck failure is expected and not reported "
+                "as a bug. If the gradient should pass through unchanged, its backward is wrong."
+            )
         else:
             lines.append(f"{r['function']}: not checked")
             out.notes.append(f"gradcheck: `{r['function']}` was not checked, because {r.get('why')}.")
