@@ -71,6 +71,14 @@ class AccumulationProbe(Probe):
         self.norm_samples = int(opt.get("norm_samples", 3))
         self.max_sequence = int(opt.get("max_sequence", 256))
         self.micro = 0
+        # Backward passes since the last optimizer step, zero_grad or not, and the zero_grad calls among them
+        # that threw away pending gradients of the optimizer (or a model) that then steps: zeroing between the
+        # micro-steps of one optimizer step, which `micro` (reset by zero_grad) cannot see.
+        self.window = 0
+        self.window_zeroed: list[tuple[Any, dict[str, Any] | None]] = []  # (the zeroing owner, its site)
+        self.window_hist: dict[int, int] = {}
+        self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
+        self.zero_site: dict[str, Any] | None = None
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         self.backwards = 0
         self.hist: dict[int, int] = {}
@@ -108,6 +116,7 @@ class AccumulationProbe(Probe):
             self.last_optimizer = weakref.ref(optimizer)
         k, forwards = self.micro, self.forwards
         self.micro = self.forwards = 0
+        self._end_window(optimizer)
         if k == 0:
             return
         self.steps += 1
@@ -120,12 +129,29 @@ class AccumulationProbe(Probe):
             self.next_progress *= 2
             self._summary("accumulation-progress", None)
 
+    def _end_window(self, optimizer: Any) -> None:
+        """An optimizer step: how many backwards it follows, and whether its gradients were zeroed in between."""
+        n = self.window
+        if n == 0:
+            return
+        zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
+        self.window = 0
+        self.window_zeroed = []
+        self.window_hist[n] = self.window_hist.get(n, 0) + 1
+        if n >= 2 and len(zeroed) >= n - 1:
+            self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
+            if self.zero_site is None:
+                self.zero_site = zeroed[0]
+
     def _wrap_zero_grad(self, original: Any) -> Any:
         probe = self
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
             if probe.micro and probe.enabled:
-                probe._dropped(probe.micro, "zero_grad")
+                site = probe._dropped(probe.micro, "zero_grad")
+                # Which gradients it zeroed: an optimizer's (counted only if that optimizer steps next) or a
+                # model's (any step after it applies what is left).
+                probe.window_zeroed.append((owner, site))
                 probe.micro = probe.forwards = 0
             return original(owner, *args, **kwargs)
 
@@ -133,11 +159,13 @@ class AccumulationProbe(Probe):
         zero_grad.__doc__ = original.__doc__
         return transparent(zero_grad)
 
-    def _dropped(self, count: int, how: str) -> None:
+    def _dropped(self, count: int, how: str) -> dict[str, Any] | None:
         self.dropped_total += count
         if len(self.dropped) < 20:
             self.dropped.append({"micro_steps": count, "how": how, "at_step": self.step, "site": here()})
             self.emit("accumulation-dropped", **self.dropped[-1])
+            return self.dropped[-1]["site"]
+        return self.zero_site
 
     # -- forward and backward ---------------------------------------------------------------------------
 
@@ -146,6 +174,7 @@ class AccumulationProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         self.micro += 1
+        self.window += 1
         self.backwards += 1
         if self.micro == 2 and self.first_norm is None and len(self.norms) < self.norm_samples and self.params:
             self.first_norm = self._grad_norm()
@@ -204,6 +233,8 @@ class AccumulationProbe(Probe):
         if self.micro:
             self.skipped_by_scaler += 1
             self.micro = self.forwards = 0
+        self.window = 0
+        self.window_zeroed = []
 
     def before_step(self, step: int, optimizer: Any) -> None:
         """The primary optimizer is about to step: the gradient it will apply is complete."""
@@ -231,12 +262,27 @@ class AccumulationProbe(Probe):
             dropped_total=self.dropped_total,
             skipped_by_scaler=self.skipped_by_scaler,
             alternations=self.alternations,
+            windows={str(k): v for k, v in sorted(self.window_hist.items())},
+            zeroed_windows={str(k): v for k, v in sorted(self.zeroed_hist.items())},
+            zero_site=self.zero_site,
         )
 
     def finish(self, reason: str) -> None:
         if self.micro and reason == "completed" and self.hist:
             self._dropped(self.micro, "end")
         self._summary("accumulation-summary", reason)
+
+
+def _shares_parameters(module: Any, optimizer: Any) -> bool:
+    """A model's zero_grad() zeroed some of the parameters this optimizer steps."""
+    parameters = getattr(module, "parameters", None)
+    if parameters is None or not hasattr(optimizer, "param_groups"):
+        return False
+    try:
+        stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        return any(id(p) in stepped for p in parameters())
+    except Exception:  # noqa: BLE001 - a half-built module
+        return False
 
 
 def _nothing(module: Any, output: Any, token: Any) -> None:

