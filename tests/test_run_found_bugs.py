@@ -37,3 +37,17 @@ def test_masked_fill_of_minus_1e9_into_float16_is_fp16_overflow_at_its_line(tmp_
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("fp16_mask_fill.py", "masked_fill(mask, -1e9)")
     assert found[0]["evidence"][0]["values"]["dtype"] == "c10::Half"
+
+
+def test_train_mode_not_restored_is_named_at_the_call_that_ran_the_evaluation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "train-not-restored-call", "train_not_restored_call.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("eval-mode-missing")
+    assert len(found) == 1, result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["train_not_restored"] is True and values["resumed_at_step"] == 5, values
+    line = line_of("train_not_restored_call.py", "score = run_validation(model, val_batches)")
+    assert found[0]["location"]["line"] == line and found[0]["location"]["function"] == "fit", found[0]["location"]
+    assert f"the evaluation that line {line} runs (in fit)" in found[0]["evidence"][0]["summary"]
+    assert not result.symptoms("eval-without-no-grad")
