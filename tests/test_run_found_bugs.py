@@ -51,3 +51,18 @@ def test_train_mode_not_restored_is_named_at_the_call_that_ran_the_evaluation(tm
     assert found[0]["location"]["line"] == line and found[0]["location"]["function"] == "fit", found[0]["location"]
     assert f"the evaluation that line {line} runs (in fit)" in found[0]["evidence"][0]["summary"]
     assert not result.symptoms("eval-without-no-grad")
+
+
+@pytest.mark.parametrize(("keep", "text", "variable", "how"), [
+    ("outputs", 'outputs.append({"loss": loss', "outputs", "tensors_growth_per_step"),
+    ("totals", "totals[name] = totals.get(name, 0) + value", "totals", "graph_nodes_growth_per_step"),
+])
+def test_graphs_kept_in_dicts_are_a_leak_named_at_their_line(tmp_path_factory, validate_report, keep, text,
+                                                               variable, how):
+    result = shared_run(tmp_path_factory, f"leak-dicts-{keep}", "leak_dicts.py", "--fail-on", "never", "--", keep)
+    assert_sound(result, validate_report, exitcodes.OK)
+    growth = result.symptoms("memory-growth")
+    assert len(growth) == 1, result.report["symptoms"]
+    assert growth[0]["location"]["line"] == line_of("leak_dicts.py", text), growth[0]["location"]
+    held = [e for e in growth[0]["evidence"] if e["values"].get("variable") == variable]
+    assert held and held[0]["values"][how] > 0, growth[0]["evidence"]
