@@ -108,8 +108,8 @@ class HolderScan:
             picked = items[:k] + items[-k:]
         else:
             picked = [box[i] for i in range(k)] + [box[i] for i in range(n - k, n)]
-        # Each element's tensors: the element itself, or the tensor values of a dict element, one level down
-        # (`outputs.append({"loss": loss, "metrics": ...})` keeps each step's loss and its graph).
+        # Each element's tensors: the element itself, or the graph-holding tensor values of a dict element, one
+        # level down (`outputs.append({"loss": loss, "metrics": ...})` keeps each step's loss and its graph).
         per_element = [[v] if self.is_tensor(v) else self._dict_tensors(v) for v in picked]
         tensors = [t for ts in per_element for t in ts]
         if not tensors:
@@ -138,6 +138,9 @@ class HolderScan:
         return record
 
     def _dict_tensors(self, value: Any, limit: int = 16) -> list[Any]:
+        """The graph-holding tensors among a dict element's values: what a list of per-step dicts keeps alive
+        that matters (detached metrics in such dicts are a few bytes a step, and a state_dict is no plain dict)."""
         if type(value) is not dict or not value:
             return []
-        return [v for v in list(value.values())[:limit] if self.is_tensor(v)]
+        return [v for v in list(value.values())[:limit]
+                if self.is_tensor(v) and getattr(v, "grad_fn", None) is not None]

@@ -66,3 +66,10 @@ def test_graphs_kept_in_dicts_are_a_leak_named_at_their_line(tmp_path_factory, v
     assert growth[0]["location"]["line"] == line_of("leak_dicts.py", text), growth[0]["location"]
     held = [e for e in growth[0]["evidence"] if e["values"].get("variable") == variable]
     assert held and held[0]["values"][how] > 0, growth[0]["evidence"]
+
+
+def test_a_list_of_dicts_of_detached_values_keeps_no_graph(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "leak-dicts-detached", "leak_dicts.py", "--fail-on", "never", "--",
+                        "detached")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert not result.symptoms("memory-growth"), result.report["symptoms"]
