@@ -37,7 +37,11 @@ Symptoms (classified in doctor/analysis/gradcheck.py)
   a forward that returns one of its inputs unchanged (identity, view) and
   a backward that returns one constant c ≠ 1 times grad_output for it
   (gradient reversal, -λ·grad, as in domain-adversarial training; gradient
-  scaling): status `gradient-transform` with `scale`, reported as a note.
+  scaling): status `gradient-transform` with `scale`, reported as a note;
+  nor for a surrogate gradient: a forward whose numerical gradient is zero
+  at every point gradcheck perturbed (round, sign, a quantizer: its true
+  gradient trains nothing, so the backward is a straight-through estimator
+  on purpose), status `surrogate-gradient`, a note.
 """
 
 from __future__ import annotations
@@ -224,6 +228,8 @@ class GradcheckProbe(Probe):
         scale = self._gradient_transform(fn, inputs, diff)
         if scale is not None:
             return self._result(call, "gradient-transform", inputs=how, shapes=shapes, scale=float(f"{scale:.6g}"))
+        if self._piecewise_constant(fn, inputs, diff):
+            return self._result(call, "surrogate-gradient", inputs=how, shapes=shapes)
         errors = self._errors(fn, inputs, diff)
         names = _forward_inputs(call.cls)
         for e in errors:
@@ -324,6 +330,27 @@ class GradcheckProbe(Probe):
         if abs(scales[0] - scales[1]) > 1e-9 * max(1.0, abs(scales[0])) or abs(scales[0] - 1.0) < 1e-6:
             return None
         return scales[0]
+
+    def _piecewise_constant(self, fn: Any, inputs: list[Any], diff: list[int], eps: float = 1e-6) -> bool:
+        """The forward's numerical gradient is zero everywhere gradcheck looked (round, sign, a quantizer).
+
+        Its true gradient cannot train anything, so a backward that returns something else is a surrogate on
+        purpose (a straight-through estimator, as in VQ-VAE or quantization-aware training), not a mistake.
+        """
+        torch = self.torch
+        with torch.no_grad():
+            for i in diff:
+                flat = inputs[i].view(-1)
+                for e in range(flat.numel()):
+                    keep = flat[e].item()
+                    flat[e] = keep + eps
+                    plus = torch.cat([o.reshape(-1) for o in _tensors(fn(*inputs), torch)])
+                    flat[e] = keep - eps
+                    minus = torch.cat([o.reshape(-1) for o in _tensors(fn(*inputs), torch)])
+                    flat[e] = keep
+                    if bool((plus != minus).any()):
+                        return False
+        return True
 
     def _errors(self, fn: Any, inputs: list[Any], diff: list[int], eps: float = 1e-6) -> list[dict[str, Any]]:
         """The largest |analytical - numerical| Jacobian entry per differentiable input."""

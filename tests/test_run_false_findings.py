@@ -40,7 +40,9 @@ def test_a_gradient_reversal_layer_is_a_deliberate_transform_not_a_bad_backward(
     assert_sound(result, validate_report, exitcodes.OK)
     bad = result.symptoms("bad-custom-backward")
     named = [e["values"].get("function") for s in bad for e in s["evidence"]]
-    assert "BadSquare" in named and "GradReverse" not in named, named  # the really wrong one is still caught
+    assert "BadSquare" in named and "GradReverse" not in named and "RoundThrough" not in named, named
+    assert len(bad) == 1 and bad[0]["location"]["line"] == line_of("grad_reverse.py", "return grad_output * x") - 2
     assert "GradReverse: a deliberate gradient transform (backward = -0.5 × grad)" in (
         result.run["measurements"]["gradcheck"]["summary"])
     assert any("`GradReverse`" in n and "deliberate gradient transform" in n for n in result.report["notes"])
+    assert any("`RoundThrough`" in n and "straight-through" in n for n in result.report["notes"])

@@ -47,6 +47,14 @@ def analyse(run: RunEvidence) -> Analysis:
             lines.append(f"{r['function']}: failed (largest error {r.get('max_abs_error')})")
         elif status == "passed":
             lines.append(f"{r['function']}: passed on {r.get('inputs')}")
+        elif status == "surrogate-gradient":
+            lines.append(f"{r['function']}: a surrogate gradient (piecewise-constant forward)")
+            out.notes.append(
+                f"gradcheck: `{r['function']}`'s forward is piecewise constant (its numerical gradient is zero at every "
+                "point checked, as for round, sign or a quantizer), so its true gradient would train nothing and its "
+                "backward is a surrogate on purpose (a straight-through estimator): its gradcheck failure is expected "
+                "and not reported as a bug."
+            )
         elif status == "gradient-transform":
             lines.append(f"{r['function']}: a deliberate gradient transform (backward = {r.get('scale')} × grad)")
             out.notes.append(
