@@ -62,7 +62,7 @@ class AccumulationProbe(Probe):
 
     def install(self) -> None:
         import torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.torch = torch
         opt = self.options
@@ -79,6 +79,7 @@ class AccumulationProbe(Probe):
         self.window_hist: dict[int, int] = {}
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
         self.zero_site: dict[str, Any] | None = None
+        self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         self.backwards = 0
         self.hist: dict[int, int] = {}
@@ -101,14 +102,19 @@ class AccumulationProbe(Probe):
         self.next_progress = 1
         backward_watch(torch).subscribe(self, self._backward)
         forward_watch(torch, self).subscribe(self, self._forward, _nothing)
+        register_optimizer_step_pre_hook(self._any_step_starts)
         register_optimizer_step_post_hook(self._any_step)
         for owner in (torch.optim.Optimizer, torch.nn.Module):
             owner.zero_grad = self._wrap_zero_grad(owner.zero_grad)
 
     # -- wrappers -----------------------------------------------------------------------------------
 
+    def _any_step_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.stepping += 1
+
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
+        self.stepping = max(self.stepping - 1, 0)
         last = self.last_optimizer() if self.last_optimizer is not None else None
         if last is not None and last is not optimizer:
             self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
@@ -150,8 +156,10 @@ class AccumulationProbe(Probe):
             if probe.micro and probe.enabled:
                 site = probe._dropped(probe.micro, "zero_grad")
                 # Which gradients it zeroed: an optimizer's (counted only if that optimizer steps next) or a
-                # model's (any step after it applies what is left).
-                probe.window_zeroed.append((owner, site))
+                # model's (counted if it holds parameters of the optimizer that steps next). Not inside a step:
+                # LBFGS re-evaluates its closure (zero_grad, backward) several times within one step.
+                if not probe.stepping:
+                    probe.window_zeroed.append((owner, site))
                 probe.micro = probe.forwards = 0
             return original(owner, *args, **kwargs)
 

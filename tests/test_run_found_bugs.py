@@ -29,6 +29,15 @@ def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp
     assert result.report["symptoms"] == []
 
 
+def test_an_lbfgs_closure_zeroing_inside_its_step_is_no_micro_step_zeroing(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "lbfgs-closure", "lbfgs_closure.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12
+    assert result.run["measurements"]["accumulation"]["backwards"] >= 24  # several closure calls per step
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+    assert not result.symptoms("partial-accumulation-dropped")
+
+
 def test_masked_fill_of_minus_1e9_into_float16_is_fp16_overflow_at_its_line(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "fp16-mask-fill", "fp16_mask_fill.py", "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
