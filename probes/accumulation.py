@@ -77,6 +77,7 @@ class AccumulationProbe(Probe):
         self.window = 0
         self.window_zeroed: list[tuple[Any, dict[str, Any] | None]] = []  # (the zeroing owner, its site)
         self.window_hist: dict[int, int] = {}
+        self.window_retained = False  # a backward of the window kept its graph for another one
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
         self.zero_site: dict[str, Any] | None = None
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
@@ -100,7 +101,8 @@ class AccumulationProbe(Probe):
         self.scalers.subscribe(self, self._scaler_stepped)
         self.skipped_by_scaler = 0
         self.next_progress = 1
-        backward_watch(torch).subscribe(self, self._backward)
+        self.backwards_watch = backward_watch(torch)
+        self.backwards_watch.subscribe(self, self._backward)
         forward_watch(torch, self).subscribe(self, self._forward, _nothing)
         register_optimizer_step_pre_hook(self._any_step_starts)
         register_optimizer_step_post_hook(self._any_step)
@@ -141,10 +143,12 @@ class AccumulationProbe(Probe):
         if n == 0:
             return
         zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
+        retained = self.window_retained
         self.window = 0
+        self.window_retained = False
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
-        if n >= 2 and len(zeroed) >= n - 1:
+        if n >= 2 and len(zeroed) >= n - 1 and not retained:  # retained: one graph's losses read one by one
             self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
             if self.zero_site is None:
                 self.zero_site = zeroed[0]
@@ -183,6 +187,8 @@ class AccumulationProbe(Probe):
     def _backward(self, tensors: Any) -> None:
         self.micro += 1
         self.window += 1
+        if self.backwards_watch.retain_graph:
+            self.window_retained = True
         self.backwards += 1
         if self.micro == 2 and self.first_norm is None and len(self.norms) < self.norm_samples and self.params:
             self.first_norm = self._grad_norm()
@@ -242,6 +248,7 @@ class AccumulationProbe(Probe):
             self.skipped_by_scaler += 1
             self.micro = self.forwards = 0
         self.window = 0
+        self.window_retained = False
         self.window_zeroed = []
 
     def before_step(self, step: int, optimizer: Any) -> None:

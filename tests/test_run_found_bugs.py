@@ -38,6 +38,13 @@ def test_an_lbfgs_closure_zeroing_inside_its_step_is_no_micro_step_zeroing(tmp_p
     assert not result.symptoms("partial-accumulation-dropped")
 
 
+def test_per_task_gradients_read_between_backwards_of_one_graph_are_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "per-task-gradients", "per_task_gradients.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+
+
 def test_masked_fill_of_minus_1e9_into_float16_is_fp16_overflow_at_its_line(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "fp16-mask-fill", "fp16_mask_fill.py", "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
