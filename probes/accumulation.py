@@ -62,7 +62,7 @@ class AccumulationProbe(Probe):
 
     def install(self) -> None:
         import torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.torch = torch
         opt = self.options
@@ -71,6 +71,16 @@ class AccumulationProbe(Probe):
         self.norm_samples = int(opt.get("norm_samples", 3))
         self.max_sequence = int(opt.get("max_sequence", 256))
         self.micro = 0
+        # Backward passes since the last optimizer step, zero_grad or not, and the zero_grad calls among them
+        # that threw away pending gradients of the optimizer (or a model) that then steps: zeroing between the
+        # micro-steps of one optimizer step, which `micro` (reset by zero_grad) cannot see.
+        self.window = 0
+        self.window_zeroed: list[tuple[Any, dict[str, Any] | None]] = []  # (the zeroing owner, its site)
+        self.window_hist: dict[int, int] = {}
+        self.window_retained = False  # a backward of the window kept its graph for another one
+        self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
+        self.zero_site: dict[str, Any] | None = None
+        self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         self.backwards = 0
         self.hist: dict[int, int] = {}
@@ -91,16 +101,22 @@ class AccumulationProbe(Probe):
         self.scalers.subscribe(self, self._scaler_stepped)
         self.skipped_by_scaler = 0
         self.next_progress = 1
-        backward_watch(torch).subscribe(self, self._backward)
+        self.backwards_watch = backward_watch(torch)
+        self.backwards_watch.subscribe(self, self._backward)
         forward_watch(torch, self).subscribe(self, self._forward, _nothing)
+        register_optimizer_step_pre_hook(self._any_step_starts)
         register_optimizer_step_post_hook(self._any_step)
         for owner in (torch.optim.Optimizer, torch.nn.Module):
             owner.zero_grad = self._wrap_zero_grad(owner.zero_grad)
 
     # -- wrappers -----------------------------------------------------------------------------------
 
+    def _any_step_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.stepping += 1
+
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
+        self.stepping = max(self.stepping - 1, 0)
         last = self.last_optimizer() if self.last_optimizer is not None else None
         if last is not None and last is not optimizer:
             self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
@@ -108,6 +124,7 @@ class AccumulationProbe(Probe):
             self.last_optimizer = weakref.ref(optimizer)
         k, forwards = self.micro, self.forwards
         self.micro = self.forwards = 0
+        self._end_window(optimizer)
         if k == 0:
             return
         self.steps += 1
@@ -120,12 +137,33 @@ class AccumulationProbe(Probe):
             self.next_progress *= 2
             self._summary("accumulation-progress", None)
 
+    def _end_window(self, optimizer: Any) -> None:
+        """An optimizer step: how many backwards it follows, and whether its gradients were zeroed in between."""
+        n = self.window
+        if n == 0:
+            return
+        zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
+        retained = self.window_retained
+        self.window = 0
+        self.window_retained = False
+        self.window_zeroed = []
+        self.window_hist[n] = self.window_hist.get(n, 0) + 1
+        if n >= 2 and len(zeroed) >= n - 1 and not retained:  # retained: one graph's losses read one by one
+            self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
+            if self.zero_site is None:
+                self.zero_site = zeroed[0]
+
     def _wrap_zero_grad(self, original: Any) -> Any:
         probe = self
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
             if probe.micro and probe.enabled:
-                probe._dropped(probe.micro, "zero_grad")
+                site = probe._dropped(probe.micro, "zero_grad")
+                # Which gradients it zeroed: an optimizer's (counted only if that optimizer steps next) or a
+                # model's (counted if it holds parameters of the optimizer that steps next). Not inside a step:
+                # LBFGS re-evaluates its closure (zero_grad, backward) several times within one step.
+                if not probe.stepping:
+                    probe.window_zeroed.append((owner, site))
                 probe.micro = probe.forwards = 0
             return original(owner, *args, **kwargs)
 
@@ -133,11 +171,13 @@ class AccumulationProbe(Probe):
         zero_grad.__doc__ = original.__doc__
         return transparent(zero_grad)
 
-    def _dropped(self, count: int, how: str) -> None:
+    def _dropped(self, count: int, how: str) -> dict[str, Any] | None:
         self.dropped_total += count
         if len(self.dropped) < 20:
             self.dropped.append({"micro_steps": count, "how": how, "at_step": self.step, "site": here()})
             self.emit("accumulation-dropped", **self.dropped[-1])
+            return self.dropped[-1]["site"]
+        return self.zero_site
 
     # -- forward and backward ---------------------------------------------------------------------------
 
@@ -146,6 +186,9 @@ class AccumulationProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         self.micro += 1
+        self.window += 1
+        if self.backwards_watch.retain_graph:
+            self.window_retained = True
         self.backwards += 1
         if self.micro == 2 and self.first_norm is None and len(self.norms) < self.norm_samples and self.params:
             self.first_norm = self._grad_norm()
@@ -204,6 +247,9 @@ class AccumulationProbe(Probe):
         if self.micro:
             self.skipped_by_scaler += 1
             self.micro = self.forwards = 0
+        self.window = 0
+        self.window_retained = False
+        self.window_zeroed = []
 
     def before_step(self, step: int, optimizer: Any) -> None:
         """The primary optimizer is about to step: the gradient it will apply is complete."""
@@ -231,12 +277,27 @@ class AccumulationProbe(Probe):
             dropped_total=self.dropped_total,
             skipped_by_scaler=self.skipped_by_scaler,
             alternations=self.alternations,
+            windows={str(k): v for k, v in sorted(self.window_hist.items())},
+            zeroed_windows={str(k): v for k, v in sorted(self.zeroed_hist.items())},
+            zero_site=self.zero_site,
         )
 
     def finish(self, reason: str) -> None:
         if self.micro and reason == "completed" and self.hist:
             self._dropped(self.micro, "end")
         self._summary("accumulation-summary", reason)
+
+
+def _shares_parameters(module: Any, optimizer: Any) -> bool:
+    """A model's zero_grad() zeroed some of the parameters this optimizer steps."""
+    parameters = getattr(module, "parameters", None)
+    if parameters is None or not hasattr(optimizer, "param_groups"):
+        return False
+    try:
+        stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        return any(id(p) in stepped for p in parameters())
+    except Exception:  # noqa: BLE001 - a half-built module
+        return False
 
 
 def _nothing(module: Any, output: Any, token: Any) -> None:

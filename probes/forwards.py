@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from torchdoctor.probes.base import Probe
@@ -54,6 +55,7 @@ class ForwardWatch:
         self._candidate_ids: set[int] = set()
         self._depth = 0
         self._tokens: list[list[Any]] = []
+        self.paused = 0  # > 0 while a probe runs a model itself (the nan probe's replay): not the script's forwards
         self.settled = False
         self.compiled = False
         self._global = [
@@ -75,6 +77,8 @@ class ForwardWatch:
     # -- the global phase --------------------------------------------------------------------
 
     def _global_pre(self, module: Any, args: Any) -> None:
+        if self.paused:
+            return
         if self._depth == 0:
             key = id(module)
             if key not in self._candidate_ids:
@@ -87,6 +91,8 @@ class ForwardWatch:
         self._depth += 1
 
     def _global_post(self, module: Any, args: Any, output: Any) -> None:
+        if self.paused:
+            return
         self._depth = max(self._depth - 1, 0)
         if self._depth == 0:
             self._end(module, output)
@@ -172,10 +178,12 @@ class ForwardWatch:
         module_class.__getstate__ = transparent(__getstate__)
 
     def _instance_pre(self, module: Any, args: Any) -> None:
-        self._start(module)
+        if not self.paused:
+            self._start(module)
 
     def _instance_post(self, module: Any, args: Any, output: Any) -> None:
-        self._end(module, output)
+        if not self.paused:
+            self._end(module, output)
 
     # -- subscribers ---------------------------------------------------------------------------
 
@@ -237,6 +245,21 @@ def _disable(probe: Probe, where: str, exc: BaseException) -> None:
 
 
 _WATCH: ForwardWatch | None = None
+
+
+@contextmanager
+def unwatched() -> Iterator[None]:
+    """Forwards a probe runs itself (the nan probe's replay of a step) are not the script's: no subscriber
+    sees them (a replay under no_grad would otherwise read as an evaluation forward in training mode)."""
+    watch = _WATCH
+    if watch is None:
+        yield
+        return
+    watch.paused += 1
+    try:
+        yield
+    finally:
+        watch.paused -= 1
 
 
 def forward_watch(torch: Any, probe: Probe) -> ForwardWatch:

@@ -33,7 +33,15 @@ and `time_budget_s` (typically milliseconds per Function).
 Symptoms (classified in doctor/analysis/gradcheck.py)
 -----------------------------------------------------
 - bad-custom-backward: gradcheck failed (`function`, `max_abs_error`, and
-  the worst `input` / `input_index`).
+  the worst `input` / `input_index`). Not raised for a gradient transform:
+  a forward that returns one of its inputs unchanged (identity, view) and
+  a backward that returns one constant c ≠ 1 times grad_output for it
+  (gradient reversal, -λ·grad, as in domain-adversarial training; gradient
+  scaling): status `gradient-transform` with `scale`, reported as a note;
+  nor for a surrogate gradient: a forward whose numerical gradient is zero
+  at every point gradcheck perturbed (round, sign, a quantizer: its true
+  gradient trains nothing, so the backward is a straight-through estimator
+  on purpose), status `surrogate-gradient`, a note.
 """
 
 from __future__ import annotations
@@ -217,6 +225,11 @@ class GradcheckProbe(Probe):
         shapes = [list(inputs[i].shape) for i in diff]
         if ok:
             return self._result(call, "passed", inputs=how, shapes=shapes)
+        scale = self._gradient_transform(fn, inputs, diff)
+        if scale is not None:
+            return self._result(call, "gradient-transform", inputs=how, shapes=shapes, scale=float(f"{scale:.6g}"))
+        if self._piecewise_constant(fn, inputs, diff):
+            return self._result(call, "surrogate-gradient", inputs=how, shapes=shapes)
         errors = self._errors(fn, inputs, diff)
         names = _forward_inputs(call.cls)
         for e in errors:
@@ -282,6 +295,62 @@ class GradcheckProbe(Probe):
                 t = t.to(device)
             built.append(t.requires_grad_(i in diff))
         return built
+
+    def _gradient_transform(self, fn: Any, inputs: list[Any], diff: list[int]) -> float | None:
+        """The constant c when the forward is the identity of one input and the backward returns c × grad_output.
+
+        Such a Function changes the gradient on purpose (gradient reversal in domain-adversarial training
+        returns -λ·grad; gradient scaling returns λ·grad): gradcheck must fail on it, and the failure says
+        nothing about a bug. A forward that computes anything, or a backward that is not one constant times
+        the incoming gradient, is not recognised here and stays a failure.
+        """
+        torch = self.torch
+        outputs = _tensors(fn(*inputs), torch)
+        if len(outputs) != 1:
+            return None
+        out = outputs[0]
+        same = [i for i in diff if inputs[i].shape == out.shape and torch.equal(inputs[i].detach(), out.detach())]
+        if len(same) != 1 or out.numel() == 0 or out.grad_fn is None:
+            return None
+        gen = torch.Generator().manual_seed(1)
+        scales = []
+        for _ in range(2):
+            g = torch.randn(out.shape, dtype=out.dtype, generator=gen).to(out.device)
+            grads = torch.autograd.grad(fn(*inputs), [inputs[i] for i in diff], grad_outputs=g, allow_unused=True)
+            for i, grad in zip(diff, grads, strict=True):
+                if i != same[0] and grad is not None and bool(grad.abs().max() > 0):
+                    return None  # the identity's other inputs get a gradient: not a pure transform
+            grad = grads[diff.index(same[0])]
+            if grad is None or grad.shape != g.shape:
+                return None
+            c = float((grad * g).sum() / (g * g).sum())
+            if not bool(torch.allclose(grad, c * g, rtol=1e-6, atol=1e-9)):
+                return None
+            scales.append(c)
+        if abs(scales[0] - scales[1]) > 1e-9 * max(1.0, abs(scales[0])) or abs(scales[0] - 1.0) < 1e-6:
+            return None
+        return scales[0]
+
+    def _piecewise_constant(self, fn: Any, inputs: list[Any], diff: list[int], eps: float = 1e-6) -> bool:
+        """The forward's numerical gradient is zero everywhere gradcheck looked (round, sign, a quantizer).
+
+        Its true gradient cannot train anything, so a backward that returns something else is a surrogate on
+        purpose (a straight-through estimator, as in VQ-VAE or quantization-aware training), not a mistake.
+        """
+        torch = self.torch
+        with torch.no_grad():
+            for i in diff:
+                flat = inputs[i].view(-1)
+                for e in range(flat.numel()):
+                    keep = flat[e].item()
+                    flat[e] = keep + eps
+                    plus = torch.cat([o.reshape(-1) for o in _tensors(fn(*inputs), torch)])
+                    flat[e] = keep - eps
+                    minus = torch.cat([o.reshape(-1) for o in _tensors(fn(*inputs), torch)])
+                    flat[e] = keep
+                    if bool((plus != minus).any()):
+                        return False
+        return True
 
     def _errors(self, fn: Any, inputs: list[Any], diff: list[int], eps: float = 1e-6) -> list[dict[str, Any]]:
         """The largest |analytical - numerical| Jacobian entry per differentiable input."""

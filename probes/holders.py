@@ -9,9 +9,11 @@ survive into the next step. For each name that holds
   storage bytes — `total_loss += loss` shows up as a node count that grows
   every step while the bytes stay flat;
 - a big tensor (≥ 1 MiB) without a graph: its bytes (`cache = cat([cache, x])`);
-- a list / tuple / deque / dict of tensors: its length, and from a sample of
-  elements at both ends an estimate of the tensors, graph-holding tensors and
-  bytes it keeps (`history.append(out)`).
+- a list / tuple / deque / dict of tensors, or of dicts of tensors (one level
+  down): its length, and from a sample of elements at both ends an estimate of
+  the tensors, graph-holding tensors and bytes it keeps (`history.append(out)`,
+  `outputs.append({"loss": loss})`); for a small dict, the largest graph among
+  its values (a dict of running sums, `totals[k] = totals.get(k, 0) + loss`).
 
 Each record names the variable, its scope and the frame's file, function and
 current line, so the parent can find the line that accumulates into it.
@@ -106,7 +108,10 @@ class HolderScan:
             picked = items[:k] + items[-k:]
         else:
             picked = [box[i] for i in range(k)] + [box[i] for i in range(n - k, n)]
-        tensors = [v for v in picked if self.is_tensor(v)]
+        # Each element's tensors: the element itself, or the graph-holding tensor values of a dict element, one
+        # level down (`outputs.append({"loss": loss, "metrics": ...})` keeps each step's loss and its graph).
+        per_element = [[v] if self.is_tensor(v) else self._dict_tensors(v) for v in picked]
+        tensors = [t for ts in per_element for t in ts]
         if not tensors:
             return None
         share = len(tensors) / len(picked)
@@ -120,7 +125,22 @@ class HolderScan:
             "graph_tensors": round(len(graph) / len(picked) * n),
             "mib": round(share * n * mean_bytes / MIB, 4),
         }
+        if any(ts and not self.is_tensor(v) for v, ts in zip(picked, per_element, strict=True)):
+            record["in_dicts"] = True
         if graph:
             nodes, truncated = self._nodes(graph[-1].grad_fn, walked)  # the node, not the tensor
             record.update(graph_nodes_each=nodes, truncated=truncated)
+            if isinstance(box, dict) and n <= 2 * k:
+                # A dict of running sums (`totals[name] = totals.get(name, 0) + loss`): its length stays, the
+                # graph of each value grows. The largest one, like a single tensor's.
+                counted = [self._nodes(t.grad_fn, walked) for t in graph]
+                record.update(graph_nodes=max(c[0] for c in counted), truncated=any(c[1] for c in counted))
         return record
+
+    def _dict_tensors(self, value: Any, limit: int = 16) -> list[Any]:
+        """The graph-holding tensors among a dict element's values: what a list of per-step dicts keeps alive
+        that matters (detached metrics in such dicts are a few bytes a step, and a state_dict is no plain dict)."""
+        if type(value) is not dict or not value:
+            return []
+        return [v for v in list(value.values())[:limit]
+                if self.is_tensor(v) and getattr(v, "grad_fn", None) is not None]

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from torchdoctor.probes.forwards import unwatched
 from torchdoctor.probes.models import ModelMap, unwrap
 from torchdoctor.probes.userframes import is_library_file
 
@@ -245,7 +246,7 @@ class Replay:
                     if call.cuda_rng is not None and devices:
                         torch.cuda.set_rng_state_all(call.cuda_rng)
                     grad = torch.enable_grad() if with_grad else torch.no_grad()
-                    with grad, _ops_mode(torch, recorder):
+                    with grad, unwatched(), _ops_mode(torch, recorder):
                         out = inner(*call.args, **call.kwargs)
                     outputs.append((call, out))
                 finally:

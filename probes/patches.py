@@ -67,6 +67,7 @@ class BackwardWatch:
         self.original = torch.autograd.backward
         self.before: list[tuple[Probe, Callable[[Any], None]]] = []
         self.calls = 0
+        self.retain_graph = False  # the backward being started keeps its graph (retain_graph/create_graph)
         self.busy_s = 0.0  # total wall time inside backward passes, for the profile window
         self._depth = 0
         watch = self
@@ -75,6 +76,11 @@ class BackwardWatch:
             if watch._depth:  # a backward inside a subscriber's own work
                 return watch.original(tensors, *args, **kwargs)
             watch._depth += 1
+            # Tensor.backward passes (gradient, retain_graph, create_graph) positionally; retain_graph defaults
+            # to create_graph. A retained graph will be backpropagated again: several losses of one forward.
+            retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
+            create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+            watch.retain_graph = bool(retain if retain is not None else create)
             try:
                 for probe, fn in watch.before:
                     _guarded(probe, "backward", fn, tensors)

@@ -82,6 +82,7 @@ class Session:
         self._hooked = False
         self._ended = False
         self._files: list[Any] = []  # keep faulthandler's files open for the whole run
+        self._children = 0  # processes the script started with multiprocessing (DataLoader workers aside)
 
     @classmethod
     def from_env(cls) -> Session:
@@ -130,6 +131,7 @@ class Session:
             main_thread=threading.main_thread().ident,
         )
         os.register_at_fork(after_in_child=self._forked)
+        self._watch_child_processes()
         early = [n for n in self.probe_names if not self._needs_torch(n)]
         self._load(early)
         when_imported("torch", self._torch_imported)
@@ -151,6 +153,39 @@ class Session:
         if self._ended:  # already writing the last evidence; the runner's SIGKILL bounds the wait
             return
         raise Terminated()
+
+    def _watch_child_processes(self) -> None:
+        """Record the processes the script starts with multiprocessing, DataLoader workers aside.
+
+        Training run there (torch.multiprocessing.spawn, Lightning's ddp_spawn and ddp_fork strategies) is out
+        of the probes' reach: a spawned interpreter never loads them, and a forked child stops counting. The
+        report says so instead of reading the empty run as a script that trains nothing.
+        """
+        import multiprocessing
+        from multiprocessing.process import BaseProcess
+
+        from torchdoctor.probes.sites import here
+        from torchdoctor.probes.transparent import transparent
+
+        original = BaseProcess.start
+        session = self
+
+        def start(process: Any) -> Any:
+            try:
+                if os.getpid() == session.pid and session._children < 8:
+                    target = getattr(process, "_target", None)
+                    name = f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', '') or ''}"
+                    if not name.startswith("torch.utils.data."):
+                        session._children += 1
+                        method = (getattr(type(process), "_start_method", None)
+                                  or multiprocessing.get_start_method(allow_none=True) or "default")
+                        session.emit("child-process", method=method, target=name.strip("."), site=here())
+            except Exception:  # noqa: BLE001 - recording must never stop the script's own start
+                pass
+            return original(process)
+
+        start.__wrapped__ = original  # type: ignore[attr-defined]
+        BaseProcess.start = transparent(start)
 
     def _forked(self) -> None:
         # Forked workers inherit the hooks; only the rank's main process counts steps.

@@ -63,12 +63,15 @@ MIB = 2**20
 
 
 class _Forward:
-    __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved")
+    __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
+                 "stack")
 
     def __init__(self) -> None:
         self.trained = False
         self.graph = False
+        self.waited = False  # kept past one optimizer step for a backward that may still come (several optimizers)
         self.saved: dict[int, int] | None = None
+        self.stack: tuple[tuple[Any, int], ...] | None = None
 
 
 class ValidationProbe(Probe):
@@ -90,6 +93,7 @@ class ValidationProbe(Probe):
         self.trained_in_train_mode: set[int] = set()
         self.not_restored_reported: set[int] = set()
         self.last_eval_site: dict[int, Any] = {}
+        self.last_eval_stack: dict[int, Any] = {}
         self.measure_left = self.measure_forwards
         self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
         self.memory_reported = False
@@ -127,6 +131,19 @@ class ValidationProbe(Probe):
             frame = frame.f_back
         return None
 
+    def _stack(self, frame: Any, limit: int = 32) -> tuple[tuple[Any, int], ...]:
+        """The user's frames of this call, outermost first: (code object, current line)."""
+        out = []
+        while frame is not None and len(out) < limit:
+            code = frame.f_code
+            user = self.user_code.get(code)
+            if user is None:
+                user = self.user_code[code] = not is_library_file(code.co_filename)
+            if user:
+                out.append((code, frame.f_lineno))
+            frame = frame.f_back
+        return tuple(reversed(out))
+
     def _start(self, module: Any) -> _Forward:
         started = time.perf_counter()
         if self.last is not None:
@@ -138,8 +155,12 @@ class ValidationProbe(Probe):
         rec.grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         rec.droppers = self._droppers_of(module)
         rec.train = sum(1 for m in rec.droppers[1] if m.training)
-        rec.site = self._site(sys._getframe(4))
+        frame = sys._getframe(4)
+        rec.site = self._site(frame)
         rec.step = self.step
+        if not rec.train and rec.droppers[0] and rec.model in self.trained_in_train_mode \
+                and rec.model not in self.not_restored_reported:
+            rec.stack = self._stack(frame)  # an eval-mode forward of a model that trained in train mode before
         if rec.grad and self.measure_left > 0 and rec.site is not None and rec.site[:2] in self.measure_sites:
             self._measure(rec)
         self.cost_s += time.perf_counter() - started
@@ -215,8 +236,16 @@ class ValidationProbe(Probe):
         if self.last is not None:
             self._settle_last()
         if self.pending:
-            self._classify(self.pending)
-            self.pending = []
+            # A forward with a graph that no backward has reached yet is judged one step later: with several
+            # optimizers stepping in turn (a GAN), its graph may be used by the backward of the next optimizer,
+            # after this step (the discriminator's forward on real data, used by the discriminator's backward
+            # after the generator's step). Its pre-hook still marks it trained then; a graph nobody holds is freed.
+            ready = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
+            waiting = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
+            for rec in waiting:
+                rec.waited = True
+            self._classify(ready)
+            self.pending = waiting
 
     def _classify(self, records: list[_Forward]) -> None:
         for rec in records:
@@ -249,12 +278,14 @@ class ValidationProbe(Probe):
                 at_step=rec.step,
                 site=as_dict(rec.site),
                 eval_site=as_dict(self.last_eval_site.get(rec.model)),
+                call_site=as_dict(_evaluation_call(self.last_eval_stack.get(rec.model), rec.stack)),
                 modules=names[:8],
                 droppers=len(names),
             )
 
     def _evaluation(self, rec: _Forward) -> None:
         self.last_eval_site[rec.model] = rec.site
+        self.last_eval_stack[rec.model] = rec.stack
         key = (rec.model, rec.site[:2] if rec.site else None, rec.grad, rec.train > 0)
         group = self.groups.get(key)
         if group is None:
@@ -287,6 +318,12 @@ class ValidationProbe(Probe):
     def finish(self, reason: str) -> None:
         self.last = None
         if self.pending:
+            if reason != "completed":
+                # The script stopped early (an exception, --steps, a signal): a forward whose graph no backward
+                # has reached yet may only have lost its backward to the stop. Undecided, never an evaluation.
+                undecided = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
+                self.counts["undecided"] = len(undecided)
+                self.pending = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             self._classify(self.pending)
             self.pending = []
         self.emit(
@@ -310,6 +347,26 @@ class _Mark:
 
     def __call__(self, grad_outputs: Any) -> None:
         self.rec.trained = True
+
+
+def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | None:
+    """The call in the training code that ran the evaluation: where model.train() belongs after it.
+
+    The deepest frame the evaluation forward's stack shares (by function) with the training forward's that
+    then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
+    when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown.
+    """
+    if not evaluation or not training:
+        return None
+    shared = -1
+    for i, ((code, _), (other, _)) in enumerate(zip(evaluation, training, strict=False)):
+        if code is not other:
+            break
+        shared = i
+    if shared < 0 or shared == len(evaluation) - 1:
+        return None
+    code, line = evaluation[shared]
+    return code.co_filename, line, code.co_name
 
 
 def _unpack(t: Any) -> Any:

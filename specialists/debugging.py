@@ -1129,6 +1129,27 @@ def probe_failed(case: Case) -> Advice:
 @SPECIALIST.handles("nothing-measured")
 def nothing_measured(case: Case) -> Advice:
     torch_seen = case.value("torch_imported")
+    children = case.value("child_processes")
+    if children:
+        return Advice(
+            f"The run measured no training in the script's own process: the script started {children} "
+            f"process{'es' if children != 1 else ''} with multiprocessing (`{case.value('child_target')}`, "
+            f"{', '.join(case.value('start_methods') or [])}) and the training ran there. torchdoctor's probes live "
+            "in the process it starts and in torchrun's ranks, not in processes a script spawns or forks itself, "
+            "so this report says nothing about that training either way.",
+            [
+                Fix(
+                    title="Start the ranks with torchrun instead of spawning them from the script",
+                    snippet=f"torchdoctor run --nproc-per-node 2 {case.script}   # Lightning: strategy=\"ddp\"\n"
+                    f"torchdoctor run {case.script}   # or one process: devices=1 / no mp.spawn",
+                    why="Under torchrun every rank runs the probes; Lightning's `ddp` strategy (not `ddp_spawn` or "
+                    "`ddp_fork`) and a script that calls init_process_group itself use torchrun's ranks as they are.",
+                    verify="The report's Run section counts optimizer steps for every rank.",
+                    location=case.location,
+                ),
+            ],
+            [f"`torchdoctor check {case.script}` reads the code without running it."],
+        )
     if torch_seen is False:
         facts = ("The run measured nothing: the process torchdoctor watched never imported torch, so no probe "
                  "was attached. A launcher that starts the training in another interpreter (a shell script, "

@@ -50,3 +50,15 @@ def test_a_run_with_no_training_says_it_measured_nothing(tmp_path_factory, valid
     assert len(blind) == 1 and blind[0]["severity"] == "warning"
     assert blind[0]["evidence"][0]["values"]["torch_imported"] is True
     assert "No symptoms" not in result.stdout
+
+
+def test_training_in_spawned_processes_is_named_as_such_not_warned_about(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "spawn-training", "spawn_training.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "worker 0 trained 5 steps" in result.stderr  # the spawned process did train
+    blind = result.symptoms("nothing-measured")
+    assert len(blind) == 1 and blind[0]["severity"] == "info", result.report["symptoms"]
+    values = blind[0]["evidence"][0]["values"]
+    assert values["child_processes"] == 1 and values["start_methods"] == ["spawn"], values
+    assert values["child_target"] == "torch.multiprocessing.spawn._wrap"
+    assert blind[0]["location"]["line"] == line_of("spawn_training.py", "mp.spawn(train")

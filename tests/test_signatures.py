@@ -252,3 +252,12 @@ def test_needle_prefilter_skips_signatures_whose_needle_is_absent(monkeypatch):
     assert compiled == []
     triage.read_errors("RuntimeError: mat1 and mat2 shapes cannot be multiplied (32x512 and 256x10)")
     assert compiled == [BY_ID["matmul-shapes"].pattern]
+
+
+def test_a_number_past_float16s_range_is_fp16_overflow_and_other_types_are_not():
+    """c10/util/TypeCast.cpp's report_overflow names the target type: only float16 is the fp16 overflow."""
+    report = build_report("RuntimeError: value cannot be converted to type c10::Half without overflow")
+    assert [s.id for s in report.symptoms][:1] == ["fp16-overflow"]
+    assert report.route[0].specialist == catalog.symptom("fp16-overflow").route[0]
+    other = triage.find_hits(triage.clean_log("RuntimeError: value cannot be converted to type int8_t without overflow"))
+    assert "fp16-fill-overflow" not in [h.sig.id for h in other]

@@ -2,7 +2,10 @@
 
 Reads the accumulation probe's events (probes/accumulation.py):
 `accumulation-summary` (or the last `accumulation-progress`) and
-`accumulation-dropped`. Thresholds: rules/data/thresholds.toml [accumulation].
+`accumulation-dropped`. Backward passes per optimizer step are counted twice:
+between zero_grad() calls (what the step applies: `histogram`) and between
+optimizer steps whatever zero_grad() did (`windows`); a step whose window
+was zeroed before every micro-step but the first is `zero-grad-every-micro-step`. Thresholds: rules/data/thresholds.toml [accumulation].
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ def analyse(run: RunEvidence) -> Analysis:
         k = usual_window(hist, float(lim.get("min_share", 0.25)))
         if rank == 0:
             out.measurements = _measurements(hist, k, state)
+        _zeroed_between_micro_steps(run, rank, state, lim, out)
         if k < 2:
             continue
         if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
@@ -129,6 +133,26 @@ def _dropped(run: RunEvidence, rank: int, k: int, hist: dict[int, int], state: d
             location=where or location(run, state.get("factor_site")),
             rank=rank,
         )
+    )
+
+
+def _zeroed_between_micro_steps(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
+                                out: Analysis) -> None:
+    """zero_grad() before every micro-step of an optimizer step: the step applies only the last micro-batch."""
+    windows = {int(k): int(v) for k, v in (state.get("windows") or {}).items()}
+    zeroed = {int(k): int(v) for k, v in (state.get("zeroed_windows") or {}).items()}
+    steps, count = sum(windows.values()), sum(zeroed.values())
+    if not count or count < int(lim.get("min_zeroed_steps", 2)) or count / steps < float(lim.get("min_share", 0.25)):
+        return
+    n = max(zeroed.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    text = (f"{plural(count, 'optimizer step')} of {steps} followed {n} backward passes each, and zero_grad() ran "
+            f"before every one of them but the first: each step applies the gradient of its last micro-batch "
+            f"only, {n - 1} of {n} micro-batches are computed and thrown away")
+    values = {"backwards_per_step": n, "zeroed_steps": count, "steps": steps, "micro_steps": n,
+              "dropped_micro_steps": n - 1}
+    out.symptoms.append(
+        run.symptom("zero-grad-every-micro-step", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("zero_site")), rank=rank)
     )
 
 

@@ -47,6 +47,22 @@ def analyse(run: RunEvidence) -> Analysis:
             lines.append(f"{r['function']}: failed (largest error {r.get('max_abs_error')})")
         elif status == "passed":
             lines.append(f"{r['function']}: passed on {r.get('inputs')}")
+        elif status == "surrogate-gradient":
+            lines.append(f"{r['function']}: a surrogate gradient (piecewise-constant forward)")
+            out.notes.append(
+                f"gradcheck: `{r['function']}`'s forward is piecewise constant (its numerical gradient is zero at every "
+                "point checked, as for round, sign or a quantizer), so its true gradient would train nothing and its "
+                "backward is a surrogate on purpose (a straight-through estimator): its gradcheck failure is expected "
+                "and not reported as a bug."
+            )
+        elif status == "gradient-transform":
+            lines.append(f"{r['function']}: a deliberate gradient transform (backward = {r.get('scale')} × grad)")
+            out.notes.append(
+                f"gradcheck: `{r['function']}` returns its input unchanged and its backward returns "
+                f"{r.get('scale')} × the incoming gradient: a deliberate gradient transform (gradient reversal or "
+                "scaling, as in domain-adversarial training), so its gradcheck failure is expected and not reported "
+                "as a bug. If the gradient should pass through unchanged, its backward is wrong."
+            )
         else:
             lines.append(f"{r['function']}: not checked")
             out.notes.append(f"gradcheck: `{r['function']}` was not checked, because {r.get('why')}.")

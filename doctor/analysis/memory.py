@@ -145,7 +145,7 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         kind = last.get("kind", "tensor")
         growth: Growth | None = None
         what = ""
-        if kind == "tensor" and any("graph_nodes" in h for _, h in points):
+        if any("graph_nodes" in h for _, h in points):  # a tensor, or a dict of running sums
             pts = [(s, h["graph_nodes"], bool(h.get("truncated"))) for s, h in points if "graph_nodes" in h]
             cut = next((i for i, p in enumerate(pts) if p[2]), None)
             if cut is not None:
@@ -160,7 +160,7 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
                 if growth is not None:
                     break
             what = "graph"
-        elif kind != "tensor":
+        if growth is None and kind != "tensor":
             growth = sustained_growth(
                 [s for s, _ in points], [float(h.get("tensors", 0)) for _, h in points],
                 min_slope=float(lim.get("min_container_tensors_per_step", 0.5)), min_total=3.0, **args,
@@ -209,8 +209,9 @@ def _holder_evidence(h: HolderGrowth) -> Evidence:
     values: dict[str, Any] = {"variable": h.name, "holder_kind": h.kind, "from_step": g.from_step, "to_step": g.to_step,
                               "steps_observed": g.to_step - g.from_step + 1}
     if h.what == "graph":
+        held = "holds an autograd graph" if h.kind == "tensor" else f"(a {h.kind}) holds an autograd graph in a value"
         summary = (
-            f"`{h.name}` holds an autograd graph that grows by {g.slope:.1f} nodes per step "
+            f"`{h.name}` {held} that grows by {g.slope:.1f} nodes per step "
             f"({g.first:.0f} → {g.last:.0f} nodes, steps {g.from_step}–{g.to_step}) while its bytes stay flat: "
             "every step's graph stays alive through it"
         )

@@ -10,6 +10,7 @@ import statistics
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.sites import location, plural
 
 
 def analyse(run: RunEvidence) -> Analysis:
@@ -59,6 +60,26 @@ def _nothing_measured(run: RunEvidence):
     if any(activity.values()):
         return None
     torch_seen = bool(run.of_kind("torch"))
+    children = run.of_kind("child-process")
+    if children:
+        # The script handed its work to processes it started (torch.multiprocessing.spawn, Lightning's ddp_spawn
+        # or ddp_fork): the training most likely ran there. Nothing about the script is wrong; what the report
+        # lacks is coverage, and it says where the training went.
+        first = children[0]
+        methods = sorted({str(e.get("method")) for e in children})
+        return run.symptom(
+            "nothing-measured",
+            probe="steps",
+            summary=(f"nothing was measured in the script's own process: it started "
+                     f"{plural(len(children), 'process', 'processes')} with multiprocessing ({', '.join(methods)}; "
+                     f"`{first.get('target')}`), where the training ran out of the probes' reach (they run in the "
+                     "script's process and in torchrun's ranks)"),
+            values={"steps": 0, "torch_imported": torch_seen, "child_processes": len(children),
+                    "start_methods": methods, "child_target": first.get("target"),
+                    **{k.replace(" ", "_"): v for k, v in activity.items()}},
+            location=location(run, first.get("site")),
+            severity="info",
+        )
     if not torch_seen:
         why = "the script never imported torch in the process torchdoctor watched"
     else:

@@ -77,14 +77,21 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
         values["train_not_restored"] = True
         values["resumed_at_step"] = r.get("at_step")
         modules = plural(r.get("droppers", 0), "dropout/batch-norm module")
+        call = r.get("call_site")
         text = (f"training resumed at step {r.get('at_step')} with {modules} of {r.get('model')} still in eval mode: "
-                "model.train() was not called after evaluation")
+                + (f"model.train() was not called after the evaluation that line {call.get('line')} runs (in "
+                   f"{call.get('function')})" if call else "model.train() was not called after evaluation"))
+        # Where model.train() belongs: after the call that ran the evaluation (validate(), eval_net(...)), not at
+        # the evaluation's own forward, which is right to run in eval mode.
+        at = location(run, call or r.get("eval_site") or r.get("site"))
+        if call:
+            values["evaluation_call"] = True
         if training:
             evidence.append(Evidence(kind="probe", source=PROBE, summary=text, values={"train_not_restored": True},
-                                     location=location(run, r.get("eval_site") or r.get("site"))))
+                                     location=at))
         else:
             summary = text
-            where = location(run, r.get("eval_site") or r.get("site"))
+            where = at
             step = r.get("at_step")
     out.symptoms.append(
         run.symptom("eval-mode-missing", probe=PROBE, summary=summary, values=values, location=where, step=step,

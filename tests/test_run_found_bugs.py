@@ -1,0 +1,91 @@
+"""Bugs of real training scripts the run probes used to miss or place wrongly (bench/realcode/run_bugs): zero_grad
+between the micro-steps of one optimizer step, model.train() not restored after a validation routine, float16
+overflow in masked_fill, graphs kept in dicts and in lists of dicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_run_support import assert_sound, line_of, shared_run
+from torchdoctor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+
+def test_zero_grad_before_every_micro_step_is_named_at_its_line(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "zero-grad-micro-steps", "zero_grad_micro_steps.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("zero-grad-every-micro-step")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("zero_grad_micro_steps.py", "opt.zero_grad()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["backwards_per_step"] == 4 and values["zeroed_steps"] == 12 and values["steps"] == 12, values
+
+
+def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "zero-grad-two-optimizers", "zero_grad_two_optimizers.py",
+                        "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.report["symptoms"] == []
+
+
+def test_an_lbfgs_closure_zeroing_inside_its_step_is_no_micro_step_zeroing(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "lbfgs-closure", "lbfgs_closure.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12
+    assert result.run["measurements"]["accumulation"]["backwards"] >= 24  # several closure calls per step
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+    assert not result.symptoms("partial-accumulation-dropped")
+
+
+def test_per_task_gradients_read_between_backwards_of_one_graph_are_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "per-task-gradients", "per_task_gradients.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+
+
+def test_masked_fill_of_minus_1e9_into_float16_is_fp16_overflow_at_its_line(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "fp16-mask-fill", "fp16_mask_fill.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert "without overflow" in result.run["error"]["message"]
+    found = result.symptoms("fp16-overflow")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("fp16_mask_fill.py", "masked_fill(mask, -1e9)")
+    assert found[0]["evidence"][0]["values"]["dtype"] == "c10::Half"
+
+
+def test_train_mode_not_restored_is_named_at_the_call_that_ran_the_evaluation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "train-not-restored-call", "train_not_restored_call.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("eval-mode-missing")
+    assert len(found) == 1, result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["train_not_restored"] is True and values["resumed_at_step"] == 5, values
+    line = line_of("train_not_restored_call.py", "score = run_validation(model, val_batches)")
+    assert found[0]["location"]["line"] == line and found[0]["location"]["function"] == "fit", found[0]["location"]
+    assert f"the evaluation that line {line} runs (in fit)" in found[0]["evidence"][0]["summary"]
+    assert not result.symptoms("eval-without-no-grad")
+
+
+@pytest.mark.parametrize(("keep", "text", "variable", "how"), [
+    ("outputs", 'outputs.append({"loss": loss', "outputs", "tensors_growth_per_step"),
+    ("totals", "totals[name] = totals.get(name, 0) + value", "totals", "graph_nodes_growth_per_step"),
+])
+def test_graphs_kept_in_dicts_are_a_leak_named_at_their_line(tmp_path_factory, validate_report, keep, text,
+                                                               variable, how):
+    result = shared_run(tmp_path_factory, f"leak-dicts-{keep}", "leak_dicts.py", "--fail-on", "never", "--", keep)
+    assert_sound(result, validate_report, exitcodes.OK)
+    growth = result.symptoms("memory-growth")
+    assert len(growth) == 1, result.report["symptoms"]
+    assert growth[0]["location"]["line"] == line_of("leak_dicts.py", text), growth[0]["location"]
+    held = [e for e in growth[0]["evidence"] if e["values"].get("variable") == variable]
+    assert held and held[0]["values"][how] > 0, growth[0]["evidence"]
+
+
+def test_a_list_of_dicts_of_detached_values_keeps_no_graph(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "leak-dicts-detached", "leak_dicts.py", "--fail-on", "never", "--",
+                        "detached")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert not result.symptoms("memory-growth"), result.report["symptoms"]
