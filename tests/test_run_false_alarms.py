@@ -1,0 +1,38 @@
+"""Healthy scripts written the ways real training code is written must not raise warning-or-worse symptoms
+(issue 13): steps through a closure (Lightning, LBFGS), accelerate's wrapped optimizer, Lightning's
+checkpoint layout, weight exports in scripts that never resume, graphs that grow with the episode, long
+validation without an optimizer step. Each scenario is a real script under tests/fixtures/run/ run
+through the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_run_distributed import dist_run
+from tests.test_run_support import assert_sound, shared_run
+from torchdoctor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+
+def ids(result) -> list[str]:
+    return [s["id"] for s in result.report["symptoms"]]
+
+
+# -- optimizer.step(closure): the gradients exist only once the closure has run ---------------------
+
+
+def test_a_closure_step_reads_the_gradients_the_closure_made(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "closure-step", "closure_step.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 8
+    assert not {"frozen-parameters", "non-differentiable", "unused-parameters"} & set(ids(result)), ids(result)
+    assert result.run["measurements"]["nan"]["grad_checks"] >= 1  # the gradients were read, not skipped
+
+
+@pytest.mark.distributed
+def test_ddp_with_a_closure_step_has_no_unused_parameters(tmp_path_factory, validate_report):
+    result = dist_run(tmp_path_factory, "closure", "-p", "distributed", "--nproc-per-node", "2", "ddp_closure.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 5
+    assert "unused-parameters" not in ids(result), result.report["symptoms"]
