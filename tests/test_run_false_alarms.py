@@ -36,3 +36,15 @@ def test_ddp_with_a_closure_step_has_no_unused_parameters(tmp_path_factory, vali
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 5
     assert "unused-parameters" not in ids(result), result.report["symptoms"]
+
+
+# -- accelerate: the scheduler holds the wrapper, the inner optimizer fires the step hooks ---------
+
+
+def test_a_scheduler_on_accelerates_wrapped_optimizer_counts_its_steps(tmp_path_factory, validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional extra")
+    result = shared_run(tmp_path_factory, "accelerate-schedule", "accelerate_schedule.py", timeout=240)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "scheduler-order" not in ids(result), result.report["symptoms"]
+    assert result.run["measurements"]["schedule"]["summary"] == (
+        "LambdaLR: 6 steps over 6 optimizer steps, every 1 optimizer step")
