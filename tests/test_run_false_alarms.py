@@ -48,3 +48,27 @@ def test_a_scheduler_on_accelerates_wrapped_optimizer_counts_its_steps(tmp_path_
     assert "scheduler-order" not in ids(result), result.report["symptoms"]
     assert result.run["measurements"]["schedule"]["summary"] == (
         "LambdaLR: 6 steps over 6 optimizer steps, every 1 optimizer step")
+
+
+# -- checkpoints in the frameworks' layouts -------------------------------------------------------
+
+
+def test_lightnings_checkpoint_is_complete_and_named_by_its_file(tmp_path_factory, validate_report):
+    pytest.importorskip("lightning", reason="lightning is an optional extra")
+    scratch = tmp_path_factory.mktemp("lightning-root")
+    result = shared_run(tmp_path_factory, "lightning-fit", "lightning_fit.py", str(scratch), timeout=240)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12  # 3 epochs of 4 batches, stepped through Lightning's closure
+    assert not {"checkpoint-incomplete", "frozen-parameters", "non-differentiable"} & set(ids(result)), (
+        result.report["symptoms"])
+    saved = result.run["measurements"]["checkpoint"]
+    assert {"model", "optimizer", "scheduler", "epoch", "step"} <= set(saved["last_save_holds"])
+    assert "epoch=2-step=12.ckpt" in saved["summary"] and "BytesIO" not in saved["summary"]
+
+
+def test_a_checkpoint_written_as_several_files_per_step_is_one_checkpoint(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("split-checkpoint")
+    result = shared_run(tmp_path_factory, "split-checkpoint", "split_checkpoint.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["checkpoint"]["saves"] == 12
+    assert "checkpoint-incomplete" not in ids(result), result.report["symptoms"]

@@ -50,6 +50,12 @@ def _by_site(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def _incomplete(run: RunEvidence, rank: int, saves: list[dict[str, Any]], lim: dict[str, Any], out: Analysis) -> None:
     final = run.steps_completed(rank)
     optional = list(lim.get("optional", ["rng"]))
+    # What all the saves of one optimizer step hold together: a checkpoint written as several files (Hugging
+    # Face's Trainer: the weights, optimizer.pt, scheduler.pt, rng_state.pth; a script saving the model and the
+    # optimizer apart) is complete when its files are.
+    together: dict[Any, set[str]] = {}
+    for s in saves:
+        together.setdefault(s.get("at_step"), set()).update(s.get("holds", []))
     for group in _by_site(saves):
         judged = [s for s in group if "model" in s.get("holds", []) and (
             s.get("at_step", 0) < final or len(s.get("holds", [])) >= 2)]
@@ -57,7 +63,8 @@ def _incomplete(run: RunEvidence, rank: int, saves: list[dict[str, Any]], lim: d
             continue
         last = judged[-1]
         holds = last.get("holds", [])
-        have = set(holds) | ({"epoch", "step"} if {"epoch", "step"} & set(holds) else set())
+        have = set(holds) | together.get(last.get("at_step"), set())
+        have |= {"epoch", "step"} if {"epoch", "step"} & have else set()
         missing = [n for n in last.get("needed", []) if n not in have]
         if not missing:
             continue
