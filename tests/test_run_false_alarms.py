@@ -72,3 +72,23 @@ def test_a_checkpoint_written_as_several_files_per_step_is_one_checkpoint(tmp_pa
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["measurements"]["checkpoint"]["saves"] == 12
     assert "checkpoint-incomplete" not in ids(result), result.report["symptoms"]
+
+
+# -- weight exports in a script that never resumes -----------------------------------------------
+
+
+def test_best_model_exports_in_a_script_that_never_resumes_are_not_checkpoints(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("export-best")
+    result = shared_run(tmp_path_factory, "export-best", "export_best.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["checkpoint"]["saves"] >= 4  # the saves were seen, and judged exports
+    assert "checkpoint-incomplete" not in ids(result), result.report["symptoms"]
+
+
+def test_weights_only_saves_in_a_script_with_a_resume_path_are_still_incomplete(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("resume-untaken")
+    result = shared_run(tmp_path_factory, "resume-untaken", "resume_untaken.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    incomplete = result.symptoms("checkpoint-incomplete")
+    assert len(incomplete) == 1, result.report["symptoms"]
+    assert "optimizer" in incomplete[0]["evidence"][0]["values"]["missing"]

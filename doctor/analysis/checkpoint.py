@@ -4,19 +4,23 @@ Reads the checkpoint probe's events (probes/checkpoint.py): `save`, `load`,
 `load-state-dict`, `checkpoint-summary`. Thresholds: rules/data/thresholds.toml
 [checkpoint].
 
-A save is judged as a checkpoint when training went on after it (more
-optimizer steps followed) or when it holds more than the weights (a dict
-with weights and anything else): a final `torch.save(model.state_dict())`
-after the last step is an export of the weights, not an incomplete
-checkpoint.
+A save is judged as a checkpoint when the script can resume from one
+(doctor/analysis/resume.py: it loaded one before training ended, its source
+has a resume path, the file is named as a checkpoint) and training went on
+after it (more optimizer steps followed) or it holds more than the weights
+(a dict with weights and anything else). A best-model file in a script that
+never resumes, or a final `torch.save(model.state_dict())` after the last
+step, is an export of the weights, not an incomplete checkpoint.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.resume import can_resume
 from torchdoctor.analysis.sites import location, plural
 
 PROBE = "checkpoint"
@@ -27,16 +31,26 @@ def analyse(run: RunEvidence) -> Analysis:
     lim = run.limits(PROBE)
     for rank in run.ranks:
         saves = run.of_kind("save", PROBE, rank)
-        _incomplete(run, rank, saves, lim, out)
+        loads = run.of_kind("load", PROBE, rank)
+        restores = run.of_kind("load-state-dict", PROBE, rank)
+        if can_resume(_script(run, rank), saves, loads, restores, run.steps_completed(rank)):
+            _incomplete(run, rank, saves, lim, out)  # otherwise every save is an export of the weights
         _whole_modules(run, rank, saves, out)
         _prefixed(run, rank, saves, out)
-        loads = run.of_kind("load", PROBE, rank)
         _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
-        restores = run.of_kind("load-state-dict", PROBE, rank)
         _mismatch(run, rank, restores, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
+
+
+def _script(run: RunEvidence, rank: int) -> str | None:
+    """The path of the script the run started."""
+    start = run.start(rank) or {}
+    target, cwd = start.get("target"), start.get("cwd")
+    if not isinstance(target, str):
+        return None
+    return os.path.join(cwd, target) if isinstance(cwd, str) else target
 
 
 def _by_site(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
