@@ -92,3 +92,14 @@ def test_weights_only_saves_in_a_script_with_a_resume_path_are_still_incomplete(
     incomplete = result.symptoms("checkpoint-incomplete")
     assert len(incomplete) == 1, result.report["symptoms"]
     assert "optimizer" in incomplete[0]["evidence"][0]["values"]["missing"]
+
+
+# -- a graph that grows with the episode, not across steps ----------------------------------------
+
+
+def test_a_longer_episode_each_step_is_not_a_memory_leak(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "growing-episode", "growing_episode.py", "-p", "memory")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 40
+    assert result.run["measurements"]["memory"]["scans"] >= 10  # the holders were scanned every step
+    assert "memory-growth" not in ids(result), result.report["symptoms"]
