@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.transparent import transparent
 
 Start = Callable[[Any], Any]  # module -> a token handed back to End
@@ -180,6 +181,7 @@ class ForwardWatch:
     # -- subscribers ---------------------------------------------------------------------------
 
     def _start(self, module: Any) -> None:
+        beat()  # a top-level forward is training activity (validation, generation) for the hang watchdog
         if self.settled and self._settle_handle is not None:
             self._settle_handle.remove()
             self._settle_handle = None

@@ -29,7 +29,7 @@ import weakref
 from types import TracebackType
 from typing import Any
 
-from torchdoctor.probes import PROBES
+from torchdoctor.probes import PROBES, heartbeat
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.evidence import EvidenceWriter
 from torchdoctor.probes.importwatch import when_imported
@@ -74,6 +74,7 @@ class Session:
         os.makedirs(self.run_dir, exist_ok=True)
         self.writer = EvidenceWriter(self.file_for("events.jsonl"), self.t0)
         self.steps_file = open_step_file(self.file_for("steps.jsonl"))  # None: steps go to the events
+        heartbeat.start(self.file_for("heartbeat.bin"))  # the watchdog's evidence of life between steps
         self.step = 0
         self.probes: list[Probe] = []
         self._pre: list[Probe] = []
@@ -154,8 +155,9 @@ class Session:
         raise Terminated()
 
     def _forked(self) -> None:
-        # Forked workers inherit the hooks; only the rank's main process counts steps.
+        # Forked workers inherit the hooks; only the rank's main process counts steps (and beats).
         self._ended = True
+        heartbeat.stop()
 
     @staticmethod
     def _needs_torch(name: str) -> bool:
@@ -206,6 +208,7 @@ class Session:
         return current is optimizer
 
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        heartbeat.beat()  # any optimizer's step is training activity, the primary's or not
         if self._ended or not self._pre or not self._is_primary(optimizer):
             return None
         step = self.step + 1
@@ -239,6 +242,7 @@ class Session:
                     self._disable(probe, "before_step", exc)
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        heartbeat.beat()
         if self._ended or not self._is_primary(optimizer):
             return
         self._run_pending()

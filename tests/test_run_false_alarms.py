@@ -6,10 +6,12 @@ through the CLI."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.test_run_distributed import dist_run
-from tests.test_run_support import assert_sound, shared_run
+from tests.test_run_support import assert_sound, line_of, shared_run
 from torchdoctor import exitcodes
 
 pytestmark = pytest.mark.slow
@@ -103,3 +105,24 @@ def test_a_longer_episode_each_step_is_not_a_memory_leak(tmp_path_factory, valid
     assert result.run["steps_completed"] == 40
     assert result.run["measurements"]["memory"]["scans"] >= 10  # the holders were scanned every step
     assert "memory-growth" not in ids(result), result.report["symptoms"]
+
+
+# -- the watchdog: progress is any training activity, not only an optimizer step -------------------
+
+
+def test_long_validation_and_output_without_a_step_are_not_a_hang(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "long-validation", "long_validation.py", "--hang-timeout", "2")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["stopped"] == "completed"  # 4 s of forwards, then 4 s of output, each past the 2 s limit
+    assert result.run["steps_completed"] == 5
+    assert "hang" not in ids(result)
+    assert not any(name.startswith("heartbeat.") for name in os.listdir(result.run_dir))  # the counters are gone
+
+
+def test_a_script_that_blocks_after_validation_is_still_a_hang(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "long-validation-block", "long_validation.py", "--hang-timeout", "2",
+                        "--", "--block")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert result.run["stopped"] == "hang" and result.run["steps_completed"] == 3
+    hang = result.symptoms("hang")
+    assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("long_validation.py", "threading.Event().wait()")
