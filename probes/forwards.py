@@ -116,7 +116,7 @@ class ForwardWatch:
 
     def _settle(self, optimizer: Any) -> None:
         self._remove_global()
-        found = [m for m in (ref() for ref in self._candidates) if m is not None and _owns_parameters(m)]
+        found = [m for m in (ref() for ref in self._candidates) if m is not None and owns_parameters(m)]
         if self.compiled or not found:
             found = self._find_models(optimizer)
         for module in found:
@@ -226,7 +226,8 @@ def _is_ours(hook: Any) -> bool:
     return isinstance(module, str) and module.startswith("torchdoctor.")
 
 
-def _owns_parameters(module: Any) -> bool:
+def owns_parameters(module: Any) -> bool:
+    """Whether the module has at least one parameter (a model, not a metric or a loss module)."""
     try:
         return next(module.parameters(), None) is not None
     except Exception:  # noqa: BLE001

@@ -126,3 +126,13 @@ def test_a_script_that_blocks_after_validation_is_still_a_hang(tmp_path_factory,
     assert result.run["stopped"] == "hang" and result.run["steps_completed"] == 3
     hang = result.symptoms("hang")
     assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("long_validation.py", "threading.Event().wait()")
+
+
+# -- a metric module called on the loss is no model under evaluation --------------------------------
+
+
+def test_a_parameterless_metric_on_the_loss_is_not_evaluation_without_no_grad(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "metric-on-loss", "metric_on_loss.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert "eval-without-no-grad" not in ids(result), result.report["symptoms"]
