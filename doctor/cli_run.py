@@ -134,7 +134,8 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option(
                 "--hang-timeout",
-                help="A hang is no optimizer step for SECONDS (default 60; 0 turns the watchdog off). Before the "
+                help="A hang is no training activity (optimizer step, forward, backward, output) for SECONDS "
+                "(default 60; 0 turns the watchdog off). Before the "
                 "first step it counts from the start and waits at least 60 s.",
             ),
         ] = None,

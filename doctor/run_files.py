@@ -19,10 +19,12 @@ from torchdoctor.notebook import SCRIPT_NAME
 MANIFEST = ".torchdoctor-run.json"
 MANIFEST_VERSION = 1
 # Every file a run writes into its directory: the per-rank files (probes/session.py `rank_file`: the
-# session's events, steps, stacks and crash stacks, the memory probe's snapshot, the profile probe's trace),
+# session's events, steps, stacks and crash stacks, the memory probe's snapshot, the profile probe's trace,
+# the watchdog's heartbeat counter, which the supervisor deletes when the run ends),
 # the parent's own files (the schedule analysis's lr_curves.csv, a notebook's converted script:
 # doctor/notebook.py) and the report with its temporary copy (runner.write_report).
-RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json")
+RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json",
+              "heartbeat.bin")
 RUN_FILES = ("report.json", "lr_curves.csv", SCRIPT_NAME)
 OUR_FILES = re.compile(
     "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [

@@ -14,7 +14,10 @@ workers and, under torchrun, to every rank: lifetime.py):
   Once interrupted, the run is `interrupted`, never a hang or a timeout.
   SIGTERM or SIGHUP to torchdoctor: SIGTERM to the group, then SIGKILL after
   the grace period;
-- --timeout, and the watchdog (no new step event for --hang-timeout seconds;
+- --timeout, and the watchdog (no progress for --hang-timeout seconds: no
+  optimizer step, no forward of a tracked model, no backward — the ranks'
+  heartbeat counters, probes/heartbeat.py — and no output from the script's
+  main process (its bytes written, /proc/<pid>/io);
   before the first step, counted from the start, at least the start-up
   allowance `[run] startup_timeout_s`, since imports, data preparation and a
   first compiled step are slow but not hung; and not while the script has
@@ -64,7 +67,7 @@ from pathlib import Path
 from typing import IO
 
 from torchdoctor import lifetime
-from torchdoctor.analysis.evidence import EventTail
+from torchdoctor.analysis.evidence import EventTail, heartbeat_files
 
 POLL_S = 0.25
 SCAN_EVERY_S = 1.0  # how often a distributed run's process tree is scanned for new process groups
@@ -252,6 +255,11 @@ class Supervisor:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         self.tail.poll()
+        for path in heartbeat_files(self.run_dir).values():  # the watchdog's counters: not evidence
+            try:
+                path.unlink()
+            except OSError:
+                pass
         return ChildResult(
             returncode=self.proc.returncode if self.proc else None,
             decided=self.decided,

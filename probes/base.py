@@ -37,6 +37,9 @@ Life cycle, inside the script's process
     attach hooks (module hooks, wrappers, allocator history…).
 ``before_step(step, optimizer)``
     the optimizer step pre-hook; ``step`` is the number the step will have.
+    The step's gradients are complete here: for ``optimizer.step(closure)``
+    (Lightning, LBFGS), whose closure computes them inside the step, it runs
+    once the closure's first call has returned.
 ``after_step(step, optimizer) -> dict | None``
     the optimizer step post-hook (the step is done). Return a small dict of
     per-step numbers: it is stored in that step's event under the probe's

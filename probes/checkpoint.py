@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import sys
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -52,6 +54,8 @@ from torchdoctor.probes.transparent import transparent
 PREFIXES = ("module.", "_orig_mod.")
 POSITION_KEYS = ("epoch", "step", "global_step", "iteration", "iter", "steps", "epochs", "batch_idx", "it")
 RNG_WORDS = ("rng", "random", "generator", "seed_state")
+# A path that names the training position (Hugging Face's checkpoint-500/, Lightning's epoch=2-step=12.ckpt)
+POSITION_IN_NAME = re.compile(r"(?:checkpoint|ckpt|step|epoch|iter|iteration)[-_=]?\d+", re.IGNORECASE)
 
 
 class CheckpointProbe(Probe):
@@ -142,8 +146,10 @@ class CheckpointProbe(Probe):
     def _saved(self, obj: Any, f: Any) -> None:
         self.saves += 1
         described = self._describe(obj)
+        if isinstance(f, (str, os.PathLike)) and POSITION_IN_NAME.search(os.fspath(f)):
+            described["holds"].append("step")  # checkpoint-500/optimizer.pt: the path says where to resume
         described.update(
-            file=_file_name(f),
+            file=_file_name(f) or _buffer_target(),
             site=here(),
             at_step=self.step,
             needed=self._needed(),
@@ -210,6 +216,16 @@ class CheckpointProbe(Probe):
             if name in ("scheduler", "lr_scheduler", "sched") and isinstance(value, Mapping):
                 add("scheduler")
                 continue
+            if isinstance(value, (list, tuple)):
+                # Lightning's layout: `optimizer_states` and `lr_schedulers` are lists of state dicts (one per
+                # optimizer / scheduler; an empty list when the module configured none)
+                found = {_mapping_kind(v, torch) for v in value[:4] if isinstance(v, Mapping)} - {None}
+                if not found and any(w in name for w in ("optimizer", "scheduler")):
+                    found = {"optimizer" if "optimizer" in name else "scheduler"}
+                for what in sorted(found):
+                    add(what)  # type: ignore[arg-type]
+                if found:
+                    continue
             if isinstance(value, Mapping) and depth == 0:
                 inner = self._describe(value, depth + 1)
                 for what in inner["holds"]:
@@ -248,7 +264,7 @@ class CheckpointProbe(Probe):
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             current = f"cuda:{torch.cuda.current_device()}"
         described.update(
-            file=_file_name(f),
+            file=_file_name(f) or _buffer_target(),
             site=here(),
             at_step=self.step,
             weights_only=kwargs.get("weights_only"),
@@ -391,7 +407,27 @@ def _devices(obj: Any, torch: Any, limit: int = 64) -> set[str]:
 
 
 def _file_name(f: Any) -> str | None:
+    """The base name of the file a save or load used; None for an in-memory buffer (io.BytesIO)."""
     if isinstance(f, (str, os.PathLike)):
         return os.path.basename(os.fspath(f))
     name = getattr(f, "name", None)
-    return os.path.basename(name) if isinstance(name, str) else type(f).__name__
+    return os.path.basename(name) if isinstance(name, str) else None
+
+
+PATH_NAMES = ("filepath", "file_path", "path", "filename", "checkpoint_path", "ckpt_path", "save_path",
+              "output_path", "output_dir", "dirpath")
+
+
+def _buffer_target() -> str:
+    """Where a save into a buffer is going: a path the callers hold in a local with a path-like name
+    (Lightning saves into a BytesIO inside `_atomic_save(checkpoint, filepath)`, then writes it out)."""
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            break
+        for name in PATH_NAMES:
+            value = frame.f_locals.get(name)
+            if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+                return os.path.basename(os.fspath(value).rstrip("/"))
+        frame = frame.f_back
+    return "an in-memory buffer"

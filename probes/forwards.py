@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.transparent import transparent
 
 Start = Callable[[Any], Any]  # module -> a token handed back to End
@@ -121,7 +122,7 @@ class ForwardWatch:
 
     def _settle(self, optimizer: Any) -> None:
         self._remove_global()
-        found = [m for m in (ref() for ref in self._candidates) if m is not None and _owns_parameters(m)]
+        found = [m for m in (ref() for ref in self._candidates) if m is not None and owns_parameters(m)]
         if self.compiled or not found:
             found = self._find_models(optimizer)
         for module in found:
@@ -188,6 +189,7 @@ class ForwardWatch:
     # -- subscribers ---------------------------------------------------------------------------
 
     def _start(self, module: Any) -> None:
+        beat()  # a top-level forward is training activity (validation, generation) for the hang watchdog
         if self.settled and self._settle_handle is not None:
             self._settle_handle.remove()
             self._settle_handle = None
@@ -232,7 +234,8 @@ def _is_ours(hook: Any) -> bool:
     return isinstance(module, str) and module.startswith("torchdoctor.")
 
 
-def _owns_parameters(module: Any) -> bool:
+def owns_parameters(module: Any) -> bool:
+    """Whether the module has at least one parameter (a model, not a metric or a loss module)."""
     try:
         return next(module.parameters(), None) is not None
     except Exception:  # noqa: BLE001

@@ -21,6 +21,7 @@ current line, so the parent can find the line that accumulates into it.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from types import FrameType
 from typing import Any
@@ -28,6 +29,14 @@ from typing import Any
 from torchdoctor.probes.census import MIB, TensorTypes, count_graph_nodes, storage_key_and_bytes
 
 BIG_TENSOR = MIB
+_MARK = "torchdoctor.carried"
+
+
+class _Marker:
+    """Put in a graph root's metadata; weakly referenced, it dies with the node."""
+
+    __slots__ = ("__weakref__",)
+
 _CONTAINERS = (list, tuple, deque, dict)
 
 
@@ -37,6 +46,7 @@ class HolderScan:
         self.walk_limit = walk_limit
         self.sample = sample
         self.top = top
+        self._marks: dict[tuple, list[weakref.ref]] = {}  # the previous scan's graph roots, by holder
 
     def scan(self, frames: list[FrameType]) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
@@ -62,7 +72,41 @@ class HolderScan:
                 for name, value in list(attrs.items()):
                     self._consider(f"self.{name}", "attribute", value, where, found, walked, seen_values)
         found.sort(key=lambda h: (-(h.get("graph_nodes") or 0), -(h.get("mib") or 0.0)))
-        return found[: self.top]
+        found = found[: self.top]
+        self._mark_carried(found)
+        return found
+
+    def _mark_carried(self, found: list[dict[str, Any]]) -> None:
+        """Whether each holder's graph from the previous scan is still alive: `carried` on the record.
+
+        A graph that grows every step is a leak only when it survives the step (`total_loss += loss`,
+        `losses.append(loss)`); a step's own graph that is bigger each step because the step does more (a
+        REINFORCE episode that gets longer) dies with the step. Autograd nodes cannot be weakly referenced,
+        so a small marker object goes into the root node's `metadata` dict and is weakly referenced: it
+        lives exactly as long as the node.
+        """
+        marks: dict[tuple, list[weakref.ref]] = {}
+        for record in found:
+            roots = record.pop("_roots", None)
+            if not roots:
+                continue
+            key = (record["name"], record.get("path"), record.get("function"))
+            before = self._marks.get(key)
+            if before:
+                record["carried"] = any(ref() is not None for ref in before)
+            refs = []
+            for root in roots:
+                try:
+                    metadata = root.metadata
+                    marker = metadata.get(_MARK)
+                    if marker is None:
+                        marker = metadata[_MARK] = _Marker()
+                    refs.append(weakref.ref(marker))
+                except (AttributeError, RuntimeError, TypeError):
+                    continue
+            if refs:
+                marks[key] = refs
+        self._marks = marks
 
     def _consider(self, name, scope, value, where, found, walked, seen_values) -> None:
         if id(value) in seen_values:
@@ -94,7 +138,7 @@ class HolderScan:
         record: dict[str, Any] = {"kind": "tensor", "mib": round(nbytes / MIB, 4), "shape": list(t.shape)}
         if grad_fn is not None:
             nodes, truncated = self._nodes(grad_fn, walked)
-            record.update(graph_nodes=nodes, truncated=truncated, grad_fn=type(grad_fn).__name__)
+            record.update(graph_nodes=nodes, truncated=truncated, grad_fn=type(grad_fn).__name__, _roots=[grad_fn])
         return record
 
     def _container(self, box: Any, walked: dict) -> dict[str, Any] | None:
@@ -129,7 +173,7 @@ class HolderScan:
             record["in_dicts"] = True
         if graph:
             nodes, truncated = self._nodes(graph[-1].grad_fn, walked)  # the node, not the tensor
-            record.update(graph_nodes_each=nodes, truncated=truncated)
+            record.update(graph_nodes_each=nodes, truncated=truncated, _roots=[t.grad_fn for t in graph])
             if isinstance(box, dict) and n <= 2 * k:
                 # A dict of running sums (`totals[name] = totals.get(name, 0) + loss`): its length stays, the
                 # graph of each value grows. The largest one, like a single tensor's.

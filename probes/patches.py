@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import is_library_file
 
@@ -92,6 +93,7 @@ class BackwardWatch:
             finally:
                 watch.busy_s += time.perf_counter() - started
                 watch.calls += 1
+                beat()  # training activity, for the hang watchdog
 
         backward.__wrapped__ = self.original  # type: ignore[attr-defined]
         backward.__doc__ = self.original.__doc__

@@ -201,7 +201,7 @@ class ScheduleProbe(Probe):
         rec.index = len(self.records) + 1
         rec.kind = type(sched).__name__
         optimizer = getattr(sched, "optimizer", None)
-        rec.opt = id(optimizer)
+        rec.opt = id(_stepping(optimizer, self.torch.optim.Optimizer))
         rec.created_opt = self.opt_steps.get(rec.opt, 0)
         rec.length = _length(sched)
         children = [c for c in getattr(sched, "_schedulers", []) or []]
@@ -322,6 +322,18 @@ class ScheduleProbe(Probe):
         if wanted > count and note is None:
             note = f"replayed the first {count - 1} of {wanted - 1} steps"
         return [_round(v) for v in curve], note
+
+
+def _stepping(optimizer: Any, base: type) -> Any:
+    """The optimizer whose steps fire torch's step hooks: a wrapper that holds the real one under
+    `.optimizer` (accelerate's AcceleratedOptimizer, which Hugging Face's Trainer hands to its scheduler)
+    steps it without firing them itself, so its own steps are never counted."""
+    for _ in range(4):  # wrappers of wrappers, bounded
+        inner = getattr(optimizer, "optimizer", None)
+        if not isinstance(inner, base) or inner is optimizer:
+            break
+        optimizer = inner
+    return optimizer
 
 
 def _length(sched: Any) -> int | None:

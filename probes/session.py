@@ -29,7 +29,7 @@ import weakref
 from types import TracebackType
 from typing import Any
 
-from torchdoctor.probes import PROBES
+from torchdoctor.probes import PROBES, heartbeat
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.evidence import EvidenceWriter
 from torchdoctor.probes.importwatch import when_imported
@@ -74,6 +74,7 @@ class Session:
         os.makedirs(self.run_dir, exist_ok=True)
         self.writer = EvidenceWriter(self.file_for("events.jsonl"), self.t0)
         self.steps_file = open_step_file(self.file_for("steps.jsonl"))  # None: steps go to the events
+        heartbeat.start(self.file_for("heartbeat.bin"))  # the watchdog's evidence of life between steps
         self.step = 0
         self.probes: list[Probe] = []
         self._pre: list[Probe] = []
@@ -81,6 +82,7 @@ class Session:
         self._primary: weakref.ref | None = None
         self._hooked = False
         self._ended = False
+        self._pending: tuple[int, Any] | None = None  # a step(closure) whose pre-step probes wait for it
         self._files: list[Any] = []  # keep faulthandler's files open for the whole run
         self._children = 0  # processes the script started with multiprocessing (DataLoader workers aside)
 
@@ -188,8 +190,9 @@ class Session:
         BaseProcess.start = transparent(start)
 
     def _forked(self) -> None:
-        # Forked workers inherit the hooks; only the rank's main process counts steps.
+        # Forked workers inherit the hooks; only the rank's main process counts steps (and beats).
         self._ended = True
+        heartbeat.stop()
 
     @staticmethod
     def _needs_torch(name: str) -> bool:
@@ -239,10 +242,33 @@ class Session:
             return True
         return current is optimizer
 
-    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        heartbeat.beat()  # any optimizer's step is training activity, the primary's or not
         if self._ended or not self._pre or not self._is_primary(optimizer):
-            return
+            return None
         step = self.step + 1
+        closure = _closure_of(args, kwargs)
+        if closure is None:
+            self._before_step(step, optimizer)
+            return None
+        # step(closure): the closure runs forward and backward inside the step (Lightning's automatic
+        # optimization, LBFGS), so the gradients the pre-step probes read exist only once it has returned.
+        # They run after its first call; if the optimizer never calls it, the post-hook runs them.
+        self._pending = (step, optimizer)
+
+        def closure_then_probes(*c_args: Any, **c_kwargs: Any) -> Any:
+            result = closure(*c_args, **c_kwargs)
+            self._run_pending()
+            return result
+
+        return _replace_closure(args, kwargs, closure_then_probes)
+
+    def _run_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._before_step(*pending)
+
+    def _before_step(self, step: int, optimizer: Any) -> None:
         for probe in self._pre:
             if probe.enabled:
                 try:
@@ -251,8 +277,10 @@ class Session:
                     self._disable(probe, "before_step", exc)
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        heartbeat.beat()
         if self._ended or not self._is_primary(optimizer):
             return
+        self._run_pending()
         self.step += 1
         step = self.step
         fields: dict[str, Any] = {}
@@ -339,6 +367,23 @@ class Session:
         if self.steps_file is not None:
             self.steps_file.close()
         self.emit("exit", reason=reason, code=code)
+
+
+def _closure_of(args: Any, kwargs: Any) -> Any:
+    """The closure an `optimizer.step(closure)` call passes (positionally or by name), or None.
+
+    The hook's `args` start with the optimizer itself (torch passes `step`'s full argument tuple)."""
+    closure = kwargs.get("closure") if kwargs else None
+    if closure is None and len(args) > 1:
+        closure = args[1]
+    return closure if callable(closure) else None
+
+
+def _replace_closure(args: Any, kwargs: Any, closure: Any) -> tuple[Any, Any]:
+    """The step's (args, kwargs) with its closure replaced, where the caller put it."""
+    if kwargs and kwargs.get("closure") is not None:
+        return tuple(args), {**kwargs, "closure": closure}
+    return (args[0], closure, *tuple(args)[2:]), dict(kwargs or {})
 
 
 def read_config() -> dict[str, Any]:

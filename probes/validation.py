@@ -54,7 +54,7 @@ import weakref
 from typing import Any
 
 from torchdoctor.probes.base import Probe
-from torchdoctor.probes.forwards import forward_watch
+from torchdoctor.probes.forwards import forward_watch, owns_parameters
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.sites import as_dict
 from torchdoctor.probes.userframes import is_library_file
@@ -144,7 +144,9 @@ class ValidationProbe(Probe):
             frame = frame.f_back
         return tuple(reversed(out))
 
-    def _start(self, module: Any) -> _Forward:
+    def _start(self, module: Any) -> _Forward | None:
+        if not owns_parameters(module):
+            return None  # a metric (torchmetrics' MeanMetric called on the loss), a loss module: no model to evaluate
         started = time.perf_counter()
         if self.last is not None:
             self._settle_last()

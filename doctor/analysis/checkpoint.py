@@ -4,19 +4,23 @@ Reads the checkpoint probe's events (probes/checkpoint.py): `save`, `load`,
 `load-state-dict`, `checkpoint-summary`. Thresholds: rules/data/thresholds.toml
 [checkpoint].
 
-A save is judged as a checkpoint when training went on after it (more
-optimizer steps followed) or when it holds more than the weights (a dict
-with weights and anything else): a final `torch.save(model.state_dict())`
-after the last step is an export of the weights, not an incomplete
-checkpoint.
+A save is judged as a checkpoint when the script can resume from one
+(doctor/analysis/resume.py: it loaded one before training ended, its source
+has a resume path, the file is named as a checkpoint) and training went on
+after it (more optimizer steps followed) or it holds more than the weights
+(a dict with weights and anything else). A best-model file in a script that
+never resumes, or a final `torch.save(model.state_dict())` after the last
+step, is an export of the weights, not an incomplete checkpoint.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.resume import can_resume
 from torchdoctor.analysis.sites import location, plural
 
 PROBE = "checkpoint"
@@ -27,16 +31,26 @@ def analyse(run: RunEvidence) -> Analysis:
     lim = run.limits(PROBE)
     for rank in run.ranks:
         saves = run.of_kind("save", PROBE, rank)
-        _incomplete(run, rank, saves, lim, out)
+        loads = run.of_kind("load", PROBE, rank)
+        restores = run.of_kind("load-state-dict", PROBE, rank)
+        if can_resume(_script(run, rank), saves, loads, restores, run.steps_completed(rank)):
+            _incomplete(run, rank, saves, lim, out)  # otherwise every save is an export of the weights
         _whole_modules(run, rank, saves, out)
         _prefixed(run, rank, saves, out)
-        loads = run.of_kind("load", PROBE, rank)
         _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
-        restores = run.of_kind("load-state-dict", PROBE, rank)
         _mismatch(run, rank, restores, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
+
+
+def _script(run: RunEvidence, rank: int) -> str | None:
+    """The path of the script the run started."""
+    start = run.start(rank) or {}
+    target, cwd = start.get("target"), start.get("cwd")
+    if not isinstance(target, str):
+        return None
+    return os.path.join(cwd, target) if isinstance(cwd, str) else target
 
 
 def _by_site(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -50,6 +64,12 @@ def _by_site(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def _incomplete(run: RunEvidence, rank: int, saves: list[dict[str, Any]], lim: dict[str, Any], out: Analysis) -> None:
     final = run.steps_completed(rank)
     optional = list(lim.get("optional", ["rng"]))
+    # What all the saves of one optimizer step hold together: a checkpoint written as several files (Hugging
+    # Face's Trainer: the weights, optimizer.pt, scheduler.pt, rng_state.pth; a script saving the model and the
+    # optimizer apart) is complete when its files are.
+    together: dict[Any, set[str]] = {}
+    for s in saves:
+        together.setdefault(s.get("at_step"), set()).update(s.get("holds", []))
     for group in _by_site(saves):
         judged = [s for s in group if "model" in s.get("holds", []) and (
             s.get("at_step", 0) < final or len(s.get("holds", [])) >= 2)]
@@ -57,7 +77,8 @@ def _incomplete(run: RunEvidence, rank: int, saves: list[dict[str, Any]], lim: d
             continue
         last = judged[-1]
         holds = last.get("holds", [])
-        have = set(holds) | ({"epoch", "step"} if {"epoch", "step"} & set(holds) else set())
+        have = set(holds) | together.get(last.get("at_step"), set())
+        have |= {"epoch", "step"} if {"epoch", "step"} & have else set()
         missing = [n for n in last.get("needed", []) if n not in have]
         if not missing:
             continue

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from torchdoctor.model import Evidence, Location, Symptom
+from torchdoctor.probes.heartbeat import read as read_heartbeat
 from torchdoctor.probes.stepfile import records_in
 from torchdoctor.probes.userframes import display_path
 from torchdoctor.rules import catalog
 
 _RANK_FILE = re.compile(r"^events\.rank(\d+)\.jsonl$")
 _STEP_FILE = re.compile(r"^steps\.rank(\d+)\.jsonl$")
+_HEARTBEAT_FILE = re.compile(r"^heartbeat\.rank(\d+)\.bin$")
 STEP_READ = 16384  # bytes of a step file read at a time while it is written (~100 records)
 
 
@@ -45,6 +47,24 @@ def event_files(run_dir: str | Path) -> dict[int, Path]:
 def step_files(run_dir: str | Path) -> dict[int, Path]:
     """The per-step records (probes/stepfile.py), one file per rank."""
     return _rank_files(run_dir, _STEP_FILE)
+
+
+def heartbeat_files(run_dir: str | Path) -> dict[int, Path]:
+    """The activity counters (probes/heartbeat.py), one file per rank."""
+    return _rank_files(run_dir, _HEARTBEAT_FILE)
+
+
+def bytes_written(pid: int) -> int | None:
+    """What a process has written so far (`wchar` of /proc/<pid>/io: its output, its files, its pipes);
+    None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _rows(lines: Any) -> list[dict[str, Any]]:
@@ -108,11 +128,15 @@ class EventTail:
         self.pids: dict[int, int] = {}
         self.finishing: set[int] = set()  # ranks whose script has ended while their probes finish
         self.exited: set[int] = set()
+        self.beats: dict[int, int] = {}  # rank -> its activity counter (probes/heartbeat.py)
+        self.written: dict[int, int] = {}  # rank -> bytes its main process had written
 
     def poll(self) -> bool:
-        """Read what was appended since the last call; True if a new optimizer step was seen, or a rank's
-        probes finished their end-of-run work (the hang clock starts again from there)."""
+        """Read what was appended since the last call; True on progress: a new optimizer step, other
+        training activity (a forward of a tracked model, a backward: the heartbeat counters), the script's
+        own output, or a rank's probes finishing their end-of-run work (the hang clock starts again)."""
         progressed = self._poll_steps()
+        progressed = self._poll_activity() or progressed
         for rank, path in event_files(self.run_dir).items():
             data = self._new_bytes(path, ("events", rank))
             if not data:
@@ -135,6 +159,23 @@ class EventTail:
                     self.exited.add(rank)
                     progressed = True
         return progressed
+
+    def _poll_activity(self) -> bool:
+        """Heartbeat counters that moved, and main processes that wrote (output, files) since the last poll."""
+        active = False
+        for rank, path in heartbeat_files(self.run_dir).items():
+            value = read_heartbeat(str(path))
+            if value is not None and value != self.beats.get(rank, 0):
+                self.beats[rank] = value
+                active = True
+        for rank, pid in self.pids.items():
+            written = bytes_written(pid)
+            if written is None:
+                continue
+            if rank in self.written and written != self.written[rank]:
+                active = True
+            self.written[rank] = written
+        return active
 
     def _poll_steps(self) -> bool:
         progressed = False

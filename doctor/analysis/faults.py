@@ -7,7 +7,7 @@
   traceback pasted into `torchdoctor ask`, located at the user's line.
 - A fatal signal (SIGSEGV, SIGABRT, …): faulthandler's dump in
   `crash.rank<R>.txt` -> `native-crash` at the main thread's deepest user frame.
-- A hang (no optimizer step for --hang-timeout seconds): the runner sent
+- A hang (no training activity for --hang-timeout seconds): the runner sent
   SIGUSR1 and faulthandler wrote every thread's stack to
   `stacks.rank<R>.txt` -> `hang` at the main thread's deepest user frame.
 - A timeout: the same stacks, as a note (the limit was the user's).
@@ -167,7 +167,7 @@ def _stuck(run: RunEvidence, out: Analysis) -> None:
             continue
         waited = outcome.seconds_without_step or outcome.hang_timeout_s or 0.0
         since = f"after step {steps}" if steps else "since the start (no step had completed)"
-        summary = f"No optimizer step for {waited:.1f} s {since}"
+        summary = f"No training activity (optimizer step, forward, backward or output) for {waited:.1f} s {since}"
         if where:
             summary += f"; the main thread was at {_at(where)}"
         elif dump is None:

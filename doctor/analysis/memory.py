@@ -141,6 +141,8 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
     args = _growth_args(lim)
     found: list[HolderGrowth] = []
     for (name, path, function), points in _holder_series(run, rank).items():
+        if not _held_across_steps(points):
+            continue
         last = points[-1][1]
         kind = last.get("kind", "tensor")
         growth: Growth | None = None
@@ -186,6 +188,15 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         )
     order = {"graph": 0, "tensors": 1, "bytes": 2}
     return sorted(found, key=lambda h: (order[h.what], -h.growth.slope))
+
+
+def _held_across_steps(points: list[tuple[int, dict[str, Any]]]) -> bool:
+    """Whether a holder's graph outlived the steps (probes/holders.py `carried`: the graph root seen at one
+    scan was still alive at the next). A graph that is bigger every step but dies with its step (a REINFORCE
+    episode that gets longer, a batch that grows) holds nothing across steps: it is no leak. Holders without
+    graphs, and evidence from before the probe told, count as held."""
+    told = [bool(h["carried"]) for _, h in points if "carried" in h]
+    return not told or 2 * sum(told) >= len(told)
 
 
 def _regrowths(pts: list[tuple[int, int, bool]]) -> list[list[tuple[int, int, bool]]]:

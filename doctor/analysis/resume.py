@@ -1,0 +1,82 @@
+"""Whether a run's script can read a checkpoint back into training: the test that tells a resume checkpoint
+from a weights export (a best-model file, a sampling snapshot, the final weights).
+
+`check` asks it of the source alone (TD701, rules/static/rules/checkpointing.py: no torch.load, no
+load_state_dict and no resume-like name anywhere means every save is an export). At run time we know more:
+which loads ran and when. A script can resume when
+
+- the run restored a model, an optimizer, a scheduler or a scaler, or called torch.load, before its last
+  optimizer step (training went on from what it loaded);
+- the run restored an optimizer's state at any time (only a resume needs it);
+- its source names a resume (`args.resume`, `start_epoch`, `load_checkpoint(...)`, "--resume");
+- its source has a torch.load or load_state_dict call that did not run: a path this run did not take
+  (`if args.resume: ...`);
+- or the file is named as a checkpoint (`checkpoint.pt`, `last.ckpt`): the author meant it to be one.
+
+A load after the last step (`model.load_state_dict(torch.load("best.pt"))` to evaluate the best weights) is
+no resume. Reads the source through linecache, never executes it.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import re
+from functools import lru_cache
+from typing import Any
+
+# the words of check's TD701 (rules/static/rules/checkpointing.py), plus the command-line flag's spelling
+RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from", re.I)
+CHECKPOINT_NAME = re.compile(r"checkpoint|ckpt|resume", re.I)
+
+
+@lru_cache(maxsize=32)
+def _source_facts(path: str) -> tuple[bool, frozenset[int]]:
+    """(whether the file names a resume, the lines of its torch.load / load_state_dict calls)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
+        return False, frozenset()
+    names_resume = False
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        text = None
+        if isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute):
+            text = node.attr
+            if node.attr == "load_state_dict" or (
+                    node.attr == "load" and isinstance(node.value, ast.Name) and node.value.id == "torch"):
+                lines.add(node.lineno)
+        elif isinstance(node, ast.arg):
+            text = node.arg
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 64:
+            text = node.value
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            text = node.name
+        if text and RESUME_WORDS.search(text):
+            names_resume = True
+    return names_resume, frozenset(lines)
+
+
+def can_resume(script: str | None, saves: list[dict[str, Any]], loads: list[dict[str, Any]],
+               restores: list[dict[str, Any]], final_step: int) -> bool:
+    """Whether the script can read its checkpoints back into training (see the module docstring)."""
+    if any(CHECKPOINT_NAME.search(str(s.get("file") or "")) for s in saves):
+        return True
+    if any(r.get("what") == "optimizer" for r in restores):
+        return True
+    if any((e.get("at_step") or 0) < final_step for e in [*loads, *restores]):
+        return True
+    ran: dict[str, set[int]] = {}
+    for e in [*loads, *restores]:
+        site = e.get("site") or {}
+        if site.get("path"):
+            ran.setdefault(site["path"], set()).add(site.get("line"))
+    paths = {(s.get("site") or {}).get("path") for s in saves} | set(ran) | {script}
+    for path in sorted(p for p in paths if p and os.path.isfile(p)):
+        names_resume, load_lines = _source_facts(path)
+        if names_resume or load_lines - ran.get(path, set()):
+            return True
+    return False

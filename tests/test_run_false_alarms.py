@@ -1,0 +1,138 @@
+"""Healthy scripts written the ways real training code is written must not raise warning-or-worse symptoms
+(issue 13): steps through a closure (Lightning, LBFGS), accelerate's wrapped optimizer, Lightning's
+checkpoint layout, weight exports in scripts that never resume, graphs that grow with the episode, long
+validation without an optimizer step. Each scenario is a real script under tests/fixtures/run/ run
+through the CLI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.test_run_distributed import dist_run
+from tests.test_run_support import assert_sound, line_of, shared_run
+from torchdoctor import exitcodes
+
+pytestmark = pytest.mark.slow
+
+
+def ids(result) -> list[str]:
+    return [s["id"] for s in result.report["symptoms"]]
+
+
+# -- optimizer.step(closure): the gradients exist only once the closure has run ---------------------
+
+
+def test_a_closure_step_reads_the_gradients_the_closure_made(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "closure-step", "closure_step.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 8
+    assert not {"frozen-parameters", "non-differentiable", "unused-parameters"} & set(ids(result)), ids(result)
+    assert result.run["measurements"]["nan"]["grad_checks"] >= 1  # the gradients were read, not skipped
+
+
+@pytest.mark.distributed
+def test_ddp_with_a_closure_step_has_no_unused_parameters(tmp_path_factory, validate_report):
+    result = dist_run(tmp_path_factory, "closure", "-p", "distributed", "--nproc-per-node", "2", "ddp_closure.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 5
+    assert "unused-parameters" not in ids(result), result.report["symptoms"]
+
+
+# -- accelerate: the scheduler holds the wrapper, the inner optimizer fires the step hooks ---------
+
+
+def test_a_scheduler_on_accelerates_wrapped_optimizer_counts_its_steps(tmp_path_factory, validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional extra")
+    result = shared_run(tmp_path_factory, "accelerate-schedule", "accelerate_schedule.py", timeout=240)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "scheduler-order" not in ids(result), result.report["symptoms"]
+    assert result.run["measurements"]["schedule"]["summary"] == (
+        "LambdaLR: 6 steps over 6 optimizer steps, every 1 optimizer step")
+
+
+# -- checkpoints in the frameworks' layouts -------------------------------------------------------
+
+
+def test_lightnings_checkpoint_is_complete_and_named_by_its_file(tmp_path_factory, validate_report):
+    pytest.importorskip("lightning", reason="lightning is an optional extra")
+    scratch = tmp_path_factory.mktemp("lightning-root")
+    result = shared_run(tmp_path_factory, "lightning-fit", "lightning_fit.py", str(scratch), timeout=240)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12  # 3 epochs of 4 batches, stepped through Lightning's closure
+    assert not {"checkpoint-incomplete", "frozen-parameters", "non-differentiable"} & set(ids(result)), (
+        result.report["symptoms"])
+    saved = result.run["measurements"]["checkpoint"]
+    assert {"model", "optimizer", "scheduler", "epoch", "step"} <= set(saved["last_save_holds"])
+    assert "epoch=2-step=12.ckpt" in saved["summary"] and "BytesIO" not in saved["summary"]
+
+
+def test_a_checkpoint_written_as_several_files_per_step_is_one_checkpoint(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("split-checkpoint")
+    result = shared_run(tmp_path_factory, "split-checkpoint", "split_checkpoint.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["checkpoint"]["saves"] == 12
+    assert "checkpoint-incomplete" not in ids(result), result.report["symptoms"]
+
+
+# -- weight exports in a script that never resumes -----------------------------------------------
+
+
+def test_best_model_exports_in_a_script_that_never_resumes_are_not_checkpoints(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("export-best")
+    result = shared_run(tmp_path_factory, "export-best", "export_best.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["checkpoint"]["saves"] >= 4  # the saves were seen, and judged exports
+    assert "checkpoint-incomplete" not in ids(result), result.report["symptoms"]
+
+
+def test_weights_only_saves_in_a_script_with_a_resume_path_are_still_incomplete(tmp_path_factory, validate_report):
+    scratch = tmp_path_factory.mktemp("resume-untaken")
+    result = shared_run(tmp_path_factory, "resume-untaken", "resume_untaken.py", str(scratch))
+    assert_sound(result, validate_report, exitcodes.OK)
+    incomplete = result.symptoms("checkpoint-incomplete")
+    assert len(incomplete) == 1, result.report["symptoms"]
+    assert "optimizer" in incomplete[0]["evidence"][0]["values"]["missing"]
+
+
+# -- a graph that grows with the episode, not across steps ----------------------------------------
+
+
+def test_a_longer_episode_each_step_is_not_a_memory_leak(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "growing-episode", "growing_episode.py", "-p", "memory")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 40
+    assert result.run["measurements"]["memory"]["scans"] >= 10  # the holders were scanned every step
+    assert "memory-growth" not in ids(result), result.report["symptoms"]
+
+
+# -- the watchdog: progress is any training activity, not only an optimizer step -------------------
+
+
+def test_long_validation_and_output_without_a_step_are_not_a_hang(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "long-validation", "long_validation.py", "--hang-timeout", "2")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["stopped"] == "completed"  # 4 s of forwards, then 4 s of output, each past the 2 s limit
+    assert result.run["steps_completed"] == 5
+    assert "hang" not in ids(result)
+    assert not any(name.startswith("heartbeat.") for name in os.listdir(result.run_dir))  # the counters are gone
+
+
+def test_a_script_that_blocks_after_validation_is_still_a_hang(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "long-validation-block", "long_validation.py", "--hang-timeout", "2",
+                        "--", "--block")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert result.run["stopped"] == "hang" and result.run["steps_completed"] == 3
+    hang = result.symptoms("hang")
+    assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("long_validation.py", "threading.Event().wait()")
+
+
+# -- a metric module called on the loss is no model under evaluation --------------------------------
+
+
+def test_a_parameterless_metric_on_the_loss_is_not_evaluation_without_no_grad(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "metric-on-loss", "metric_on_loss.py")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert "eval-without-no-grad" not in ids(result), result.report["symptoms"]
