@@ -16,6 +16,11 @@ opt = torch.optim.Adam(dalle.parameters(), lr=3e-4)
 scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=10)
 out_dir = tempfile.mkdtemp()
 DALLE_OUTPUT_FILE_NAME = os.path.join(out_dir, "dalle.pt")
+DALLE_PATH = None  # --dalle_path: the original resumes from a checkpoint of its own when given one
+RESUME = DALLE_PATH is not None and os.path.exists(DALLE_PATH)
+if RESUME:
+    loaded_obj = torch.load(DALLE_PATH, weights_only=True)
+    dalle.load_state_dict(loaded_obj["weights"])  # the optimizer and the epoch are not restored
 
 
 def save_model(path):

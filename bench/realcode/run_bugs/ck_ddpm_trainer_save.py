@@ -31,6 +31,13 @@ class Trainer:
         }
         torch.save(data, os.path.join(self.results_folder, f"model-{milestone}.pt"))  # BUG
 
+    def load(self, milestone):
+        # as in the original: step, model and ema come back, the optimizer's state does not
+        data = torch.load(os.path.join(self.results_folder, f"model-{milestone}.pt"), weights_only=True)
+        self.step = data["step"]
+        self.model.load_state_dict(data["model"])
+        self.ema.load_state_dict(data["ema"])
+
     def train(self):
         while self.step < self.train_num_steps:
             x = torch.randn(8, 16)
