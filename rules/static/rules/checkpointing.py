@@ -9,6 +9,7 @@ import re
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import Index, Loop, dotted, is_constant, kwarg, looks_like_model
 from torchdoctor.rules.static.patterns import latest_value
+from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
 
 _COUNTER = re.compile(r"epoch|step|iter", re.I)
@@ -447,26 +448,10 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
         return  # a file this single-process script writes itself: saved and loaded by the same setup
     if _per_rank_path(index, path) or _saves_host_tensors(index, path):
         return  # each rank reads back its own file, saved from its own device; or tensors saved from the CPU
-    if any(other is not node and kwarg(other, "map_location", 1) is not None and _other_branch(index, node, other)
+    if any(other is not node and kwarg(other, "map_location", 1) is not None and _exclusive(index, node, other)
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
     ctx.report(node, variable=_load_call(ctx, node), reason=reason)
-
-
-def _other_branch(index: Index, a: ast.AST, b: ast.AST) -> bool:
-    """`a` and `b` sit in the two branches of one `if` (`if args.gpu is None: ... else: ...`)."""
-    side: dict[ast.AST, bool] = {}
-    child = a
-    for anc in index.ancestors(a):
-        if isinstance(anc, ast.If):
-            side[anc] = child in anc.body
-        child = anc
-    child = b
-    for anc in index.ancestors(b):
-        if isinstance(anc, ast.If) and anc in side:
-            return side[anc] != (child in anc.body)
-        child = anc
-    return False
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:

@@ -9,6 +9,7 @@ import re
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
 GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{""")
@@ -544,10 +545,6 @@ def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
     ctx.report(first[1], **values)
-
-
-def _position(node: ast.AST) -> tuple[int, int]:
-    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
 
 def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str, str]] | None:
