@@ -614,18 +614,6 @@ def _bce_on_sigmoid(node: ast.Call, ctx: Context) -> None:
 # -- TD606 -------------------------------------------------------------------------------------
 
 
-def _eval_mode_before(index: Index, loop_node: ast.AST, scope: ast.AST) -> ast.Call | None:
-    """The last `model.eval()` (no arguments) before the loop in its scope, when no `.train()` came after it."""
-    calls = [
-        c for c in index.method_calls("eval") + index.method_calls("train")
-        if index.scope_of(c) is scope and c.lineno < loop_node.lineno and index.is_model(c.func.value)  # type: ignore[attr-defined]
-    ]
-    if not calls:
-        return None
-    last = max(calls, key=lambda c: (c.lineno, c.col_offset))
-    return last if last.func.attr == "eval" and not last.args and not last.keywords else None  # type: ignore[attr-defined]
-
-
 @rule("TD606", ast.Module)
 def training_in_validation(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -634,7 +622,7 @@ def training_in_validation(node: ast.Module, ctx: Context) -> None:
     for loop in index.loops.values():
         if not (loop.has_backward or loop.has_step) or not is_eval_word(loop.source):
             continue
-        mode = _eval_mode_before(index, loop.node, loop.scope)
+        mode = index.eval_mode_before(loop)
         if mode is None:
             continue  # a loader named `test_*` without eval mode: test-time training is deliberate
         update = next((c for c in loop.calls if c in backward or c in steps), None)

@@ -218,17 +218,17 @@ class Loops:
         if loop.source is None:
             # `for i in range(n): batch = next(val_iter)` inside `def _valid_epoch(self)` after `self.model.eval()`:
             # both the function's name and the mode say evaluation, whatever the loop counts.
-            return fn is not None and is_eval_word(fn.name) and self._eval_mode_before(loop)
+            return fn is not None and is_eval_word(fn.name) and self.eval_mode_before(loop) is not None
         if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
             return True
         if not loop.iterates_loader:
             return False
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
-        return self._eval_mode_before(loop)
+        return self.eval_mode_before(loop) is not None
 
-    def _eval_mode_before(self, loop: Loop) -> bool:
-        """`model.eval()` earlier in the loop's scope, and no `model.train()` since."""
+    def eval_mode_before(self, loop: Loop) -> ast.Call | None:
+        """The `model.eval()` earlier in the loop's scope that is still in force (no `model.train()` since)."""
         mode_calls = [
             c
             for c in self.method_calls("eval") + self.method_calls("train")
@@ -238,8 +238,9 @@ class Loops:
         ]
         if mode_calls:
             last = max(mode_calls, key=_position)
-            return last.func.attr == "eval" and not last.args  # type: ignore[attr-defined]
-        return False
+            if last.func.attr == "eval" and not last.args and not last.keywords:  # type: ignore[attr-defined]
+                return last
+        return None
 
     def training_loops(self) -> list[Loop]:
         return [lp for lp in self.loops.values() if lp.trains]
