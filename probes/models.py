@@ -42,6 +42,15 @@ def is_compiled(module: Any) -> bool:
     return getattr(module, "_orig_mod", None) is not None
 
 
+def called_parts(torch: Any, module: Any) -> list[Any]:
+    """The modules a script calls for `module`'s forward: itself, or, for a container with no
+    forward of its own (`nn.ModuleDict`, `nn.ModuleList`), its children, recursively."""
+    unimplemented = getattr(torch.nn.modules.module, "_forward_unimplemented", None)
+    if getattr(type(module), "forward", None) is not unimplemented:
+        return [module]
+    return [part for child in module.children() for part in called_parts(torch, child)]
+
+
 def find_models(torch: Any, params: list[Any]) -> list[Any]:
     """Top-level modules owning any of `params`, in the order their first parameter appears."""
     wanted = {id(p) for p in params}

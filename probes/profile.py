@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchdoctor.probes.base import Probe
-from torchdoctor.probes.models import ModelMap, is_compiled
+from torchdoctor.probes.models import ModelMap, called_parts, is_compiled
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch
 from torchdoctor.probes.syncs import SyncCounter
 
@@ -215,8 +215,10 @@ class ProfileProbe(Probe):
             if w["compiled"] and not is_compiled(root):
                 w["notes"].append(f"forward of `{names.label(root)}` not timed: it runs inside compiled code")
                 continue
-            w["handles"].append(root.register_forward_pre_hook(self._fw_pre))
-            w["handles"].append(root.register_forward_hook(self._fw_post))
+            # A ModuleDict of parts is never called itself: its parts' forwards are the forward.
+            for part in called_parts(self.torch, root):
+                w["handles"].append(part.register_forward_pre_hook(self._fw_pre))
+                w["handles"].append(part.register_forward_hook(self._fw_post))
         w["models"] = names.root_labels
 
     def _fw_pre(self, module: Any, args: Any) -> None:
