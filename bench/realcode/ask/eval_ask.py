@@ -16,6 +16,7 @@ questions put to reports that state a symptom, an error or a topic (every kind b
 
     python bench/realcode/ask/eval_ask.py            # figures per split, per source, per kind
     python bench/realcode/ask/eval_ask.py --misses   # also list the dev misses (never heldout)
+    python bench/realcode/ask/eval_ask.py --dev --misses  # while tuning: dev figures only
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def rate(hits: int, total: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--misses", action="store_true", help="list the dev reports routed wrongly")
+    parser.add_argument("--dev", action="store_true", help="print the dev split only (while tuning)")
     args = parser.parse_args()
 
     reports = load()
@@ -78,7 +80,7 @@ def main() -> None:
 
     sources = {r["where"] for r in reports}
     print(f"{len(reports)} reports from {len(sources)} repositories and sites")
-    for split in ("dev", "heldout"):
+    for split in ("dev",) if args.dev else ("dev", "heldout"):
         print(f"\n{split}: lenient top-1 {rate(*by_split[split])}")
         for (s, source), (hits, total) in sorted(by_source.items()):
             if s == split:
@@ -87,9 +89,10 @@ def main() -> None:
             if s == split:
                 print(f"  kind   {kind:11} {rate(hits, total)}")
         print(f"  clarifying question on reports that state a symptom or topic: {rate(*asked_stated[split])}")
-    total_asked = sum(v[0] for v in asked_stated.values())
-    total_stated = sum(v[1] for v in asked_stated.values())
-    print(f"\nall: clarifying question on reports that state a symptom or topic: {rate(total_asked, total_stated)}")
+    if not args.dev:
+        total_asked = sum(v[0] for v in asked_stated.values())
+        total_stated = sum(v[1] for v in asked_stated.values())
+        print(f"\nall: clarifying question on reports that state a symptom or topic: {rate(total_asked, total_stated)}")
     if args.misses:
         print(f"\ndev misses ({len(misses)}):")
         for report, answered in misses:
