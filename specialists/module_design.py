@@ -76,6 +76,8 @@ def _shape_facts(case: Case) -> tuple[str, int | None]:
 
 @SPECIALIST.handles("shape-mismatch")
 def shape_mismatch(case: Case) -> Advice:
+    if "stack-unequal" in case.sources:
+        return _unequal_samples(case)
     module = case.text("module")
     where = case.at()
     facts = "Tensor shapes do not fit"
@@ -119,6 +121,62 @@ def shape_mismatch(case: Case) -> Advice:
             "    m.register_forward_hook(lambda mod, i, o, name=name: print(name, tuple(o.shape)) if torch.is_tensor(o) else None)\n"
             "model(torch.zeros(2, *input_shape))",
         ],
+    )
+
+
+def _unequal_samples(case: Case) -> Advice:
+    """torch.stack of samples with different shapes: almost always the DataLoader's default collate_fn
+    batching variable-size samples, so the fix is in the batching, not in any layer's in_features."""
+    shape_a, shape_b = case.dims("shape_a"), case.dims("shape_b")
+    where = case.at()
+    facts = "torch.stack got samples of different shapes"
+    if shape_a and shape_b:
+        facts += f" ({_shape(shape_a)} and {_shape(shape_b)})"
+    if where:
+        facts += f" at {where}"
+    facts += (
+        ": the DataLoader's collate_fn stacks the samples of a batch into one tensor, so variable-length "
+        "sequences, images of different sizes or a varying number of boxes per image cannot be batched as they are."
+    )
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Pad each batch to its longest sample in a collate_fn",
+                snippet=(
+                    "from torch.nn.utils.rnn import pad_sequence\n\n"
+                    "def pad_collate(batch):                      # module level, so workers can pickle it\n"
+                    "    xs, ys = zip(*batch)\n"
+                    "    lengths = torch.tensor([len(x) for x in xs])\n"
+                    "    xs = pad_sequence(xs, batch_first=True, padding_value=0)\n"
+                    "    return xs, lengths, torch.stack(ys)\n\n"
+                    "loader = DataLoader(dataset, batch_size=32, collate_fn=pad_collate)"
+                ),
+                why="Padding to the longest sample of each batch keeps every sample; pass the lengths (or a mask) "
+                "so the model and the loss ignore the padding.",
+                verify="for batch in loader: runs over a whole epoch, and the padded positions are masked out.",
+                location=case.location,
+            ),
+            Fix(
+                title="Keep per-sample targets of varying size as a list",
+                snippet=(
+                    "def detection_collate(batch):\n"
+                    "    images, targets = zip(*batch)\n"
+                    "    return torch.stack(images), list(targets)   # boxes per image stay separate"
+                ),
+                why="Targets with a different count per sample (boxes, keypoints) should not be stacked at all.",
+                verify="The loss receives one target tensor per image.",
+                applies_when="The mismatched dimension is a count of objects, not a length or a size.",
+            ),
+            Fix(
+                title="Or make the samples one size in the dataset",
+                snippet="transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])",
+                why="Images (or crops) of one fixed size stack with the default collate_fn.",
+                verify="Every dataset[i][0].shape is the same.",
+                applies_when="Resizing or cropping does not lose what the model needs.",
+            ),
+        ],
+        ["Print the shapes of a few samples: `print([tuple(dataset[i][0].shape) for i in range(8)])`."],
     )
 
 
