@@ -20,10 +20,7 @@ clarifying question instead of a guess.
 
 from __future__ import annotations
 
-import marshal
-import os
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -193,27 +190,14 @@ def vocabulary() -> Vocabulary:
 
 def _vocabulary_data() -> dict[str, Any]:
     """Tokenising every phrase and building the typo index costs more than the rest of `ask`:
-    the result is cached beside the TOML marshal cache, keyed by phrases.toml and this module."""
-    source = catalog.DATA / "phrases.toml"
-    st, code = source.stat(), Path(__file__).stat()
-    cache_dir = catalog.DATA / "__pycache__"
-    cached = cache_dir / f"vocabulary.{st.st_mtime_ns}.{st.st_size}.{code.st_mtime_ns}.marshal"
-    try:
-        return marshal.loads(cached.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    data = _build_vocabulary(catalog.load_toml("phrases.toml"))
-    if not sys.dont_write_bytecode:
-        try:
-            cache_dir.mkdir(exist_ok=True)
-            for old in cache_dir.glob("vocabulary.*.marshal"):
-                old.unlink(missing_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps(data))
-            os.replace(tmp, cached)
-        except (OSError, ValueError):
-            pass  # read-only install: build every time
-    return data
+    the result is precompiled once (rules/cache.py), keyed by phrases.toml and this module."""
+    from torchdoctor.rules.cache import cached
+
+    return cached(
+        "vocabulary",
+        [catalog.DATA / "phrases.toml", Path(__file__)],
+        lambda: _build_vocabulary(catalog.load_toml("phrases.toml")),
+    )
 
 
 def _build_vocabulary(data: dict[str, Any]) -> dict[str, Any]:
@@ -986,7 +970,8 @@ def triage(text: str) -> Triage:
     if logged:
         frame = user_frame(log.text, hits[0].match.start()) if hits else None
         frame = frame or user_frame(log.text)
-    if frame is not None or _own_words(log, hits) >= _OWN_WORDS:
+    own = _own_words(log, hits) if hits or logged else len(tokens(prose))
+    if frame is not None or own >= _OWN_WORDS:
         contexts.append("user-code")  # a frame of theirs, or their own words: not a bare message
     if hits:
         error_symptoms, error_contexts = _symptoms_of(hits)
