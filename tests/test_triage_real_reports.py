@@ -218,3 +218,16 @@ def test_an_nccl_error_without_a_version_tail_is_still_read():
 def test_one_word_is_not_two_facts():
     """'restarted' is both a resume word and a jump word; alone it is not 'loss jumps after resuming'."""
     assert "checkpoint-incomplete" not in symptom_ids("one rank died with an NCCL error and the job was not restarted")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "torch.compile hits cache_size_limit and then the step is slow",
+        "my compiled model keeps hitting the dynamo cache limit",
+        "accumulated_cache_size_limit reached with many modules",
+    ],
+)
+def test_compile_limits_and_caches_are_recompiles_for_profiling(text):
+    assert "recompile" in symptom_ids(text)
+    assert first_route(text) == "profiling"
