@@ -280,6 +280,8 @@ def _concept_spans(text: str) -> dict[str, tuple[str, list[int]]]:
             positions.append(i)
         if tok.isdigit() or tok.endswith("%") or tok in ("percent", "pct"):
             found.setdefault("number", (tok, []))[1].append(i)
+            if not tok.isdigit():  # '20%', '20 percent': a share, as of the GPU's time
+                found.setdefault("percent", (tok, []))[1].append(i)
         elif _is_memory_size(tok) or (tok in _SIZE_UNITS and i and toks[i - 1].isdigit()):  # '12gb', '1.1 GB'
             found.setdefault("memory_size", (tok, []))[1].append(i)
     return found
