@@ -76,7 +76,7 @@ def _shape_facts(case: Case) -> tuple[str, int | None]:
 
 @SPECIALIST.handles("shape-mismatch")
 def shape_mismatch(case: Case) -> Advice:
-    if "stack-unequal" in case.sources:
+    if case.sources & {"stack-unequal", "storage-not-resizable"}:
         return _unequal_samples(case)
     module = case.text("module")
     where = case.at()

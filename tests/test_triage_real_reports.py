@@ -231,3 +231,14 @@ def test_one_word_is_not_two_facts():
 def test_compile_limits_and_caches_are_recompiles_for_profiling(text):
     assert "recompile" in symptom_ids(text)
     assert first_route(text) == "profiling"
+
+
+def test_a_non_resizable_storage_in_a_worker_is_the_same_batching_problem():
+    text = WORKER_TRACEBACK.replace(
+        "RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 and [3, 256, 256] at entry 1",
+        "RuntimeError: Trying to resize storage that is not resizable",
+    )
+    report = build_report(text)
+    assert report.route[0].specialist == "module-design"
+    assert "pad_sequence" in (report.reports[0].fixes[0].snippet or "")
+    assert str(report.symptoms[0].location) == "/home/me/proj/data/batching.py:33"
