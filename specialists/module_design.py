@@ -246,6 +246,54 @@ def frozen(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("freeze-layers")
+def freeze_layers(case: Case) -> Advice:
+    return Advice(
+        "To freeze part of a model, its parameters stop requiring gradients, the optimizer gets only what still "
+        "trains, and its BatchNorm layers stop updating their running statistics (requires_grad alone does not "
+        "stop those).",
+        [
+            Fix(
+                title="Freeze the backbone and optimise only what trains",
+                snippet=(
+                    "for p in model.backbone.parameters():\n"
+                    "    p.requires_grad_(False)\n"
+                    "optimizer = torch.optim.AdamW((p for p in model.parameters() if p.requires_grad), lr=lr)"
+                ),
+                why="Frozen parameters get no .grad and no optimizer state (less memory); an optimizer built over "
+                "model.parameters() would still apply weight decay to them.",
+                verify="sum(p.numel() for p in model.parameters() if p.requires_grad) counts only the head.",
+                location=case.location,
+            ),
+            Fix(
+                title="Keep frozen BatchNorm layers in eval mode",
+                snippet=(
+                    "class Finetuned(nn.Module):\n"
+                    "    def train(self, mode: bool = True):\n"
+                    "        super().train(mode)\n"
+                    "        self.backbone.eval()   # running mean/var stay as pretrained\n"
+                    "        return self"
+                ),
+                why="model.train() puts every BatchNorm back in training mode, where it keeps updating its running "
+                "statistics even with requires_grad=False.",
+                verify="backbone BatchNorm running_mean is unchanged after an epoch.",
+            ),
+            Fix(
+                title="Unfreeze later with its own learning rate",
+                snippet=(
+                    "for p in model.backbone.parameters():\n"
+                    "    p.requires_grad_(True)\n"
+                    "optimizer.add_param_group({'params': list(model.backbone.parameters()), 'lr': lr / 10})"
+                ),
+                why="Parameters unfrozen after the optimizer was built are not in its param groups until added.",
+                verify="len(optimizer.param_groups) grows by one and the backbone's weights change after a step.",
+                applies_when="Gradual unfreezing after the head has trained for a while.",
+            ),
+        ],
+        ["Print what trains: `print([n for n, p in model.named_parameters() if p.requires_grad])`."],
+    )
+
+
 @SPECIALIST.handles("forward-called-directly")
 def forward_direct(case: Case) -> Advice:
     where = case.at("The code")

@@ -242,3 +242,16 @@ def test_a_non_resizable_storage_in_a_worker_is_the_same_batching_problem():
     assert report.route[0].specialist == "module-design"
     assert "pad_sequence" in (report.reports[0].fixes[0].snippet or "")
     assert str(report.symptoms[0].location) == "/home/me/proj/data/batching.py:33"
+
+
+def test_how_to_freeze_layers_is_answered_not_read_as_a_hang_or_a_bug():
+    report = build_report("How can I freeze the weights of the backbone while fine-tuning?")
+    ids = [s.id for s in report.symptoms]
+    assert ids[0] == "freeze-layers" and "hang" not in ids
+    advice = report.reports[0]
+    assert "requires_grad_(False)" in (advice.fixes[0].snippet or "")
+    assert not advice.fixes[0].title.lower().startswith("unfreeze")
+
+
+def test_a_training_run_that_freezes_is_still_a_hang():
+    assert symptom_ids("training freezes at the start of epoch 2, no error")[0] == "hang"
