@@ -7,7 +7,7 @@ verbatim) of a real report from a GitHub issue or a forum thread, with its addre
   something), or `vague` (states neither: the right answer is one clarifying question).
 - `expected`: the specialist a careful triage routes to first; `accept`: others that are also a
   fair first stop (a report that straddles two rows of the routing table).
-- `split`: `heldout` for a third of the reports chosen by a hash of the address (never by
+- `split`: `heldout` when int(sha256(url)) % 3 == 0 — a third chosen by its address (never by
   difficulty); those are never tuned on, only their aggregate figure is read.
 
 Lenient top-1: the first specialist of the route is `expected` or one of `accept`, with no question
