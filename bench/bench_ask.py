@@ -2,9 +2,9 @@
 
 Runs the installed console script end to end (stdout captured) on a few different texts,
 a pasted traceback among them, alternating with the baseline, N times each, after a warm-up
-with PYTHONDONTWRITEBYTECODE removed from the environment so that .pyc files and the TOML
-marshal cache in rules/data/__pycache__ exist, as on a user's machine. Prints both medians
-and the median ratio (goal: <= 1.5).
+with PYTHONDONTWRITEBYTECODE removed from the environment so that .pyc files exist and the rule
+data is precompiled (rules/cache.py: the user cache directory), as on a user's machine. Prints
+both medians and the median ratio (goal: <= 1.5).
 
     python bench/bench_ask.py [-n 30]
 """

@@ -7,8 +7,12 @@ import sys
 
 MAX_BYTES = 512 * 1024  # a traceback is a few KiB; a whole log should be cut to its end
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+# Control characters a pasted log may carry (a terminal bell, a form feed, a stray escape): stripped like
+# ANSI colour codes. Only when they are a sizeable share of the text is it binary rather than a log.
+_CONTROL = re.compile(r"[\x01-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+BINARY_SHARE = 0.05  # more control characters than this share of the text: binary, not a pasted log
+BINARY_MIN = 8  # ... and at least this many (a short paste with one bell is still text)
 
 
 class InputError(ValueError):
@@ -65,21 +69,26 @@ def _overwritten(text: str) -> str:
 
 
 def clean(text: str, where: str = "the text") -> str:
-    """Strip terminal colour codes and carriage returns; reject other control characters."""
+    """Strip terminal colour codes, carriage returns and stray control characters; refuse binary."""
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:  # argv bytes that were not UTF-8 arrive as lone surrogates
         raise InputError(f"{where} is not UTF-8 text (invalid byte at character {exc.start}).") from None
     if size > MAX_BYTES:
         raise InputError(f"{where} is longer than {MAX_BYTES // 1024} KiB; pass the end of the log instead.")
+    if "\x00" in text:
+        raise InputError(f"{where} contains NUL bytes: it looks like a binary file, not text.")
     text = _overwritten(_ANSI.sub("", text).replace("\r\n", "\n"))
-    bad = _CONTROL.search(text)
-    if bad:
-        raise InputError(
-            f"{where} contains a control character (U+{ord(bad.group()):04X} at offset {bad.start()}): not plain text."
-        )
-    if "\x1b" in text:
-        raise InputError(f"{where} contains a stray escape character: not plain text.")
+    controls = len(_CONTROL.findall(text))
+    if controls > max(BINARY_MIN, len(text) * BINARY_SHARE):
+        raise InputError(f"{where} is mostly control characters ({controls} of {len(text)}): it looks binary, not text.")
+    if controls:
+        text = _CONTROL.sub(_control_replacement, text)
     if not text.strip():
         raise InputError(f"{where} is empty: describe the problem or paste the error message.")
     return text
+
+
+def _control_replacement(match: re.Match[str]) -> str:
+    """A vertical tab or form feed separates lines; every other control character is dropped."""
+    return "\n" if match.group() in "\x0b\x0c" else ""

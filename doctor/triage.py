@@ -20,10 +20,7 @@ clarifying question instead of a guess.
 
 from __future__ import annotations
 
-import marshal
-import os
 import re
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,11 +28,12 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.model import Choice, Evidence, Question, Symptom
+from torchdoctor.model import Choice, Evidence, Location, Question, Symptom
 from torchdoctor.rules import catalog
 
 ACCEPT = 0.5  # a symptom below this score is not routed on
 PROSE_LIMIT = 4000  # characters of a pasted log's own prose read as a description
+_OWN_WORDS = 3  # words of the user's own beside an error that make it a report about their code
 
 
 @dataclass
@@ -157,6 +155,9 @@ def tokens(text: str) -> list[str]:
     return out
 
 
+_SIZE_UNITS = frozenset(("gib", "mib", "gb", "mb", "g", "tb", "tib"))
+
+
 def _is_memory_size(tok: str) -> bool:
     """'12gb', '80gib', '512mb', '24g'."""
     for unit in ("gib", "mib", "gb", "mb", "g"):
@@ -189,27 +190,14 @@ def vocabulary() -> Vocabulary:
 
 def _vocabulary_data() -> dict[str, Any]:
     """Tokenising every phrase and building the typo index costs more than the rest of `ask`:
-    the result is cached beside the TOML marshal cache, keyed by phrases.toml and this module."""
-    source = catalog.DATA / "phrases.toml"
-    st, code = source.stat(), Path(__file__).stat()
-    cache_dir = catalog.DATA / "__pycache__"
-    cached = cache_dir / f"vocabulary.{st.st_mtime_ns}.{st.st_size}.{code.st_mtime_ns}.marshal"
-    try:
-        return marshal.loads(cached.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    data = _build_vocabulary(catalog.load_toml("phrases.toml"))
-    if not sys.dont_write_bytecode:
-        try:
-            cache_dir.mkdir(exist_ok=True)
-            for old in cache_dir.glob("vocabulary.*.marshal"):
-                old.unlink(missing_ok=True)
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps(data))
-            os.replace(tmp, cached)
-        except (OSError, ValueError):
-            pass  # read-only install: build every time
-    return data
+    the result is precompiled once (rules/cache.py), keyed by phrases.toml and this module."""
+    from torchdoctor.rules.cache import cached
+
+    return cached(
+        "vocabulary",
+        [catalog.DATA / "phrases.toml", Path(__file__)],
+        lambda: _build_vocabulary(catalog.load_toml("phrases.toml")),
+    )
 
 
 def _build_vocabulary(data: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +280,9 @@ def _concept_spans(text: str) -> dict[str, tuple[str, list[int]]]:
             positions.append(i)
         if tok.isdigit() or tok.endswith("%") or tok in ("percent", "pct"):
             found.setdefault("number", (tok, []))[1].append(i)
-        elif _is_memory_size(tok):
+            if not tok.isdigit():  # '20%', '20 percent': a share, as of the GPU's time
+                found.setdefault("percent", (tok, []))[1].append(i)
+        elif _is_memory_size(tok) or (tok in _SIZE_UNITS and i and toks[i - 1].isdigit()):  # '12gb', '1.1 GB'
             found.setdefault("memory_size", (tok, []))[1].append(i)
     return found
 
@@ -314,7 +304,7 @@ def _negated(toks: list[str], i: int, vocab: Vocabulary) -> bool:
 class Signature:
     """One row of signatures.toml; its regular expression is compiled on first use."""
 
-    __slots__ = ("id", "needle", "pattern", "symptoms", "contexts", "priority", "summary", "units", "derive")
+    __slots__ = ("id", "needle", "pattern", "symptoms", "contexts", "priority", "summary", "units", "derive", "example")
 
     def __init__(self, row: dict[str, Any]):
         self.id: str = row["id"]
@@ -326,6 +316,7 @@ class Signature:
         self.summary: str = row["summary"]
         self.units: dict[str, str] = row.get("units", {})
         self.derive: str | None = row.get("derive")
+        self.example: str = row.get("example", "")
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -796,6 +787,67 @@ def prose_of(log: Log, exclude: set[int] = frozenset()) -> str:  # type: ignore[
     return "\n".join(keep)[:PROSE_LIMIT]
 
 
+# `  File "train.py", line 88, in <module>` and the source line printed under it.
+_FRAME = _LazyRe(r'^[ \t]*File "(?P<path>[^"\n]+)", line (?P<line>\d+)(?:, in (?P<function>[^\n]*?))?[ \t]*$', re.MULTILINE)
+# Frames that are not the user's: installed packages, the standard library, torch itself (a source
+# checkout too), and interpreter pseudo-files (<frozen runpy>, <string>).
+_LIBRARY_PATH = _LazyRe(
+    r"site-packages|dist-packages|[/\\]lib[/\\]python\d|^<(?!ipython-input)"
+    r"|[/\\]torch[/\\](?:nn|autograd|utils|cuda|distributed|optim|amp|_dynamo|_inductor|multiprocessing|jit|fx"
+    r"|_tensor\.py|serialization\.py|functional\.py|_utils\.py|_ops\.py|overrides\.py)"
+)
+
+
+def user_frame(text: str, before: int | None = None) -> Location | None:
+    """The last traceback frame in the user's own code (before offset `before`, if given).
+
+    Frames in installed packages, the standard library and torch are skipped, so a DataLoader
+    worker's re-raised traceback ("Original Traceback ...") points at the user's __getitem__ or
+    collate_fn, not at torch/utils/data.
+    """
+    found = None
+    for m in _FRAME.finditer(text):
+        if before is not None and m.start() > before:
+            break
+        path = m["path"].strip()
+        if _LIBRARY_PATH.search(path):
+            continue
+        code = None
+        nxt = text.find("\n", m.end())
+        if nxt != -1:
+            end = text.find("\n", nxt + 1)
+            candidate = text[nxt + 1 : end if end != -1 else len(text)]
+            if candidate.strip() and candidate[:1] in " \t" and not _FRAME.match(candidate):
+                code = candidate.strip()
+        found = Location(path=path, line=int(m["line"]), function=(m["function"] or None), code=code)
+    return found
+
+
+_EXCEPTION_PREFIX = _LazyRe(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Warning)\b:?", re.MULTILINE)
+
+
+def _own_words(log: Log, hits: list[Hit]) -> int:
+    """Words of the user's own around the errors: the text less the matched messages (and the rest of
+    each message, as its signature's example words it), the traceback frames with their source
+    lines, and the exception names."""
+    text = log.text
+    theirs: set[str] = set()
+    for hit in hits:
+        text = text[: hit.match.start()] + " " * (hit.match.end() - hit.match.start()) + text[hit.match.end() :]
+        theirs.update(tokens(hit.sig.example))
+    kept = []
+    skip_next = False
+    for line in text.split("\n"):
+        if skip_next:
+            skip_next = False
+            continue
+        if _FRAME.match(line):
+            skip_next = True
+            continue
+        kept.append(_EXCEPTION_PREFIX.sub(" ", line))
+    return sum(1 for t in tokens("\n".join(kept)) if t.isalpha() and len(t) > 1 and t not in theirs)
+
+
 def last_exception_message(log: Log) -> str:
     matches = list(_EXCEPTION_LINE.finditer(log.text))
     if not matches:
@@ -827,13 +879,22 @@ def _near(rule: dict[str, Any], spans: dict[str, tuple[str, list[int]]]) -> bool
     return any(all(any(abs(p - q) <= distance for q in spans[c][1]) for c in rest) for p in spans[first][1])
 
 
+def _distinct(rule: dict[str, Any], spans: dict[str, tuple[str, list[int]]]) -> bool:
+    """The rule's `all` concepts are not all one and the same word ('restarted' is both a resume and a
+    jump, but one word is not the two facts the rule combines)."""
+    names = rule.get("all", ())
+    if len(names) < 2:
+        return True
+    return len({p for c in names for p in spans[c][1]}) > 1
+
+
 def read_description(text: str) -> tuple[list[Symptom], list[str], dict[str, str]]:
     vocab = vocabulary()
     spans = _concept_spans(text)
     found = {c: words for c, (words, _) in spans.items()}
     scores: dict[str, tuple[float, str]] = {}
     for rule in vocab.patterns:
-        if not _holds(rule, found) or not _near(rule, spans):
+        if not _holds(rule, found) or not _near(rule, spans) or not _distinct(rule, spans):
             continue
         weight = float(rule.get("weight", 1.0))
         words = [found[c] for c in (*rule.get("all", ()), *rule.get("any", ())) if c in found]
@@ -907,9 +968,19 @@ def triage(text: str) -> Triage:
     described, contexts, found = read_description(prose)
     if logged:
         contexts.extend(c for c in log_contexts(log) if c not in contexts)
+    frame = None
+    if logged:
+        frame = user_frame(log.text, hits[0].match.start()) if hits else None
+        frame = frame or user_frame(log.text)
+    own = _own_words(log, hits) if hits or logged else len(tokens(prose))
+    if frame is not None or own >= _OWN_WORDS:
+        contexts.append("user-code")  # a frame of theirs, or their own words: not a bare message
     if hits:
         error_symptoms, error_contexts = _symptoms_of(hits)
         contexts.extend(c for c in error_contexts if c not in contexts)
+        if frame is not None:
+            for s in error_symptoms:
+                s.location = s.location or frame
         known = {s.id for s in error_symptoms}
         extra = [s for s in described if s.id not in known]
         for s in extra:

@@ -6,9 +6,6 @@ process) and answers look-ups.
 
 from __future__ import annotations
 
-import marshal
-import os
-import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,40 +25,18 @@ class SymptomInfo:
 
 @cache
 def load_toml(name: str) -> dict[str, Any]:
-    """Parse `data/<name>`, through a marshal cache beside it (like a .pyc).
+    """Parse `data/<name>`, once per process, through the precompiled cache (rules/cache.py)."""
+    from torchdoctor.rules.cache import cached
 
-    tomllib is pure Python and parsing the triage data costs more than the
-    rest of `torchdoctor ask`; the cache is keyed by the file's mtime and size,
-    and, like bytecode, is not written under PYTHONDONTWRITEBYTECODE or where
-    the package folder is read-only.
-    """
     path = DATA / name
-    st = path.stat()
-    cache_dir = DATA / "__pycache__"
-    cached = cache_dir / f"{name}.{st.st_mtime_ns}.{st.st_size}.marshal"
-    try:
-        return marshal.loads(cached.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    import tomllib
 
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
-    if not sys.dont_write_bytecode:
-        _write_cache(cache_dir, cached, name, data)
-    return data
+    def parse() -> dict[str, Any]:
+        import tomllib
 
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
 
-def _write_cache(cache_dir: Path, cached: Path, name: str, data: dict[str, Any]) -> None:
-    try:
-        cache_dir.mkdir(exist_ok=True)
-        for old in cache_dir.glob(f"{name}.*.marshal"):
-            old.unlink(missing_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(marshal.dumps(data))
-        os.replace(tmp, cached)
-    except (OSError, ValueError):
-        pass  # read-only install: parse every time
+    return cached(name, [path], parse)
 
 
 @cache

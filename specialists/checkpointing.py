@@ -222,6 +222,8 @@ def unsafe_load(case: Case) -> Advice:
         )
     if no_map:
         facts += " Without map_location, tensors go back to the device they were saved from, which fails or crowds GPU 0 elsewhere."
+    if "weights-only-failed" in case.sources:
+        return _weights_only_failed(case, unsupported, where)
     return Advice(
         facts,
         [
@@ -255,6 +257,63 @@ def unsafe_load(case: Case) -> Advice:
         ],
         [f"`{case.check_cmd(case.rule_code('TD7'))}` lists every torch.load and how it is called."],
     )
+
+
+def _weights_only_failed(case: Case, unsupported: str | None, where: str) -> Advice:
+    """A weights_only load already failed: repeating it is no fix. Allow-list the trusted class, or
+    load a trusted file with weights_only=False."""
+    cls = unsupported.rsplit(".", 1)[-1] if unsupported else None
+    if unsupported:
+        facts = (
+            f"{where} failed with weights_only=True (the default since PyTorch 2.6): the checkpoint holds "
+            f"`{unsupported}`, which is not a tensor or an allow-listed type."
+        )
+        module = unsupported.rsplit(".", 1)[0] if "." in unsupported else None
+        allow = (
+            (f"from {module} import {cls}\n" if module else "")
+            + f"torch.serialization.add_safe_globals([{cls}])   # only a class you trust\n"
+            "state = torch.load(path, map_location='cpu')\n\n"
+            f"# or only around this load:\nwith torch.serialization.safe_globals([{cls}]):\n"
+            "    state = torch.load(path, map_location='cpu')"
+        )
+    else:
+        facts = (
+            f"{where} failed with weights_only=True (the default since PyTorch 2.6): the file holds objects the "
+            "safe loader refuses, or is not a PyTorch checkpoint at all (a truncated download, an HTML page or a "
+            "Git LFS pointer also fails this way)."
+        )
+        allow = (
+            "print(torch.serialization.get_unsafe_globals_in_checkpoint(path))  # what the safe loader refuses\n"
+            "torch.serialization.add_safe_globals([TrainConfig])                # each class you trust\n"
+            "state = torch.load(path, map_location='cpu')"
+        )
+    fixes = [
+            Fix(
+                title=f"Allow-list {f'`{cls}`' if cls else 'the classes the checkpoint holds'} and keep the safe loader",
+                snippet=allow,
+                why="add_safe_globals (or the safe_globals context manager) lets weights_only=True rebuild exactly the "
+                "types you name, and nothing else.",
+                verify="torch.load succeeds without weights_only=False.",
+                location=case.location,
+            ),
+            Fix(
+                title="weights_only=False, only for a file you trust",
+                snippet="state = torch.load(path, map_location='cpu', weights_only=False)  # your own or a trusted file only",
+                why="It unpickles arbitrary objects, which is also how a malicious checkpoint runs code.",
+                verify="The file comes from your own training run or a source you trust.",
+                applies_when="Never for downloaded or shared checkpoints you cannot vouch for.",
+            ),
+    ]
+    if cls is None:  # no class named: the file itself may not be a checkpoint
+        fixes.append(
+            Fix(
+                title="Check that the file is a checkpoint",
+                snippet="import os, zipfile\nprint(os.path.getsize(path), zipfile.is_zipfile(path))  # a torch.save file is a zip",
+                why="'Unsupported operand' or a tiny file usually means an incomplete download or a Git LFS pointer.",
+                verify="The size matches the published file and is_zipfile is True.",
+            )
+        )
+    return Advice(facts, fixes, [f"`{case.check_cmd(case.rule_code('TD7'))}` lists every torch.load and how it is called."])
 
 
 @SPECIALIST.handles("whole-model-pickled")

@@ -76,6 +76,8 @@ def _shape_facts(case: Case) -> tuple[str, int | None]:
 
 @SPECIALIST.handles("shape-mismatch")
 def shape_mismatch(case: Case) -> Advice:
+    if case.sources & {"stack-unequal", "storage-not-resizable"}:
+        return _unequal_samples(case)
     module = case.text("module")
     where = case.at()
     facts = "Tensor shapes do not fit"
@@ -119,6 +121,62 @@ def shape_mismatch(case: Case) -> Advice:
             "    m.register_forward_hook(lambda mod, i, o, name=name: print(name, tuple(o.shape)) if torch.is_tensor(o) else None)\n"
             "model(torch.zeros(2, *input_shape))",
         ],
+    )
+
+
+def _unequal_samples(case: Case) -> Advice:
+    """torch.stack of samples with different shapes: almost always the DataLoader's default collate_fn
+    batching variable-size samples, so the fix is in the batching, not in any layer's in_features."""
+    shape_a, shape_b = case.dims("shape_a"), case.dims("shape_b")
+    where = case.at()
+    facts = "torch.stack got samples of different shapes"
+    if shape_a and shape_b:
+        facts += f" ({_shape(shape_a)} and {_shape(shape_b)})"
+    if where:
+        facts += f" at {where}"
+    facts += (
+        ": the DataLoader's collate_fn stacks the samples of a batch into one tensor, so variable-length "
+        "sequences, images of different sizes or a varying number of boxes per image cannot be batched as they are."
+    )
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Pad each batch to its longest sample in a collate_fn",
+                snippet=(
+                    "from torch.nn.utils.rnn import pad_sequence\n\n"
+                    "def pad_collate(batch):                      # module level, so workers can pickle it\n"
+                    "    xs, ys = zip(*batch)\n"
+                    "    lengths = torch.tensor([len(x) for x in xs])\n"
+                    "    xs = pad_sequence(xs, batch_first=True, padding_value=0)\n"
+                    "    return xs, lengths, torch.stack(ys)\n\n"
+                    "loader = DataLoader(dataset, batch_size=32, collate_fn=pad_collate)"
+                ),
+                why="Padding to the longest sample of each batch keeps every sample; pass the lengths (or a mask) "
+                "so the model and the loss ignore the padding.",
+                verify="for batch in loader: runs over a whole epoch, and the padded positions are masked out.",
+                location=case.location,
+            ),
+            Fix(
+                title="Keep per-sample targets of varying size as a list",
+                snippet=(
+                    "def detection_collate(batch):\n"
+                    "    images, targets = zip(*batch)\n"
+                    "    return torch.stack(images), list(targets)   # boxes per image stay separate"
+                ),
+                why="Targets with a different count per sample (boxes, keypoints) should not be stacked at all.",
+                verify="The loss receives one target tensor per image.",
+                applies_when="The mismatched dimension is a count of objects, not a length or a size.",
+            ),
+            Fix(
+                title="Or make the samples one size in the dataset",
+                snippet="transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])",
+                why="Images (or crops) of one fixed size stack with the default collate_fn.",
+                verify="Every dataset[i][0].shape is the same.",
+                applies_when="Resizing or cropping does not lose what the model needs.",
+            ),
+        ],
+        ["Print the shapes of a few samples: `print([tuple(dataset[i][0].shape) for i in range(8)])`."],
     )
 
 
@@ -185,6 +243,54 @@ def frozen(case: Case) -> Advice:
             ),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 5')}` lists parameters without gradients after backward."],
+    )
+
+
+@SPECIALIST.handles("freeze-layers")
+def freeze_layers(case: Case) -> Advice:
+    return Advice(
+        "To freeze part of a model, its parameters stop requiring gradients, the optimizer gets only what still "
+        "trains, and its BatchNorm layers stop updating their running statistics (requires_grad alone does not "
+        "stop those).",
+        [
+            Fix(
+                title="Freeze the backbone and optimise only what trains",
+                snippet=(
+                    "for p in model.backbone.parameters():\n"
+                    "    p.requires_grad_(False)\n"
+                    "optimizer = torch.optim.AdamW((p for p in model.parameters() if p.requires_grad), lr=lr)"
+                ),
+                why="Frozen parameters get no .grad and no optimizer state (less memory); an optimizer built over "
+                "model.parameters() would still apply weight decay to them.",
+                verify="sum(p.numel() for p in model.parameters() if p.requires_grad) counts only the head.",
+                location=case.location,
+            ),
+            Fix(
+                title="Keep frozen BatchNorm layers in eval mode",
+                snippet=(
+                    "class Finetuned(nn.Module):\n"
+                    "    def train(self, mode: bool = True):\n"
+                    "        super().train(mode)\n"
+                    "        self.backbone.eval()   # running mean/var stay as pretrained\n"
+                    "        return self"
+                ),
+                why="model.train() puts every BatchNorm back in training mode, where it keeps updating its running "
+                "statistics even with requires_grad=False.",
+                verify="backbone BatchNorm running_mean is unchanged after an epoch.",
+            ),
+            Fix(
+                title="Unfreeze later with its own learning rate",
+                snippet=(
+                    "for p in model.backbone.parameters():\n"
+                    "    p.requires_grad_(True)\n"
+                    "optimizer.add_param_group({'params': list(model.backbone.parameters()), 'lr': lr / 10})"
+                ),
+                why="Parameters unfrozen after the optimizer was built are not in its param groups until added.",
+                verify="len(optimizer.param_groups) grows by one and the backbone's weights change after a step.",
+                applies_when="Gradual unfreezing after the head has trained for a while.",
+            ),
+        ],
+        ["Print what trains: `print([n for n, p in model.named_parameters() if p.requires_grad])`."],
     )
 
 

@@ -176,12 +176,29 @@ def test_non_utf8_in_argv():
     assert_clean_usage_error(proc, "UTF-8")
 
 
-@pytest.mark.parametrize("char", ["\x07", "\x00", "\x1b", "\x0b"])
-def test_control_characters(char):
-    if char == "\x00":
-        assert_clean_usage_error(cli("ask", "-", input=f"loss {char} nan".encode()), "NUL")
-    else:
-        assert_clean_usage_error(cli("ask", "-", input=f"loss {char} nan".encode()))
+def test_nul_bytes_are_refused_as_binary():
+    assert_clean_usage_error(cli("ask", "-", input=b"loss \x00 nan"), "NUL")
+
+
+@pytest.mark.parametrize("char", ["\x07", "\x1b", "\x0b", "\x0c", "\x08"])
+def test_a_stray_control_character_is_stripped_not_refused(char):
+    """A pasted log with a terminal bell, a form feed or a lone escape is still a log: it is read."""
+    log = (
+        f"epoch 3{char}\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 12, in <module>\n'
+        "    loss.backward()\n"
+        f"RuntimeError: Function 'LogBackward0' returned nan values in its 0th output.{char}\n"
+    )
+    proc = cli("ask", "--format", "json", "-", input=log.encode())
+    assert proc.returncode == exitcodes.OK, proc.stderr_text
+    report = json.loads(proc.stdout_text)
+    assert report["route"][0]["specialist"] == "debugging"
+    assert char not in proc.stdout_text
+
+
+def test_text_that_is_mostly_control_characters_is_refused_as_binary():
+    assert_clean_usage_error(cli("ask", "-", input=bytes(range(1, 32)) * 20), "binary")
 
 
 @pytest.mark.parametrize("args", [["-"], [], ["--format", "json", VAGUE]])

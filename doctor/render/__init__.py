@@ -9,7 +9,6 @@ github    GitHub workflow-command annotations (check only)
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import TextIO
@@ -30,6 +29,8 @@ def wants_rich(stream: TextIO) -> bool:
 
 
 def to_json(report: Report) -> str:
+    import json  # only the json format needs it
+
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
 
 
@@ -39,6 +40,8 @@ def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> N
         stream.write(to_json(report) + "\n")
         return
     if fmt == "sarif":
+        import json
+
         from torchdoctor.render.sarif import to_sarif
 
         stream.write(json.dumps(to_sarif(report), indent=2) + "\n")
