@@ -57,7 +57,7 @@ doctor/analysis/memory.py)
   memory.
 - oom: an out-of-memory error, with the allocator's numbers.
 - fragmentation: reserved-but-unallocated above `fragmentation_fraction` of
-  reserved and `fragmentation_min_gib`, at an OOM or at the end (CUDA).
+  reserved and `fragmentation_min_gib`, at an OOM, or peak reserved vs peak allocated at the end (CUDA).
 - host-oom: killed by SIGKILL with RSS above `host_oom_rss_fraction` of the
   machine's (or cgroup's) memory.
 """

@@ -108,6 +108,14 @@ def test_a_healthy_loop_raises_none(healthy, validate_report):
     assert m["forward_fraction"] + m["backward_fraction"] + m["optimizer_fraction"] > 0.6
 
 
+def test_a_moduledict_model_called_part_by_part_has_its_forward_timed(tmp_path_factory, validate_report):
+    run = profiled(tmp_path_factory, "moduledict", "healthy_moduledict.py")
+    assert_sound(run, validate_report, exitcodes.OK)
+    m = run.run["measurements"]["profile"]
+    assert m["forward_fraction"] > 0.1, m  # was 0: the hooks sat on the container, which is never called
+    assert not run.symptoms("slow-step")
+
+
 # -- the analysis of a CUDA window, on the event the probe writes -------------------------------------
 
 

@@ -443,10 +443,16 @@ def _oom(run: RunEvidence, rank: int, out: Analysis) -> None:
         )
 
 
-def fragmentation_of(stats: dict[str, Any], lim: dict[str, Any]) -> dict[str, float] | None:
-    """Reserved-but-unallocated memory from `torch.cuda.memory_stats()` keys, if it is large."""
-    reserved = stats.get("reserved_bytes.all.current")
-    allocated = stats.get("allocated_bytes.all.current")
+def fragmentation_of(stats: dict[str, Any], lim: dict[str, Any], which: str = "current") -> dict[str, float] | None:
+    """Reserved-but-unallocated memory from `torch.cuda.memory_stats()` keys, if it is large.
+
+    `which` is "current" (at an OOM: the room the failed request could not use) or "peak" (over the
+    run: what the allocator reserved at its high-water mark beyond what tensors ever held at theirs).
+    Current figures at the end of a run are not used: once the step's activations are freed the
+    allocator keeps their blocks cached, so a healthy run ends with most of its peak reserved and idle.
+    """
+    reserved = stats.get(f"reserved_bytes.all.{which}")
+    allocated = stats.get(f"allocated_bytes.all.{which}")
     if not reserved or allocated is None:
         return None
     gap = reserved - allocated
@@ -458,15 +464,15 @@ def fragmentation_of(stats: dict[str, Any], lim: dict[str, Any]) -> dict[str, fl
         "reserved_gib": round(reserved / 2**30, 4),
         "allocated_gib": round(allocated / 2**30, 4),
         "reserved_unallocated_gib": round(gap / 2**30, 4),
-        "inactive_split_gib": round(stats.get("inactive_split_bytes.all.current", 0) / 2**30, 4),
+        "inactive_split_gib": round(stats.get(f"inactive_split_bytes.all.{which}", 0) / 2**30, 4),
     }
 
 
 def _fragmentation(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
-    candidates = [("at the OOM", e.get("cuda") or {}) for e in run.of_kind("oom", PROBE, rank)]
-    candidates.append(("at the end", _cuda_end(run, rank)))
-    for when, stats in candidates:
-        found = fragmentation_of(stats, lim)
+    candidates = [("at the OOM", "current", e.get("cuda") or {}) for e in run.of_kind("oom", PROBE, rank)]
+    candidates.append(("at the peak", "peak", _cuda_end(run, rank)))
+    for when, which, stats in candidates:
+        found = fragmentation_of(stats, lim, which)
         if found is None:
             continue
         out.symptoms.append(
