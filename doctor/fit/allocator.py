@@ -29,6 +29,14 @@ otherwise:
   `max_split_size` set, oversize cached blocks; then every cached segment
   that is wholly free; if the new segment still does not fit, that is the OOM.
 
+Which of two cached blocks of the same size gets reused depends on their
+addresses, that is, on where the CUDA driver placed their segments. That
+placement is the driver's (lazily loaded kernels and other allocations take
+address space in between), so the replay guesses it: see ADDRESS_ORDERS. Fed
+the addresses a real run got, the replay puts every block of the 13 recorded
+H100 traces at the same address as the real allocator did
+(tests/test_fit_allocator.py).
+
 Not modelled (the numbers are then a lower bound or approximate):
 - `expandable_segments:True` (segments grown by mapping pages);
 - `garbage_collection_threshold`, which frees aged blocks before the cap;
@@ -58,9 +66,17 @@ MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc: from here a segment is the request
 ROUND_LARGE = 2 << 20  # kRoundLarge: big segments are rounded up to this
 
 # Where a replay puts its first segment. Addresses only order blocks of equal
-# size (best fit takes the lowest address); any base works, a large one keeps
-# them looking like device pointers in a debugger.
-_BASE_ADDRESS = 1 << 40
+# size (best fit takes the lowest address), so any base works; this one leaves
+# room to go down as well as up.
+_BASE_ADDRESS = 1 << 56
+
+# Address orders for new segments. The allocator's logic is deterministic, but
+# which of two equal-size cached blocks it reuses depends on where the driver
+# put their segments, which the replay cannot know. On the H100 traces in
+# bench/fit/data the driver mostly hands out addresses top-down (a newer
+# segment usually lies lower), so that is the default; "ascending" is the
+# opposite guess, for a bound on how much the guess matters.
+ADDRESS_ORDERS = ("descending", "ascending")
 
 
 class AllocatorError(ValueError):
@@ -180,7 +196,11 @@ class CachingAllocator:
         *,
         max_split_size: int | None = None,
         roundup_power2_divisions: int = 0,
+        address_order: str = "descending",
+        segment_addresses: Iterable[int] | None = None,
     ) -> None:
+        if address_order not in ADDRESS_ORDERS:
+            raise ValueError(f"address_order must be one of {ADDRESS_ORDERS}, not {address_order!r}")
         self.capacity = capacity
         # None is the allocator's default, SIZE_MAX: every block may be split.
         self.max_split_size = max_split_size
@@ -190,7 +210,11 @@ class CachingAllocator:
         self.live: dict[object, _Block] = {}
         self.stats = AllocatorPeak()
         self._requested = 0
+        self._step = -1 if address_order == "descending" else 1
         self._next_address = _BASE_ADDRESS
+        # Known cudaMalloc addresses (from a recorded trace) replace the guess,
+        # so a test can check the allocator's logic alone.
+        self._addresses = iter(segment_addresses) if segment_addresses is not None else None
 
     # -- allocation ---------------------------------------------------------
 
@@ -269,8 +293,13 @@ class CachingAllocator:
         stats = self.stats
         if self.capacity is not None and stats.reserved + size > self.capacity:
             return None
-        block = _Block(self._next_address, size, pool.small)
-        self._next_address += size
+        address = next(self._addresses, None) if self._addresses is not None else None
+        if address is None:
+            # Segments never overlap: stepping by more than any segment (1 TiB)
+            # keeps them apart whichever way the addresses go.
+            address = self._next_address
+            self._next_address += self._step << 40
+        block = _Block(address, size, pool.small)
         stats.segments += 1
         stats.segment_bytes += size
         stats.segment_sizes.append(size)
@@ -358,6 +387,8 @@ def replay(
     *,
     max_split_size: int | None = None,
     roundup_power2_divisions: int = 0,
+    address_order: str = "descending",
+    segment_addresses: Iterable[int] | None = None,
 ) -> AllocatorPeak:
     """Replay ("alloc", block_id, requested_nbytes) and ("free", block_id, _)
     events, in program order on one stream, through the caching allocator.
@@ -369,9 +400,18 @@ def replay(
     `torch.OutOfMemoryError`. `max_split_size` and `roundup_power2_divisions`
     are the PYTORCH_CUDA_ALLOC_CONF settings of those names, in bytes and
     divisions.
+
+    `address_order` is the guess at where the driver puts each new segment
+    (see ADDRESS_ORDERS); `segment_addresses`, when known, are the addresses
+    it did return, in order (the trace's `segment_alloc` entries), and replace
+    the guess while they last.
     """
     allocator = CachingAllocator(
-        capacity, max_split_size=max_split_size, roundup_power2_divisions=roundup_power2_divisions
+        capacity,
+        max_split_size=max_split_size,
+        roundup_power2_divisions=roundup_power2_divisions,
+        address_order=address_order,
+        segment_addresses=segment_addresses,
     )
     for index, (action, block_id, nbytes) in enumerate(events):
         if action == "alloc":
@@ -398,12 +438,34 @@ def trace_events(recorded: Iterable[object]) -> list[tuple[str, object, int]]:
     """
     events: list[tuple[str, object, int]] = []
     for entry in recorded:
-        if isinstance(entry, dict):
-            action, address, size = entry["action"], entry["addr"], entry["size"]
-        else:
-            action, address, size = entry[0], entry[1], entry[2]  # type: ignore[index]
+        action, address, size = _entry(entry)
         if action == "alloc":
             events.append(("alloc", address, int(size)))
         elif action == "free_completed":
             events.append(("free", address, 0))
     return events
+
+
+def _entry(entry: object) -> tuple[str, int, int]:
+    if isinstance(entry, dict):
+        return entry["action"], entry["addr"], entry["size"]
+    return entry[0], entry[1], entry[2]  # type: ignore[index]
+
+
+def trace_segments(recorded: Iterable[object]) -> tuple[int, list[tuple[int, int]]]:
+    """What the real allocator did in a recorded trace: the peak of reserved
+    bytes (segments obtained less segments given back, pages mapped less pages
+    unmapped with expandable segments) and each segment obtained, as
+    (address, size) in order."""
+    reserved = peak = 0
+    segments: list[tuple[int, int]] = []
+    for entry in recorded:
+        action, address, size = _entry(entry)
+        if action in ("segment_alloc", "segment_map"):
+            reserved += size
+            peak = max(peak, reserved)
+            if action == "segment_alloc":
+                segments.append((address, size))
+        elif action in ("segment_free", "segment_unmap"):
+            reserved -= size
+    return peak, segments
