@@ -30,7 +30,7 @@ TRUTH = {config["name"]: config for config in json.loads((DATA / "truth.json").r
 def first_peak(name: str) -> dict:
     """truth.json's measurement at the batch the trace was recorded at (same process)."""
     batch = TRACES[name]["batch"]
-    return next(p for p in TRUTH[name]["peaks"] if p["batch"] == batch)
+    return next(p for p in TRUTH[name]["peaks"] if p.get("batch") == batch)
 
 
 # -- real traces -----------------------------------------------------------------------------------
