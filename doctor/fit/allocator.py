@@ -31,15 +31,20 @@ otherwise:
 
 Which of two cached blocks of the same size gets reused depends on their
 addresses, that is, on where the CUDA driver placed their segments. That
-placement is the driver's (lazily loaded kernels and other allocations take
-address space in between), so the replay guesses it: see ADDRESS_ORDERS. Fed
-the addresses a real run got, the replay puts every block of the 13 recorded
-H100 traces at the same address as the real allocator did
-(tests/test_fit_allocator.py).
+placement does not follow from the allocation sequence (on the recorded traces
+it is mostly top-down, with runs going up and old gaps refilled), so the
+replay guesses it: see ADDRESS_ORDERS. Fed the addresses a real run got, the
+replay puts every block of the 13 recorded H100 traces at the same address as
+the real allocator did, and its peaks equal max_memory_reserved and
+max_memory_allocated to the byte (tests/test_fit_allocator.py); with the
+default guess 12 of the 13 peaks are exact and one is 5.1 % high
+(bench/fit/eval_allocator.py).
 
 Not modelled (the numbers are then a lower bound or approximate):
 - `expandable_segments:True` (segments grown by mapping pages);
 - `garbage_collection_threshold`, which frees aged blocks before the cap;
+- `max_non_split_rounding_size`: with `max_split_size` set, an oversize
+  cached block serves requests up to 20 MiB smaller, that setting's default;
 - more than one stream: blocks are per stream in the real allocator, and a
   block used on a side stream (`record_stream`) is freed late, when its event
   completes: feed that late free, as the trace's `free_completed` does;
@@ -75,7 +80,8 @@ _BASE_ADDRESS = 1 << 56
 # put their segments, which the replay cannot know. On the H100 traces in
 # bench/fit/data the driver mostly hands out addresses top-down (a newer
 # segment usually lies lower), so that is the default; "ascending" is the
-# opposite guess, for a bound on how much the guess matters.
+# opposite guess. On those traces the two peaks bracket the real one, so the
+# pair shows how much the unknown placement can matter for a given step.
 ADDRESS_ORDERS = ("descending", "ascending")
 
 
