@@ -92,6 +92,64 @@ def test_replay_is_fast_on_the_largest_trace():
     assert time.perf_counter() - started < 1.0
 
 
+CAP = json.loads(gzip.decompress((DATA / "allocator_cap_trace.json.gz").read_bytes()))
+
+
+def _replay_capped(**options) -> tuple[CachingAllocator, int, int]:
+    """Drive the replay through the capped trace: each `oom` entry is an
+    allocation (of the rounded size it records) that must fail, every `alloc`
+    one that must succeed. Returns the allocator, the OOMs and the misplaced
+    blocks."""
+    allocator = CachingAllocator(capacity=CAP["allowed_bytes"], **options)
+    ooms = misplaced = 0
+    for index, (action, address, size, _stream) in enumerate(CAP["events"]):
+        if action == "alloc":
+            assert allocator.malloc(address, size), f"event {index}: the real allocator found room"
+            misplaced += allocator.live[address].address != address
+        elif action == "free_completed":
+            allocator.free(address)
+        elif action == "oom":
+            assert not allocator.malloc(("oom", index), size), f"event {index}: the real allocator ran out"
+            ooms += 1
+    return allocator, ooms, misplaced
+
+
+def test_under_a_cap_the_replay_releases_and_runs_out_where_the_real_allocator_did():
+    """A real run under set_per_process_memory_fraction (1 GiB): 19 OOMs, 53
+    segments given back to make room. With the recorded addresses the replay
+    gives back the same segments and fails the same 19 requests."""
+    _, segments = trace_segments(CAP["events"])
+    allocator, ooms, misplaced = _replay_capped(segment_addresses=[address for address, _ in segments])
+    assert ooms == CAP["ooms"] == 19 and misplaced == 0
+    assert allocator.stats.segment_sizes == [size for _, size in segments]
+    assert allocator.stats.segments_released == sum(e[0] == "segment_free" for e in CAP["events"]) > 0
+    assert allocator.stats.peak_reserved == CAP["max_reserved"]
+    assert allocator.stats.peak_allocated == CAP["max_allocated"]
+
+
+@pytest.mark.parametrize("order", ["descending", "ascending"])
+def test_under_a_cap_the_address_guess_still_finds_every_oom(order):
+    allocator, ooms, _ = _replay_capped(address_order=order)
+    assert ooms == CAP["ooms"]
+    assert allocator.stats.peak_reserved == CAP["max_reserved"]
+
+
+def test_replay_reports_the_first_oom_and_stops_there():
+    events = []
+    for index, (action, address, size, _stream) in enumerate(CAP["events"]):
+        if action == "alloc":
+            events.append(("alloc", address, size))
+        elif action == "free_completed":
+            events.append(("free", address, 0))
+        elif action == "oom":
+            events.append(("alloc", ("oom", index), size))
+    first = next(i for i, event in enumerate(events) if isinstance(event[1], tuple))
+    result = replay(events, capacity=CAP["allowed_bytes"])
+    assert result.oom and result.oom_event == first
+    assert result.peak_reserved <= CAP["allowed_bytes"] and result.segments_released > 0
+    assert replay(events).oom is False  # no cap, no OOM
+
+
 def test_trace_events_reads_dicts_and_lists_and_frees_at_free_completed():
     as_dicts = [
         {"action": "segment_alloc", "addr": 0, "size": 2 * MiB},

@@ -7,7 +7,9 @@ checked against truth.json's max_memory_reserved) and its segments.
 
 Columns: `replayed` and `err` use the default address guess (newest segment
 lowest); `asc err` the opposite guess; `exact` says whether the replay fed the
-recorded segment addresses reproduces the real peak to the byte.
+recorded segment addresses reproduces the real peak to the byte. A last line
+replays the run recorded under a 1 GiB cap (record_allocator_cap.py): the
+requests that ran out and the segments given back, against the real ones.
 
 Usage: python bench/fit/eval_allocator.py [--json]
 """
@@ -20,7 +22,7 @@ import json
 import time
 from pathlib import Path
 
-from torchdoctor.fit.allocator import replay, trace_events, trace_segments
+from torchdoctor.fit.allocator import CachingAllocator, replay, trace_events, trace_segments
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -60,13 +62,39 @@ def evaluate() -> list[dict]:
     return rows
 
 
+def evaluate_cap() -> dict:
+    cap = json.loads(gzip.decompress((DATA / "allocator_cap_trace.json.gz").read_bytes()))
+    allocator = CachingAllocator(capacity=cap["allowed_bytes"])
+    ooms = wrong = 0
+    for index, (action, address, size, _stream) in enumerate(cap["events"]):
+        if action == "alloc":
+            wrong += not allocator.malloc(address, size)
+        elif action == "free_completed":
+            if address in allocator.live:
+                allocator.free(address)
+        elif action == "oom":
+            # The real allocator could not find room for this rounded size.
+            if allocator.malloc(("oom", index), size):
+                wrong += 1
+                allocator.free(("oom", index))
+            else:
+                ooms += 1
+    return {
+        "allowed_bytes": cap["allowed_bytes"],
+        "ooms_recorded": cap["ooms"], "ooms_replayed": ooms, "wrong": wrong,
+        "released_recorded": sum(e[0] == "segment_free" for e in cap["events"]),
+        "released_replayed": allocator.stats.segments_released,
+        "max_reserved": cap["max_reserved"], "replayed_peak_reserved": allocator.stats.peak_reserved,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     opts = parser.parse_args()
-    rows = evaluate()
+    rows, cap = evaluate(), evaluate_cap()
     if opts.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"configs": rows, "cap": cap}, indent=1))
         return
     gib = 1 << 30
     print(f"{'config':15} {'batch':>5} {'events':>6} {'recorded':>9} {'truth':>9} {'replayed':>9} {'err':>7} "
@@ -82,6 +110,11 @@ def main() -> None:
     print(f"\npeak reserved in GiB; {within} of {len(rows)} within 1 %, median |err| {100 * errors[len(errors) // 2]:.2f} %, "
           f"max |err| {100 * errors[-1]:.2f} %; with the recorded addresses "
           f"{sum(r['exact_with_recorded_addresses'] for r in rows)} of {len(rows)} exact")
+
+    print(f"under a {cap['allowed_bytes'] / gib:.3f} GiB cap: {cap['ooms_replayed']}/{cap['ooms_recorded']} OOMs, "
+          f"{cap['released_replayed']}/{cap['released_recorded']} segments given back (replayed/recorded), "
+          f"{cap['wrong']} requests judged otherwise, peak reserved {cap['replayed_peak_reserved']} vs "
+          f"{cap['max_reserved']} B")
 
 
 if __name__ == "__main__":
