@@ -8,7 +8,7 @@ The trace (alloc, free, segment and oom entries) and the allocator's own peaks
 are written for tests/test_fit_allocator.py.
 
 Usage (on the GPU machine): python bench/fit/record_allocator_cap.py OUT.json.gz
-Recorded 2026-11-25 on an NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, into
+This sequence was recorded 2026-11-25 on an NVIDIA H100 80GB HBM3, torch 2.11.0+cu130, into
 bench/fit/data/allocator_cap_trace.json.gz.
 """
 
