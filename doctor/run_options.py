@@ -71,6 +71,7 @@ class RunPlan:
     launch: Launch | None = None  # a torchrun job (run_launch.py); None: one process
     ddp_debug: bool = False
     notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
+    label: str | None = None  # in-process sessions (torchdoctor.watch): what the report names as the target
 
     @property
     def child_cwd(self) -> str:
@@ -92,6 +93,8 @@ class RunPlan:
 
     @property
     def display_target(self) -> str:
+        if self.label is not None:
+            return self.label
         return f"-m {self.module}" if self.module else str(self.script)
 
     @property
@@ -99,6 +102,8 @@ class RunPlan:
         """The command this run stands for, as the user would type it without torchdoctor."""
         if self.launch is not None:
             return list(self.launch.typed)
+        if self.label is not None:  # in-process: the block ran inside whatever the user started
+            return ["python", str(self.script)] if self.script else []
         if self.notebook is not None:
             return ["jupyter", "execute", str(self.script), *self.args]
         head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
@@ -317,6 +322,36 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         launch=launch,
         ddp_debug=req.ddp_debug,
         notebook=notebook,
+    )
+
+
+def watch_plan(probes: list[str], steps: int | None, out: str | None, cwd: str, script: str | None,
+               label: str) -> RunPlan:
+    """The plan of an in-process session (torchdoctor.watch): the same checks and run directory as `run`.
+
+    `script` is the file that called watch() when it is a real file (its static findings join the
+    report, as for `run`), else None (a notebook cell, the interactive prompt)."""
+    from torchdoctor.rules import catalog
+
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise UsageError("steps must be a whole number of at least 1")
+    project = str(Path(script).resolve().parent) if script else cwd
+    return RunPlan(
+        script=script,
+        module=None,
+        args=[],
+        project=project,
+        run_dir=_run_dir(out, cwd),
+        probes=_probes(list(probes)),
+        steps=steps,
+        timeout_s=None,
+        hang_timeout_s=None,
+        gpu_memory_gib=None,
+        fmt="text",
+        fail_on="never",
+        cwd=cwd,
+        thresholds=catalog.load_toml("thresholds.toml"),
+        label=label,
     )
 
 
