@@ -19,6 +19,7 @@ from typing import Any
 from torchdoctor.notebook import Notebook, NotebookError, read_notebook
 from torchdoctor.run_files import ForeignFile, claim
 from torchdoctor.run_launch import (
+    LAUNCHER_MODULES,
     Launch,
     LaunchError,
     is_launcher_line,
@@ -84,8 +85,10 @@ class RunPlan:
 
     @property
     def multinode(self) -> bool:
-        """A torchrun job over more than one node (--nnodes N or MIN:MAX with a maximum above 1)."""
-        nnodes = self.launch.option("--nnodes") if self.launch is not None else None
+        """A job over more than one node (--nnodes N or MIN:MAX with a maximum above 1; --num_machines N)."""
+        if self.launch is None:
+            return False
+        nnodes = self.launch.option("--nnodes") or self.launch.option("--num-machines")  # accelerate's name
         try:
             return nnodes is not None and int(nnodes.rpartition(":")[2]) > 1
         except ValueError:
@@ -244,12 +247,14 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
     probes = _probes(req.probes)
     gpu = parse_size_gib(req.gpu_memory) if req.gpu_memory is not None else None
 
+    if req.module in LAUNCHER_MODULES:  # `run -m accelerate.commands.launch …`: the launcher line, typed so
+        req = replace(req, module=None, target=[sys.executable, "-m", req.module, *req.target])
     args = list(req.target)
     launch: Launch | None = None
     if is_launcher_line(args, cwd):
         if req.nproc_per_node is not None or req.rendezvous or req.module:
             raise UsageError("give either torchdoctor's --nproc-per-node/-m/rendezvous options or your own "
-                             "torchrun line after --, not both")
+                             "launcher line (torchrun, accelerate launch) after --, not both")
         try:
             launch = parse_launcher_line(args, cwd)
         except LaunchError as exc:
