@@ -58,6 +58,7 @@ class Watch:
         self._started = 0.0
         self._report: Report | None = None
         self.skipped: str | None = None  # why this block is not measured by its own session
+        self.facts: dict[str, Any] = {}  # what a framework's callback knows (its own step count, settings)
 
     # -- the session ------------------------------------------------------------------------------
 
@@ -132,10 +133,13 @@ class Watch:
             if os.environ.get("TORCHDOCTOR_DEBUG"):
                 raise
             report = runner._fallback_report(plan, run, exc)
-        if self.framework:
-            from torchdoctor.framework_advice import mark_framework
-
-            mark_framework(report, self.framework)
+        if self.facts and report.run is not None:
+            report.run.measurements["framework"] = dict(self.facts)
+            own, seen = self.facts.get("framework_steps"), self.facts.get("probe_steps")
+            if isinstance(own, int) and isinstance(seen, int) and own != seen:
+                report.notes.append(f"The framework counted {own} optimizer steps and the probes {seen}: an "
+                                    "optimizer step outside torch.optim's hooks, or a step the framework skipped "
+                                    "(a GradScaler's inf/NaN skip), makes them differ.")
         runner.write_report(report, plan.run_dir)
         return report
 

@@ -89,6 +89,7 @@ class Session:
         self._files: list[Any] = []  # keep faulthandler's files open for the whole run
         self._children = 0  # processes the script started with multiprocessing (DataLoader workers aside)
         self._ledger: Any = None  # in-process: what torch looked like before the probes (probes/restore.py)
+        self._owners: list[tuple[weakref.ref, dict[str, Any]]] = []  # see watch_owner()
 
     @classmethod
     def from_env(cls) -> Session:
@@ -377,6 +378,29 @@ class Session:
         if self.steps_file is not None:
             self.steps_file.close()
         self.emit("exit", reason=reason, code=code)
+
+    def watch_owner(self, owner: Any, method: Any) -> bool:
+        """Scan `owner`'s attributes for tensors held across steps, as `self.<name>` in the user's `method`.
+
+        A framework calls the user's training_step / compute_loss and returns before the optimizer step, so
+        no frame of it is on the stack when the memory probe scans: a framework callback names the object
+        and the method here. False (nothing registered) when the method is not the user's own code."""
+        from torchdoctor.probes.userframes import is_library_file
+
+        code = getattr(getattr(method, "__func__", method), "__code__", None)
+        if code is None or is_library_file(code.co_filename):
+            return False
+        try:
+            ref = weakref.ref(owner)
+        except TypeError:
+            return False
+        where = {"path": code.co_filename, "function": code.co_name, "firstlineno": code.co_firstlineno,
+                 "lineno": code.co_firstlineno}
+        self._owners.append((ref, where))
+        return True
+
+    def holder_owners(self) -> list[tuple[Any, dict[str, Any]]]:
+        return [(obj, where) for ref, where in self._owners if (obj := ref()) is not None]
 
     def close(self) -> None:
         """In-process: after `finish()`, leave the user's process as it was before `start()`."""

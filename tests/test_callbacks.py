@@ -1,0 +1,159 @@
+"""Framework callbacks (issue 17): `torchdoctor.LightningCallback` and `torchdoctor.TrainerCallback`.
+
+Real Lightning and transformers on CPU, a tiny model built from code or a config, synthetic data; each
+script runs in its own interpreter (tests/fixtures/frameworks/). Skipped, with the reason, when the
+optional framework package is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, cli
+
+FRAMEWORKS = FIXTURES / "frameworks"
+pytestmark = pytest.mark.slow
+
+
+def _script(name: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "HF_HOME": str(out.parent / "hf"), "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("TORCHDOCTOR_RUN", None)
+    return subprocess.run([sys.executable, str(FRAMEWORKS / name), str(out), *args], capture_output=True,
+                          text=True, env=env, cwd=str(out.parent), timeout=300)
+
+
+def _report(out: Path, validate_report) -> dict:
+    return validate_report(json.loads((out / "report.json").read_text()))
+
+
+def _line(name: str, text: str) -> int:
+    return next(i for i, line in enumerate((FRAMEWORKS / name).read_text().splitlines(), 1) if text in line)
+
+
+def _ids(report: dict) -> list[tuple[str, str]]:
+    return [(s["id"], s["severity"]) for s in report["symptoms"]]
+
+
+# -- Lightning ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lightning():
+    return pytest.importorskip("lightning", reason="lightning is an optional extra: pip install 'torchdoctor[lightning]'")
+
+
+def test_lightning_healthy_fit_counts_lightnings_own_steps_and_warns_of_nothing(lightning, tmp_path,
+                                                                                 validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "global_step 40" in proc.stdout
+    report = _report(out, validate_report)
+    assert report["run"]["steps_completed"] == 40 and report["run"]["stopped"] == "completed"
+    framework = report["run"]["measurements"]["framework"]
+    assert framework["framework"] == "lightning" and framework["framework_steps"] == 40
+    assert framework["probe_steps"] == 40 and framework["precision"] == "32-true"
+    assert not [s for s in report["symptoms"] if s["severity"] in ("error", "warning")], report["symptoms"]
+    assert report["target"].startswith("Lightning Trainer.fit(Regressor) at ")
+
+
+def test_lightning_leak_in_training_step_is_found_at_the_users_line(lightning, tmp_path, validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "leak")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    growth = [s for s in report["symptoms"] if s["id"] == "memory-growth"]
+    assert growth and growth[0]["severity"] == "error", report["symptoms"]
+    assert growth[0]["location"]["line"] == _line("lightning_fit.py", "self.history.append(loss)")
+    assert growth[0]["location"]["function"] == "training_step"
+
+
+def test_lightning_exception_ends_the_session_with_the_users_line(lightning, tmp_path, validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "raise")
+    assert proc.returncode == 0, proc.stderr
+    assert "fit raised: bad batch 5" in proc.stdout  # Lightning's own exception reached the script unchanged
+    report = _report(out, validate_report)
+    assert report["run"]["stopped"] == "crashed" and report["run"]["steps_completed"] == 5
+    assert report["run"]["error"]["location"]["line"] == _line("lightning_fit.py", 'raise RuntimeError("bad batch')
+
+
+def test_lightning_steps_stops_the_fit_lightnings_way(lightning, tmp_path, validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "healthy", "7")
+    assert proc.returncode == 0, proc.stderr
+    assert "global_step 7" in proc.stdout
+    report = _report(out, validate_report)
+    assert report["run"]["stopped"] == "steps" and report["run"]["steps_completed"] == 7
+
+
+# -- Hugging Face Trainer ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def transformers():
+    return pytest.importorskip("transformers", reason="transformers is an optional extra: pip install 'torchdoctor[hf]'")
+
+
+def test_trainer_healthy_train_counts_the_trainers_own_steps_and_warns_of_nothing(transformers, tmp_path,
+                                                                                  validate_report):
+    out = tmp_path / "run"
+    proc = _script("hf_train.py", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "global_step 16" in proc.stdout
+    report = _report(out, validate_report)
+    assert report["run"]["steps_completed"] == 16 and report["run"]["stopped"] == "completed"
+    framework = report["run"]["measurements"]["framework"]
+    assert framework["framework"] == "hf-trainer" and framework["framework_steps"] == 16
+    assert framework["probe_steps"] == 16 and framework["precision"] == "fp32"
+    assert not [s for s in report["symptoms"] if s["severity"] in ("error", "warning")], report["symptoms"]
+    assert report["target"].startswith("transformers Trainer(BertForSequenceClassification) at ")
+
+
+def test_trainer_leak_in_compute_loss_is_found_at_the_users_line(transformers, tmp_path, validate_report):
+    out = tmp_path / "run"
+    proc = _script("hf_train.py", out, "leak")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    growth = [s for s in report["symptoms"] if s["id"] == "memory-growth"]
+    assert growth and growth[0]["severity"] == "error", report["symptoms"]
+    assert growth[0]["location"]["line"] == _line("hf_train.py", "self.history.append(loss)")
+    assert growth[0]["location"]["function"] == "compute_loss"
+
+
+def test_trainer_steps_stops_training_the_trainers_way(transformers, tmp_path, validate_report):
+    out = tmp_path / "run"
+    proc = _script("hf_train.py", out, "healthy", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "global_step 5" in proc.stdout
+    report = _report(out, validate_report)
+    assert report["run"]["stopped"] == "steps" and report["run"]["steps_completed"] == 5
+
+
+def test_torchdoctor_run_counts_the_trainers_real_steps_and_the_callback_stands_aside(transformers, tmp_path,
+                                                                                       validate_report):
+    """The HF blind spot: a script that imports transformers first is probed, and its steps are counted."""
+    out, inner = tmp_path / "run", tmp_path / "inner"
+    proc = cli("run", str(FRAMEWORKS / "hf_train.py"), "--out", str(out), "--format", "json", "--", str(inner),
+               cwd=str(tmp_path), env={"HF_HOME": str(tmp_path / "hf")}, timeout=300)
+    assert proc.returncode == 0, proc.stderr_text
+    report = validate_report(proc.stdout_text)
+    assert report["run"]["steps_completed"] == 16
+    assert not (inner / "report.json").exists()  # the callback's own session stood aside under `run`
+
+
+# -- without the frameworks ------------------------------------------------------------------------
+
+
+def test_a_missing_framework_names_the_extra_to_install(tmp_path):
+    code = ("import sys; sys.modules['lightning'] = None; sys.modules['pytorch_lightning'] = None\n"
+            "import torchdoctor\n"
+            "try:\n    torchdoctor.LightningCallback\nexcept ImportError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "torchdoctor.LightningCallback needs Lightning: pip install 'torchdoctor[lightning]'"
