@@ -221,6 +221,14 @@ class Watch:
         target.write_text(writers[target.suffix.lower()](report) + "\n", encoding="utf-8")
         return target
 
+    def __repr__(self) -> str:
+        report = self._report
+        if report is None or report.run is None:
+            state = "running" if self._session is not None else (self.skipped or "not started")
+            return f"<torchdoctor.watch: {state}>"
+        found = ", ".join(f"{s.id} ({s.severity})" for s in report.symptoms) or "no symptoms"
+        return f"<torchdoctor.watch: {report.run.steps_completed} steps, {report.run.stopped}; {found}>"
+
     def _repr_html_(self) -> str:
         report = self._report
         if report is None:
