@@ -93,6 +93,21 @@ def test_lightning_steps_stops_the_fit_lightnings_way(lightning, tmp_path, valid
     assert report["run"]["stopped"] == "steps" and report["run"]["steps_completed"] == 7
 
 
+def test_lightning_schedule_sized_in_epochs_stepped_per_batch_is_found_in_configure_optimizers(lightning, tmp_path,
+                                                                                              validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "sched")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    found = [s for s in report["symptoms"] if s["id"] == "scheduler-granularity"]
+    assert found and found[0]["severity"] == "error", report["symptoms"]
+    # Lightning steps the scheduler ("interval": "step"): the user's line is where it is made, not trainer.fit()
+    assert found[0]["location"]["function"] == "configure_optimizers"
+    assert found[0]["location"]["line"] == _line("lightning_fit.py", "cosine = torch.optim.lr_scheduler")
+    titles = [f["title"] for r in report["reports"] for f in r["fixes"]]
+    assert titles[0] == 'Lightning: Return the scheduler with "interval": "step" from configure_optimizers'
+
+
 # -- Hugging Face Trainer ----------------------------------------------------------------------------
 
 
@@ -157,3 +172,18 @@ def test_a_missing_framework_names_the_extra_to_install(tmp_path):
             "try:\n    torchdoctor.LightningCallback\nexcept ImportError as exc:\n    print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "torchdoctor.LightningCallback needs Lightning: pip install 'torchdoctor[lightning]'"
+
+
+def test_trainer_stepping_a_schedule_sized_in_epochs_is_found_at_the_users_scheduler(transformers, tmp_path,
+                                                                                       validate_report):
+    out = tmp_path / "run"
+    proc = cli("run", str(FRAMEWORKS / "hf_train.py"), "--out", str(out), "--format", "json", "--",
+               str(tmp_path / "inner"), "sched", cwd=str(tmp_path), env={"HF_HOME": str(tmp_path / "hf")},
+               timeout=300)
+    assert proc.returncode == 1, proc.stderr_text  # an error-level finding
+    report = validate_report(proc.stdout_text)
+    found = [s for s in report["symptoms"] if s["id"] == "scheduler-granularity"]
+    assert found and found[0]["location"]["line"] == _line("hf_train.py", "CosineAnnealingLR(optimizer")
+    assert "hf-trainer" in report["contexts"]
+    titles = [f["title"] for r in report["reports"] for f in r["fixes"]]
+    assert titles[0].startswith("Hugging Face Trainer: Choose the schedule in TrainingArguments(")

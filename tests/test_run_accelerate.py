@@ -138,6 +138,22 @@ def test_a_leak_under_accelerate_launch_is_found_at_its_line(tmp_path, validate_
 
 
 @pytest.mark.slow
+def test_a_schedule_mistake_under_accelerate_is_found_at_the_users_line_in_accelerates_terms(tmp_path,
+                                                                                             validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    proc, report = _run(tmp_path, "accelerate", "launch", "--cpu", "--num_processes", "1", *QUIET,
+                        str(FRAMEWORKS / "accelerate_sched.py"))
+    validate_report(report)
+    found = [s for s in report["symptoms"] if s["id"] == "scheduler-granularity"]
+    assert found and found[0]["severity"] == "error", report["symptoms"]
+    lines = (FRAMEWORKS / "accelerate_sched.py").read_text().splitlines()
+    assert found[0]["location"]["line"] == 1 + next(i for i, t in enumerate(lines) if "CosineAnnealingLR(" in t)
+    assert report["contexts"] == ["accelerate"]
+    titles = [f["title"] for r in report["reports"] for f in r["fixes"]]
+    assert titles[:2] == ["Accelerate: Prepare the scheduler with the optimizer", "Step per-epoch schedules once per epoch"]
+
+
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_two_accelerate_processes_each_run_the_probes(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
