@@ -48,9 +48,12 @@ _CLASSES = (
     "torch.utils.data.distributed:DistributedSampler",
     "torch.nn.parallel.distributed:DistributedDataParallel",
     "torch.amp.grad_scaler:GradScaler",
+    "torch.amp.autocast_mode:autocast",
+    "torch.autograd.function:Function",
     "multiprocessing.process:BaseProcess",
 )
-_MODULES = ("torch", "torch.autograd", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.serialization")
+_MODULES = ("torch", "torch.autograd", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.serialization",
+            "torch.cuda")
 _HOOK_MODULES = ("torch.nn.modules.module", "torch.optim.optimizer")
 _SINGLETONS = (
     ("torchdoctor.probes.forwards", "_WATCH"),

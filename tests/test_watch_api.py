@@ -163,9 +163,11 @@ def test_the_process_is_as_before_after_the_block_and_a_second_block_counts_afre
         "warn": warnings.warn, "step_lr_init": torch.optim.lr_scheduler.StepLR.__init__,
         "loader_init": torch.utils.data.DataLoader.__init__, "getstate": torch.nn.Module.__getstate__,
     }
+    assert _functions_of_ours_in_torch() == []
     hooks = _global_hooks()
     with torchdoctor.watch(out=tmp_path / "one", show=False) as first:
         assert torch.save is not before["save"]  # the probes are in place while the block runs
+        assert len(_functions_of_ours_in_torch()) > 10
         _train(torch, model, 6)
     after = {
         "save": torch.save, "load": torch.load, "backward": torch.autograd.backward, "compile": torch.compile,
@@ -184,6 +186,33 @@ def test_the_process_is_as_before_after_the_block_and_a_second_block_counts_afre
     assert _global_hooks() == hooks
     _train(torch, model, 2)  # plain training after both blocks: nothing of ours runs
     assert not list((tmp_path / "two").glob("*.tmp"))
+    assert _functions_of_ours_in_torch() == []
+
+
+def _functions_of_ours_in_torch() -> list[str]:
+    """Every function of a torchdoctor probe still reachable from torch's modules and their classes."""
+    import inspect
+    import types
+    import warnings
+
+    warnings.simplefilter("ignore", FutureWarning)  # torch.distributed's deprecated names, seen by the walk
+    probes_dir = str(Path(__file__).resolve().parent.parent / "probes")
+    found = []
+    for name, module in list(sys.modules.items()):
+        if not (name == "torch" or name.startswith("torch.")) or module is None:
+            continue
+        try:
+            members = list(vars(module).items())
+        except TypeError:
+            continue
+        spaces = [(name, members)] + [(f"{name}.{k}", list(vars(v).items())) for k, v in members
+                                      if inspect.isclass(v) and getattr(v, "__module__", "") == name]
+        for where, items in spaces:
+            for attr, value in items:
+                fn = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+                if isinstance(fn, types.FunctionType) and fn.__code__.co_filename.startswith(probes_dir):
+                    found.append(f"{where}.{attr}")
+    return found
 
 
 def test_bad_arguments_are_clear_errors_before_anything_runs(tmp_path):
