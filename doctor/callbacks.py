@@ -62,9 +62,14 @@ class _Session:
             self.end("exception", 1)
         where = _user_frame()
         label = f"{what} at {_display(where)}" if where else what
-        self.watch = Watch(probes=self.probes, out=self.out, show=self.show, label=label, where=where,
-                           framework=self.framework)
-        self.watch.start()
+        watch = Watch(probes=self.probes, out=self.out, show=self.show, label=label, where=where,
+                      framework=self.framework)
+        try:
+            watch.start()
+        except (ValueError, RuntimeError, OSError) as exc:  # a callback must never stop the user's training
+            sys.stderr.write(f"torchdoctor: not watching this run: {exc}\n")
+            return
+        self.watch = watch
 
     def end(self, reason: str, code: int, exc: BaseException | None = None, facts: dict[str, Any] | None = None) -> None:
         watch, self.watch = self.watch, None

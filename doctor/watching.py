@@ -79,8 +79,16 @@ class Watch:
         script = path if path.endswith(".py") and os.path.isfile(path) else None
         cwd = os.getcwd()
         label = self._label or _label_for(path, line, cwd)
+        out = self.out
+        rank, world = _rank()
+        if world > 1:
+            # Every process of a launcher (torchrun, accelerate launch) runs the block: each gets its own run
+            # directory and report (their events never mix), and only rank 0 prints.
+            base = Path(out) if out is not None else Path(cwd, ".torchdoctor", "runs", time.strftime("%Y%m%d-%H%M%S"))
+            out = str(base / f"rank{rank}")
+            self.show = self.show and rank == 0
         try:
-            self._plan = watch_plan(self.probes, self.steps, self.out, cwd, script, label)
+            self._plan = watch_plan(self.probes, self.steps, out, cwd, script, label)
         except UsageError as exc:
             raise ValueError(f"torchdoctor.watch(): {exc}") from None
         import torch  # noqa: F401 - the probes that need torch install now, before the block runs
@@ -249,6 +257,13 @@ def watch(steps: int | None = None, probes: list[str] | tuple[str, ...] | str | 
     frame = sys._getframe(1)
     return Watch(steps=steps, probes=probes, out=out, show=show,
                  where=(frame.f_code.co_filename, frame.f_lineno))
+
+
+def _rank() -> tuple[int, int]:
+    try:
+        return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
+    except ValueError:
+        return 0, 1
 
 
 def _caller() -> tuple[str, int]:

@@ -84,6 +84,16 @@ def test_lightning_exception_ends_the_session_with_the_users_line(lightning, tmp
     assert report["run"]["error"]["location"]["line"] == _line("lightning_fit.py", 'raise RuntimeError("bad batch')
 
 
+def test_a_session_that_cannot_start_never_stops_the_fit(lightning, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("a file of the user's where the run directory would go\n")
+    proc = _script("lightning_fit.py", taken)
+    assert proc.returncode == 0, proc.stderr
+    assert "global_step 40" in proc.stdout
+    assert "torchdoctor: not watching this run: " in proc.stderr and "is not a directory" in proc.stderr
+    assert taken.read_text() == "a file of the user's where the run directory would go\n"
+
+
 def test_lightning_steps_stops_the_fit_lightnings_way(lightning, tmp_path, validate_report):
     out = tmp_path / "run"
     proc = _script("lightning_fit.py", out, "healthy", "7")

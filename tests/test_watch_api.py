@@ -129,6 +129,24 @@ def test_under_torchdoctor_run_the_block_is_measured_by_the_run(tmp_path, valida
     assert not inner.exists()  # the block's own session stood aside
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_every_rank_of_a_torchrun_job_gets_its_own_run_directory_and_only_rank_0_prints(tmp_path, validate_report):
+    out = tmp_path / "run"
+    env = {**os.environ, "NO_COLOR": "1"}
+    env.pop("TORCHDOCTOR_RUN", None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                           str(WATCH / "two_ranks.py"), str(out)], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "rank 0 counted 12" in proc.stdout and "rank 1 counted 12" in proc.stdout
+    for rank in (0, 1):
+        report = validate_report(json.loads((out / f"rank{rank}" / "report.json").read_text()))
+        assert report["run"]["steps_completed"] == 12, rank
+        assert sorted(p.name for p in (out / f"rank{rank}").glob("events.rank*.jsonl")) == [f"events.rank{rank}.jsonl"]
+    assert proc.stderr.count("No symptoms found.") == 1 and "run/rank0/report.json" in proc.stderr  # rank 0 prints
+
+
 # -- inside this process: the session leaves torch as it found it --------------------------------
 
 
