@@ -110,6 +110,39 @@ def _display(where: tuple[str, int]) -> str:
     return f"{display_path(where[0], os.getcwd())}:{where[1]}"
 
 
+def clip_facts(norms: list[float], limit: Any) -> dict[str, Any]:
+    """Gradient norms before clipping (as the framework measured or let us measure them) against its clip value."""
+    norms = [n for n in norms if isinstance(n, (int, float)) and n == n]
+    if not norms:
+        return {}
+    ordered = sorted(norms)
+    facts: dict[str, Any] = {"grad_norm_before_clip_median": round(ordered[len(ordered) // 2], 6),
+                             "grad_norm_before_clip_max": round(ordered[-1], 6), "grad_norm_samples": len(norms)}
+    if isinstance(limit, (int, float)) and limit > 0:
+        facts["clipped_fraction"] = round(sum(n > limit for n in norms) / len(norms), 3)
+    return facts
+
+
+def clip_note(facts: dict[str, Any], knob: str) -> str | None:
+    """A sentence when clipping cut most steps: the clip value then sets the update size, it guards nothing."""
+    share = facts.get("clipped_fraction")
+    if not isinstance(share, float) or share < 0.5 or facts.get("grad_norm_samples", 0) < 5:
+        return None
+    return (f"Gradient clipping ({knob}) cut the gradient on {share:.0%} of the {facts['grad_norm_samples']} measured "
+            f"steps (norm before clipping: median {facts['grad_norm_before_clip_median']:.4g}, max "
+            f"{facts['grad_norm_before_clip_max']:.4g}): a clip value below the usual norm rescales every update "
+            "like a smaller learning rate instead of guarding against spikes; set it above the median norm.")
+
+
+def _total_norm(parameters: Any) -> float | None:
+    torch = sys.modules.get("torch")
+    grads = [p.grad for p in parameters if getattr(p, "grad", None) is not None]
+    if torch is None or not grads:
+        return None
+    with torch.no_grad():
+        return float(torch.linalg.vector_norm(torch.stack([g.detach().float().norm() for g in grads])))
+
+
 def _ended_how(exc: BaseException) -> tuple[str, int]:
     return ("interrupted", 130) if isinstance(exc, KeyboardInterrupt) else ("exception", 1)
 
@@ -129,8 +162,9 @@ def _lightning_base() -> type:
     return Callback
 
 
-def lightning_facts(trainer: Any, counted: int) -> dict[str, Any]:
-    """What Lightning knows about the fit that just ended (its own step count, precision, knobs)."""
+def lightning_facts(trainer: Any, counted: int, norms: list[float] | None = None) -> dict[str, Any]:
+    """What Lightning knows about the fit that just ended (its own step count, precision, knobs), and the gradient
+    norms before its clipping, measured in on_before_optimizer_step."""
     global_step = int(getattr(trainer, "global_step", 0) or 0)
     checkpoint = getattr(trainer, "checkpoint_callback", None)
     facts: dict[str, Any] = {
@@ -143,11 +177,25 @@ def lightning_facts(trainer: Any, counted: int) -> dict[str, Any]:
         "strategy": type(getattr(trainer, "strategy", None)).__name__,
         "checkpoint_dir": getattr(checkpoint, "dirpath", None),
     }
+    facts.update(clip_facts(norms or [], facts["gradient_clip_val"]))
     facts["summary"] = (f"Lightning: {global_step} optimizer steps by trainer.global_step ({counted} seen by the "
                         f"probes); precision {facts['precision']}, accumulate_grad_batches "
                         f"{facts['accumulate_grad_batches']}, gradient_clip_val {facts['gradient_clip_val']}, "
-                        f"strategy {facts['strategy']}")
+                        f"strategy {facts['strategy']}" + _norm_summary(facts))
+    note = clip_note(facts, f"Trainer(gradient_clip_val={facts['gradient_clip_val']})")
+    if note:
+        facts["note"] = note
     return facts
+
+
+def _norm_summary(facts: dict[str, Any]) -> str:
+    if "grad_norm_before_clip_median" not in facts:
+        return ""
+    text = (f"; gradient norm before clipping median {facts['grad_norm_before_clip_median']:.4g}, max "
+            f"{facts['grad_norm_before_clip_max']:.4g} ({facts['grad_norm_samples']} steps")
+    if "clipped_fraction" in facts:
+        text += f", {facts['clipped_fraction']:.0%} clipped"
+    return text + ")"
 
 
 def _make_lightning_callback() -> type:
@@ -159,11 +207,22 @@ def _make_lightning_callback() -> type:
         def __init__(self, steps: int | None = None, probes: Any = None, out: Any = None, show: bool = True):
             super().__init__()
             self._td = _Session("lightning", steps, probes, out, show)
+            self._norms: list[float] = []
 
         def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
             if stage == "fit":  # before configure_optimizers: the probes see the optimizers and schedulers made
+                self._norms = []
                 self._td.begin(f"Lightning Trainer.fit({type(pl_module).__name__})")
                 self._td.watch_owner(pl_module, "training_step")
+
+        def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+            # Lightning calls this after backward and unscaling, before its own clipping: the norm it will clip.
+            # Measured on the first 20 steps, then every 10th (one pass over the gradients each).
+            step = trainer.global_step
+            if self._td.watch is not None and (step < 20 or step % 10 == 0):
+                norm = _total_norm(pl_module.parameters())
+                if norm is not None:
+                    self._norms.append(norm)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             if self._td.steps is not None and trainer.global_step >= self._td.steps:
@@ -174,11 +233,12 @@ def _make_lightning_callback() -> type:
                 steps = self._td.steps
                 stopped = steps is not None and trainer.global_step >= steps
                 self._td.end("steps" if stopped else "completed", 0,
-                             facts=lightning_facts(trainer, self._td.counted()))
+                             facts=lightning_facts(trainer, self._td.counted(), self._norms))
 
         def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
             reason, code = _ended_how(exception)
-            self._td.end(reason, code, exc=exception, facts=lightning_facts(trainer, self._td.counted()))
+            self._td.end(reason, code, exc=exception,
+                         facts=lightning_facts(trainer, self._td.counted(), self._norms))
 
         def report(self) -> Any:
             """The Report of the last fit (None before one ended)."""
@@ -215,9 +275,15 @@ def trainer_facts(args: Any, state: Any, counted: int) -> dict[str, Any]:
         "torch_compile": bool(getattr(args, "torch_compile", False)),
         "output_dir": getattr(args, "output_dir", None),
     }
+    # The Trainer logs the norm before clipping (clip_grad_norm_'s return value) at every logging step.
+    logged = [row.get("grad_norm") for row in getattr(state, "log_history", None) or [] if isinstance(row, dict)]
+    facts.update(clip_facts([n for n in logged if n is not None], facts["max_grad_norm"]))
     facts["summary"] = (f"Trainer: {global_step} optimizer steps by state.global_step ({counted} seen by the probes); "
                         f"{precision}, gradient_accumulation_steps {facts['gradient_accumulation_steps']}, "
-                        f"max_grad_norm {facts['max_grad_norm']}, optim {facts['optim']}")
+                        f"max_grad_norm {facts['max_grad_norm']}, optim {facts['optim']}" + _norm_summary(facts))
+    note = clip_note(facts, f"TrainingArguments(max_grad_norm={facts['max_grad_norm']})")
+    if note:
+        facts["note"] = note
     return facts
 
 

@@ -142,7 +142,10 @@ class Watch:
                 raise
             report = runner._fallback_report(plan, run, exc)
         if self.facts and report.run is not None:
-            report.run.measurements["framework"] = dict(self.facts)
+            facts = dict(self.facts)
+            if facts.get("note"):
+                report.notes.append(str(facts.pop("note")))
+            report.run.measurements["framework"] = facts
             own, seen = self.facts.get("framework_steps"), self.facts.get("probe_steps")
             if isinstance(own, int) and isinstance(seen, int) and own != seen:
                 report.notes.append(f"The framework counted {own} optimizer steps and the probes {seen}: an "

@@ -118,6 +118,20 @@ def test_lightning_schedule_sized_in_epochs_stepped_per_batch_is_found_in_config
     assert titles[0] == 'Lightning: Return the scheduler with "interval": "step" from configure_optimizers'
 
 
+def test_lightning_gradient_norms_before_its_clipping_are_read_and_a_clip_on_every_step_is_named(lightning, tmp_path,
+                                                                                                  validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "clip")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    framework = report["run"]["measurements"]["framework"]
+    assert framework["gradient_clip_val"] == 0.01 and framework["clipped_fraction"] == 1.0
+    assert framework["grad_norm_samples"] == 22  # steps 0-19, then every 10th of 40
+    assert framework["grad_norm_before_clip_median"] > 0.01  # the norm Lightning clipped, not the clipped one
+    assert any(n.startswith("Gradient clipping (Trainer(gradient_clip_val=0.01)) cut the gradient on 100% of the 22")
+               for n in report["notes"]), report["notes"]
+
+
 # -- Hugging Face Trainer ----------------------------------------------------------------------------
 
 
@@ -150,6 +164,18 @@ def test_trainer_leak_in_compute_loss_is_found_at_the_users_line(transformers, t
     assert growth and growth[0]["severity"] == "error", report["symptoms"]
     assert growth[0]["location"]["line"] == _line("hf_train.py", "self.history.append(loss)")
     assert growth[0]["location"]["function"] == "compute_loss"
+
+
+def test_trainer_logged_gradient_norms_are_read_and_a_clip_on_every_step_is_named(transformers, tmp_path,
+                                                                                    validate_report):
+    out = tmp_path / "run"
+    proc = _script("hf_train.py", out, "clip")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    framework = report["run"]["measurements"]["framework"]
+    assert framework["max_grad_norm"] == 0.001 and framework["grad_norm_samples"] == 16
+    assert framework["clipped_fraction"] == 1.0
+    assert any("TrainingArguments(max_grad_norm=0.001)" in n for n in report["notes"]), report["notes"]
 
 
 def test_trainer_steps_stops_training_the_trainers_way(transformers, tmp_path, validate_report):
