@@ -31,13 +31,15 @@ from torchdoctor.watching import Watch
 _CLASSES: dict[str, type] = {}
 
 
-def _user_frame() -> tuple[str, int] | None:
-    """The innermost frame of the user's own code (what called trainer.fit() / trainer.train())."""
+def _user_frame(outside: Any = None) -> tuple[str, int] | None:
+    """The innermost frame of the user's own code (what called trainer.fit() / Trainer(...)), past the methods
+    of `outside` (a Trainer subclass's own __init__ is not the line that builds the Trainer)."""
     from torchdoctor.probes.userframes import is_library_file
 
     frame = sys._getframe(1)
     while frame is not None:
-        if not is_library_file(frame.f_code.co_filename):
+        if not is_library_file(frame.f_code.co_filename) and (
+                outside is None or frame.f_locals.get("self") is not outside):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None
@@ -57,10 +59,10 @@ class _Session:
         self.watch: Watch | None = None
         self.last: Watch | None = None  # the finished session, for `.report()` after training
 
-    def begin(self, what: str) -> None:
+    def begin(self, what: str, outside: Any = None) -> None:
         if self.watch is not None:  # a session left open (the framework ended without its end hook)
             self.end("exception", 1)
-        where = _user_frame()
+        where = _user_frame(outside)
         label = f"{what} at {_display(where)}" if where else what
         watch = Watch(probes=self.probes, out=self.out, show=self.show, label=label, where=where,
                       framework=self.framework)
@@ -97,6 +99,20 @@ class _Session:
             method = getattr(type(owner), name, None)
             if method is not None and session.watch_owner(owner, method):
                 return
+
+    def adopt_scheduler(self, scheduler: Any) -> None:
+        """A scheduler the user made before the session started (handed to the framework): the schedule probe
+        follows it from now on, located at the line that handed it over (where the session started)."""
+        session = self.watch._session if self.watch is not None else None
+        probe = next((p for p in getattr(session, "probes", []) if p.name == "schedule"), None)
+        if probe is None or scheduler is None or self.watch is None or self.watch._where is None:
+            return
+        path, line = self.watch._where
+        try:
+            probe.adopt(scheduler, (path, line, "<module>"))
+        except Exception as exc:  # noqa: BLE001 - never reaches the user's training
+            probe.enabled = False
+            probe.emit("probe-error", where="adopt", error=f"{type(exc).__name__}: {exc}"[:500])
 
     def counted(self) -> int:
         return self.watch.steps_counted if self.watch is not None else 0
@@ -310,8 +326,11 @@ def _make_trainer_callback() -> type:
                 self._begin(kwargs.get("model"))
 
         def _begin(self, model: Any) -> None:
-            self._td.begin(f"transformers Trainer({type(model).__name__ if model is not None else ''})")
-            self._td.watch_owner(_calling_trainer(), "compute_loss", "training_step")
+            trainer = _calling_trainer()
+            self._td.begin(f"transformers Trainer({type(model).__name__ if model is not None else ''})", trainer)
+            self._td.watch_owner(trainer, "compute_loss", "training_step")
+            # Trainer(optimizers=(optimizer, scheduler)): made by the user before the session started
+            self._td.adopt_scheduler(getattr(trainer, "lr_scheduler", None))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if self._td.steps is not None and state.global_step >= self._td.steps:

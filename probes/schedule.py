@@ -196,7 +196,15 @@ class ScheduleProbe(Probe):
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _created(self, sched: Any) -> None:
+    def adopt(self, sched: Any, site: tuple[str, int, str] | None) -> bool:
+        """Follow a scheduler made before the probes were installed (a framework callback hands over the one the
+        user gave the Trainer); `site` stands for its creation line. False if it is followed already."""
+        if not self.enabled or id(sched) in self.records or not isinstance(sched, self.torch.optim.lr_scheduler.LRScheduler):
+            return False
+        self._created(sched, site=site)
+        return True
+
+    def _created(self, sched: Any, site: tuple[str, int, str] | None = None) -> None:
         if len(self.records) >= self.max_schedulers:
             return
         rec = _Scheduler()
@@ -214,7 +222,7 @@ class ScheduleProbe(Probe):
                 found.child = True
         rec.clone, why_not = self._clone(sched, optimizer)
         self.records[id(sched)] = rec
-        site = user_site(sys._getframe(1))
+        site = site if site is not None else user_site(sys._getframe(1))
         self.emit(
             "scheduler",
             index=rec.index,

@@ -210,6 +210,20 @@ def test_a_missing_framework_names_the_extra_to_install(tmp_path):
     assert proc.stdout.strip() == "torchdoctor.LightningCallback needs Lightning: pip install 'torchdoctor[lightning]'"
 
 
+def test_trainer_callback_follows_the_users_own_scheduler_and_names_the_line_that_hands_it_over(transformers,
+                                                                                                 tmp_path,
+                                                                                                 validate_report):
+    out = tmp_path / "run"
+    proc = _script("hf_train.py", out, "sched")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    found = [s for s in report["symptoms"] if s["id"] == "scheduler-granularity"]
+    assert found and found[0]["severity"] == "error", report["symptoms"]
+    # made before Trainer(...) (before the session started), handed over in optimizers=(…): that line
+    assert found[0]["location"]["line"] == _line("hf_train.py", "trainer = LoggingTrainer(")
+    assert report["target"].endswith(f"hf_train.py:{_line('hf_train.py', 'trainer = LoggingTrainer(')}")
+
+
 def test_trainer_stepping_a_schedule_sized_in_epochs_is_found_at_the_users_scheduler(transformers, tmp_path,
                                                                                        validate_report):
     out = tmp_path / "run"
