@@ -96,6 +96,11 @@ class Launch:
 
     def rendezvous(self) -> dict[str, str]:
         """Where this node's agent meets the others: nnodes, node_rank, endpoint (as given; absent if not)."""
+        if self.launcher == "accelerate":  # accelerate's names for the same three
+            ip, port = self.option("--main-process-ip"), self.option("--main-process-port")
+            found = {"nnodes": self.option("--num-machines"), "node_rank": self.option("--machine-rank"),
+                     "endpoint": f"{ip}:{port or 29500}" if ip else None}
+            return {key: value for key, value in found.items() if value}
         endpoint = self.option("--rdzv-endpoint")
         if not endpoint and self.option("--master-addr"):
             endpoint = f"{self.option('--master-addr')}:{self.option('--master-port') or 29500}"
@@ -105,7 +110,7 @@ class Launch:
     @property
     def node_rank(self) -> int:
         try:
-            return int(self.option("--node-rank") or 0)
+            return int(self.option("--machine-rank" if self.launcher == "accelerate" else "--node-rank") or 0)
         except ValueError:
             return 0
 

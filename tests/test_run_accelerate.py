@@ -56,6 +56,15 @@ def test_accelerate_options_flags_values_and_spellings_are_kept_in_order(tmp_pat
     assert launch.typed == words
 
 
+def test_accelerates_machine_options_are_the_rendezvous(tmp_path):
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    launch = parse_launcher_line(["accelerate", "launch", "--num-machines", "2", "--machine_rank", "1",
+                                  "--main_process_ip", "10.0.0.1", "--main-process-port", "29400", "train.py"],
+                                 str(tmp_path))
+    assert launch.rendezvous() == {"nnodes": "2", "node_rank": "1", "endpoint": "10.0.0.1:29400"}
+    assert launch.node_rank == 1
+
+
 def test_accelerate_module_target_runs_through_the_bootstrap_as_a_module(tmp_path):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
     launch = parse_launcher_line(["python", "-m", "accelerate.commands.launch", "-m", "pkg.train", "--x", "1"],
