@@ -36,8 +36,14 @@ def _line(name: str, text: str) -> int:
     return next(i for i, line in enumerate((FRAMEWORKS / name).read_text().splitlines(), 1) if text in line)
 
 
-def _ids(report: dict) -> list[tuple[str, str]]:
-    return [(s["id"], s["severity"]) for s in report["symptoms"]]
+# The profile probe's timing findings on a tiny model: true or not depending on how busy the shared CPU is
+# (the same step measured 3 ms and 100 ms on the test machine); every other warning fails a healthy run.
+TIMING = {"launch-bound", "slow-step"}
+
+
+def _alarms(report: dict) -> list[tuple[str, str]]:
+    return [(s["id"], s["severity"]) for s in report["symptoms"]
+            if s["severity"] in ("error", "warning") and s["id"] not in TIMING]
 
 
 # -- Lightning ---------------------------------------------------------------------------------------
@@ -59,7 +65,7 @@ def test_lightning_healthy_fit_counts_lightnings_own_steps_and_warns_of_nothing(
     framework = report["run"]["measurements"]["framework"]
     assert framework["framework"] == "lightning" and framework["framework_steps"] == 40
     assert framework["probe_steps"] == 40 and framework["precision"] == "32-true"
-    assert not [s for s in report["symptoms"] if s["severity"] in ("error", "warning")], report["symptoms"]
+    assert _alarms(report) == [], report["symptoms"]
     assert report["target"].startswith("Lightning Trainer.fit(Regressor) at ")
 
 
@@ -151,7 +157,7 @@ def test_trainer_healthy_train_counts_the_trainers_own_steps_and_warns_of_nothin
     framework = report["run"]["measurements"]["framework"]
     assert framework["framework"] == "hf-trainer" and framework["framework_steps"] == 16
     assert framework["probe_steps"] == 16 and framework["precision"] == "fp32"
-    assert not [s for s in report["symptoms"] if s["severity"] in ("error", "warning")], report["symptoms"]
+    assert _alarms(report) == [], report["symptoms"]
     assert report["target"].startswith("transformers Trainer(BertForSequenceClassification) at ")
 
 
