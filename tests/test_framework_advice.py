@@ -109,6 +109,27 @@ def test_check_gives_the_lightning_knob_first_for_a_lightning_script(tmp_path):
     assert not [f for r in report["reports"] for f in r["fixes"] if f["title"].startswith("Lightning:")]
 
 
+@pytest.mark.parametrize("text, context, first", [
+    ("my lightning model's loss goes nan after a few hundred steps, gradients explode", "lightning",
+     "Lightning: Clip with Trainer(gradient_clip_val=…)"),
+    ("loss is nan with the HF Trainer and TrainingArguments fp16=True", "hf-trainer",
+     "Hugging Face Trainer: Set TrainingArguments(max_grad_norm=…)"),
+])
+def test_ask_names_the_framework_from_the_users_words(text, context, first):
+    report = json.loads(cli("ask", text, "--format", "json").stdout_text)
+    assert context in report["contexts"]
+    titles = [f["title"] for r in report["reports"] if r["specialist"] == "debugging" for f in r["fixes"]]
+    assert titles[titles.index(first) + 1] == "Clip the gradient norm before the optimizer step"
+
+
+def test_ask_without_a_framework_gives_plain_pytorch():
+    report = json.loads(cli("ask", "loss goes nan after a few hundred steps, gradients explode", "--format",
+                            "json").stdout_text)
+    assert not {"lightning", "hf-trainer", "accelerate"} & set(report["contexts"])
+    assert not [f for r in report["reports"] for f in r["fixes"] if f.get("applies_when", "") and
+                f["applies_when"].startswith("training with ")]
+
+
 def _script(name: str, out, *args: str) -> dict:
     env = {**os.environ, "NO_COLOR": "1", "HF_HOME": str(out.parent / "hf")}
     env.pop("TORCHDOCTOR_RUN", None)
