@@ -215,8 +215,12 @@ class ProfileProbe(Probe):
             if w["compiled"] and not is_compiled(root):
                 w["notes"].append(f"forward of `{names.label(root)}` not timed: it runs inside compiled code")
                 continue
-            w["handles"].append(root.register_forward_pre_hook(self._fw_pre))
-            w["handles"].append(root.register_forward_hook(self._fw_post))
+            # The root and its direct children: a LightningModule's training_step calls `self.net(x)`, never the
+            # root's own forward; when the root's forward does run, its children are nested in it (`depth`) and
+            # their time is not counted twice.
+            for module in (root, *root.children()):
+                w["handles"].append(module.register_forward_pre_hook(self._fw_pre))
+                w["handles"].append(module.register_forward_hook(self._fw_post))
         w["models"] = names.root_labels
 
     def _fw_pre(self, module: Any, args: Any) -> None:
