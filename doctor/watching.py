@@ -50,7 +50,7 @@ class Watch:
         self.probes = [probes] if isinstance(probes, str) else list(probes or [])
         self.out = os.fspath(out) if out is not None else None
         self.show = show
-        self.framework = framework  # "lightning" | "hf" | "accelerate" when a framework's callback started it
+        self.framework = framework  # "lightning" | "hf-trainer" when a framework's callback started it
         self._where = where
         self._label = label
         self._plan: Any = None
@@ -84,7 +84,9 @@ class Watch:
         if world > 1:
             # Every process of a launcher (torchrun, accelerate launch) runs the block: each gets its own run
             # directory and report (their events never mix), and only rank 0 prints.
-            base = Path(out) if out is not None else Path(cwd, ".torchdoctor", "runs", time.strftime("%Y%m%d-%H%M%S"))
+            # One folder for the job: torchrun's run id is the same in every rank (ranks start seconds apart).
+            job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
+            base = Path(out) if out is not None else Path(cwd, ".torchdoctor", "runs", f"watch-{job}")
             out = str(base / f"rank{rank}")
             self.show = self.show and rank == 0
         try:

@@ -146,6 +146,15 @@ def test_every_rank_of_a_torchrun_job_gets_its_own_run_directory_and_only_rank_0
         assert sorted(p.name for p in (out / f"rank{rank}").glob("events.rank*.jsonl")) == [f"events.rank{rank}.jsonl"]
     assert proc.stderr.count("No symptoms found.") == 1 and "run/rank0/report.json" in proc.stderr  # rank 0 prints
 
+    # without out=: one folder for the job (torchrun's run id), one per rank inside it
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                           str(WATCH / "two_ranks.py")], capture_output=True, text=True, env=env,
+                          cwd=str(tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    reports = sorted(str(p.relative_to(tmp_path / ".torchdoctor" / "runs"))
+                     for p in (tmp_path / ".torchdoctor" / "runs").glob("watch-*/rank*/report.json"))
+    assert len(reports) == 2 and reports[0].split("/")[0] == reports[1].split("/")[0], reports
+
 
 # -- inside this process: the session leaves torch as it found it --------------------------------
 
