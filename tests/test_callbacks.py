@@ -140,6 +140,21 @@ def test_lightning_gradient_norms_before_its_clipping_are_read_and_a_clip_on_eve
                for n in report["notes"]), report["notes"]
 
 
+def test_lightning_accumulation_with_a_second_division_in_training_step_is_found(lightning, tmp_path,
+                                                                                 validate_report):
+    out = tmp_path / "run"
+    proc = _script("lightning_fit.py", out, "accum")
+    assert proc.returncode == 0, proc.stderr
+    report = _report(out, validate_report)
+    found = [s for s in report["symptoms"] if s["id"] == "accumulation-divided-twice"]
+    assert found and found[0]["severity"] == "warning", report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["micro_steps"] == 4 and values["loss_factor"] == 0.0625
+    fixes = [f["title"] for r in report["reports"] if r["specialist"] == "mixed-precision" for f in r["fixes"]]
+    assert fixes[:2] == ["Lightning: Accumulate with Trainer(accumulate_grad_batches=N)",
+                         "Return the plain mean loss and let the accumulation divide it"]
+
+
 # -- Hugging Face Trainer ----------------------------------------------------------------------------
 
 

@@ -170,6 +170,21 @@ def test_a_schedule_mistake_under_accelerate_is_found_at_the_users_line_in_accel
 
 
 @pytest.mark.slow
+def test_accelerates_accumulation_and_a_second_division_are_found_at_the_backward_line(tmp_path, validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    proc, report = _run(tmp_path, "accelerate", "launch", "--cpu", "--num_processes", "1", *QUIET,
+                        str(FRAMEWORKS / "accelerate_accum.py"))
+    validate_report(report)
+    assert report["run"]["steps_completed"] == 10
+    found = [s for s in report["symptoms"] if s["id"] == "accumulation-divided-twice"]
+    assert found, report["symptoms"]
+    lines = (FRAMEWORKS / "accelerate_accum.py").read_text().splitlines()
+    assert found[0]["location"]["line"] == 1 + lines.index("        accelerator.backward(loss)")
+    titles = [f["title"] for r in report["reports"] for f in r["fixes"]]
+    assert titles[0].startswith("Accelerate: Accumulate with Accelerator(gradient_accumulation_steps=N)")
+
+
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_two_accelerate_processes_each_run_the_probes(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
