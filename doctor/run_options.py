@@ -191,6 +191,18 @@ def _module_exists(name: str, cwd: str) -> bool:
     return spec is not None
 
 
+def runs_base(cwd: str) -> Path:
+    """`.torchdoctor` under `cwd`, made on first use with a .gitignore that keeps every run out of git."""
+    base = Path(cwd) / ".torchdoctor"
+    if not base.exists():
+        try:
+            base.mkdir(exist_ok=True)  # exist_ok: the ranks of one job may race here
+            (base / ".gitignore").write_text("# torchdoctor run directories\n*\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot create {base}: {exc.strerror}") from None
+    return base
+
+
 def _run_dir(out: str | None, cwd: str) -> Path:
     if out:
         run_dir = Path(out).expanduser()
@@ -199,20 +211,13 @@ def _run_dir(out: str | None, cwd: str) -> Path:
         if run_dir.exists() and not run_dir.is_dir():
             raise UsageError(f"--out {out}: exists and is not a directory")
     else:
-        base = Path(cwd) / ".torchdoctor"
-        fresh = not base.exists()
+        base = runs_base(cwd)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = base / "runs" / stamp
         n = 1
         while run_dir.exists():
             n += 1
             run_dir = base / "runs" / f"{stamp}-{n}"
-        if fresh:
-            try:
-                base.mkdir()
-                (base / ".gitignore").write_text("# torchdoctor run directories\n*\n", encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot create {base}: {exc.strerror}") from None
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

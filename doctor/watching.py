@@ -73,7 +73,7 @@ class Watch:
             return self
         if _active is not None:
             raise RuntimeError("a torchdoctor.watch() session is already running in this process; end it first")
-        from torchdoctor.run_options import UsageError, watch_plan
+        from torchdoctor.run_options import UsageError, runs_base, watch_plan
 
         path, line = self._where or _caller()
         script = path if path.endswith(".py") and os.path.isfile(path) else None
@@ -86,7 +86,10 @@ class Watch:
             # directory and report (their events never mix), and only rank 0 prints.
             # One folder for the job: torchrun's run id is the same in every rank (ranks start seconds apart).
             job = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
-            base = Path(out) if out is not None else Path(cwd, ".torchdoctor", "runs", f"watch-{job}")
+            try:
+                base = Path(out) if out is not None else runs_base(cwd) / "runs" / f"watch-{job}"
+            except UsageError as exc:
+                raise ValueError(f"torchdoctor.watch(): {exc}") from None
             out = str(base / f"rank{rank}")
             self.show = self.show and rank == 0
         try:

@@ -154,6 +154,7 @@ def test_every_rank_of_a_torchrun_job_gets_its_own_run_directory_and_only_rank_0
     reports = sorted(str(p.relative_to(tmp_path / ".torchdoctor" / "runs"))
                      for p in (tmp_path / ".torchdoctor" / "runs").glob("watch-*/rank*/report.json"))
     assert len(reports) == 2 and reports[0].split("/")[0] == reports[1].split("/")[0], reports
+    assert (tmp_path / ".torchdoctor" / ".gitignore").read_text().endswith("*\n")
 
 
 # -- inside this process: the session leaves torch as it found it --------------------------------
