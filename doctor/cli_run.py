@@ -24,6 +24,8 @@ sys.path and __main__); its own arguments go after `--`:
 
   torchdoctor run -- torchrun --nproc-per-node 2 train.py     (your own torchrun line)
 
+  torchdoctor run -- accelerate launch --cpu train.py         (every process accelerate starts)
+
 Exit codes: 0 nothing at or above --fail-on; 1 a measured symptom at or above
 --fail-on; 2 usage error; 4 the script failed (non-zero exit, exception,
 crash, killed, --timeout, hang); 130 interrupted. Evidence and report.json go

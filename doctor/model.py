@@ -236,6 +236,12 @@ class Report(_Serialisable):
         levels = [f.severity for f in self.findings] + [s.severity for s in self.symptoms]
         return max(levels, key=SEVERITY_RANK.__getitem__) if levels else None
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a Report inline as HTML (render/html.py)."""
+        from torchdoctor.render import to_html
+
+        return to_html(self)
+
 
 def _version() -> str:
     from torchdoctor import __version__

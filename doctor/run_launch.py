@@ -1,6 +1,6 @@
 """Distributed launches: the torchrun command line that starts the bootstrap in every rank.
 
-Two ways in, one result (`Launch`):
+Three ways in, one result (`Launch`):
 
 - `torchdoctor run --nproc-per-node N [rendezvous options] train.py -- ARGS`
   builds `python -m torch.distributed.run --nproc-per-node N … train.py ARGS`
@@ -30,7 +30,18 @@ import sys
 from dataclasses import dataclass, field
 
 TORCHRUN_MODULE = "torch.distributed.run"
+ACCELERATE_MODULE = "accelerate.commands.launch"
+LAUNCHER_MODULES = (TORCHRUN_MODULE, ACCELERATE_MODULE)
 BOOTSTRAP = "torchdoctor.probes.bootstrap"
+
+# accelerate launch's options that take no value (accelerate 1.x, commands/launch.py: store_true); every
+# other option takes one. accelerate accepts '-' and '_' spellings and no abbreviations.
+_ACCELERATE_FLAGS = {
+    "--cpu", "--debug", "--downcast_bf16", "--dynamo_use_dynamic", "--dynamo_use_fullgraph",
+    "--dynamo_use_regional_compilation", "--enable_cpu_affinity", "--fp8_use_autocast_during_eval",
+    "--multi_gpu", "--no_tpu_cluster", "--quiet", "-q", "--same_network", "--tpu", "--tpu_cluster",
+    "--tpu_use_sudo", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--use_parallelism_config",
+}
 
 # torchrun's options that take no value (argparse store_true), long and short forms.
 _FLAGS = {"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
@@ -64,9 +75,13 @@ class Launch:
     target: str  # the training script as typed, or the module name
     args: list[str]  # the script's own arguments
     typed: list[str] = field(default_factory=list)  # the command as the user would type it without torchdoctor
+    launcher: str = "torchrun"  # or "accelerate" (accelerate launch)
 
     def argv(self) -> list[str]:
         target = ["-m", self.target] if self.module else [self.target]
+        if self.launcher == "accelerate":
+            return [sys.executable, "-m", ACCELERATE_MODULE, *self.options, "--module", BOOTSTRAP, *target,
+                    *self.args]
         return [sys.executable, "-m", TORCHRUN_MODULE, *self.options, "-m", BOOTSTRAP, *target, *self.args]
 
     def option(self, name: str) -> str | None:
@@ -81,6 +96,11 @@ class Launch:
 
     def rendezvous(self) -> dict[str, str]:
         """Where this node's agent meets the others: nnodes, node_rank, endpoint (as given; absent if not)."""
+        if self.launcher == "accelerate":  # accelerate's names for the same three
+            ip, port = self.option("--main-process-ip"), self.option("--main-process-port")
+            found = {"nnodes": self.option("--num-machines"), "node_rank": self.option("--machine-rank"),
+                     "endpoint": f"{ip}:{port or 29500}" if ip else None}
+            return {key: value for key, value in found.items() if value}
         endpoint = self.option("--rdzv-endpoint")
         if not endpoint and self.option("--master-addr"):
             endpoint = f"{self.option('--master-addr')}:{self.option('--master-port') or 29500}"
@@ -90,21 +110,33 @@ class Launch:
     @property
     def node_rank(self) -> int:
         try:
-            return int(self.option("--node-rank") or 0)
+            return int(self.option("--machine-rank" if self.launcher == "accelerate" else "--node-rank") or 0)
         except ValueError:
             return 0
 
 
-def is_launcher_line(words: list[str], cwd: str) -> bool:
-    """`torchrun …` or `python -m torch.distributed.run …` (not a script that happens to be named so)."""
+def launcher_of(words: list[str], cwd: str) -> str | None:
+    """"torchrun" for `torchrun …` or `python -m torch.distributed.run …`, "accelerate" for `accelerate launch
+    …` or `python -m accelerate.commands.launch …`, else None (also for a script that happens to be named so)."""
     if not words:
-        return False
+        return None
     head = os.path.basename(words[0])
+    if os.path.isfile(os.path.join(cwd, words[0])) and head in ("torchrun", "accelerate"):
+        return None
     if head == "torchrun":
-        return not os.path.isfile(os.path.join(cwd, words[0]))
+        return "torchrun"
+    if head == "accelerate" and words[1:2] == ["launch"]:
+        return "accelerate"
     if _PYTHON.match(head) or os.path.realpath(words[0]) == os.path.realpath(sys.executable):
-        return words[1:3] == ["-m", TORCHRUN_MODULE] or words[1:2] == [f"-m{TORCHRUN_MODULE}"]
-    return False
+        for module, name in ((TORCHRUN_MODULE, "torchrun"), (ACCELERATE_MODULE, "accelerate")):
+            if words[1:3] == ["-m", module] or words[1:2] == [f"-m{module}"]:
+                return name
+    return None
+
+
+def is_launcher_line(words: list[str], cwd: str) -> bool:
+    """A torchrun or accelerate launch line (see `launcher_of`)."""
+    return launcher_of(words, cwd) is not None
 
 
 def _canonical(name: str) -> str:
@@ -116,7 +148,9 @@ def _canonical(name: str) -> str:
 
 
 def parse_launcher_line(words: list[str], cwd: str) -> Launch:
-    """Split the user's torchrun line into torchrun's options, the script and its arguments."""
+    """Split the user's launcher line into the launcher's options, the script and its arguments."""
+    if launcher_of(words, cwd) == "accelerate":
+        return _parse_accelerate(words, cwd)
     rest = words[1:] if os.path.basename(words[0]) == "torchrun" else words[3 if words[1] == "-m" else 2:]
     options: list[str] = []
     module = False
@@ -157,6 +191,52 @@ def parse_launcher_line(words: list[str], cwd: str) -> Launch:
     if i >= len(rest):
         raise LaunchError(f"no training script in the launcher line: {' '.join(words)}")
     return Launch(options=options, module=module, target=rest[i], args=rest[i + 1:], typed=list(words))
+
+
+def _accelerate_name(item: str) -> str:
+    """An accelerate option as its parser knows it: '--num-processes' -> '--num_processes'."""
+    return "--" + item[2:].replace("-", "_") if item.startswith("--") else item
+
+
+def _parse_accelerate(words: list[str], cwd: str) -> Launch:
+    """`accelerate launch [OPTIONS] script ARGS` -> accelerate's options, the script and its arguments."""
+    rest = words[2:] if os.path.basename(words[0]) == "accelerate" else words[3 if words[1] == "-m" else 2:]
+    options: list[str] = []
+    module = False
+    i = 0
+    while i < len(rest):
+        item = rest[i]
+        if item == "--":
+            i += 1
+            break
+        if not item.startswith("-") or item == "-":
+            break
+        key, eq, _ = item.partition("=")
+        name = _accelerate_name(key)
+        if name in ("-h", "--help"):
+            raise LaunchError("accelerate launch --help: run it without torchdoctor")
+        if name == "--no_python":
+            raise LaunchError("accelerate launch --no_python starts a program that is not Python: torchdoctor can "
+                              "probe only Python training scripts")
+        if name in ("-m", "--module"):
+            module = True
+            i += 1
+            continue
+        if eq or name in _ACCELERATE_FLAGS:
+            options.append(item)
+            i += 1
+        elif i + 1 < len(rest):
+            options += rest[i:i + 2]
+            i += 2
+        else:
+            options.append(item)
+            i += 1
+    if i >= len(rest):
+        raise LaunchError(f"no training script in the launcher line: {' '.join(words)}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise LaunchError(f"accelerate launch needs accelerate in this Python ({sys.executable})")
+    return Launch(options=options, module=module, target=rest[i], args=rest[i + 1:], typed=list(words),
+                  launcher="accelerate")
 
 
 def _looks_like_target(word: str, cwd: str, module: bool) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from torchdoctor.notebook import Notebook, NotebookError, read_notebook
 from torchdoctor.run_files import ForeignFile, claim
 from torchdoctor.run_launch import (
+    LAUNCHER_MODULES,
     Launch,
     LaunchError,
     is_launcher_line,
@@ -71,6 +72,7 @@ class RunPlan:
     launch: Launch | None = None  # a torchrun job (run_launch.py); None: one process
     ddp_debug: bool = False
     notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
+    label: str | None = None  # in-process sessions (torchdoctor.watch): what the report names as the target
 
     @property
     def child_cwd(self) -> str:
@@ -83,8 +85,10 @@ class RunPlan:
 
     @property
     def multinode(self) -> bool:
-        """A torchrun job over more than one node (--nnodes N or MIN:MAX with a maximum above 1)."""
-        nnodes = self.launch.option("--nnodes") if self.launch is not None else None
+        """A job over more than one node (--nnodes N or MIN:MAX with a maximum above 1; --num_machines N)."""
+        if self.launch is None:
+            return False
+        nnodes = self.launch.option("--nnodes") or self.launch.option("--num-machines")  # accelerate's name
         try:
             return nnodes is not None and int(nnodes.rpartition(":")[2]) > 1
         except ValueError:
@@ -92,6 +96,8 @@ class RunPlan:
 
     @property
     def display_target(self) -> str:
+        if self.label is not None:
+            return self.label
         return f"-m {self.module}" if self.module else str(self.script)
 
     @property
@@ -99,6 +105,8 @@ class RunPlan:
         """The command this run stands for, as the user would type it without torchdoctor."""
         if self.launch is not None:
             return list(self.launch.typed)
+        if self.label is not None:  # in-process: the block ran inside whatever the user started
+            return ["python", str(self.script)] if self.script else []
         if self.notebook is not None:
             return ["jupyter", "execute", str(self.script), *self.args]
         head = ["python", "-m", self.module] if self.module else ["python", str(self.script)]
@@ -183,6 +191,18 @@ def _module_exists(name: str, cwd: str) -> bool:
     return spec is not None
 
 
+def runs_base(cwd: str) -> Path:
+    """`.torchdoctor` under `cwd`, made on first use with a .gitignore that keeps every run out of git."""
+    base = Path(cwd) / ".torchdoctor"
+    if not base.exists():
+        try:
+            base.mkdir(exist_ok=True)  # exist_ok: the ranks of one job may race here
+            (base / ".gitignore").write_text("# torchdoctor run directories\n*\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot create {base}: {exc.strerror}") from None
+    return base
+
+
 def _run_dir(out: str | None, cwd: str) -> Path:
     if out:
         run_dir = Path(out).expanduser()
@@ -191,20 +211,13 @@ def _run_dir(out: str | None, cwd: str) -> Path:
         if run_dir.exists() and not run_dir.is_dir():
             raise UsageError(f"--out {out}: exists and is not a directory")
     else:
-        base = Path(cwd) / ".torchdoctor"
-        fresh = not base.exists()
+        base = runs_base(cwd)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = base / "runs" / stamp
         n = 1
         while run_dir.exists():
             n += 1
             run_dir = base / "runs" / f"{stamp}-{n}"
-        if fresh:
-            try:
-                base.mkdir()
-                (base / ".gitignore").write_text("# torchdoctor run directories\n*\n", encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"cannot create {base}: {exc.strerror}") from None
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -239,12 +252,14 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
     probes = _probes(req.probes)
     gpu = parse_size_gib(req.gpu_memory) if req.gpu_memory is not None else None
 
+    if req.module in LAUNCHER_MODULES:  # `run -m accelerate.commands.launch …`: the launcher line, typed so
+        req = replace(req, module=None, target=[sys.executable, "-m", req.module, *req.target])
     args = list(req.target)
     launch: Launch | None = None
     if is_launcher_line(args, cwd):
         if req.nproc_per_node is not None or req.rendezvous or req.module:
             raise UsageError("give either torchdoctor's --nproc-per-node/-m/rendezvous options or your own "
-                             "torchrun line after --, not both")
+                             "launcher line (torchrun, accelerate launch) after --, not both")
         try:
             launch = parse_launcher_line(args, cwd)
         except LaunchError as exc:
@@ -317,6 +332,36 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         launch=launch,
         ddp_debug=req.ddp_debug,
         notebook=notebook,
+    )
+
+
+def watch_plan(probes: list[str], steps: int | None, out: str | None, cwd: str, script: str | None,
+               label: str) -> RunPlan:
+    """The plan of an in-process session (torchdoctor.watch): the same checks and run directory as `run`.
+
+    `script` is the file that called watch() when it is a real file (its static findings join the
+    report, as for `run`), else None (a notebook cell, the interactive prompt)."""
+    from torchdoctor.rules import catalog
+
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise UsageError("steps must be a whole number of at least 1")
+    project = str(Path(script).resolve().parent) if script else cwd
+    return RunPlan(
+        script=script,
+        module=None,
+        args=[],
+        project=project,
+        run_dir=_run_dir(out, cwd),
+        probes=_probes(list(probes)),
+        steps=steps,
+        timeout_s=None,
+        hang_timeout_s=None,
+        gpu_memory_gib=None,
+        fmt="text",
+        fail_on="never",
+        cwd=cwd,
+        thresholds=catalog.load_toml("thresholds.toml"),
+        label=label,
     )
 
 

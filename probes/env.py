@@ -118,6 +118,11 @@ def torch_facts(torch: Any) -> dict[str, Any]:
     return facts
 
 
+# Modules whose presence in the process shows a training framework at work (frameworks.toml `modules`): a
+# dictionary lookup each, no import.
+FRAMEWORK_MODULES = ("lightning.pytorch", "pytorch_lightning", "transformers.trainer", "accelerate.accelerator")
+
+
 class EnvProbe(Probe):
     name = "env"
 
@@ -143,6 +148,9 @@ class EnvProbe(Probe):
         torch = sys.modules.get("torch")
         if torch is not None and hasattr(torch, "__version__"):
             facts.update(torch_facts(torch))
+        loaded = [name for name in FRAMEWORK_MODULES if name in sys.modules]
+        if loaded:
+            facts["framework_modules"] = loaded  # the analysis names the framework (rules/data/frameworks.toml)
         self.emit("environment", when=when, **facts)
 
     def after_step(self, step: int, optimizer: Any) -> None:

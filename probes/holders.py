@@ -48,10 +48,18 @@ class HolderScan:
         self.top = top
         self._marks: dict[tuple, list[weakref.ref]] = {}  # the previous scan's graph roots, by holder
 
-    def scan(self, frames: list[FrameType]) -> list[dict[str, Any]]:
+    def scan(self, frames: list[FrameType], owners: list[tuple[Any, dict[str, Any]]] = ()) -> list[dict[str, Any]]:
+        """`owners`: objects whose attributes are scanned as `self.<name>` of the user's method named by its
+        `where` (path, function, firstlineno, lineno) though no frame of it is on the stack — a framework's
+        LightningModule or Trainer, whose training_step / compute_loss has returned by the optimizer step."""
         found: list[dict[str, Any]] = []
         walked: dict[int, tuple[int, bool]] = {}  # id(grad_fn) -> count, shared by holders in one scan
         seen_values: set[int] = set()
+        for owner, where in owners:
+            attrs = getattr(owner, "__dict__", None)
+            if isinstance(attrs, dict):
+                for name, value in list(attrs.items()):
+                    self._consider(f"self.{name}", "attribute", value, dict(where), found, walked, seen_values)
         for frame in frames:
             code = frame.f_code
             at_module = code.co_name == "<module>"

@@ -269,7 +269,7 @@ class MemoryProbe(Probe):
         started = time.perf_counter()
         frames = self.user_frames(sys._getframe(1))
         try:
-            holders = self.holders.scan(frames)
+            holders = self.holders.scan(frames, self.session.holder_owners())
         finally:
             del frames
         cost = time.perf_counter() - started

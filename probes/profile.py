@@ -215,10 +215,17 @@ class ProfileProbe(Probe):
             if w["compiled"] and not is_compiled(root):
                 w["notes"].append(f"forward of `{names.label(root)}` not timed: it runs inside compiled code")
                 continue
-            # A ModuleDict of parts is never called itself: its parts' forwards are the forward.
-            for part in called_parts(self.torch, root):
-                w["handles"].append(part.register_forward_pre_hook(self._fw_pre))
-                w["handles"].append(part.register_forward_hook(self._fw_post))
+            # The root and its direct children: a LightningModule's training_step calls `self.net(x)`, never the
+            # root's own forward; when the root's forward does run, its children are nested in it (`depth`) and
+            # their time is not counted twice. A ModuleDict/ModuleList is never called itself: its parts are.
+            seen: set[int] = set()
+            for module in (*called_parts(self.torch, root),
+                           *(p for child in root.children() for p in called_parts(self.torch, child))):
+                if id(module) in seen:
+                    continue
+                seen.add(id(module))
+                w["handles"].append(module.register_forward_pre_hook(self._fw_pre))
+                w["handles"].append(module.register_forward_hook(self._fw_post))
         w["models"] = names.root_labels
 
     def _fw_pre(self, module: Any, args: Any) -> None:

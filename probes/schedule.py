@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import sys
 import warnings
 import weakref
@@ -93,7 +94,8 @@ class _FakeOptimizer:
 
 class _Scheduler:
     __slots__ = ("ref", "index", "kind", "opt", "steps", "first_opt", "last_opt", "intervals", "lrs", "stride",
-                 "step_site", "clone", "length", "child", "created_opt", "next_report", "early")
+                 "step_site", "clone", "length", "child", "created_opt", "next_report", "early",
+                 "step_by_library")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -103,6 +105,7 @@ class _Scheduler:
         self.lrs: list[tuple[int, float]] = []
         self.stride = 1
         self.step_site: tuple[str, int, str] | None = None
+        self.step_by_library = False  # a framework (Lightning, the Trainer) calls scheduler.step(), not the user
         self.child = False
         self.next_report = 1
         self.early = False
@@ -193,7 +196,15 @@ class ScheduleProbe(Probe):
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _created(self, sched: Any) -> None:
+    def adopt(self, sched: Any, site: tuple[str, int, str] | None) -> bool:
+        """Follow a scheduler made before the probes were installed (a framework callback hands over the one the
+        user gave the Trainer); `site` stands for its creation line. False if it is followed already."""
+        if not self.enabled or id(sched) in self.records or not isinstance(sched, self.torch.optim.lr_scheduler.LRScheduler):
+            return False
+        self._created(sched, site=site)
+        return True
+
+    def _created(self, sched: Any, site: tuple[str, int, str] | None = None) -> None:
         if len(self.records) >= self.max_schedulers:
             return
         rec = _Scheduler()
@@ -211,7 +222,7 @@ class ScheduleProbe(Probe):
                 found.child = True
         rec.clone, why_not = self._clone(sched, optimizer)
         self.records[id(sched)] = rec
-        site = user_site(sys._getframe(1))
+        site = site if site is not None else user_site(sys._getframe(1))
         self.emit(
             "scheduler",
             index=rec.index,
@@ -254,6 +265,7 @@ class ScheduleProbe(Probe):
         if rec.steps == 1:
             rec.first_opt = now
             rec.step_site = user_site(sys._getframe(1))
+            rec.step_by_library = _called_by_library(sys._getframe(1))
             if now == 0 and not self.scalers.steps:  # after a GradScaler skipped the first steps it is harmless
                 rec.early = True
                 self.emit("scheduler-early", index=rec.index, scheduler=rec.kind, site=as_dict(rec.step_site))
@@ -288,6 +300,7 @@ class ScheduleProbe(Probe):
             first_at_optimizer_step=rec.first_opt,
             intervals={str(k): v for k, v in sorted(rec.intervals.items())[:32]},
             step_site=as_dict(rec.step_site),
+            step_by_library=rec.step_by_library,
             child=rec.child,
             early=rec.early,
             **extra,
@@ -387,3 +400,17 @@ def _round(value: float | None) -> float | None:
         return value
     return float(f"{value:.6g}")
 
+
+def _called_by_library(frame: Any) -> bool:
+    """Whether the code that called scheduler.step() is a library's (a framework steps it), past our wrappers and
+    torch's own (a SequentialLR stepping its children)."""
+    from torchdoctor.probes.userframes import is_library_file
+
+    torch_dir = os.path.dirname(os.path.abspath(sys.modules["torch"].__file__))
+    ours = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith((ours, torch_dir)):
+            return is_library_file(path)
+        frame = frame.f_back
+    return False

@@ -60,7 +60,10 @@ def _env_int(name: str, default: int) -> int:
 
 
 class Session:
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], in_process: bool = False):
+        # in_process: torchdoctor.watch() inside the user's own process (doctor/watching.py). The process is
+        # not ours: no fault handler or SIGTERM handler of ours, and `close()` undoes what the probes changed.
+        self.in_process = in_process
         self.config = config
         self.run_dir: str = config["run_dir"]
         self.project: str | None = config.get("project")
@@ -85,6 +88,8 @@ class Session:
         self._pending: tuple[int, Any] | None = None  # a step(closure) whose pre-step probes wait for it
         self._files: list[Any] = []  # keep faulthandler's files open for the whole run
         self._children = 0  # processes the script started with multiprocessing (DataLoader workers aside)
+        self._ledger: Any = None  # in-process: what torch looked like before the probes (probes/restore.py)
+        self._owners: list[tuple[weakref.ref, dict[str, Any]]] = []  # see watch_owner()
 
     @classmethod
     def from_env(cls) -> Session:
@@ -111,9 +116,10 @@ class Session:
 
     def start(self, target: str) -> None:
         """Fault capture, signal handling, the start event; probes once torch is imported."""
-        self._faulthandler()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+        if not self.in_process:
+            self._faulthandler()
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._on_sigterm)
         self.emit(
             "start",
             pid=self.pid,
@@ -200,6 +206,11 @@ class Session:
         return info.needs_torch if info is not None else False
 
     def _torch_imported(self, torch_module: Any) -> None:
+        if self.in_process:
+            from torchdoctor.probes.restore import Ledger
+
+            self._ledger = Ledger()
+            self._ledger.snapshot()
         self.emit("torch", version=str(getattr(torch_module, "__version__", "")))
         late = [n for n in self.probe_names if self._needs_torch(n)]
         self._load(late)
@@ -367,6 +378,42 @@ class Session:
         if self.steps_file is not None:
             self.steps_file.close()
         self.emit("exit", reason=reason, code=code)
+
+    def watch_owner(self, owner: Any, method: Any) -> bool:
+        """Scan `owner`'s attributes for tensors held across steps, as `self.<name>` in the user's `method`.
+
+        A framework calls the user's training_step / compute_loss and returns before the optimizer step, so
+        no frame of it is on the stack when the memory probe scans: a framework callback names the object
+        and the method here. False (nothing registered) when the method is not the user's own code."""
+        from torchdoctor.probes.userframes import is_library_file
+
+        code = getattr(getattr(method, "__func__", method), "__code__", None)
+        if code is None or is_library_file(code.co_filename):
+            return False
+        try:
+            ref = weakref.ref(owner)
+        except TypeError:
+            return False
+        where = {"path": code.co_filename, "function": code.co_name, "firstlineno": code.co_firstlineno,
+                 "lineno": code.co_firstlineno}
+        self._owners.append((ref, where))
+        return True
+
+    def holder_owners(self) -> list[tuple[Any, dict[str, Any]]]:
+        return [(obj, where) for ref, where in self._owners if (obj := ref()) is not None]
+
+    def close(self) -> None:
+        """In-process: after `finish()`, leave the user's process as it was before `start()`."""
+        heartbeat.stop()
+        for probe in self.probes:
+            probe.enabled = False
+        if self._ledger is not None:
+            ledger, self._ledger = self._ledger, None
+            for failure in ledger.restore():
+                self.emit("probe-error", where="restore", error=f"could not restore {failure}"[:500])
+        self.writer.close()
+        for fh in self._files:
+            fh.close()
 
 
 def _closure_of(args: Any, kwargs: Any) -> Any:

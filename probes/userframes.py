@@ -29,12 +29,15 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _LIBRARY_ROOTS = _library_roots()
+_CELL_PREFIXES = ("<ipython-input-",)  # IPython's name for a cell's code (ipykernel names it as a file)
 _PACKAGE_MARKERS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 
 @lru_cache(maxsize=4096)
 def is_library_file(path: str) -> bool:
     """True for the standard library, installed packages, torch and torchdoctor itself."""
+    if path.startswith(_CELL_PREFIXES):
+        return False  # an IPython cell (`%%torchdoctor`, torchdoctor.watch() in a cell): the user's own code
     if not path or path.startswith("<"):
         return True  # <frozen …>, <string>, <stdin>: not a file a user can open
     real = os.path.realpath(path)

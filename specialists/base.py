@@ -229,6 +229,9 @@ class Specialist:
                 if fix.title not in seen_titles:
                     seen_titles.add(fix.title)
                     fixes.append(fix)
+        from torchdoctor.specialists.frameworks import in_framework_terms
+
+        fixes = in_framework_terms(fixes, ctx)  # Lightning / Trainer / Accelerate knob first, where one is used
         next_steps: list[str] = []
         for advice in advices:
             for step in advice.next_steps:

@@ -1150,7 +1150,13 @@ def nothing_measured(case: Case) -> Advice:
             ],
             [f"`torchdoctor check {case.script}` reads the code without running it."],
         )
-    if torch_seen is False:
+    backwards = case.value("backward_passes")
+    if backwards:
+        facts = (f"The run counted no optimizer step although {backwards} backward pass"
+                 f"{'es' if backwards != 1 else ''} ran: the weights were updated without optimizer.step() of a "
+                 "torch.optim optimizer (by hand, or by another library's optimizer), so the checks torchdoctor makes "
+                 "at each step never ran. This report cannot vouch for that training.")
+    elif torch_seen is False:
         facts = ("The run measured nothing: the process torchdoctor watched never imported torch, so no probe "
                  "was attached. A launcher that starts the training in another interpreter (a shell script, "
                  "`subprocess`, `accelerate launch` inside the script) hides it from the probes.")

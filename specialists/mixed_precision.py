@@ -348,6 +348,34 @@ def accumulation_not_normalized(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("accumulation-divided-twice")
+def accumulation_divided_twice(case: Case) -> Advice:
+    micro = case.num("micro_steps")
+    k = f"{micro:.0f}" if micro is not None else "N"
+    return Advice(
+        f"The loss is divided by the {k} micro-steps twice: once by the accumulation the framework does for you "
+        f"(Lightning's accumulate_grad_batches, accelerate's accumulate(), the Trainer's gradient_accumulation_steps) "
+        f"and once more in the script, so each update is 1/{k} of the effective batch's mean gradient, as if the "
+        f"learning rate were {k}x smaller.",
+        [
+            Fix(
+                title="Return the plain mean loss and let the accumulation divide it",
+                snippet=(
+                    "def training_step(self, batch, batch_idx):   # or compute_loss, or the accelerate loop\n"
+                    "    x, y = batch\n"
+                    f"    return criterion(self(x), y)   # no `/ {k}`: accumulation already divides by {k}"
+                ),
+                why="Gradient accumulation is meant to reproduce the gradient of the whole effective batch; a "
+                "second division shrinks every update (and makes the gradient-clipping threshold mean something "
+                "else).",
+                verify="The loss factor on its way to backward is 1/micro-steps (the run's accumulation measurement).",
+                location=case.location,
+            )
+        ],
+        [f"`{case.run_cmd(extra='--steps 20')}` measures the loss factor and the micro-steps per step."],
+    )
+
+
 @SPECIALIST.handles("partial-accumulation-dropped")
 def partial_accumulation(case: Case) -> Advice:
     dropped = case.num("dropped_micro_steps")

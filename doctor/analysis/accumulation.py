@@ -51,6 +51,7 @@ def analyse(run: RunEvidence) -> Analysis:
                 )
             continue
         _not_normalized(run, rank, k, state, lim, out)
+        _divided_twice(run, rank, k, state, lim, out)
         _dropped(run, rank, k, hist, state, out)
     return out
 
@@ -89,6 +90,25 @@ def _not_normalized(run: RunEvidence, rank: int, k: int, state: dict[str, Any], 
                  f"({norms[0]['first_norm']:.4g} → {norms[0]['accumulated_norm']:.4g})")
     out.symptoms.append(
         run.symptom("accumulation-not-normalized", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("factor_site")), step=None, rank=rank)
+    )
+
+
+def _divided_twice(run: RunEvidence, rank: int, k: int, state: dict[str, Any], lim: dict[str, Any],
+                   out: Analysis) -> None:
+    """The loss × 1/k² on its way to backward: a framework divides by the micro-steps and so does the script."""
+    factors = state.get("factors") or []
+    if len(factors) < int(lim.get("min_factor_samples", 2)):
+        return
+    factor = statistics.median(factors)
+    if abs(factor * k * k - 1.0) > float(lim.get("divided_twice_tolerance", 0.2)):
+        return
+    values: dict[str, Any] = {"micro_steps": k, "loss_factor": round(factor, 6), "gradient_scale": round(k * factor, 4)}
+    text = (f"{k} backward passes are accumulated into each optimizer step and the loss reaching backward is the "
+            f"criterion's value × {factor:.4g} = 1/{k}²: it is divided by the number of micro-steps twice, so the "
+            f"accumulated gradient is 1/{k} of the effective batch's mean gradient")
+    out.symptoms.append(
+        run.symptom("accumulation-divided-twice", probe=PROBE, summary=text, values=values,
                     location=location(run, state.get("factor_site")), step=None, rank=rank)
     )
 

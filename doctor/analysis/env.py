@@ -25,6 +25,11 @@ def analyse(run: RunEvidence) -> Analysis:
     out.environment = env
     if env.get("device") == "cuda":
         out.contexts.append("gpu")
+    loaded = set(env.get("framework_modules") or [])
+    if loaded:
+        from torchdoctor.specialists.frameworks import table
+
+        out.contexts += [f["id"] for f in table().get("framework", []) if loaded & set(f["modules"])]
     for rank in run.ranks:
         on = [e for e in run.of_kind("environment", PROBE, rank) if e.get("anomaly_detection")]
         if on:

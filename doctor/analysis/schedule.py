@@ -131,7 +131,12 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
     k = _interval(state)
     finished = run.outcome.stopped == "completed" and run.outcome.exit_code in (0, None)
     error = next((e for e in run.of_kind("scheduler-error", PROBE, rank) if e.get("index") == created["index"]), None)
-    where = location(run, (state.get("step_site") or (error or {}).get("site")))
+    site = state.get("step_site") or (error or {}).get("site")
+    if state.get("step_by_library") and created.get("site"):
+        # A framework steps the scheduler (Lightning's "interval", the Trainer): the user's line is where it is
+        # made and configured (configure_optimizers, create_scheduler), not the trainer.fit() that stepped it.
+        site = created["site"]
+    where = location(run, site)
     per_step_kinds = set(lim.get("per_step_kinds", ["OneCycleLR", "CyclicLR"]))
     # Only a planned length (total_steps, T_max, total_iters) compared with the steps taken tells per-batch from
     # per-epoch; a period (StepLR's step_size, ExponentialLR's gamma) fits either. Older evidence recorded

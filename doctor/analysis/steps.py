@@ -57,6 +57,20 @@ def _nothing_measured(run: RunEvidence):
     if any(run.steps_completed(r) for r in run.ranks):
         return None  # the ranks on this node (of a multi-node job, rank 0 may be elsewhere) took steps
     activity = _activity(run)
+    backwards = activity.get("backward passes", 0)
+    if backwards:
+        # Gradients were computed, but no torch.optim optimizer stepped (weights updated by hand, an optimizer
+        # of another library, a framework whose step the probes did not see): every per-step probe measured
+        # nothing, and a report of "no symptoms" would vouch for steps it never saw.
+        return run.symptom(
+            "nothing-measured",
+            probe="steps",
+            summary=(f"no optimizer step was counted: {plural(backwards, 'backward pass', 'backward passes')} ran, "
+                     "but no optimizer.step() of a torch.optim optimizer was seen, so the per-step checks (NaN, "
+                     "memory per step, the profile window) measured nothing"),
+            values={"steps": 0, "torch_imported": bool(run.of_kind("torch")),
+                    **{k.replace(" ", "_"): v for k, v in activity.items()}},
+        )
     if any(activity.values()):
         return None
     torch_seen = bool(run.of_kind("torch"))

@@ -3,6 +3,7 @@
 text      rich panels on a terminal; plain text when piped or NO_COLOR is set
 json      the Report schema (`torchdoctor schema`)
 markdown  for a PR comment or an issue
+html      a fragment for Jupyter and `torchdoctor.watch()` (not a CLI format)
 sarif     SARIF 2.1.0 (check only)
 github    GitHub workflow-command annotations (check only)
 """
@@ -32,6 +33,20 @@ def to_json(report: Report) -> str:
     import json  # only the json format needs it
 
     return json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+
+
+def to_markdown(report: Report) -> str:
+    from torchdoctor.render import markdown
+    from torchdoctor.render.compose import compose
+
+    return markdown.render(compose(report))
+
+
+def to_html(report: Report) -> str:
+    from torchdoctor.render import html
+    from torchdoctor.render.compose import compose
+
+    return html.render(compose(report))
 
 
 def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> None:

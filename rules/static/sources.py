@@ -115,7 +115,7 @@ def decode_python(data: bytes) -> str:
 
 
 _MAGIC = re.compile(r"^\s*[%!]|^\s*\?|^[^#'\"\n]*\?\s*$")
-_PASSTHROUGH_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+_PASSTHROUGH_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun", "%%torchdoctor")
 
 
 def notebook_unit(path: str, data: bytes) -> Unit:

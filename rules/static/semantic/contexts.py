@@ -1,4 +1,4 @@
-"""Setup facts for the router: distributed, amp, compile, gpu, custom autograd, Accelerate."""
+"""Setup facts for the router: distributed, amp, compile, gpu, custom autograd, training frameworks."""
 
 from __future__ import annotations
 
@@ -37,4 +37,12 @@ class Contexts:
             out.add("gpu")
         if self.function_classes:
             out.add("custom-autograd")
+        # Training frameworks (frameworks.toml): the advice names their knobs first.
+        if self.uses("lightning") or self.uses("pytorch_lightning"):
+            out.add("lightning")
+        if self.calls_to("transformers.Trainer", "transformers.TrainingArguments", "transformers.Seq2SeqTrainer",
+                         "transformers.Seq2SeqTrainingArguments"):
+            out.add("hf-trainer")
+        if self.uses_accelerate():
+            out.add("accelerate")
         return out
