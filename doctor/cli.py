@@ -120,7 +120,7 @@ def demo(fmt: FormatOpt = "text") -> None:
 
 
 # Commands that live in their own modules, and the module of each.
-_MODULE_OF = {"check": "cli_check", "rules": "cli_check", "explain": "cli_check", "run": "cli_run"}
+_MODULE_OF = {"check": "cli_check", "rules": "cli_check", "explain": "cli_check", "run": "cli_run", "fit": "cli_fit"}
 
 
 def _register_optional(argv: list[str]) -> None:

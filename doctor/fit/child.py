@@ -157,6 +157,9 @@ def main(spec_path: str, out_path: str) -> int:
     result["autocast"] = sorted(autocast_regions)
     result["optimizers"] = sorted({type(o).__name__ for o in optimizers.values()})
     result["what_if"] = changes
+    import resource
+
+    result["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     Path(out_path).write_text(json.dumps(result))
     return 0
 

@@ -44,6 +44,8 @@ class Remap(TorchFunctionMode):
     def __torch_function__(self, func: Any, types_: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = dict(kwargs or {})
         wants_gpu = False
+        if func is torch.device:  # a device object stays "cuda"; it is remapped where a tensor is made
+            return func(*args, **kwargs)
         if func in (torch.Tensor.cuda,):
             return self._copy_to_gpu(args[0], None)
         if func is torch.Tensor.to:

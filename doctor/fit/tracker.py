@@ -30,6 +30,9 @@ ATEN = torch.ops.aten
 _TRUTH_OF = {"isfinite": True, "isnan": False, "isinf": False}
 
 
+_RANK = {"parameter": 0, "gradient": 1, "optimizer_state": 2, "activation": 3}
+
+
 class Tracker(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
@@ -74,14 +77,16 @@ class Tracker(TorchDispatchMode):
             self.events.append(("free", ident, 0))
 
     def label(self, t: Any, kind: str) -> None:
-        """Name what a GPU storage is; the first name given wins (a parameter saved for backward
-        stays a parameter)."""
+        """Name what a GPU storage is; the stronger name wins (a weight saved for backward is a
+        parameter, not an activation)."""
         try:
             entry = self.live.get(t.untyped_storage()._cdata)
         except Exception:  # noqa: BLE001
             return
         if entry is not None:
-            self.kind.setdefault(entry[0], kind)
+            old = self.kind.get(entry[0])
+            if old is None or _RANK[kind] < _RANK[old]:
+                self.kind[entry[0]] = kind
 
     # -- ops --------------------------------------------------------------------------------------
 
@@ -96,24 +101,37 @@ class Tracker(TorchDispatchMode):
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
                     self.mark(t)
-        name = func.__name__.split(".")[0]
-        if name in _TRUTH_OF or name in ("all", "any", "logical_not"):
-            self._note_truth(name, inputs, out)
+        if isinstance(out, torch.Tensor) and out.dtype == torch.bool:
+            value = self._truth(func.__name__.split(".")[0], args, inputs)
+            key = _key(out)
+            if value is not None and key is not None:
+                self.truth[key] = value
         return out
 
-    def _note_truth(self, name: str, inputs: list, out: Any) -> None:
-        if not isinstance(out, torch.Tensor):
-            return
+    def _truth(self, name: str, args: tuple, inputs: list) -> bool | None:
+        """The healthy answer for a bool tensor made by `name`, following the checks scripts write:
+        isfinite (which CPU decomposes into `x == x` and `abs(x) != inf`), isnan, isinf, and their
+        combinations with all/any/not/and/or."""
         if name in _TRUTH_OF:
-            value = _TRUTH_OF[name]
-        else:
-            source = self.truth.get(_key(inputs[0])) if inputs else None
-            if source is None:
-                return
-            value = (not source) if name == "logical_not" else source
-        key = _key(out)
-        if key is not None:
-            self.truth[key] = value
+            return _TRUTH_OF[name]
+        if name in ("eq", "ne") and len(args) >= 2:
+            if args[0] is args[1]:
+                return name == "eq"  # x == x: not NaN
+            if isinstance(args[1], float) and args[1] in (float("inf"), float("-inf")):
+                return name == "ne"  # |x| != inf: finite
+            return None
+        known = [self.truth.get(_key(t)) for t in inputs]
+        if not known or any(k is None for k in known):
+            return None
+        if name in ("all", "any"):
+            return known[0]
+        if name in ("logical_not", "bitwise_not"):
+            return not known[0]
+        if name in ("mul", "logical_and", "bitwise_and"):
+            return all(known)
+        if name in ("logical_or", "bitwise_or", "add"):
+            return any(known)
+        return None
 
     def _scalar(self, t: Any) -> Any:
         """`.item()`, `bool(t)`, `int(t)` on a fake tensor: there is no value; answer a harmless one."""

@@ -1,0 +1,108 @@
+"""`torchdoctor fit`: the step of a real script run under fake tensors, its sizes checked against
+exact arithmetic and against a real CPU run, and the command as a user meets it.
+
+The comparison with a real GPU is bench/fit/eval_fit.py (truth recorded on an H100 in
+bench/fit/data/truth.json); the allocator replay against the H100's own traces is
+tests/test_fit_allocator.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.fit.estimate import FitError, measure, peak_of
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).parent / "fixtures" / "fit"
+CARD = {"name": "test", "bytes": 24 * 2**30, "major": 9, "minor": 0}
+
+
+def _spec(name: str, *argv: str) -> dict:
+    return {"script": str(FIXTURES / name), "argv": list(argv), "card": CARD, "steps": 2}
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torchdoctor.cli", "fit", *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def test_parameters_and_adamw_state_have_their_exact_sizes():
+    step = measure(_spec("mlp_cuda.py"), 64, 300)
+    params = (1024 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10) * 4
+    rounded = params + 6 * 512  # each of the 6 tensors is one block rounded up to 512 B
+    assert step.breakdown["parameters"] == pytest.approx(params, rel=0.02)
+    assert step.breakdown["parameters"] <= rounded
+    assert step.breakdown["optimizer_state"] == pytest.approx(2 * params, rel=0.02)  # exp_avg and exp_avg_sq
+    assert step.result["optimizers"] == ["AdamW"] and step.batch == 64
+
+
+def test_activations_match_what_autograd_saves_in_a_real_cpu_run(tmp_path):
+    """The estimate's activations at the peak against the bytes a real CPU step saves for backward."""
+    batch = 4096  # large enough that the peak is the end of the forward, activations all alive
+    step = measure(_spec("mlp_cuda.py"), batch, 300)
+    real = subprocess.run([sys.executable, "-c", f"""
+import torch, torch.nn as nn
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+params = {{p.untyped_storage().data_ptr() for p in model.parameters()}}
+saved = {{}}
+def pack(t):
+    st = t.untyped_storage()
+    if st.data_ptr() not in params:
+        saved[st.data_ptr()] = st.nbytes()
+    return t
+x = torch.randn({batch}, 1024)
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    loss = nn.functional.cross_entropy(model(x), torch.randint(0, 10, ({batch},)))
+print(sum(saved.values()))
+"""], capture_output=True, text=True, timeout=300)
+    saved = int(real.stdout.strip())
+    assert step.breakdown["activations"] == pytest.approx(saved, rel=0.25), (step.breakdown, saved)
+
+
+def test_a_billion_parameter_model_is_never_materialised():
+    step = measure({**_spec("big_model.py"), "steps": 2}, None, 300)
+    weights = 18 * 8192 * 8192 * 4  # 4.8 GB of fp32
+    assert step.breakdown["parameters"] == pytest.approx(weights, rel=0.01)
+    assert step.result["max_rss_bytes"] < 1.5 * 2**30, step.result["max_rss_bytes"]
+
+
+def test_peak_of_reads_the_live_set_at_the_highest_point():
+    events = [("alloc", 0, 1000), ("alloc", 1, 4096), ("free", 1, 0), ("alloc", 2, 100)]
+    peak, breakdown = peak_of(events, {"0": "parameter", "1": "activation"})
+    assert peak == 1024 + 4096  # blocks of 512 B
+    assert breakdown["parameters"] == 1024 and breakdown["activations"] == 4096 and breakdown["other"] == 0
+
+
+def test_a_script_that_cannot_run_under_fake_tensors_names_its_line():
+    with pytest.raises(FitError) as info:
+        measure(_spec("blocked.py"), None, 300)
+    assert "blocked.py:9" in str(info.value)
+
+
+def test_cli_hard_coded_cuda_script_gets_an_answer_per_card():
+    proc = _cli(str(FIXTURES / "mlp_cuda.py"), "--gpu", "3090", "--gpu", "10GB", "--no-what-if", "--format", "json",
+                "--", "--batch-size", "32")
+    assert proc.returncode == 0, proc.stderr
+    fit = json.loads(proc.stdout)["fit"]
+    assert [g["name"] for g in fit["gpus"]] == ["RTX-3090", "10 GB"]
+    assert all(g["fits"] and g["max_batch_size"] > 32 for g in fit["gpus"])
+    assert fit["batch_size"] == 32 and fit["batch_arg"] == "batch_size"
+    assert set(fit["breakdown"]) >= {"parameters", "gradients", "optimizer_state", "activations", "other"}
+    larger = fit["gpus"][0]["max_batch_size"] > fit["gpus"][1]["max_batch_size"]
+    assert larger
+
+
+def test_cli_bad_input_exits_2_or_4_with_one_line(tmp_path):
+    proc = _cli(str(tmp_path / "missing.py"))
+    assert proc.returncode == 2 and "no such script" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli(str(FIXTURES / "mlp_cuda.py"), "--gpu", "potato")
+    assert proc.returncode == 2 and "unknown GPU" in proc.stderr
+    proc = _cli(str(FIXTURES / "one_step.py"), "--no-what-if")
+    assert proc.returncode == 4 and "1 optimizer step" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli(str(FIXTURES / "blocked.py"), "--no-what-if")
+    assert proc.returncode == 4 and "blocked.py:9" in proc.stderr
