@@ -63,6 +63,17 @@ if mode == "peak":
         result["trace"] = events
     with open(out, "w") as f:
         json.dump(result, f)
+elif mode == "trial":
+    cap = int(extra[0]) * 2**30
+    result["context_bytes"] = int(os.environ.get("FIT_CONTEXT_BYTES", result["context_bytes"]))
+    torch.cuda.set_per_process_memory_fraction((cap - result["context_bytes"]) / total)
+    try:
+        run(int(extra[1]))
+        result["fits"] = True
+    except torch.OutOfMemoryError:
+        result["fits"] = False
+    with open(out, "w") as f:
+        json.dump(result, f)
 else:
     cap = int(extra[0]) * 2**30
     # Other processes share the card during the search, so mem_get_info counts their memory
@@ -108,6 +119,23 @@ def child(mode: str, config: dict, out: Path, *extra: str, steps: int = 3) -> di
     return data
 
 
+def fresh_search(config: dict, out: Path, card: int = 24) -> dict:
+    """The largest batch, each trial in a new process (nothing kept from the trial before)."""
+    def fits(batch: int) -> bool:
+        tmp = out / f"{config['name']}-trial{batch}.json"
+        data = child("trial", config, tmp, str(card), str(batch), steps=2)
+        tmp.unlink(missing_ok=True)
+        return bool(data.get("fits"))
+
+    lo, hi = 0, config["batches"][0]
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return {"name": config["name"], "max_batch": lo, "card_gib": card, "fresh": True}
+
+
 def search_all(configs: list[dict], out: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -131,6 +159,8 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--only", action="append")
     parser.add_argument("--no-search", action="store_true")
+    parser.add_argument("--fresh", action="store_true",
+                        help="the largest-batch search with a new process per trial")
     parser.add_argument("--search-only", action="store_true",
                         help="only the largest-batch search, 3 configs at a time (each capped to one card's memory)")
     opts = parser.parse_args()
@@ -138,6 +168,16 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     configs = tomllib.loads((HERE / "configs.toml").read_text())["config"]
     truth, traces = [], {}
+    if opts.fresh:
+        from concurrent.futures import ThreadPoolExecutor
+
+        chosen = [c for c in configs if not opts.only or c["name"] in opts.only]
+        with ThreadPoolExecutor(3) as pool:
+            rows = list(pool.map(lambda c: fresh_search(c, out), chosen))
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        (out / "fresh.json").write_text(json.dumps(rows, indent=1))
+        return
     if opts.search_only:
         search_all([c for c in configs if not opts.only or c["name"] in opts.only], out)
         return
