@@ -7,6 +7,7 @@
 - CUDA autocast becomes CPU autocast with the same dtype (CUDA's default is float16);
 - CUDA's optimizer default (foreach, one kernel over all parameters, with its temporaries) is
   kept, as the CPU default (a loop per parameter) would hide the step's temporaries;
+- attention runs as the GPU's fused kernels spend memory (kernels.py);
 - DataLoader workers are not started (fake tensors do not cross processes), `torch.compile`
   returns the function (the estimate is eager's), `torch.save` writes nothing.
 """
@@ -20,6 +21,28 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from torchdoctor.fit.tracker import Tracker
+
+
+# Ops CUDA autocast runs in float32 where CPU autocast keeps the low precision (PyTorch's
+# autocast_mode.cpp: the CUDA "fp32" and "fp32_set_opt_dtype" lists, the ones training code meets).
+# Their outputs, and what backward saves of them, are twice as large on the GPU.
+CUDA_FP32_OPS = frozenset({
+    "layer_norm", "group_norm", "softmax", "log_softmax", "exp", "expm1", "log", "log1p", "log2", "log10", "pow",
+    "rsqrt", "reciprocal", "sum", "prod", "cumsum", "cumprod", "norm", "logsumexp", "softplus", "cross_entropy",
+    "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy_with_logits",
+    "kl_div", "cosine_similarity", "cdist", "erfinv", "acos", "asin", "cosh", "sinh", "tan",
+})
+# > 0 inside an autocast of the script's. Once it has opened one for CUDA, every CPU autocast counts:
+# here the CPU stands for the GPU, and checkpointing re-enters the region as a CPU autocast on recompute.
+cuda_autocast = {"depth": 0, "seen": False}
+
+
+def _float32(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float32:
+        return value.float()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_float32(v) for v in value)
+    return value
 
 
 def _is_cuda(value: Any) -> bool:
@@ -46,6 +69,14 @@ class Remap(TorchFunctionMode):
         wants_gpu = False
         if func is torch.device:  # a device object stays "cuda"; it is remapped where a tensor is made
             return func(*args, **kwargs)
+        if (cuda_autocast["depth"] and getattr(func, "__name__", "") in CUDA_FP32_OPS
+                and torch.is_autocast_enabled("cpu")):
+            with torch.autocast("cpu", enabled=False):
+                return func(*_float32(args), **{k: _float32(v) for k, v in kwargs.items()})
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            from torchdoctor.fit.kernels import attention
+
+            return attention(*args, **kwargs)
         if func in (torch.Tensor.cuda,):
             return self._copy_to_gpu(args[0], None)
         if func is torch.Tensor.to:
@@ -131,11 +162,28 @@ def install(card: dict[str, Any]) -> None:
     original_init = autocast.__init__
 
     def init(self: Any, device_type: str, dtype: Any = None, enabled: bool = True, cache_enabled: Any = None) -> None:
+        if device_type == "cuda" and enabled:
+            cuda_autocast["seen"] = True
+        self._td_cuda = enabled and (device_type == "cuda" or cuda_autocast["seen"])
         if device_type == "cuda":
             device_type, dtype = "cpu", dtype or torch.float16
         original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
+    original_enter, original_exit = autocast.__enter__, autocast.__exit__
+
+    def enter(self: Any) -> Any:
+        if getattr(self, "_td_cuda", False):
+            cuda_autocast["depth"] += 1
+        return original_enter(self)
+
+    def exit_(self: Any, *exc: Any) -> Any:
+        if getattr(self, "_td_cuda", False):
+            cuda_autocast["depth"] -= 1
+        return original_exit(self, *exc)
+
     autocast.__init__ = init
+    autocast.__enter__ = enter
+    autocast.__exit__ = exit_
 
     # The optimizers' CUDA default: foreach (fused stays what the script asked for).
     from torch.optim import optimizer as optim_module
