@@ -107,6 +107,9 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._callee: dict[ast.Call, str | None] = {}
         self._scope: dict[ast.AST, ast.AST] = {}
         self._loop_of: dict[ast.AST, Loop | None] = {}
+        self._assigned: dict[ast.AST, frozenset[str]] = {}  # names a loop rebinds (loops.py)
+        self._local_target_map: dict[ast.Call, ast.AST] | None = None  # call -> local function it calls
+        self._calls_by_fn: dict[ast.AST | None, list[ast.Call]] | None = None  # function -> its own calls
         self._defs: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] | None = None
         self._self_assigns: dict[ast.ClassDef, list[SelfAssign]] | None = None
         self._callers: dict[ast.AST, list[ast.Call]] | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import dotted, is_constant, kwarg
+from torchdoctor.rules.static.index import Index, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import backward_names, holds_graph
 
 
@@ -74,14 +74,36 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
 def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     frozen = {dotted(c.func.value) for c in index.method_calls("requires_grad_") if isinstance(c.func, ast.Attribute) and is_constant(kwarg(c, "requires_grad", 0), False)}
-    for loop in index.validation_loops():
+    validation = index.validation_loops()
+    inner = {id(child) for lp in validation for child in lp.children}
+    for loop in validation:
+        if id(loop) in inner and loop.parent is not None and loop.parent.validation:
+            continue  # a loop inside an evaluation loop: the outer one's finding covers it
         for call in loop.all_calls():
-            if not isinstance(call.func, ast.Name | ast.Attribute) or not index.is_model(call.func):
+            if not index.call_runs_model(call):
                 continue
-            if index.grad_disabled(call) or dotted(call.func) in frozen:
+            model_call = _first_model_call(index, call)
+            if index.grad_disabled(call) or (model_call is not None and index.grad_disabled(model_call)) \
+                    or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
-            ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+            shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
+            ctx.report(call, variable=shown, loader=loop.source or "the validation data")
             break
+
+
+def _first_model_call(index: Index, call: ast.Call, depth: int = 0) -> ast.Call | None:
+    """The model call itself: `call` when it calls a model, else the first one inside the local function it
+    calls (`self._eval_step(batch)` -> `self.model["generator"](z, c)`)."""
+    if isinstance(call.func, ast.Name | ast.Attribute | ast.Subscript) and index.is_model(call.func):
+        return call
+    target = index.local_target(call) if depth < 2 else None
+    if target is None:
+        return None
+    for inner in index.calls_in(target):
+        found = _first_model_call(index, inner, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 @rule("TD103", ast.Call)

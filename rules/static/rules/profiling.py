@@ -12,7 +12,8 @@ from torchdoctor.rules.static.patterns import backward_names, holds_graph, lates
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
-GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{""")
+# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, or any `torch.cuda.` API use.
+GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.""")
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(
@@ -342,11 +343,32 @@ def blocking_copy_from_pinned_loader(node: ast.Module, ctx: Context) -> None:
 
 
 def _conditional_within(index: Index, node: ast.AST, loop: Loop) -> bool:
-    """Whether `node` sits under an `if`/`try` (or in an `if` test) between itself and the loop."""
+    """Whether some iterations of the loop skip `node`: a guard between them whose test changes from one
+    iteration to the next (`if step % k == 0`, `if i == 0`), or an opt-in diagnostics switch (`if args.verbose`,
+    `if debug`) that normal runs leave off. A branch on another fixed setting (`if args.loss == 'r1'`, `if
+    self.use_amp`) runs on every iteration once taken, so it guards nothing. When the loop is itself nested in an
+    outer training loop, a guard around the inner loop (`if step % policy_freq == 0: for _ in ...`) counts too."""
+    if index.guarded_in_loop(node, loop) or _under_diagnostics_flag(index, node, loop):
+        return True
+    outer = loop.parent
+    while outer is not None:
+        if (outer.has_backward or outer.has_step) and index.guarded_in_loop(loop.node, outer):
+            return True
+        outer = outer.parent
+    return False
+
+
+_DIAGNOSTICS_FLAG = re.compile(r"(?:^|_)(?:verbose|debug|debugging|profile|profiling)(?:$|_)", re.IGNORECASE)
+
+
+def _under_diagnostics_flag(index: Index, node: ast.AST, loop: Loop) -> bool:
     for anc in index.ancestors(node):
         if anc is loop.node:
             return False
-        if isinstance(anc, ast.If | ast.IfExp | ast.Try | ast.ExceptHandler | ast.Assert | ast.While):
+        if isinstance(anc, ast.If) and any(
+            isinstance(n, ast.Name | ast.Attribute) and _DIAGNOSTICS_FLAG.search(n.id if isinstance(n, ast.Name) else n.attr)
+            for n in ast.walk(anc.test)
+        ):
             return True
     return False
 
@@ -515,7 +537,14 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
         if found is not None:
             loop, values = found
             reads.setdefault(id(loop), (loop, []))[1].append((_position(call), call if values else None, values))
+    # An explicit `torch.cuda.synchronize()` in the step (timing code) waits itself: reads right after it find
+    # nothing queued. It joins its step's sync points as a wait this rule does not report.
+    for call in index.calls_to(*sorted(_SYNCHRONIZE)):
+        loop = index.step_loop_of(call)
+        if loop is not None and id(loop) in reads:
+            reads[id(loop)][1].append((_position(call), None, {}))
     for loop, group in reads.values():
+        group.sort(key=lambda item: item[0])
         work = _gpu_work(index, loop)
         point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]] = []
         for item in group:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules.static.semantic.syntax import (
     _position,
     dotted,
+    element_container,
     kwarg,
     last_name,
 )
@@ -105,6 +106,11 @@ class Bindings:
         if isinstance(expr, ast.Name) and expr.id == "self":
             info = self.class_of(expr)
             return bool(info and info.is_module)
+        if isinstance(expr, ast.Subscript):
+            container = element_container(expr)
+            if container is expr:
+                return False
+            expr = container  # `self.model["generator"]`: an element of a dict of models
         b = self.binding(expr)
         if b is not None:
             return b.kind == "module"

@@ -14,6 +14,8 @@ from torchdoctor.rules.static.semantic.syntax import (
     SCOPES,
     _position,
     dotted,
+    element_container,
+    keyed_name,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +54,12 @@ _EVAL_WORD = re.compile(
     r"(?:^|[^a-z])(?:val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|holdout|predict|"
     r"prediction|inference|infer)(?:[^a-z]|loader|dl|set|data|ds|$)"
 )
+
+# Calls in a loop condition whose value depends only on their arguments (`isinstance(x, T)`, `len(xs)`).
+_PURE_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "len", "callable", "type", "bool", "int", "str"})
+# Methods that change the container they are called on: a loop that calls them rebinds that name's contents.
+_MUTATORS = frozenset({"append", "add", "update", "pop", "clear", "extend", "insert", "remove", "setdefault"})
+
 
 def is_eval_word(name: str | None) -> bool:
     return bool(name) and bool(_EVAL_WORD.search(name.lower()))
@@ -151,11 +159,69 @@ class Loops:
     def _iter_source(self, iterable: ast.AST) -> ast.AST:
         wrappers = self.names["iteration_wrappers"]
         for _ in range(4):
-            if isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
+            if isinstance(iterable, ast.NamedExpr):  # `enumerate(pbar := tqdm(loader))`
+                iterable = iterable.value
+            elif isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
                 iterable = iterable.args[0]
             else:
                 break
         return iterable
+
+    # -- what changes from one iteration to the next ---------------------------------------------
+
+    def assigned_in(self, loop: Loop) -> frozenset[str]:
+        """Names and attribute chains the loop (re)binds: its targets, assignments, `+=`, `with ... as`."""
+        cached = self._assigned.get(loop.node)
+        if cached is not None:
+            return cached
+        out: set[str] = set()
+        for sub in ast.walk(loop.node):
+            if isinstance(sub, ast.Name | ast.Attribute | ast.Subscript) and isinstance(sub.ctx, ast.Store | ast.Del):
+                name = dotted(sub.value if isinstance(sub, ast.Subscript) else sub)
+                if name is not None:
+                    out.add(name)
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _MUTATORS:
+                name = dotted(sub.func.value)  # `seen.add(x)`, `hist.append(v)`: the container changes
+                if name is not None:
+                    out.add(name)
+        result = frozenset(out)
+        self._assigned[loop.node] = result
+        return result
+
+    def varies_in(self, expr: ast.AST, loop: Loop) -> bool:
+        """Whether `expr` can take another value on another iteration of `loop`: it reads something the loop
+        rebinds (a counter, the batch, a flag set in the body) or calls something (`random.random()`). A test on
+        `args.amp` or `self.use_ema` alone is fixed for the whole loop: what it guards runs every iteration."""
+        assigned = self.assigned_in(loop)
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Call):
+                if not (isinstance(sub.func, ast.Name) and sub.func.id in _PURE_BUILTINS):
+                    return True
+            elif isinstance(sub, ast.Name | ast.Attribute):
+                name = dotted(sub)
+                while name:
+                    if name in assigned:
+                        return True
+                    name = name.rpartition(".")[0]
+        return False
+
+    def guarded_in_loop(self, node: ast.AST, loop: Loop) -> bool:
+        """Whether something between `node` and `loop` may skip it on some iterations: an `if` (or `x if c
+        else y`, `while`, `assert`) whose test varies from one iteration to the next, or an `except` handler.
+        A `try` body runs every time; an `if` on a fixed setting runs every time or never."""
+        child = node
+        for anc in self.ancestors(node):
+            if anc is loop.node:
+                return False
+            if isinstance(anc, ast.If | ast.IfExp | ast.While | ast.Assert):
+                if child is anc.test or self.varies_in(anc.test, loop):
+                    return True  # in the test itself, the iteration decides on the value: not skippable work
+            elif isinstance(anc, ast.ExceptHandler):
+                return True
+            elif isinstance(anc, ast.Try) and child in anc.orelse:
+                return True
+            child = anc
+        return False
 
     def _build_loops(self) -> None:
         nodes = sorted(self.nodes(ast.For) + self.nodes(ast.AsyncFor) + self.nodes(ast.While), key=_position)
@@ -170,10 +236,10 @@ class Loops:
             if isinstance(node, ast.For | ast.AsyncFor):
                 targets = tuple(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
                 src = self._iter_source(node.iter)
-                source = dotted(src)
+                source = dotted(src) or keyed_name(src)
                 binding = self.binding(src)
                 iterates_loader = (binding is not None and binding.kind == "dataloader") or (
-                    binding is None and looks_like_loader(source)
+                    binding is None and looks_like_loader(dotted(element_container(src)))
                 )
             loop = Loop(node, self.scope_of(node), parent, targets, source, binding, iterates_loader)
             self.loops[node] = loop
@@ -212,20 +278,48 @@ class Loops:
         """A loop that runs the model without training it, over data named or used as evaluation data."""
         if loop.trains:
             return False
-        if not any(self.is_model(c.func) for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute)):
+        if not any(self.call_runs_model(c) for c in loop.all_calls()):
             return False
         fn = self.function_of(loop.node)
-        if loop.source is None:
-            # `for i in range(n): batch = next(val_iter)` inside `def _valid_epoch(self)` after `self.model.eval()`:
-            # both the function's name and the mode say evaluation, whatever the loop counts.
-            return fn is not None and is_eval_word(fn.name) and self.eval_mode_before(loop) is not None
+        if loop.source is None or not loop.iterates_loader:
+            if loop.source is not None and is_eval_word(loop.source):
+                return True
+            # `for i in range(len(dataset)): out = model(...)` or `for i in range(n): batch = next(val_iter)` after
+            # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts.
+            return self.eval_mode_before(loop) is not None
         if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
             return True
-        if not loop.iterates_loader:
-            return False
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
         return self.eval_mode_before(loop) is not None
+
+    def call_runs_model(self, call: ast.Call, _depth: int = 0) -> bool:
+        """A call of a model (`model(x)`, `self.nets["G"](z)`), or of a function or method of this file that
+        runs one (`self._eval_step(batch)`, `evaluate(net, batch)`)."""
+        func = call.func
+        if isinstance(func, ast.Name | ast.Attribute | ast.Subscript) and self.is_model(func):
+            return True
+        if _depth >= 2:
+            return False
+        target = self.local_target(call)
+        return target is not None and any(self.call_runs_model(c, _depth + 1) for c in self.calls_in(target))
+
+    def local_target(self, call: ast.Call) -> ast.AST | None:
+        """The function or method of this file a call runs (`helper(x)`, `self._eval_step(batch)`), if any."""
+        if self._local_target_map is None:
+            self._local_target_map = dict(self._local_function_calls())
+        return self._local_target_map.get(call)
+
+    def calls_in(self, fn: ast.AST) -> list[ast.Call]:
+        """The calls made in a function's own body (not in functions nested in it), in source order."""
+        if self._calls_by_fn is None:
+            table: dict[ast.AST | None, list[ast.Call]] = {}
+            for c in self.nodes(ast.Call):
+                table.setdefault(self.function_of(c), []).append(c)
+            for calls in table.values():
+                calls.sort(key=_position)
+            self._calls_by_fn = table
+        return self._calls_by_fn.get(fn, [])
 
     def eval_mode_before(self, loop: Loop) -> ast.Call | None:
         """The `model.eval()` earlier in the loop's scope that is still in force (no `model.train()` since)."""
