@@ -83,21 +83,41 @@ def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> boo
 def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     """Whether a model holds dropout or batch-norm layers (so train()/eval() changes its output).
     False when unsure."""
+    return model_mode_layers(index, expr, depth) is True
+
+
+def model_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool | None:
+    """True/False when the model's layers can be read (its class in the file, a known architecture, a Sequential
+    of known layers), None when they cannot (`self.model = model_class.from_config(...)`, a parameter)."""
     if expr is None or depth > 4:
-        return False
+        return None
     if isinstance(expr, ast.Name) and expr.id == "self":
         info = index.class_of(expr)
         return bool(info and info.is_module and _class_has_mode_layers(index, info, set()))
     name = dotted(expr)
     if name is not None and name.endswith((".module", "._orig_mod")):
-        return model_has_mode_layers(index, expr.value, depth + 1)  # type: ignore[attr-defined]
-    b = index.binding(expr)
-    if b is None or b.kind != "module":
-        return False
+        return model_mode_layers(index, expr.value, depth + 1)  # type: ignore[attr-defined]
+    bindings = [b for b in index.bindings.get(name or "", []) if b.kind == "module"] if name else []
+    if not bindings:
+        return None
+    # Every binding of the name counts (`model = Net()` ... `model = DataParallel(model)`), and a copy
+    # (`model = self.model`) answers for what it copies.
+    answers = [_binding_mode_layers(index, b, depth) for b in bindings]
+    if True in answers:
+        return True
+    return False if False in answers else None
+
+
+def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
     if b.inner is not None and b.inner != b.name:
         inner = index.binding(b.inner)
-        if inner is not None and inner is not b and model_has_mode_layers(index, ast.Name(b.inner), depth + 1):
-            return True
+        if inner is not None and inner is not b:
+            answer = model_mode_layers(index, ast.Name(b.inner), depth + 1)
+            if answer is not None:
+                return answer
+    value = getattr(b.node, "value", None)
+    if b.call is None and isinstance(value, ast.Name | ast.Attribute) and dotted(value) != b.name:
+        return model_mode_layers(index, value, depth + 1)
     cls = b.cls or ""
     info = index.classes.get(cls)
     if info is not None:
@@ -108,7 +128,11 @@ def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) ->
         return _expr_has_mode_layers(index, b.call, set())
     if any(cls.startswith(p) for p in index.names["model_factory_prefixes"]):
         return True  # torchvision / timm architectures carry batch norm or dropout
-    return cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"])
+    if cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"]):
+        return True
+    if not cls or b.wrapper is not None and b.inner == b.name:
+        return None  # a class we cannot see, or a wrapper around an earlier binding of the same name
+    return False if cls.startswith("torch.nn.") else None
 
 
 # -- train()/eval() calls --------------------------------------------------------------------
@@ -281,8 +305,8 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         found = _stale_eval(events)
         if found is None or found in reported:
             continue
-        if not model_has_mode_layers(index, found.func.value):  # type: ignore[attr-defined]
-            continue
+        if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
+            continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
         # Reached through a call in the loop (`self.validate()` every N steps): the loop's line is where the mode
