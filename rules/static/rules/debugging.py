@@ -305,6 +305,8 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         found = _stale_eval(events)
         if found is None or found in reported:
             continue
+        if _frozen_mode_training(index, found):
+            continue
         if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
             continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
         reported.add(found)
@@ -316,6 +318,16 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         via = f" (set at line {found.lineno}, inside `{ctx.segment(at.func, 40)}()`)" if at is not found else ""
         ctx.report(at, variable=dotted(found.func.value) or "model", loop=where, via=via,  # type: ignore[attr-defined]
                    train_not_restored=True)
+
+
+def _frozen_mode_training(index: Index, call: ast.Call) -> bool:
+    """`def train(...): model.eval(); for x, y in loader: ... optimizer.step()`: the training function itself puts
+    the model in eval mode before its own loop (a linear probe on frozen features, frozen batch norm). That is a
+    choice, not an evaluation left behind."""
+    fn = index.function_of(call)
+    return fn is not None and fn in index.training_functions and index.training_loop_of(call) is None \
+        and any(lp.trains and lp.node.lineno > call.lineno for lp in index.training_loops()
+                if index.function_of(lp.node) is fn)
 
 
 def _leave_param_evals(ctx: Context) -> None:

@@ -284,14 +284,29 @@ class Loops:
         if loop.source is None or not loop.iterates_loader:
             if loop.source is not None and is_eval_word(loop.source):
                 return True
-            # `for i in range(len(dataset)): out = model(...)` or `for i in range(n): batch = next(val_iter)` after
-            # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts.
-            return self.eval_mode_before(loop) is not None
+            # `for i in range(len(dataset)): x = dataset[i]` or `for i in range(n): batch = next(val_iter)` after
+            # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts. A loop
+            # that reads no data (sampling a generator, profiling models one by one) is not an evaluation.
+            if self.eval_mode_before(loop) is None:
+                return False
+            return (fn is not None and is_eval_word(fn.name)) or self._reads_data(loop)
         if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
             return True
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
         return self.eval_mode_before(loop) is not None
+
+    def _reads_data(self, loop: Loop) -> bool:
+        """The loop takes an item per iteration: `dataset[i]` with its own counter, or `next(data_iter)`."""
+        targets = set(loop.targets)
+        for sub in ast.walk(loop.node):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and any(
+                isinstance(n, ast.Name) and n.id in targets for n in ast.walk(sub.slice)
+            ):
+                return True
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "next":
+                return True
+        return False
 
     def call_runs_model(self, call: ast.Call, _depth: int = 0) -> bool:
         """A call of a model (`model(x)`, `self.nets["G"](z)`), or of a function or method of this file that
