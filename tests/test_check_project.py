@@ -131,3 +131,49 @@ def test_a_softmax_model_from_one_file_trained_with_cross_entropy_in_another(tmp
 def test_the_same_model_returning_logits_is_quiet(tmp_path, monkeypatch):
     files = {"model.py": MODEL.replace("F.softmax(self.fc(x), dim=-1)", "self.fc(x)"), "trainer.py": TRAINER, "main.py": ENTRY}
     assert _findings(tmp_path, monkeypatch, files) == []
+
+
+DATASET = """import numpy as np
+import torch
+from torch.utils import data
+
+
+class RawDataset(data.Dataset):
+    def __init__(self, files):
+        self.files = files
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.load(self.files[i]))
+"""
+TRAIN_NO_WORKERS = """import torch
+from torch.utils.data import DataLoader
+
+from datasets.raw import RawDataset
+
+
+def main(files, model, optimizer):
+    train_set = RawDataset(files)
+    train_loader = DataLoader(train_set, batch_size=4, shuffle=True, num_workers=0, pin_memory=True)
+    for epoch in range(10):
+        for x in train_loader:
+            x = x.cuda(non_blocking=True)
+            loss = model(x).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("paths", [(".",), ("train.py", "datasets")])
+def test_a_loader_without_workers_over_a_dataset_class_of_another_file_that_loads_files(tmp_path, monkeypatch, paths):
+    files = {"datasets/__init__.py": "", "datasets/raw.py": DATASET, "train.py": TRAIN_NO_WORKERS}
+    assert ("train.py", 9, "TD501") in _findings(tmp_path, monkeypatch, files, paths)
+
+
+def test_a_loader_without_workers_over_a_cheap_dataset_of_another_file_is_quiet(tmp_path, monkeypatch):
+    cheap = DATASET.replace("torch.from_numpy(np.load(self.files[i]))", "self.files[i]")
+    files = {"datasets/__init__.py": "", "datasets/raw.py": cheap, "train.py": TRAIN_NO_WORKERS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files, ("train.py", "datasets")) if f[2] == "TD501"] == []

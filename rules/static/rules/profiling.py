@@ -6,9 +6,10 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
@@ -224,15 +225,7 @@ def _heavy_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     if q.endswith(("random_split", "Subset", "ConcatDataset")) and expr.args:
         return _heavy_dataset(index, expr.args[0], depth + 1)
     info = index.classes.get(dotted(expr.func) or "")
-    getitem = info.method("__getitem__") if info is not None else None
-    if getitem is None:
-        return False
-    for node in ast.walk(getitem):
-        if isinstance(node, ast.Call):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in _SAMPLE_WORK:
-                return True
-    return False
+    return info is not None and _heavy_getitem(info)
 
 
 def _gpu_training_loaders(ctx: Context) -> list[tuple[Binding, Loop]]:
@@ -268,15 +261,74 @@ def _positive_int(expr: ast.AST | None) -> bool:
 @rule("TD501", ast.Module)
 def dataloader_without_workers(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_heavy_dataset_classes(ctx)
     for b, _loop in _gpu_training_loaders(ctx):
         workers = loader_arg(b, "num_workers")
         if workers is not None and not is_constant(workers, 0):
             continue
         dataset = loader_arg(b, "dataset")
-        if not _heavy_dataset(index, dataset) or _on_device_dataset(index, dataset):
-            continue  # cheap items (tensors in memory, pre-tokenised data): workers would only add IPC
+        if _on_device_dataset(index, dataset):
+            continue
         setting = "num_workers=0" if workers is not None else "num_workers unset (0)"
+        if not _heavy_dataset(index, dataset):
+            # cheap items (tensors in memory, pre-tokenised data): workers would only add IPC; unless the
+            # dataset's class lives in another file of the project, which the project pass reads
+            cls = _dataset_class(index, dataset)
+            if cls is not None:
+                ctx.leave("TD501-loader", {"cls": cls, "line": b.call.lineno, "col": b.call.col_offset + 1,
+                                           "variable": b.name, "setting": setting})
+            continue
         ctx.report(b.call, variable=b.name, setting=setting)
+
+
+def _heavy_getitem(info) -> bool:
+    getitem = info.method("__getitem__")
+    if getitem is None:
+        return False
+    for node in ast.walk(getitem):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _SAMPLE_WORK:
+                return True
+    return False
+
+
+def _leave_heavy_dataset_classes(ctx: Context) -> None:
+    """For the project pass: this file's Dataset classes whose __getitem__ reads, decodes or transforms."""
+    for name, info in ctx.index.classes.items():
+        if "." not in name and _heavy_getitem(info):
+            ctx.leave("heavy-dataset", name)
+
+
+def _dataset_class(index: Index, expr: ast.AST | None, depth: int = 0) -> str | None:
+    """The qualified name of the class a dataset is built from, when it is not torch's and not this file's:
+    `train_set = NPYDataset_LRD(...)` imported from `datasets.Denoise_dataset`."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        return _dataset_class(index, latest_value(index, expr.id, expr), depth + 1)
+    if not isinstance(expr, ast.Call):
+        return None
+    q = index.resolve(expr.func)
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "torchaudio", "torchtext", "numpy") \
+            or (dotted(expr.func) or "") in index.classes or "." not in q:
+        return None
+    return q
+
+
+@project("TD501")
+def dataloader_without_workers_across_files(project: Project) -> list[ProjectHit]:
+    """train.py builds `DataLoader(NPYDataset_LRD(...), num_workers=0)`; the class's __getitem__ (in
+    datasets/Denoise_dataset.py) loads files: the loading runs in the training process."""
+    heavy = {(f.module, name) for f, name in project.facts("heavy-dataset")}
+    if not heavy:
+        return []
+    hits = []
+    for f, fact in project.facts("TD501-loader"):
+        if any((g.module, name) in heavy for g, name in project.defining(fact["cls"])):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"],
+                                   {"variable": fact["variable"], "setting": fact["setting"]}))
+    return hits
 
 
 @rule("TD502", ast.Module)
