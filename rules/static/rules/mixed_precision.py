@@ -979,7 +979,13 @@ def _clears_gradients(ctx: Context, nodes: list[ast.AST], depth: int = 0) -> boo
         called: list[ast.AST] = []
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
+                target = ctx.index.local_target(sub)
+                if target is not None:
+                    called.append(target)
+                    continue
                 name = last_name(sub.func)
+                if name in ("train", "eval") and isinstance(sub.func, ast.Attribute):
+                    continue  # `m.train()`: a module's mode switch, not this file's `def train`
                 if name and name in table:
                     called += table[name]
         if called and _clears_gradients(ctx, called, depth + 1):
@@ -1037,6 +1043,49 @@ def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
         step = here[0]
         optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
         ctx.report(loop.node, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+    _missing_zero_grad_through_calls(ctx, backward, steps)
+
+
+def _missing_zero_grad_through_calls(ctx: Context, backward: set[ast.Call], steps: set[ast.Call]) -> None:
+    """`while step < n: self.train_step(batch)` where `train_step` runs the backward (itself or through
+    `forward_backward`) and `self.optimizers.step()`, and neither the loop nor anything it calls clears the
+    gradients (a `zero_grad()` once before the loop does not count): reported at the step."""
+    index = ctx.index
+    for step in sorted(steps, key=lambda c: (c.lineno, c.col_offset)):
+        if index.loop_of(step) is not None:
+            continue  # the direct case above
+        if isinstance(step.func, ast.Attribute) and index.kind_of(step.func.value) == "optimizer" \
+                and (step.args or step.keywords):
+            continue  # a closure step
+        fn = index.function_of(step)
+        if fn is None:
+            continue
+        loops = []
+        for call in index.callers(fn):
+            loop = index.loop_of(call)
+            if loop is not None:
+                loops.append(loop)
+            else:  # one more level: `def train(): while ...: self.train_step()` through `self.run_step()`
+                outer = index.function_of(call)
+                loops += [index.loop_of(c) for c in (index.callers(outer) if outer is not None else [])
+                          if index.loop_of(c) is not None]
+        if not loops or not _reaches_backward(index, fn, backward, 0):
+            continue
+        if any(_clears_gradients(ctx, [lp.node]) for lp in loops) or _clears_gradients(ctx, [fn]):
+            continue
+        optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
+        ctx.report(step, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+
+
+def _reaches_backward(index: Index, fn: ast.AST, backward: set[ast.Call], depth: int) -> bool:
+    """The function runs a backward itself or through a function of this file it calls."""
+    for call in index.calls_in(fn):
+        if call in backward:
+            return True
+        target = index.local_target(call)
+        if target is not None and depth < 2 and target is not fn and _reaches_backward(index, target, backward, depth + 1):
+            return True
+    return False
 
 
 # -- TD411 / TD412 -------------------------------------------------------------------------------
