@@ -99,6 +99,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.star_imports: list[str] = []
         self.imported: set[str] = set()  # qualified module/object names imported
         self.bindings: dict[str, list[Binding]] = {}
+        self._entries: dict[str, set[str]] = {}  # container name -> keys bound in it ("['train']")
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # module-level functions
         self.loops: dict[ast.AST, Loop] = {}
@@ -129,5 +130,6 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._index_calls()
         self._build_bindings()
         self._bind_parameters()
+        self._late_copies()
         self._build_training()
         self._build_loops()

@@ -63,11 +63,19 @@ def _loaders_using(index: Index, sampler: str) -> list[Binding]:
 def _loaders_reused_across_epochs(index: Index, epoch_loops: list[Loop]) -> dict[str, Loop]:
     """Loader names iterated inside an epoch loop, or passed to a call made in one, with that epoch loop."""
     found: dict[str, Loop] = {}
+    loops_by_fn: dict[ast.AST | None, list[Loop]] = {}
+    for lp in index.loops.values():
+        loops_by_fn.setdefault(index.function_of(lp.node), []).append(lp)
     for epoch in epoch_loops:
         for child in _descendants(epoch):
             if child.source and child.iterates_loader:
                 found.setdefault(child.source, epoch)
         for call in epoch.all_calls():
+            # `while True: self._train_epoch()`, whose loop iterates `self.data_loader["train"]`
+            target = index.local_target(call)
+            for lp in loops_by_fn.get(target, []) if target is not None else []:
+                if lp.source and lp.iterates_loader:
+                    found.setdefault(lp.source, epoch)
             for arg in [*call.args, *(k.value for k in call.keywords)]:
                 name = dotted(arg)
                 if name is not None:
