@@ -411,9 +411,12 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
     for clip in clips:
         fn = index.function_of(clip)
         loop = index.loop_of(clip)
+        # The scaler step later in the same iteration: in the clip's loop, or in a loop nested in it
+        # (`for opt in self.optimizers: self.scaler.step(opt)` after the clip).
         later = [
             s for s in scaler_steps
-            if index.function_of(s) is fn and index.loop_of(s) is loop and _position(s) > _position(clip)
+            if index.function_of(s) is fn and _position(s) > _position(clip)
+            and (index.loop_of(s) is loop or _nested_in(index, s, loop))
         ]
         if not later:
             continue
@@ -427,6 +430,12 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
         if any(index.function_of(u) is fn and _position(u) < _position(clip) for u in unscales):
             continue
         ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step=ctx.segment(later[0], 50))
+
+
+def _nested_in(index: Index, node: ast.AST, loop) -> bool:
+    """`node` sits in a loop inside `loop` (or inside any loop of the function, when `loop` is None)."""
+    around = index.loops_around(node)
+    return bool(around) and (loop is None or loop in around[1:])
 
 
 # -- TD404 ---------------------------------------------------------------------------------------
