@@ -823,8 +823,8 @@ _SCHED_NAME = re.compile(r"sched", re.I)
 @rule("TD408", ast.Module)
 def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
-    if not index.step_calls:
-        return
+    if not index.method_calls("step"):
+        return  # no scheduler step at all (the optimizer's may live in another file: `tnt.train(...)`)
     table = schedules(ctx)
     steps = set(index.step_calls)
     trainers = {c for fn in index.training_functions for c in index.callers(fn)}
@@ -846,26 +846,41 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             fn = index.function_of(call)
             if fn is None:
                 continue
-            mine = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
+            mine: list[ast.AST] = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
+            # `def train(...): scheduler.step(); for x, y in loader: ... optimizer.step()` (called once per epoch):
+            # the function's own training loop runs after the scheduler step.
+            mine += [lp.node for lp in index.training_loops()
+                     if lp.parent is None and index.function_of(lp.node) is fn and (lp.has_step or lp.trains)]
             if not mine or any(_position(c) < here for c in mine):
                 continue
             later = [c for c in mine if not _exclusive(index, c, call)]
             if later:
                 first = min(later, key=_position)
-                ctx.report(call, variable=receiver, optimizer_step=ctx.segment(first, 50), line=str(first.lineno))
+                shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
+                ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
             continue
         # Where this loop's iteration steps an optimizer: directly, through a training function of this
         # file, or in a nested training loop.
-        updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers]
+        updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers or _hands_training(index, c)]
         updates += [child.node for child in loop.children if child.trains]
-        if any(_position(u) < here for u in updates):
-            continue  # an optimizer step comes first in the iteration
+        if any(_position(u) < here and not _exclusive(index, u, call) for u in updates):
+            continue  # an optimizer step comes first in the iteration (not one in another branch)
         later = [u for u in updates if _position(u) > here and not _exclusive(index, u, call)]
         if not later:
             continue
         first = min(later, key=_position)
         shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
         ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
+
+
+def _hands_training(index: Index, call: ast.Call) -> bool:
+    """`tnt.train(model=net, dataloader=loader, optimizer=opt)`, a function of another module handed a model and
+    its optimizer: it runs the optimizer steps of this iteration."""
+    if index.local_target(call) is not None:
+        return False  # a function of this file: `trainers` knows whether it trains
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return any(isinstance(v, ast.Name | ast.Attribute) and index.kind_of(v) == "optimizer" for v in values) and \
+        any(isinstance(v, ast.Name | ast.Attribute) and index.is_model(v) for v in values)
 
 
 def _exclusive(index: Index, a: ast.AST, b: ast.AST) -> bool:
