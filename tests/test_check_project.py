@@ -177,3 +177,45 @@ def test_a_loader_without_workers_over_a_cheap_dataset_of_another_file_is_quiet(
     cheap = DATASET.replace("torch.from_numpy(np.load(self.files[i]))", "self.files[i]")
     files = {"datasets/__init__.py": "", "datasets/raw.py": cheap, "train.py": TRAIN_NO_WORKERS}
     assert [f for f in _findings(tmp_path, monkeypatch, files, ("train.py", "datasets")) if f[2] == "TD501"] == []
+
+
+EVALUATE = """import os
+
+from torch.utils.data import DataLoader
+
+from data import ImageFolderDataset
+
+
+def test(cfg, model=None, batch_size=16):
+    dataset = ImageFolderDataset(cfg["valid"])
+    dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=min(os.cpu_count(), 8))
+    model.eval()
+    return [model(x) for x in dataloader]
+"""
+TRAIN_CALLS_TEST = """import torch
+
+import test
+
+
+def train(cfg, model, loader, optimizer, epochs, opt):
+    for epoch in range(epochs):
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).mean().backward()
+            optimizer.step()
+        final_epoch = epoch + 1 == epochs
+        if not opt.notest or final_epoch:
+            with torch.no_grad():
+                results = test.test(cfg, model=model)
+"""
+
+
+def test_a_loader_built_in_a_function_another_file_calls_every_epoch(tmp_path, monkeypatch):
+    files = {"test.py": EVALUATE, "train.py": TRAIN_CALLS_TEST}
+    assert ("test.py", 10, "TD508") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_a_loader_built_in_a_function_called_every_tenth_epoch_is_quiet(tmp_path, monkeypatch):
+    train = TRAIN_CALLS_TEST.replace("if not opt.notest or final_epoch:", "if epoch % 10 == 0:")
+    files = {"test.py": EVALUATE, "train.py": train}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD508"] == []

@@ -331,6 +331,137 @@ def dataloader_without_workers_across_files(project: Project) -> list[ProjectHit
     return hits
 
 
+@rule("TD508", ast.Module)
+def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
+    """A DataLoader built on every pass of a training loop, here or in a function of this file it calls; a
+    fact for the project pass when the function is called from another file's training loop."""
+    index = ctx.index
+    for call in index.calls_to(*sorted(index.names["dataloaders"])):
+        if not _costly_to_rebuild(index, call):
+            continue
+        name = _loader_name(index, call)
+        loop = _rebuilt_in(index, call)
+        if loop is not None:
+            where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+            ctx.report(call, variable=name, loop=where, cost=_rebuild_cost(index, call))
+            continue
+        fn = index.function_of(call)
+        if fn is not None and isinstance(index.parent(fn), ast.Module) and index.loop_of(call) is None \
+                and not index.guarded_in_function(call):
+            ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
+                                        "variable": name, "cost": _rebuild_cost(index, call)})
+    for loop in index.training_loops():
+        for call in loop.calls:
+            if index.local_target(call) is not None or index.guarded_in_loop(call, loop, rare=True):
+                continue
+            q = index.resolve(call.func)
+            if q and "." in q and q.split(".", 1)[0] not in _LIBRARY_ROOTS:
+                where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+                ctx.leave("calls-per-epoch", {"callee": q, "loop": where})
+
+
+_LIBRARY_ROOTS = frozenset("torch torchvision numpy np os sys math random time logging json wandb tqdm "
+                           "transformers accelerate lightning pytorch_lightning timm datasets".split())
+
+
+@project("TD508")
+def dataloader_rebuilt_across_files(project: Project) -> list[ProjectHit]:
+    """train.py's epoch loop calls `test.test(...)`, whose body (test.py) builds its DataLoader every time."""
+    builders = {(f.module, fact["function"]): (f, fact) for f, fact in project.facts("builds-loader")}
+    if not builders:
+        return []
+    hits: dict[tuple[str, int], ProjectHit] = {}
+    for _f, fact in project.facts("calls-per-epoch"):
+        for g, name in project.defining(fact["callee"]):
+            found = builders.get((g.module, name))
+            if found is not None:
+                owner, b = found
+                hits.setdefault((owner.path, b["line"]), ProjectHit(owner.path, b["line"], b["col"], {
+                    "variable": b["variable"], "cost": b["cost"],
+                    "loop": f"{fact['loop']} in {_f.path} (through `{fact['callee']}`)"}))
+    return list(hits.values())
+
+
+def _loader_name(index: Index, call: ast.Call) -> str:
+    stmt = index.parent(call)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        return dotted(stmt.targets[0]) or "the DataLoader"
+    return "the DataLoader"
+
+
+def _costly_to_rebuild(index: Index, call: ast.Call) -> bool:
+    """Worker processes to start (a `num_workers` that is not 0), or a dataset built in the same place."""
+    workers = kwarg(call, "num_workers", _LOADER_POSITIONS["num_workers"] if index.callee(call) == "torch.utils.data.DataLoader" else None)
+    if workers is not None and not is_constant(workers, 0):
+        return True
+    return _dataset_built_here(index, call)
+
+
+def _dataset_built_here(index: Index, call: ast.Call) -> bool:
+    dataset = kwarg(call, "dataset", 0)
+    if isinstance(dataset, ast.Name):
+        value = latest_value(index, dataset.id, dataset)
+        if value is None or index.scope_of(value) is not index.scope_of(call):
+            return False
+        dataset = value
+    if not isinstance(dataset, ast.Call):
+        return False
+    q = index.resolve(dataset.func) or dotted(dataset.func) or ""
+    short = q.rsplit(".", 1)[-1]
+    # a Dataset class constructed on the spot (`ModelNet40SVM(partition="train")`, `datasets.MNIST(...)`), not a
+    # view of one built earlier (`Subset(ds, idx)`, `TensorDataset(x, y)` of tensors in memory)
+    return short[:1].isupper() and short not in ("Subset", "TensorDataset", "ConcatDataset")
+
+
+def _reused_within(index: Index, call: ast.Call, loop: Loop) -> bool:
+    """The loader is built per fold, per run or per stage and then iterated over several epochs inside `loop`
+    (`for train_set in folds: loader = DataLoader(train_set); for epoch ...: for x in loader`), or it is built
+    from what the loop hands out (the fold's dataset): a new loader is the point."""
+    targets = set(loop.targets)
+    if targets and any(isinstance(n, ast.Name) and n.id in targets for n in ast.walk(call)):
+        return True
+    name = _loader_name(index, call)
+    todo = list(loop.children)
+    while todo:
+        child = todo.pop()
+        todo += child.children
+        if child.source == name:
+            up = child.parent
+            while up is not None and up is not loop:
+                if up.trains:
+                    return True  # an epoch loop between: the loader lives across its epochs
+                up = up.parent
+    return False
+
+
+def _rebuild_cost(index: Index, call: ast.Call) -> str:
+    if _dataset_built_here(index, call):
+        return "its dataset is constructed again (files listed and read) and its workers restarted"
+    return "its worker processes are started again and each gets a fresh copy of the dataset"
+
+
+def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
+    """The training loop on whose every pass `call` runs: an enclosing loop that trains, or the loop around a
+    call of the function holding it (one level), with no per-epoch condition between."""
+    for loop in index.loops_around(call):
+        if loop.trains:
+            if index.guarded_in_loop(call, loop, rare=True) or _reused_within(index, call, loop):
+                return None
+            return loop
+    if index.loops_around(call):
+        return None  # inside a loop that does not train (over datasets, folds, configurations)
+    fn = index.function_of(call)
+    if fn is None or index.guarded_in_function(call):
+        return None
+    for caller in index.callers(fn):
+        for loop in index.loops_around(caller):
+            if loop.trains:
+                if not index.guarded_in_loop(caller, loop, rare=True):
+                    return loop
+                break
+    return None
+
+
 @rule("TD502", ast.Module)
 def pin_memory_unset(node: ast.Module, ctx: Context) -> None:
     index = ctx.index

@@ -205,17 +205,61 @@ class Loops:
                     name = name.rpartition(".")[0]
         return False
 
-    def guarded_in_loop(self, node: ast.AST, loop: Loop) -> bool:
+    def guarded_in_function(self, node: ast.AST) -> bool:
+        """Whether `node` sits under an `if`/`try` handler in its function (outside any loop): it may not run on
+        every call of the function."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, SCOPES) or isinstance(anc, LOOPS):
+                return False
+            if isinstance(anc, ast.If | ast.IfExp | ast.ExceptHandler):
+                return True
+        return False
+
+    def rare_in(self, test: ast.AST, loop: Loop, _depth: int = 0) -> bool:
+        """Whether a condition holds on few iterations of `loop` only: a period (`step % k == 0`), one iteration
+        (`epoch == start`, `i == 0`), a sample (`random.random() < p`), or a flag set from one of those in the
+        loop. `epoch < 10`, `not args.notest` or `step > warmup` hold on most iterations."""
+        if _depth > 3:
+            return False
+        if isinstance(test, ast.BoolOp):
+            parts = [self.rare_in(v, loop, _depth + 1) for v in test.values]
+            return any(parts) if isinstance(test.op, ast.And) else all(parts)
+        if isinstance(test, ast.Compare):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)):
+                return not any(isinstance(op, ast.NotEq | ast.IsNot) for op in test.ops)
+            if any(isinstance(n, ast.Call) and (self.callee(n) or "").startswith(("random.", "numpy.random.", "np.random."))
+                   for n in ast.walk(test)):
+                return True
+            return all(isinstance(op, ast.Eq | ast.Is) for op in test.ops) and self.varies_in(test, loop)
+        if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
+            return False  # `if step % k:` holds on all but one iteration in k
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.BinOp) \
+                and isinstance(test.operand.op, ast.Mod):
+            return True  # `if not step % k:`
+        if isinstance(test, ast.Name) and test.id in self.assigned_in(loop):
+            values = [v for s, v in self.defs(self.scope_of(test)).get(test.id, [])
+                      if loop.node.lineno <= s.lineno <= (loop.node.end_lineno or s.lineno)]
+            return bool(values) and all(self.rare_in(v, loop, _depth + 1) for v in values)
+        return False
+
+    def guarded_in_loop(self, node: ast.AST, loop: Loop, rare: bool = False) -> bool:
         """Whether something between `node` and `loop` may skip it on some iterations: an `if` (or `x if c
         else y`, `while`, `assert`) whose test varies from one iteration to the next, or an `except` handler.
-        A `try` body runs every time; an `if` on a fixed setting runs every time or never."""
+        A `try` body runs every time; an `if` on a fixed setting runs every time or never. With `rare`, only a
+        test that holds on few iterations (see `rare_in`) counts: `if epoch > 10:` still runs on most epochs."""
         child = node
         for anc in self.ancestors(node):
             if anc is loop.node:
                 return False
             if isinstance(anc, ast.If | ast.IfExp | ast.While | ast.Assert):
-                if child is anc.test or self.varies_in(anc.test, loop):
+                if child is anc.test:
                     return True  # in the test itself, the iteration decides on the value: not skippable work
+                in_else = child in anc.orelse if isinstance(anc.orelse, list) else child is anc.orelse
+                if rare:
+                    if not in_else and self.rare_in(anc.test, loop):
+                        return True
+                elif self.varies_in(anc.test, loop):
+                    return True
             elif isinstance(anc, ast.ExceptHandler):
                 return True
             elif isinstance(anc, ast.Try) and child in anc.orelse:
