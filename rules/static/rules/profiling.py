@@ -656,8 +656,9 @@ def _collected_later(loop: Loop, names: set[str]) -> bool:
 
 
 def _feeds_a_branch(index: Index, node: ast.AST, loop: Loop) -> bool:
-    """`value = loss.item()` then `if not math.isfinite(value): ...`: the step decides on the value."""
-    stmt = index.parent(node)
+    """`value = loss.item()` then `if not math.isfinite(value): ...`: the step decides on the value (also when the
+    read sits in a comprehension: `reduced = {k: v.item() for k, v in d.items()}`, `if math.isnan(sum(...))`)."""
+    stmt = index.statement_of(node)
     if not isinstance(stmt, ast.Assign):
         return False
     names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
