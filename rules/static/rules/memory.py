@@ -60,14 +60,30 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     step_loop = index.step_loop_of(node) or loop
     step_range = (step_loop.node.lineno, step_loop.node.end_lineno or step_loop.node.lineno)
     base = name.split(".", 1)[0]
-    for value_node in index.definitions(name, node) + ([] if base == name else index.definitions(base, node)):
-        stmt = index.statement_of(value_node)
-        if stmt is not None and step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node:
-            return  # reset inside the step loop: nothing survives the step
+    # Reset inside the step loop, before the accumulation or after it (`running_loss = 0` once the optimizer has
+    # stepped): nothing survives the step.
+    scope_defs = index.defs(index.scope_of(node))
+    for stmt, _value in scope_defs.get(name, []) + ([] if base == name else scope_defs.get(base, [])):
+        if step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node and (
+                stmt.lineno < node.lineno or _reset_with_the_step(index, stmt, step_loop)):  # type: ignore[attr-defined]
+            return
     for value in values:
         if holds_graph(index, value, node, names):
             ctx.report(node, variable=name, value=ctx.segment(value, 40))
             return
+
+
+def _reset_with_the_step(index: Index, stmt: ast.AST, loop) -> bool:
+    """A reset after the accumulation that runs on every optimizer step: unconditional in the loop, or in the
+    block that steps the optimizer (`if (i + 1) % accum == 0: optimizer.step(); ...; running_loss = 0`). A reset
+    every N log steps (`if i % 100 == 0: print(total / 100); total = 0`) keeps N steps of graphs alive."""
+    parent = index.parent(stmt)
+    while parent is not None and parent is not loop.node and not isinstance(parent, ast.If):
+        parent = index.parent(parent)
+    if parent is None or parent is loop.node:
+        return True
+    steps = set(index.step_calls)
+    return any(isinstance(n, ast.Call) and n in steps for n in ast.walk(parent))
 
 
 @rule("TD102", ast.Module)

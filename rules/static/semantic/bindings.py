@@ -115,6 +115,12 @@ class Bindings:
         b = self.binding(expr)
         if b is not None:
             return b.kind == "module"
+        if isinstance(expr, ast.Name) and expr.id in self.functions:
+            return False  # `eval_model(...)`, `build_model(...)`: a function of this file, named like a model
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            info = self.class_of(expr)
+            if info is not None and info.method(expr.attr) is not None:
+                return False  # `self.eval_model(...)`: a method of the class, not a model attribute
         return looks_like_model(dotted(expr))
 
     def _classify(self, value: ast.AST, name: str, stmt: ast.AST, depth: int = 0) -> Binding | None:
