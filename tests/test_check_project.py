@@ -219,3 +219,46 @@ def test_a_loader_built_in_a_function_called_every_tenth_epoch_is_quiet(tmp_path
     train = TRAIN_CALLS_TEST.replace("if not opt.notest or final_epoch:", "if epoch % 10 == 0:")
     files = {"test.py": EVALUATE, "train.py": train}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD508"] == []
+
+
+BASE_MODEL = """import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+class BaseModel:
+    def __init__(self, net, rank):
+        self.net = DistributedDataParallel(net, device_ids=[rank])
+
+    def save_networks(self, epoch):
+        torch.save(self.net.module.state_dict(), f"{epoch}_net.pth")
+"""
+TRAIN_SAVES = """import torch
+import torch.distributed as dist
+
+from models.base_model import BaseModel
+
+
+def train_gpu(rank, world_size, net, loader, optimizer, epochs):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+    model = BaseModel(net, rank)
+    rank_0 = rank == 0
+    for epoch in range(epochs):
+        for x in loader:
+            optimizer.zero_grad()
+            model.net(x).mean().backward()
+            optimizer.step()
+        if rank_0:
+            model.save_networks(epoch)
+"""
+
+
+def test_a_save_method_called_under_a_rank_guard_in_another_file_is_quiet(tmp_path, monkeypatch):
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "train.py": TRAIN_SAVES}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+def test_a_save_method_called_on_every_rank_from_another_file_is_found(tmp_path, monkeypatch):
+    train = TRAIN_SAVES.replace("        if rank_0:\n            model.save_networks(epoch)", "        model.save_networks(epoch)")
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "train.py": train}
+    assert ("models/base_model.py", 10, "TD303") in _findings(tmp_path, monkeypatch, files)
