@@ -76,6 +76,7 @@ INDEX_NODES: tuple[type[ast.AST], ...] = (
     ast.AsyncFor,
     ast.While,
     ast.Call,
+    ast.Return,
 )
 
 
@@ -119,7 +120,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.training_functions: set[ast.AST] = set()
         self.backward_calls: list[ast.Call] = []
         self.step_calls: list[ast.Call] = []
-        self._returns_of: dict[ast.AST, list[ast.expr]] = {}  # a function's return values (bindings.py)
+        self._returns_of: dict[ast.AST | None, list[ast.expr]] = {}  # a function's return values (bindings.py)
         self._build()
 
     def _build(self) -> None:

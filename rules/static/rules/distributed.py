@@ -340,13 +340,18 @@ def _leave_call_guards(ctx: Context) -> None:
     """For the project pass: calls made from training code (a loop that trains, a function that trains) by
     name, and whether each runs on the main process only (`if rank_0: model.save_networks(epoch)`)."""
     index = ctx.index
-    training = index.training_functions
+    if not index.step_calls:
+        return  # no optimizer step here: not a training script that would call the save helper
     for loop in index.training_loops():
-        for call in loop.all_calls():
-            _leave_guard(ctx, call)
-    for call in index.nodes(ast.Call):
-        if index.function_of(call) in training and index.loop_of(call) is None:
-            _leave_guard(ctx, call)  # type: ignore[arg-type]
+        if loop.parent is None:
+            for call in loop.all_calls():
+                _leave_guard(ctx, call)
+    stepping = {index.function_of(c) for c in index.step_calls}
+    for fn in stepping:
+        if fn is not None:
+            for call in index.calls_in(fn):
+                if index.loop_of(call) is None:
+                    _leave_guard(ctx, call)
 
 
 def _leave_guard(ctx: Context, call: ast.Call) -> None:

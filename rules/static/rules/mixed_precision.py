@@ -1265,8 +1265,8 @@ def _module_constants(ctx: Context) -> dict[str, float]:
     """Names bound once, at module or class level, to a number: `INF = 1e12`, `NEG_INF = -1e9`."""
     def build() -> dict[str, float]:
         seen: dict[str, list[float | None]] = {}
-        for stmt in ast.walk(ctx.tree):
-            if not isinstance(stmt, ast.Assign) or not isinstance(ctx.index.scope_of(stmt), ast.Module | ast.ClassDef):
+        for stmt in ctx.index.nodes(ast.Assign):  # collected by the engine's one walk
+            if not isinstance(ctx.index.scope_of(stmt), ast.Module | ast.ClassDef):
                 continue
             for target in stmt.targets:
                 if isinstance(target, ast.Name):

@@ -317,21 +317,21 @@ def _leave_softmax_facts(ctx: Context) -> None:
                                         "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
     for call in index.nodes(ast.Call):
         kind = _loss_kind(index, call)  # type: ignore[arg-type]
-        fn = index.function_of(call)
-        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
-        if isinstance(inputs, ast.Name):  # `class_pred = classifier(x)`, then the loss of class_pred
-            inputs = latest_value(index, inputs.id, inputs)
-        if kind == "cross_entropy" and fn is not None and isinstance(inputs, ast.Call) \
-                and isinstance(inputs.func, ast.Name):
-            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-            if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
-                ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
-                                            "loss": ctx.segment(call.func, 40), "line": call.lineno})
+        if kind == "cross_entropy":
+            fn = index.function_of(call)
+            inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+            if isinstance(inputs, ast.Name):  # `class_pred = classifier(x)`, then the loss of class_pred
+                inputs = latest_value(index, inputs.id, inputs)
+            if fn is not None and isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Name):
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+                if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
+                    ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
+                                                "loss": ctx.segment(call.func, 40), "line": call.lineno})
         if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
             continue
         q = index.resolve(call.func)  # type: ignore[attr-defined]
-        if q is None or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
-            continue
+        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue  # only a function of another module can be looked up by the project pass
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
             cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
             if cls is not None:

@@ -324,10 +324,12 @@ class Bindings:
             target = info.method(func.attr) if info is not None else None
         if target is None or depth > 4:
             return None
-        returns = self._returns_of.get(target)
-        if returns is None:
-            returns = self._returns_of[target] = [r.value for r in ast.walk(target) if isinstance(r, ast.Return)
-                                                  and r.value is not None and self.function_of(r) is target]
+        if not self._returns_of:  # every function's return values at once, from the engine's one walk
+            for r in self.nodes(ast.Return):
+                if r.value is not None:  # type: ignore[attr-defined]
+                    self._returns_of.setdefault(self.function_of(r), []).append(r.value)  # type: ignore[attr-defined]
+            self._returns_of.setdefault(None, [])  # built, even for a file without returns
+        returns = self._returns_of.get(target, [])
         found = [self._classify(value, name, stmt, depth + 1) for value in returns]
         if not found or any(b is None for b in found) or len({b.kind for b in found if b is not None}) != 1:
             return None

@@ -322,8 +322,12 @@ class Loops:
         """A loop that runs the model without training it, over data named or used as evaluation data."""
         if loop.trains:
             return False
-        if not any(self.call_runs_model(c) for c in loop.all_calls()):
+        # The cheap questions first; whether the loop runs a model (through local functions too) last.
+        if not self._evaluation_shaped(loop):
             return False
+        return any(self.call_runs_model(c) for c in loop.all_calls())
+
+    def _evaluation_shaped(self, loop: Loop) -> bool:
         fn = self.function_of(loop.node)
         if loop.source is None or not loop.iterates_loader:
             if loop.source is not None and is_eval_word(loop.source):
