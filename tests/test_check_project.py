@@ -262,3 +262,23 @@ def test_a_save_method_called_on_every_rank_from_another_file_is_found(tmp_path,
     train = TRAIN_SAVES.replace("        if rank_0:\n            model.save_networks(epoch)", "        model.save_networks(epoch)")
     files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "train.py": train}
     assert ("models/base_model.py", 10, "TD303") in _findings(tmp_path, monkeypatch, files)
+
+
+SUBCLASS_MODEL = """import torch
+
+from models.base_model import BaseModel
+
+
+class LoraModel(BaseModel):
+    def save_networks(self, epoch):
+        if not self.merge:
+            super().save_networks(epoch)
+            return
+        torch.save(self.net.module.state_dict(), f"{epoch}_merged.pth")
+"""
+
+
+def test_an_override_calling_super_does_not_count_as_an_unguarded_call(tmp_path, monkeypatch):
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "models/lora_model.py": SUBCLASS_MODEL,
+             "train.py": TRAIN_SAVES}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []

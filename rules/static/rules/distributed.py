@@ -337,21 +337,21 @@ def _outermost_uncalled(index: Index, call: ast.Call) -> ast.FunctionDef | ast.A
 
 
 def _leave_call_guards(ctx: Context) -> None:
-    """For the project pass: calls made from training code (a loop that trains, a function that trains) by
-    name, and whether each runs on the main process only (`if rank_0: model.save_networks(epoch)`)."""
+    """For the project pass: calls of save helpers (`model.save_networks(epoch)`, `trainer.save_checkpoint()`)
+    by name, and whether each runs on the main process only (`if rank_0: ...`). Helpers that write checkpoints
+    are named for it; reading every call of the file would cost more than it finds."""
     index = ctx.index
-    if not index.step_calls:
-        return  # no optimizer step here: not a training script that would call the save helper
-    for loop in index.training_loops():
-        if loop.parent is None:
-            for call in loop.all_calls():
+    for name, calls in index.calls_by_method.items():
+        if _SAVE_HELPER.search(name):
+            for call in calls:
                 _leave_guard(ctx, call)
-    stepping = {index.function_of(c) for c in index.step_calls}
-    for fn in stepping:
-        if fn is not None:
-            for call in index.calls_in(fn):
-                if index.loop_of(call) is None:
-                    _leave_guard(ctx, call)
+    for name, calls in index.calls_by_name.items():
+        if _SAVE_HELPER.search(name.rsplit(".", 1)[-1]):
+            for call in calls:
+                _leave_guard(ctx, call)
+
+
+_SAVE_HELPER = re.compile(r"save|checkpoint|snapshot|export|dump", re.IGNORECASE)
 
 
 def _leave_guard(ctx: Context, call: ast.Call) -> None:
@@ -361,8 +361,11 @@ def _leave_guard(ctx: Context, call: ast.Call) -> None:
     name = last_name(call.func)
     if not name or index.local_target(call) is not None:  # calls of this file's own functions are resolved here
         return
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and last_name(func.value.func) == "super":
+        return  # `super().save_networks(epoch)` in an override: it runs where the override is called
     q = index.resolve(call.func) or ""
-    if q.split(".", 1)[0] in ("torch", "numpy", "np", "os", "logging", "print", "wandb", "tqdm"):
+    if q.split(".", 1)[0] in ("torch", "numpy", "np", "os", "logging", "wandb", "safetensors"):
         return
     ctx.leave("call-guard", {"name": name, "guarded": _main_process_only(index, call)})
 
