@@ -545,8 +545,15 @@ def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, mode
         exprs += index.definitions(loaded.id, at)
         fn = index.function_of(at)
         scope = fn if fn is not None else index.tree
-        exprs += [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
+        filled = [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
             isinstance(t, ast.Subscript) and dotted(t.value) == loaded.id for t in n.targets)]
+        exprs += filled
+        for stmt in filled:  # `if new_k in model_dict and v.shape == ...: filtered[new_k] = v`
+            for anc in index.ancestors(stmt):
+                if anc is scope:
+                    break
+                if isinstance(anc, ast.If):
+                    exprs.append(anc.test)
     for expr in exprs:
         for sub in ast.walk(expr):
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":

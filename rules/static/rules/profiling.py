@@ -525,6 +525,17 @@ def blocking_copy_from_pinned_loader(node: ast.Module, ctx: Context) -> None:
                 ctx.report(call, variable=snippet(ctx, call, 50), loader=loaders[0].name)
 
 
+def _under_any_condition(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """Whether `node` sits under any `if`/`try` between itself and the loop: for work that is usually done once
+    behind a flag or a first-call check on a counter kept elsewhere (`if self.niter == 1: compile`)."""
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            return False
+        if isinstance(anc, ast.If | ast.IfExp | ast.Try | ast.ExceptHandler | ast.Assert | ast.While):
+            return True
+    return False
+
+
 def _conditional_within(index: Index, node: ast.AST, loop: Loop) -> bool:
     """Whether some iterations of the loop skip `node`: a guard between them whose test changes from one
     iteration to the next (`if step % k == 0`, `if i == 0`), or an opt-in diagnostics switch (`if args.verbose`,
@@ -566,7 +577,7 @@ def compile_in_training_loop(node: ast.Module, ctx: Context) -> None:
 def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     loop = index.training_loop_of(node)
-    if loop is None or _conditional_within(index, node, loop):
+    if loop is None or _under_any_condition(index, node, loop):
         return  # `if epoch == warmup: model = torch.compile(model)` runs once
     target = kwarg(node, "model", 0)
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
