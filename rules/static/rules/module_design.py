@@ -22,15 +22,27 @@ def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
     return info if info is not None and info.node is node and info.is_module else None
 
 
+# torch.nn layers with no parameters, no buffers and no train/eval behaviour: kept in a plain dict or list,
+# nothing is lost (no parameter the optimizer misses, no state to move or save, no mode to switch).
+_STATELESS_LAYERS = frozenset(
+    "Flatten Unflatten Identity ReLU ReLU6 LeakyReLU GELU SiLU Mish Tanh Sigmoid Softplus Softsign Hardtanh "
+    "Hardswish Hardsigmoid ELU SELU CELU Softmax LogSoftmax Softmin Upsample UpsamplingNearest2d "
+    "UpsamplingBilinear2d MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d "
+    "AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d PixelShuffle "
+    "PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ReflectionPad2d ReplicationPad2d".split()
+)
+
+
 def _constructs_module(index: Index, expr: ast.AST | None) -> str | None:
-    """The class name when `expr` builds a module or a parameter (`nn.Linear(...)`, `Block(...)`)."""
+    """The class name when `expr` builds a module or a parameter (`nn.Linear(...)`, `Block(...)`); not a
+    stateless torch layer (`nn.Flatten()`, `nn.ReLU()`), which a plain container holds without loss."""
     if not isinstance(expr, ast.Call):
         return None
     q = index.resolve(expr.func)
     if q is not None:
         short = q.rsplit(".", 1)[-1]
         if q.startswith("torch.nn.") and q.count(".") == 2 and short[:1].isupper():
-            return short
+            return None if short in _STATELESS_LAYERS else short
         if q == "copy.deepcopy" and expr.args:
             return _constructs_module(index, expr.args[0])
         return None
@@ -242,8 +254,22 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
             reads = index.self_reads(info)
         if a.attr not in reads or all(_moved_or_replaced(index, r) for r in reads[a.attr]):
             continue  # never read, or every read moves it to the input's device first / replaces it
+        if _moves_itself(index, info, a.attr):
+            continue  # `self.mask = self.mask.to(x)` in forward: the class keeps it on the input's device
         reported.add(a.attr)
         ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+def _moves_itself(index, info, attr: str) -> bool:
+    """Outside `__init__`, the class reassigns the tensor moved to a device or dtype: `self.m = self.m.to(x)`."""
+    for a in index.self_assignments(info, None):
+        if a.attr != attr or a.method.name == "__init__":
+            continue
+        value = a.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("to", "type_as", "cuda", "type") and dotted(value.func.value) == f"self.{attr}":
+            return True
+    return False
 
 
 def _moved_or_replaced(index, read: ast.Attribute) -> bool:
@@ -253,6 +279,10 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
     parent = index.parent(read)
     if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "ndim", "dtype", "device"):
         return True  # metadata: the same on any device
+    if isinstance(parent, ast.Attribute) and parent.attr == "type":
+        grand = index.parent(parent)
+        if isinstance(grand, ast.Call) and grand.func is parent and not grand.args and not grand.keywords:
+            return True  # `self.mask.type() != x.type()`: its type name, before moving it
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "type_as", "cuda", "new_tensor", "size", "dim"):
         return isinstance(index.parent(parent), ast.Call)
     if isinstance(parent, ast.Assign) and read in parent.targets:
