@@ -204,7 +204,11 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # What the loop saves altogether: a weights file next to `optimizer.pt`, `scheduler.pt` (the
     # Hugging Face layout) or next to a full checkpoint is complete as a set.
     paths = [path] if path is not None else []
-    for other in loop.all_calls():
+    # Companions: the loop's other saves, and those next to this one in its function (`save_model()` called
+    # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
+    fn = index.function_of(node)
+    companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
+    for other in companions:
         if other is node or index.callee(other) != "torch.save":
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
