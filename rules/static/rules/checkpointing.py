@@ -372,8 +372,14 @@ def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
         if _same_path(index, path, kwarg(save, "f", 1)):
             obj = kwarg(save, "obj", 0)
             values = [obj, *index.definitions(obj.id, save)] if isinstance(obj, ast.Name) else [obj]
-            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
-                   for v in values if v is not None for n in ast.walk(v)):
+            nodes = [n for v in values if v is not None for n in ast.walk(v)]
+            moved = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
+                        for n in nodes)
+            # `dict(model=net.state_dict(), steps=self.steps.cpu())`: one counter on the CPU, the weights
+            # still where they were trained. Host tensors only when no state_dict goes in as it is.
+            as_is = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+                        for n in nodes) and not any(isinstance(n, ast.DictComp | ast.ListComp) for n in nodes)
+            if moved and not as_is:
                 return True
     return False
 
