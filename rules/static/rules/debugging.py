@@ -218,6 +218,22 @@ def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
     return bool(callers) and all(_eval_before(ctx, c, depth + 1) for c in callers)
 
 
+def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
+    """The `model.train()` that is the last mode switch before `anchor` in its function: the evaluation runs in
+    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`)."""
+    index = ctx.index
+    fn = index.function_of(anchor)
+    position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
+    last: tuple[str, ast.Call] | None = None
+    for call in _calls_by_function(ctx).get(fn, []):
+        if (call.lineno, call.col_offset) >= position:
+            break
+        mode = _mode_of(index, call)
+        if mode is not None:
+            last = (mode, call)
+    return last[1] if last is not None and last[0] == "train" else None
+
+
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -226,9 +242,16 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             (c for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func)),
             None,
         )
-        if call is None or not model_has_mode_layers(index, call.func):
+        if call is None:
             continue
+        layers = model_mode_layers(index, call.func)
+        explicit = _train_set_before(ctx, call)
+        if layers is False or layers is None and explicit is None:
+            continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
+            continue
+        if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
+            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
             continue
         ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
 
