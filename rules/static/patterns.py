@@ -179,7 +179,14 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             value, where = unpacked
             return probabilities_origin(index, value, value, depth + 1, where)
         value = latest_value(index, expr.id, expr)
-        return probabilities_origin(index, value, value, depth + 1, position) if value is not None else None
+        if value is None:
+            # `for out in outputs:` with `outputs = torch.softmax(scores, -1)`: each slice is probabilities too
+            for loop in index.loops_around(at):
+                node = loop.node
+                if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == expr.id:
+                    return probabilities_origin(index, node.iter, node, depth + 1)
+            return None
+        return probabilities_origin(index, value, value, depth + 1, position)
     if isinstance(expr, ast.Call):
         return model_softmax(index, expr.func, position, depth)
     return None

@@ -330,7 +330,33 @@ def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
         ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func),
                    expects=expects, remedy=remedy + f" The loss is applied at line {node.lineno}.")
         return
+    if kind == "cross_entropy" and _only_feeds_losses(index, origin, node):
+        # `outputs = torch.softmax(scores, -1)` used for nothing but the loss: the softmax is the line to drop
+        ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects,
+                   remedy=remedy + f" The loss is applied at line {node.lineno}.")
+        return
     ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects, remedy=remedy)
+
+
+def _only_feeds_losses(index, origin: ast.AST, loss_call: ast.Call) -> bool:
+    """The softmax sits in its own statement (`probs = softmax(x)`) whose name is read only on the way to the loss
+    (the loss call, or a loop over it that calls the loss), not for metrics or predictions."""
+    stmt = index.parent(origin)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name) \
+            or getattr(stmt, "lineno", 0) == loss_call.lineno:
+        return False
+    name = stmt.targets[0].id
+    fn = index.function_of(loss_call)
+    if fn is None or index.function_of(origin) is not fn:
+        return False
+    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    for read in reads:
+        anc = index.parent(read)
+        if isinstance(anc, ast.For) and read is anc.iter:
+            continue  # `for out in outputs:` whose body computes the loss
+        if not any(a is loss_call for a in index.ancestors(read)) and read not in ast.walk(loss_call):
+            return False
+    return bool(reads)
 
 
 def _leave_softmax_facts(ctx: Context) -> None:

@@ -339,6 +339,19 @@ class Bindings:
         """Kinds follow function parameters: `train_gan(..., scheduler=self.scheduler)` makes the parameter
         `scheduler` of `train_gan` a scheduler when every call in the file that passes it passes the same kind.
         A parameter that has a binding of its own (or none passed) stays as it is."""
+        # A parameter whose default builds the object (`def __init__(self, loss=nn.CrossEntropyLoss())`) holds
+        # that kind unless a caller says otherwise.
+        for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            args = fn.args.posonlyargs + fn.args.args  # type: ignore[attr-defined]
+            defaults = fn.args.defaults  # type: ignore[attr-defined]
+            pairs = list(zip(args[len(args) - len(defaults):], defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None]  # type: ignore[attr-defined]
+            for arg, default in pairs:
+                if isinstance(default, ast.Call) and arg.arg not in self.bindings:
+                    b = self._classify(default, arg.arg, fn)
+                    if b is not None:
+                        b.guessed = True
+                        self._add(b)
         constructors = self._constructor_calls()
         built = {id(call) for call, _ in constructors}
         for call, fn in self._local_function_calls() + constructors:
