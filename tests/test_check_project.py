@@ -282,3 +282,43 @@ def test_an_override_calling_super_does_not_count_as_an_unguarded_call(tmp_path,
     files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "models/lora_model.py": SUBCLASS_MODEL,
              "train.py": TRAIN_SAVES}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+NETWORK = """import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Network(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 6)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=1)
+"""
+MAIN_LOCAL_TRAIN = """import torch
+import torch.nn as nn
+
+import network as net
+
+
+def train(model, optimizer, loader):
+    criterion = nn.CrossEntropyLoss()
+    for sample, target in loader:
+        output = model(sample)
+        loss = criterion(output, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    model = net.Network()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer, [])
+"""
+
+
+def test_a_softmax_model_of_another_file_trained_by_a_function_of_the_same_file(tmp_path, monkeypatch):
+    files = {"network.py": NETWORK, "main.py": MAIN_LOCAL_TRAIN}
+    assert ("network.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)

@@ -385,13 +385,15 @@ def _leave_softmax_facts(ctx: Context) -> None:
                                                 "loss": ctx.segment(call.func, 40), "line": call.lineno})
         if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
             continue
-        q = index.resolve(call.func)  # type: ignore[attr-defined]
-        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
-            continue  # only a function of another module can be looked up by the project pass
+        local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
+        q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue  # a function of this file, or of another module the project pass can look up
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
             cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
             if cls is not None:
-                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes})
+                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
+                                           "callee_local": local})
 
 
 def _constructed_class(index, expr: ast.AST) -> str | None:
@@ -422,7 +424,8 @@ def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHi
     losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
     hits: dict[tuple[str, int], ProjectHit] = {}
     for f, fact in project.facts("passes-model"):
-        targets = [(g.module, name) for g, name in project.defining(fact["callee"])]
+        targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
+            [(g.module, name) for g, name in project.defining(fact["callee"])]
         loss = next((losses[(m, n, fact["position"])] for m, n in targets if (m, n, fact["position"]) in losses), None)
         if loss is None:
             continue
