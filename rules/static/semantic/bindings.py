@@ -312,6 +312,15 @@ class Bindings:
             return self._value_binding(expr.body) or self._value_binding(expr.orelse)
         return self.binding(expr)
 
+    def returns_of(self, fn: ast.AST) -> list[ast.expr]:
+        """The values a function of this file returns (`return x` statements of its own body)."""
+        if not self._returns_of:  # every function's return values at once, from the engine's one walk
+            for r in self.nodes(ast.Return):
+                if r.value is not None:  # type: ignore[attr-defined]
+                    self._returns_of.setdefault(self.function_of(r), []).append(r.value)  # type: ignore[attr-defined]
+            self._returns_of.setdefault(None, [])  # built, even for a file without returns
+        return self._returns_of.get(fn, [])
+
     def _returned(self, call: ast.Call, name: str, stmt: ast.AST, depth: int) -> Binding | None:
         """Kinds follow return values: `self.train_loader = self._prepare_dataloader(ds)` holds what every
         `return` of that function or method of the file builds (`return DataLoader(ds, sampler=...)`)."""
@@ -324,12 +333,7 @@ class Bindings:
             target = info.method(func.attr) if info is not None else None
         if target is None or depth > 4:
             return None
-        if not self._returns_of:  # every function's return values at once, from the engine's one walk
-            for r in self.nodes(ast.Return):
-                if r.value is not None:  # type: ignore[attr-defined]
-                    self._returns_of.setdefault(self.function_of(r), []).append(r.value)  # type: ignore[attr-defined]
-            self._returns_of.setdefault(None, [])  # built, even for a file without returns
-        returns = self._returns_of.get(target, [])
+        returns = self.returns_of(target)
         found = [self._classify(value, name, stmt, depth + 1) for value in returns]
         if not found or any(b is None for b in found) or len({b.kind for b in found if b is not None}) != 1:
             return None
