@@ -322,3 +322,50 @@ if __name__ == "__main__":
 def test_a_softmax_model_of_another_file_trained_by_a_function_of_the_same_file(tmp_path, monkeypatch):
     files = {"network.py": NETWORK, "main.py": MAIN_LOCAL_TRAIN}
     assert ("network.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+TRAINER_RETURNS_LOSSES = """from collections import namedtuple
+
+import torch.nn as nn
+
+LossTuple = namedtuple("LossTuple", ["rpn_loss", "roi_loss", "total_loss"])
+
+
+class Trainer(nn.Module):
+    def __init__(self, net, optimizer):
+        super().__init__()
+        self.net, self.optimizer = net, optimizer
+
+    def forward(self, imgs, targets):
+        rpn, roi = self.net(imgs, targets)
+        return LossTuple(rpn, roi, rpn + roi)
+
+    def train_step(self, imgs, targets):
+        self.optimizer.zero_grad()
+        losses = self.forward(imgs, targets)
+        losses.total_loss.backward()
+        self.optimizer.step()
+        return losses
+"""
+FIT_ADDS_THEM = """from trainer import Trainer
+
+
+def fit_one_epoch(train_util: Trainer, gen):
+    total_loss = 0
+    for iteration, (imgs, targets) in enumerate(gen):
+        losses = train_util.train_step(imgs, targets)
+        rpn, roi, total = losses
+        total_loss += total
+    return total_loss
+"""
+
+
+def test_losses_returned_with_their_graph_by_another_files_train_step_and_added_up(tmp_path, monkeypatch):
+    files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": FIT_ADDS_THEM}
+    assert ("train.py", 9, "TD101") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_losses_added_up_as_numbers_are_quiet(tmp_path, monkeypatch):
+    fit = FIT_ADDS_THEM.replace("total_loss += total", "total_loss += total.item()")
+    files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": fit}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []

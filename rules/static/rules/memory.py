@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import Index, dotted, is_constant, kwarg
-from torchdoctor.rules.static.patterns import backward_names, holds_graph
+from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 
 
 def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
@@ -40,14 +41,24 @@ def _accumulator_name(target: ast.AST) -> str | None:
     return dotted(target)
 
 
-@rule("TD101", ast.AugAssign, ast.Assign, ast.Call)
+@rule("TD101", ast.Module, ast.AugAssign, ast.Assign, ast.Call)
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
+    if isinstance(node, ast.Module):
+        _leave_graph_returns(ctx)  # once per file, for the project pass
+        return
     found = _accumulation(node)
     if found is None:
         return
     index = ctx.index
     loop = index.training_loop_of(node)
-    if loop is None or index.grad_disabled(node):
+    if loop is None:
+        # A loop over batches whose training happens in another file (`losses = train_util.train_step(...)`):
+        # the project pass can still tell whether what it adds up holds the graph.
+        batches = index.loop_of(node)
+        if batches is not None and batches.iterates_loader and not index.grad_disabled(node):
+            _leave_external_accumulation(ctx, node, found)
+        return
+    if index.grad_disabled(node):
         return
     target, values = found
     name = _accumulator_name(target)
@@ -71,6 +82,64 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
         if holds_graph(index, value, node, names):
             ctx.report(node, variable=name, value=ctx.segment(value, 40))
             return
+    _leave_external_accumulation(ctx, node, found)
+
+
+def _leave_external_accumulation(ctx: Context, node: ast.AST, found: tuple[ast.AST, list[ast.expr]]) -> None:
+    """`losses = train_util.train_step(...)`, `total_loss += total`: a method of another file; the project pass
+    knows whether what it returns holds the graph."""
+    target, values = found
+    name = _accumulator_name(target)
+    if name is None:
+        return
+    for value in values:
+        callee = _external_origin(ctx.index, value, node)
+        if callee is not None:
+            ctx.leave("accumulates-call", {"callee": callee, "line": node.lineno, "col": node.col_offset + 1,  # type: ignore[attr-defined]
+                                           "variable": name, "value": ctx.segment(value, 40)})
+            return
+
+
+def _external_origin(index: Index, value: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    """The name of the method of another object (not this file's, not torch's) a value comes straight from:
+    `total` <- `rpn_loc, ..., total = losses` <- `losses = train_util.train_step(imgs, ...)` -> "train_step"."""
+    if depth > 3:
+        return None
+    if isinstance(value, ast.Name):
+        origin = latest_value(index, value.id, value)
+        return _external_origin(index, origin, origin, depth + 1) if origin is not None else None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and index.local_target(value) is None:
+        q = index.resolve(value.func) or ""
+        if q.split(".", 1)[0] in ("torch", "numpy", "np", "math") or value.func.attr in ("item", "detach", "cpu"):
+            return None
+        return value.func.attr
+    return None
+
+
+def _leave_graph_returns(ctx: Context) -> None:
+    """For the project pass: methods of this file that run a backward and return what still holds the graph
+    (`def train_step(self, ...): losses = self.forward(...); losses.total_loss.backward(); return losses`)."""
+    index = ctx.index
+    done: set[ast.AST] = set()
+    for call in index.backward_calls:
+        fn = index.function_of(call)
+        if fn is None or fn in done:
+            continue
+        done.add(fn)
+        names = backward_names(index, fn)
+        if any(holds_graph(index, r, r, names) for r in index.returns_of(fn)):
+            ctx.leave("returns-graph", fn.name)
+
+
+@project("TD101")
+def graph_accumulated_across_files(project: Project) -> list[ProjectHit]:
+    """train.py adds what `train_util.train_step(...)` returns into a running total; trainer.py's train_step runs
+    the backward on those losses and returns them with their graph."""
+    returning = {name for _f, name in project.facts("returns-graph")}
+    if not returning:
+        return []
+    return [ProjectHit(f.path, fact["line"], fact["col"], {"variable": fact["variable"], "value": fact["value"]})
+            for f, fact in project.facts("accumulates-call") if fact["callee"] in returning]
 
 
 def _reset_with_the_step(index: Index, stmt: ast.AST, loop) -> bool:
