@@ -432,6 +432,37 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
         ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step=ctx.segment(later[0], 50))
 
 
+@rule("TD416", ast.Module)
+def unscale_twice(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    unscales = [c for c in index.method_calls("unscale_") if _scaler_method(index, c, "unscale_")]
+    if not unscales:
+        return
+    resets = [c for m in ("step", "update") for c in index.method_calls(m) if _scaler_method(index, c, m)]
+    seen: dict[tuple[int, str], ast.Call] = {}
+    for call in sorted(unscales, key=_position):
+        loop = index.loop_of(call)
+        scaler = dotted(call.func.value)  # type: ignore[attr-defined]
+        if loop is None or scaler is None:
+            continue
+        mine = [r for r in resets if dotted(r.func.value) == scaler and index.loop_of(r) is loop]  # type: ignore[attr-defined]
+        if not mine or index.guarded_in_loop(call, loop, rare=True):
+            continue
+        if all(index.guarded_in_loop(r, loop, rare=True) for r in mine):
+            first = min(mine, key=_position)
+            ctx.report(call, variable=ctx.segment(call, 50), when="on every micro-step",
+                       step=ctx.segment(first, 50), step_when="on some of them (under a periodic condition)")
+            continue
+        opt = dotted(kwarg(call, "optimizer", 0)) or "?"
+        key = (id(loop.node), f"{scaler}:{opt}")
+        earlier = seen.get(key)
+        if earlier is not None and not any(_position(earlier) < _position(r) < _position(call) for r in mine) \
+                and not _exclusive(index, earlier, call):
+            ctx.report(call, variable=ctx.segment(call, 50), when=f"a second time in the iteration (line {earlier.lineno})",
+                       step=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
+        seen[key] = call
+
+
 def _nested_in(index: Index, node: ast.AST, loop) -> bool:
     """`node` sits in a loop inside `loop` (or inside any loop of the function, when `loop` is None)."""
     around = index.loops_around(node)
