@@ -357,17 +357,23 @@ def _leave_param_evals(ctx: Context) -> None:
     """For the project pass: module-level functions that leave a model parameter in eval mode
     (`def eval_net(net, loader): net.eval() ...` with no `net.train()` after it)."""
     index = ctx.index
-    for name, fn in index.functions.items():
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-        last: dict[str, ast.Call] = {}
-        for call in _calls_by_function(ctx).get(fn, []):
-            func = call.func
-            if isinstance(func, ast.Attribute) and func.attr in ("eval", "train") and isinstance(func.value, ast.Name) \
-                    and func.value.id in params:
-                last[func.value.id] = call
-        for param, call in last.items():
-            if call.func.attr == "eval" and not call.args and not call.keywords:  # type: ignore[attr-defined]
-                ctx.leave("evals-param", {"function": name, "position": params.index(param), "line": call.lineno})
+    switches = sorted(index.method_calls("eval") + index.method_calls("train"), key=lambda c: (c.lineno, c.col_offset))
+    if not switches:
+        return
+    module_level = {id(fn): name for name, fn in index.functions.items()}
+    last: dict[tuple[int, str], ast.Call] = {}
+    params_of: dict[int, list[str]] = {}
+    for call in switches:  # only the mode switches, in source order: the last one per parameter wins
+        fn = index.function_of(call)
+        if fn is None or id(fn) not in module_level or not isinstance(call.func.value, ast.Name):  # type: ignore[attr-defined]
+            continue
+        params = params_of.setdefault(id(fn), [a.arg for a in fn.args.posonlyargs + fn.args.args])
+        if call.func.value.id in params:  # type: ignore[attr-defined]
+            last[(id(fn), call.func.value.id)] = call  # type: ignore[attr-defined]
+    for (fn_id, param), call in last.items():
+        if call.func.attr == "eval" and not call.args and not call.keywords:  # type: ignore[attr-defined]
+            ctx.leave("evals-param", {"function": module_level[fn_id], "position": params_of[fn_id].index(param),
+                                      "line": call.lineno})
 
 
 def _leave_loop(ctx: Context, loop, events: list[Event]) -> None:

@@ -54,7 +54,8 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     if loop is None:
         # A loop over batches whose training happens in another file (`losses = train_util.train_step(...)`):
         # the project pass can still tell whether what it adds up holds the graph.
-        if index.loop_of(node) is not None and not index.grad_disabled(node):
+        name = _accumulator_name(found[0]) or ""
+        if "loss" in name.lower() and index.loop_of(node) is not None and not index.grad_disabled(node):
             _leave_external_accumulation(ctx, node, found)  # the callee running a backward says it trains
         return
     if index.grad_disabled(node):

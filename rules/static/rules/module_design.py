@@ -302,15 +302,28 @@ def _loss_kind(index, node: ast.Call) -> str | None:
     return None
 
 
-@rule("TD205", ast.Call, ast.Module)
+def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
+    """The cross-entropy / NLL calls of the file and their kind, worked out once per file."""
+    def build() -> dict[ast.Call, str]:
+        index = ctx.index
+        out: dict[ast.Call, str] = {}
+        for call in index.nodes(ast.Call):
+            kind = _loss_kind(index, call)  # type: ignore[arg-type]
+            if kind is not None:
+                out[call] = kind  # type: ignore[index]
+        return out
+    return ctx.memo("module-design:loss-kinds", build)
+
+
+@rule("TD205", ast.Module)
 def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
-    if isinstance(node, ast.Module):
-        _leave_softmax_facts(ctx)
-        return
+    _leave_softmax_facts(ctx)
+    for call, kind in _loss_kinds(ctx).items():
+        _softmax_before_loss(call, kind, ctx)
+
+
+def _softmax_before_loss(node: ast.Call, kind: str, ctx: Context) -> None:
     index = ctx.index
-    kind = _loss_kind(index, node)  # type: ignore[arg-type]
-    if kind is None:
-        return
     inputs = kwarg(node, "input", 0)  # type: ignore[arg-type]
     origin = probabilities_origin(index, inputs, node) if inputs is not None else None
     if origin is None:
@@ -371,8 +384,9 @@ def _leave_softmax_facts(ctx: Context) -> None:
         if origins and all(o is not None for o in origins):
             ctx.leave("softmax-class", {"class": info.name, "line": origins[0].lineno,  # type: ignore[union-attr]
                                         "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
+    kinds = _loss_kinds(ctx)
     for call in index.nodes(ast.Call):
-        kind = _loss_kind(index, call)  # type: ignore[arg-type]
+        kind = kinds.get(call)  # type: ignore[call-overload]
         if kind == "cross_entropy":
             fn = index.function_of(call)
             inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]

@@ -351,7 +351,8 @@ class Bindings:
             pairs = list(zip(args[len(args) - len(defaults):], defaults, strict=True))
             pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None]  # type: ignore[attr-defined]
             for arg, default in pairs:
-                if isinstance(default, ast.Call) and arg.arg not in self.bindings:
+                if isinstance(default, ast.Call) and (last_name(default.func) or "")[:1].isupper() \
+                        and arg.arg not in self.bindings:  # a constructor: `nn.CrossEntropyLoss()`
                     b = self._classify(default, arg.arg, fn)
                     if b is not None:
                         b.guessed = True
