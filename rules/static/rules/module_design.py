@@ -261,11 +261,15 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
 
 
 def _moves_itself(index, info, attr: str) -> bool:
-    """Outside `__init__`, the class reassigns the tensor moved to a device or dtype: `self.m = self.m.to(x)`."""
+    """Outside `__init__`, the class reassigns the tensor on a device or dtype it chooses: `self.m = self.m.to(x)`,
+    `self.grid = self._make_grid(nx, ny).to(x.device)` (a placeholder rebuilt where the input is)."""
     for a in index.self_assignments(info, None):
         if a.attr != attr or a.method.name == "__init__":
             continue
         value = a.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("to", "type_as", "cuda", "type") and value.args:
+            return True
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
                 and value.func.attr in ("to", "type_as", "cuda", "type") and dotted(value.func.value) == f"self.{attr}":
             return True
