@@ -115,8 +115,10 @@ class Bindings:
         b = self.binding(expr)
         if b is not None:
             return b.kind == "module"
-        if isinstance(expr, ast.Name) and expr.id in self.functions:
-            return False  # `eval_model(...)`, `build_model(...)`: a function of this file, named like a model
+        if isinstance(expr, ast.Name) and (expr.id in self.functions or expr.id in self.aliases):
+            # `eval_model(...)`, `build_model(...)`: a function of this file, or an imported one
+            # (`from train.train_sbm import evaluate_network`), named like a model
+            return False
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
             info = self.class_of(expr)
             if info is not None and info.method(expr.attr) is not None:

@@ -306,6 +306,8 @@ class Loops:
                 target = local_targets.get(call)
                 if target is not None and target in self.training_functions:
                     loop.calls_training = True
+                elif target is None and self._hands_model_and_optimizer(call):
+                    loop.calls_training = True  # `train_one_epoch(model, criterion, loader, optimizer, ...)` of engine.py
         for loop in sorted(self.loops.values(), key=lambda lp: -_depth(lp)):
             loop.trains = loop.has_backward or loop.has_step or loop.calls_training or any(
                 c.trains for c in loop.children
@@ -317,6 +319,21 @@ class Loops:
                 loop.kind = "epoch"
         for loop in self.loops.values():
             loop.validation = self._is_validation(loop)
+
+    def _hands_model_and_optimizer(self, call: ast.Call) -> bool:
+        """A call of a function of another module handed a model and an optimizer built in this file: it trains
+        that model, here in this loop's iteration."""
+        if not isinstance(call.func, ast.Name | ast.Attribute) or not (call.args or call.keywords):
+            return False
+        values = [*call.args, *(k.value for k in call.keywords)]
+        optimizer = model = False
+        for v in values:
+            if not isinstance(v, ast.Name | ast.Attribute):
+                continue
+            b = self.binding(v)
+            optimizer = optimizer or (b is not None and b.kind == "optimizer")  # built as one in this file
+            model = model or self.is_model(v)
+        return optimizer and model
 
     def _is_validation(self, loop: Loop) -> bool:
         """A loop that runs the model without training it, over data named or used as evaluation data."""
