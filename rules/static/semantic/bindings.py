@@ -115,7 +115,8 @@ class Bindings:
         b = self.binding(expr)
         if b is not None:
             return b.kind == "module"
-        if isinstance(expr, ast.Name) and (expr.id in self.functions or expr.id in self.aliases):
+        if isinstance(expr, ast.Name) and (expr.id in self.functions or expr.id in self.aliases
+                                           and expr.id not in self._flag_values()):  # not `model = model.RNN(...)`
             # `eval_model(...)`, `build_model(...)`: a function of this file, or an imported one
             # (`from train.train_sbm import evaluate_network`), named like a model
             return False
