@@ -131,3 +131,241 @@ def test_a_softmax_model_from_one_file_trained_with_cross_entropy_in_another(tmp
 def test_the_same_model_returning_logits_is_quiet(tmp_path, monkeypatch):
     files = {"model.py": MODEL.replace("F.softmax(self.fc(x), dim=-1)", "self.fc(x)"), "trainer.py": TRAINER, "main.py": ENTRY}
     assert _findings(tmp_path, monkeypatch, files) == []
+
+
+DATASET = """import numpy as np
+import torch
+from torch.utils import data
+
+
+class RawDataset(data.Dataset):
+    def __init__(self, files):
+        self.files = files
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.load(self.files[i]))
+"""
+TRAIN_NO_WORKERS = """import torch
+from torch.utils.data import DataLoader
+
+from datasets.raw import RawDataset
+
+
+def main(files, model, optimizer):
+    train_set = RawDataset(files)
+    train_loader = DataLoader(train_set, batch_size=4, shuffle=True, num_workers=0, pin_memory=True)
+    for epoch in range(10):
+        for x in train_loader:
+            x = x.cuda(non_blocking=True)
+            loss = model(x).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("paths", [(".",), ("train.py", "datasets")])
+def test_a_loader_without_workers_over_a_dataset_class_of_another_file_that_loads_files(tmp_path, monkeypatch, paths):
+    files = {"datasets/__init__.py": "", "datasets/raw.py": DATASET, "train.py": TRAIN_NO_WORKERS}
+    assert ("train.py", 9, "TD501") in _findings(tmp_path, monkeypatch, files, paths)
+
+
+def test_a_loader_without_workers_over_a_cheap_dataset_of_another_file_is_quiet(tmp_path, monkeypatch):
+    cheap = DATASET.replace("torch.from_numpy(np.load(self.files[i]))", "self.files[i]")
+    files = {"datasets/__init__.py": "", "datasets/raw.py": cheap, "train.py": TRAIN_NO_WORKERS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files, ("train.py", "datasets")) if f[2] == "TD501"] == []
+
+
+EVALUATE = """import os
+
+from torch.utils.data import DataLoader
+
+from data import ImageFolderDataset
+
+
+def test(cfg, model=None, batch_size=16):
+    dataset = ImageFolderDataset(cfg["valid"])
+    dataloader = DataLoader(dataset, batch_size=batch_size, num_workers=min(os.cpu_count(), 8))
+    model.eval()
+    return [model(x) for x in dataloader]
+"""
+TRAIN_CALLS_TEST = """import torch
+
+import test
+
+
+def train(cfg, model, loader, optimizer, epochs, opt):
+    for epoch in range(epochs):
+        for x in loader:
+            optimizer.zero_grad()
+            model(x).mean().backward()
+            optimizer.step()
+        final_epoch = epoch + 1 == epochs
+        if not opt.notest or final_epoch:
+            with torch.no_grad():
+                results = test.test(cfg, model=model)
+"""
+
+
+def test_a_loader_built_in_a_function_another_file_calls_every_epoch(tmp_path, monkeypatch):
+    files = {"test.py": EVALUATE, "train.py": TRAIN_CALLS_TEST}
+    assert ("test.py", 10, "TD508") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_a_loader_built_in_a_function_called_every_tenth_epoch_is_quiet(tmp_path, monkeypatch):
+    train = TRAIN_CALLS_TEST.replace("if not opt.notest or final_epoch:", "if epoch % 10 == 0:")
+    files = {"test.py": EVALUATE, "train.py": train}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD508"] == []
+
+
+BASE_MODEL = """import torch
+from torch.nn.parallel import DistributedDataParallel
+
+
+class BaseModel:
+    def __init__(self, net, rank):
+        self.net = DistributedDataParallel(net, device_ids=[rank])
+
+    def save_networks(self, epoch):
+        torch.save(self.net.module.state_dict(), f"{epoch}_net.pth")
+"""
+TRAIN_SAVES = """import torch
+import torch.distributed as dist
+
+from models.base_model import BaseModel
+
+
+def train_gpu(rank, world_size, net, loader, optimizer, epochs):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+    model = BaseModel(net, rank)
+    rank_0 = rank == 0
+    for epoch in range(epochs):
+        for x in loader:
+            optimizer.zero_grad()
+            model.net(x).mean().backward()
+            optimizer.step()
+        if rank_0:
+            model.save_networks(epoch)
+"""
+
+
+def test_a_save_method_called_under_a_rank_guard_in_another_file_is_quiet(tmp_path, monkeypatch):
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "train.py": TRAIN_SAVES}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+def test_a_save_method_called_on_every_rank_from_another_file_is_found(tmp_path, monkeypatch):
+    train = TRAIN_SAVES.replace("        if rank_0:\n            model.save_networks(epoch)", "        model.save_networks(epoch)")
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "train.py": train}
+    assert ("models/base_model.py", 10, "TD303") in _findings(tmp_path, monkeypatch, files)
+
+
+SUBCLASS_MODEL = """import torch
+
+from models.base_model import BaseModel
+
+
+class LoraModel(BaseModel):
+    def save_networks(self, epoch):
+        if not self.merge:
+            super().save_networks(epoch)
+            return
+        torch.save(self.net.module.state_dict(), f"{epoch}_merged.pth")
+"""
+
+
+def test_an_override_calling_super_does_not_count_as_an_unguarded_call(tmp_path, monkeypatch):
+    files = {"models/__init__.py": "", "models/base_model.py": BASE_MODEL, "models/lora_model.py": SUBCLASS_MODEL,
+             "train.py": TRAIN_SAVES}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+NETWORK = """import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Network(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 6)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=1)
+"""
+MAIN_LOCAL_TRAIN = """import torch
+import torch.nn as nn
+
+import network as net
+
+
+def train(model, optimizer, loader):
+    criterion = nn.CrossEntropyLoss()
+    for sample, target in loader:
+        output = model(sample)
+        loss = criterion(output, target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    model = net.Network()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train(model, optimizer, [])
+"""
+
+
+def test_a_softmax_model_of_another_file_trained_by_a_function_of_the_same_file(tmp_path, monkeypatch):
+    files = {"network.py": NETWORK, "main.py": MAIN_LOCAL_TRAIN}
+    assert ("network.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+TRAINER_RETURNS_LOSSES = """from collections import namedtuple
+
+import torch.nn as nn
+
+LossTuple = namedtuple("LossTuple", ["rpn_loss", "roi_loss", "total_loss"])
+
+
+class Trainer(nn.Module):
+    def __init__(self, net, optimizer):
+        super().__init__()
+        self.net, self.optimizer = net, optimizer
+
+    def forward(self, imgs, targets):
+        rpn, roi = self.net(imgs, targets)
+        return LossTuple(rpn, roi, rpn + roi)
+
+    def train_step(self, imgs, targets):
+        self.optimizer.zero_grad()
+        losses = self.forward(imgs, targets)
+        losses.total_loss.backward()
+        self.optimizer.step()
+        return losses
+"""
+FIT_ADDS_THEM = """from trainer import Trainer
+
+
+def fit_one_epoch(train_util: Trainer, gen):
+    total_loss = 0
+    for iteration, (imgs, targets) in enumerate(gen):
+        losses = train_util.train_step(imgs, targets)
+        rpn, roi, total = losses
+        total_loss += total
+    return total_loss
+"""
+
+
+def test_losses_returned_with_their_graph_by_another_files_train_step_and_added_up(tmp_path, monkeypatch):
+    files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": FIT_ADDS_THEM}
+    assert ("train.py", 9, "TD101") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_losses_added_up_as_numbers_are_quiet(tmp_path, monkeypatch):
+    fit = FIT_ADDS_THEM.replace("total_loss += total", "total_loss += total.item()")
+    files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": fit}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []

@@ -121,7 +121,10 @@ def bug_project(bug: dict[str, Any]) -> list[str]:
 
 
 def mirror_dir(mirror_root: str, repo: str) -> str:
-    return os.path.join(mirror_root, repo.replace("/", "+"), "repo")
+    """The git dir of a fetched repository: the bare `repo`, or `repo/.git` when the snapshot came with a work tree."""
+    base = os.path.join(mirror_root, repo.replace("/", "+"), "repo")
+    nested = os.path.join(base, ".git")
+    return nested if os.path.isdir(nested) else base
 
 
 def git(git_dir: str, *args: str) -> subprocess.CompletedProcess[bytes]:

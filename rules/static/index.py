@@ -76,6 +76,7 @@ INDEX_NODES: tuple[type[ast.AST], ...] = (
     ast.AsyncFor,
     ast.While,
     ast.Call,
+    ast.Return,
 )
 
 
@@ -99,6 +100,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.star_imports: list[str] = []
         self.imported: set[str] = set()  # qualified module/object names imported
         self.bindings: dict[str, list[Binding]] = {}
+        self._flags: dict[str, list[ast.expr]] | None = None  # name -> values assigned anywhere (guards.py)
+        self._entries: dict[str, set[str]] = {}  # container name -> keys bound in it ("['train']")
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # module-level functions
         self.loops: dict[ast.AST, Loop] = {}
@@ -107,6 +110,9 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._callee: dict[ast.Call, str | None] = {}
         self._scope: dict[ast.AST, ast.AST] = {}
         self._loop_of: dict[ast.AST, Loop | None] = {}
+        self._assigned: dict[ast.AST, frozenset[str]] = {}  # names a loop rebinds (loops.py)
+        self._local_target_map: dict[ast.Call, ast.AST] | None = None  # call -> local function it calls
+        self._calls_by_fn: dict[ast.AST | None, list[ast.Call]] | None = None  # function -> its own calls
         self._defs: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] | None = None
         self._self_assigns: dict[ast.ClassDef, list[SelfAssign]] | None = None
         self._callers: dict[ast.AST, list[ast.Call]] | None = None
@@ -114,7 +120,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.training_functions: set[ast.AST] = set()
         self.backward_calls: list[ast.Call] = []
         self.step_calls: list[ast.Call] = []
-        self._returns_of: dict[ast.AST, list[ast.expr]] = {}  # a function's return values (bindings.py)
+        self._returns_of: dict[ast.AST | None, list[ast.expr]] = {}  # a function's return values (bindings.py)
         self._build()
 
     def _build(self) -> None:
@@ -126,5 +132,6 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._index_calls()
         self._build_bindings()
         self._bind_parameters()
+        self._late_copies()
         self._build_training()
         self._build_loops()

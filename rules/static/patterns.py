@@ -67,6 +67,8 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
         return None
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
+        if value is None:
+            value = _loop_element(index, expr, at)
         known = _graph(index, value, value, backward_names, depth + 1) if value is not None else None
         if known is not None:
             return known
@@ -100,6 +102,30 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
             return False
         if index.is_model(func) or is_loss_callable(index, func):
             return not index.grad_disabled(expr)
+        target = index.local_target(expr)
+        if target is not None and depth < DEPTH - 1:
+            # `loss_each = self.train_one_batch(images, targets)`: what that method returns
+            found = [_graph(index, r, r, backward_names, depth + 2) for r in index.returns_of(target)]
+            if any(found):
+                return True
+            if found and all(f is False for f in found):
+                return False
+    return None
+
+
+def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:
+    """For a loop variable, what it is taken from: `for v in xs` -> xs, `for k, v in d.items()` -> d (its values)."""
+    for loop in index.loops_around(at):
+        node = loop.node
+        if not isinstance(node, ast.For):
+            continue
+        if isinstance(node.target, ast.Name) and node.target.id == name.id:
+            return node.iter
+        if isinstance(node.target, ast.Tuple) and len(node.target.elts) == 2 \
+                and isinstance(node.target.elts[1], ast.Name) and node.target.elts[1].id == name.id \
+                and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute) \
+                and node.iter.func.attr == "items":
+            return node.iter.func.value
     return None
 
 
@@ -179,7 +205,14 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             value, where = unpacked
             return probabilities_origin(index, value, value, depth + 1, where)
         value = latest_value(index, expr.id, expr)
-        return probabilities_origin(index, value, value, depth + 1, position) if value is not None else None
+        if value is None:
+            # `for out in outputs:` with `outputs = torch.softmax(scores, -1)`: each slice is probabilities too
+            for loop in index.loops_around(at):
+                node = loop.node
+                if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == expr.id:
+                    return probabilities_origin(index, node.iter, node, depth + 1)
+            return None
+        return probabilities_origin(index, value, value, depth + 1, position)
     if isinstance(expr, ast.Call):
         return model_softmax(index, expr.func, position, depth)
     return None

@@ -71,7 +71,13 @@ def module_name(display: str, roots: list[str]) -> str:
     for root in roots:
         root = os.path.abspath(root)
         if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
-            rel = os.path.relpath(absolute, root if os.path.isdir(root) else os.path.dirname(root))
+            base = root if os.path.isdir(root) else os.path.dirname(root)
+            # A package folder named on the command line (`check train.py datasets/`) keeps its own name:
+            # `datasets/Denoise_dataset.py` is `datasets.Denoise_dataset`, as `from datasets.Denoise_dataset
+            # import ...` in train.py spells it (a module is also found by any tail of its name).
+            if os.path.isdir(root) and root != os.getcwd() and os.path.basename(root).isidentifier():
+                base = os.path.dirname(root)
+            rel = os.path.relpath(absolute, base)
             if best is None or len(rel) < len(best):
                 best = rel
     rel = best if best is not None else os.path.basename(absolute)

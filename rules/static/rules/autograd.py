@@ -114,6 +114,23 @@ def _count(index: Index, expr: ast.AST | None, fn: ast.AST, depth: int = 0) -> t
     return None
 
 
+def _falls_off_end(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A body that does work and ends without returning: not a stub (`pass`, `...`, a docstring) and not one that
+    raises (`raise NotImplementedError`)."""
+    body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+    if not body or all(isinstance(st, ast.Pass) for st in body):
+        return False
+    return not any(isinstance(n, ast.Raise) for n in ast.walk(fn))
+
+
+def _implicit_return(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Return:
+    """The `return None` a function without a return statement ends with, placed at its `def` line."""
+    ret = ast.Return(value=None)
+    ast.copy_location(ret, fn)
+    ret.end_lineno, ret.end_col_offset = fn.lineno, fn.col_offset + len("def")
+    return ret
+
+
 def _wrong_count(count: int, elements: list[ast.expr] | None, expected: int) -> bool:
     """Autograd refuses fewer gradients than inputs, and more unless the extra ones are all None."""
     if count < expected:
@@ -150,7 +167,10 @@ def backward_gradient_count(node: ast.ClassDef, ctx: Context) -> None:
         if not any(isinstance(a, ast.Starred) for a in c.args) and not c.keywords
     }
     index = ctx.index
-    for ret in _returns(backward):
+    # A backward that falls off its end returns None: one value, where the Function has len(names) inputs
+    # (torch: "returned an incorrect number of gradients (expected 2, got 1)").
+    returns: list[ast.Return] = _returns(backward) or ([_implicit_return(backward)] if _falls_off_end(backward) else [])
+    for ret in returns:
         found = _count(index, ret.value, backward)
         if found is None:
             continue

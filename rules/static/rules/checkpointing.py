@@ -204,7 +204,11 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # What the loop saves altogether: a weights file next to `optimizer.pt`, `scheduler.pt` (the
     # Hugging Face layout) or next to a full checkpoint is complete as a set.
     paths = [path] if path is not None else []
-    for other in loop.all_calls():
+    # Companions: the loop's other saves, and those next to this one in its function (`save_model()` called
+    # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
+    fn = index.function_of(node)
+    companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
+    for other in companions:
         if other is node or index.callee(other) != "torch.save":
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
@@ -368,8 +372,14 @@ def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
         if _same_path(index, path, kwarg(save, "f", 1)):
             obj = kwarg(save, "obj", 0)
             values = [obj, *index.definitions(obj.id, save)] if isinstance(obj, ast.Name) else [obj]
-            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
-                   for v in values if v is not None for n in ast.walk(v)):
+            nodes = [n for v in values if v is not None for n in ast.walk(v)]
+            moved = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
+                        for n in nodes)
+            # `dict(model=net.state_dict(), steps=self.steps.cpu())`: one counter on the CPU, the weights
+            # still where they were trained. Host tensors only when no state_dict goes in as it is.
+            as_is = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+                        for n in nodes) and not any(isinstance(n, ast.DictComp | ast.ListComp) for n in nodes)
+            if moved and not as_is:
                 return True
     return False
 
@@ -545,8 +555,15 @@ def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, mode
         exprs += index.definitions(loaded.id, at)
         fn = index.function_of(at)
         scope = fn if fn is not None else index.tree
-        exprs += [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
+        filled = [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
             isinstance(t, ast.Subscript) and dotted(t.value) == loaded.id for t in n.targets)]
+        exprs += filled
+        for stmt in filled:  # `if new_k in model_dict and v.shape == ...: filtered[new_k] = v`
+            for anc in index.ancestors(stmt):
+                if anc is scope:
+                    break
+                if isinstance(anc, ast.If):
+                    exprs.append(anc.test)
     for expr in exprs:
         for sub in ast.walk(expr):
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":

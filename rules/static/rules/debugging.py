@@ -83,21 +83,41 @@ def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> boo
 def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     """Whether a model holds dropout or batch-norm layers (so train()/eval() changes its output).
     False when unsure."""
+    return model_mode_layers(index, expr, depth) is True
+
+
+def model_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool | None:
+    """True/False when the model's layers can be read (its class in the file, a known architecture, a Sequential
+    of known layers), None when they cannot (`self.model = model_class.from_config(...)`, a parameter)."""
     if expr is None or depth > 4:
-        return False
+        return None
     if isinstance(expr, ast.Name) and expr.id == "self":
         info = index.class_of(expr)
         return bool(info and info.is_module and _class_has_mode_layers(index, info, set()))
     name = dotted(expr)
     if name is not None and name.endswith((".module", "._orig_mod")):
-        return model_has_mode_layers(index, expr.value, depth + 1)  # type: ignore[attr-defined]
-    b = index.binding(expr)
-    if b is None or b.kind != "module":
-        return False
+        return model_mode_layers(index, expr.value, depth + 1)  # type: ignore[attr-defined]
+    bindings = [b for b in index.bindings.get(name or "", []) if b.kind == "module"] if name else []
+    if not bindings:
+        return None
+    # Every binding of the name counts (`model = Net()` ... `model = DataParallel(model)`), and a copy
+    # (`model = self.model`) answers for what it copies.
+    answers = [_binding_mode_layers(index, b, depth) for b in bindings]
+    if True in answers:
+        return True
+    return False if False in answers else None
+
+
+def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
     if b.inner is not None and b.inner != b.name:
         inner = index.binding(b.inner)
-        if inner is not None and inner is not b and model_has_mode_layers(index, ast.Name(b.inner), depth + 1):
-            return True
+        if inner is not None and inner is not b:
+            answer = model_mode_layers(index, ast.Name(b.inner), depth + 1)
+            if answer is not None:
+                return answer
+    value = getattr(b.node, "value", None)
+    if b.call is None and isinstance(value, ast.Name | ast.Attribute) and dotted(value) != b.name:
+        return model_mode_layers(index, value, depth + 1)
     cls = b.cls or ""
     info = index.classes.get(cls)
     if info is not None:
@@ -108,7 +128,11 @@ def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) ->
         return _expr_has_mode_layers(index, b.call, set())
     if any(cls.startswith(p) for p in index.names["model_factory_prefixes"]):
         return True  # torchvision / timm architectures carry batch norm or dropout
-    return cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"])
+    if cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"]):
+        return True
+    if not cls or b.wrapper is not None and b.inner == b.name:
+        return None  # a class we cannot see, or a wrapper around an earlier binding of the same name
+    return False if cls.startswith("torch.nn.") else None
 
 
 # -- train()/eval() calls --------------------------------------------------------------------
@@ -194,6 +218,22 @@ def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
     return bool(callers) and all(_eval_before(ctx, c, depth + 1) for c in callers)
 
 
+def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
+    """The `model.train()` that is the last mode switch before `anchor` in its function: the evaluation runs in
+    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`)."""
+    index = ctx.index
+    fn = index.function_of(anchor)
+    position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
+    last: tuple[str, ast.Call] | None = None
+    for call in _calls_by_function(ctx).get(fn, []):
+        if (call.lineno, call.col_offset) >= position:
+            break
+        mode = _mode_of(index, call)
+        if mode is not None:
+            last = (mode, call)
+    return last[1] if last is not None and last[0] == "train" else None
+
+
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -202,9 +242,16 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             (c for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func)),
             None,
         )
-        if call is None or not model_has_mode_layers(index, call.func):
+        if call is None:
             continue
+        layers = model_mode_layers(index, call.func)
+        explicit = _train_set_before(ctx, call)
+        if layers is False or layers is None and explicit is None:
+            continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
+            continue
+        if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
+            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
             continue
         ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
 
@@ -281,8 +328,10 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         found = _stale_eval(events)
         if found is None or found in reported:
             continue
-        if not model_has_mode_layers(index, found.func.value):  # type: ignore[attr-defined]
+        if _frozen_mode_training(index, found):
             continue
+        if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
+            continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
         # Reached through a call in the loop (`self.validate()` every N steps): the loop's line is where the mode
@@ -294,21 +343,37 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
                    train_not_restored=True)
 
 
+def _frozen_mode_training(index: Index, call: ast.Call) -> bool:
+    """`def train(...): model.eval(); for x, y in loader: ... optimizer.step()`: the training function itself puts
+    the model in eval mode before its own loop (a linear probe on frozen features, frozen batch norm). That is a
+    choice, not an evaluation left behind."""
+    fn = index.function_of(call)
+    return fn is not None and fn in index.training_functions and index.training_loop_of(call) is None \
+        and any(lp.trains and lp.node.lineno > call.lineno for lp in index.training_loops()
+                if index.function_of(lp.node) is fn)
+
+
 def _leave_param_evals(ctx: Context) -> None:
     """For the project pass: module-level functions that leave a model parameter in eval mode
     (`def eval_net(net, loader): net.eval() ...` with no `net.train()` after it)."""
     index = ctx.index
-    for name, fn in index.functions.items():
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-        last: dict[str, ast.Call] = {}
-        for call in _calls_by_function(ctx).get(fn, []):
-            func = call.func
-            if isinstance(func, ast.Attribute) and func.attr in ("eval", "train") and isinstance(func.value, ast.Name) \
-                    and func.value.id in params:
-                last[func.value.id] = call
-        for param, call in last.items():
-            if call.func.attr == "eval" and not call.args and not call.keywords:  # type: ignore[attr-defined]
-                ctx.leave("evals-param", {"function": name, "position": params.index(param), "line": call.lineno})
+    switches = sorted(index.method_calls("eval") + index.method_calls("train"), key=lambda c: (c.lineno, c.col_offset))
+    if not switches:
+        return
+    module_level = {id(fn): name for name, fn in index.functions.items()}
+    last: dict[tuple[int, str], ast.Call] = {}
+    params_of: dict[int, list[str]] = {}
+    for call in switches:  # only the mode switches, in source order: the last one per parameter wins
+        fn = index.function_of(call)
+        if fn is None or id(fn) not in module_level or not isinstance(call.func.value, ast.Name):  # type: ignore[attr-defined]
+            continue
+        params = params_of.setdefault(id(fn), [a.arg for a in fn.args.posonlyargs + fn.args.args])
+        if call.func.value.id in params:  # type: ignore[attr-defined]
+            last[(id(fn), call.func.value.id)] = call  # type: ignore[attr-defined]
+    for (fn_id, param), call in last.items():
+        if call.func.attr == "eval" and not call.args and not call.keywords:  # type: ignore[attr-defined]
+            ctx.leave("evals-param", {"function": module_level[fn_id], "position": params_of[fn_id].index(param),
+                                      "line": call.lineno})
 
 
 def _leave_loop(ctx: Context, loop, events: list[Event]) -> None:

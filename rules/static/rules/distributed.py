@@ -63,11 +63,19 @@ def _loaders_using(index: Index, sampler: str) -> list[Binding]:
 def _loaders_reused_across_epochs(index: Index, epoch_loops: list[Loop]) -> dict[str, Loop]:
     """Loader names iterated inside an epoch loop, or passed to a call made in one, with that epoch loop."""
     found: dict[str, Loop] = {}
+    loops_by_fn: dict[ast.AST | None, list[Loop]] = {}
+    for lp in index.loops.values():
+        loops_by_fn.setdefault(index.function_of(lp.node), []).append(lp)
     for epoch in epoch_loops:
         for child in _descendants(epoch):
             if child.source and child.iterates_loader:
                 found.setdefault(child.source, epoch)
         for call in epoch.all_calls():
+            # `while True: self._train_epoch()`, whose loop iterates `self.data_loader["train"]`
+            target = index.local_target(call)
+            for lp in loops_by_fn.get(target, []) if target is not None else []:
+                if lp.source and lp.iterates_loader:
+                    found.setdefault(lp.source, epoch)
             for arg in [*call.args, *(k.value for k in call.keywords)]:
                 name = dotted(arg)
                 if name is not None:
@@ -282,6 +290,7 @@ def _main_process_only(index: Index, node: ast.AST, depth: int = 0) -> bool:
 @rule("TD303", ast.Module)
 def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_call_guards(ctx)  # for saves in other files' functions that this file's training code calls
     saves = index.calls_to(*_SAVES)
     if not saves:
         return
@@ -300,7 +309,84 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
             path=ctx.segment(path, 40) if path is not None else "",
             setup=ctx.segment(setup.func, 40),  # type: ignore[attr-defined]
         )
+        fn = _outermost_uncalled(index, call)
+        if fn is not None:
+            # `def save_networks(self, epoch): ... torch.save(...)`, called from nowhere in this file: another
+            # file's training loop calls it, maybe under `if rank_0:`. The project pass decides.
+            ctx.leave("TD303-pending", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
+                                        "values": values})
+            continue
         ctx.report(call, **values)
+
+
+def _outermost_uncalled(index: Index, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function (or method) holding `call` when nothing in this file calls it, directly or through the
+    functions that call it."""
+    fn = index.function_of(call)
+    seen = 0
+    while fn is not None and seen < 4:
+        callers = index.callers(fn)
+        if not callers:
+            return fn if fn.name not in ("main", "__init__") else None
+        outer = {index.function_of(c) for c in callers}
+        if len(outer) != 1 or None in outer:
+            return None
+        fn = outer.pop()
+        seen += 1
+    return None
+
+
+def _leave_call_guards(ctx: Context) -> None:
+    """For the project pass: calls of save helpers (`model.save_networks(epoch)`, `trainer.save_checkpoint()`)
+    by name, and whether each runs on the main process only (`if rank_0: ...`). Helpers that write checkpoints
+    are named for it; reading every call of the file would cost more than it finds."""
+    index = ctx.index
+    for name, calls in index.calls_by_method.items():
+        if _SAVE_HELPER.search(name):
+            for call in calls:
+                _leave_guard(ctx, call)
+    for name, calls in index.calls_by_name.items():
+        if _SAVE_HELPER.search(name.rsplit(".", 1)[-1]):
+            for call in calls:
+                _leave_guard(ctx, call)
+
+
+_SAVE_HELPER = re.compile(r"save|checkpoint|snapshot|export|dump", re.IGNORECASE)
+
+
+def _leave_guard(ctx: Context, call: ast.Call) -> None:
+    index = ctx.index
+    if not isinstance(index.parent(call), ast.Expr):
+        return  # a save helper is called as a statement: `model.save_networks(epoch)`
+    name = last_name(call.func)
+    if not name or index.local_target(call) is not None:  # calls of this file's own functions are resolved here
+        return
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) and last_name(func.value.func) == "super":
+        return  # `super().save_networks(epoch)` in an override: it runs where the override is called
+    q = index.resolve(call.func) or ""
+    if q.split(".", 1)[0] in ("torch", "numpy", "np", "os", "logging", "wandb", "safetensors"):
+        return
+    ctx.leave("call-guard", {"name": name, "guarded": _main_process_only(index, call)})
+
+
+@project("TD303")
+def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
+    """base_model.py's `save_networks` writes with torch.save, and train.py calls `model.save_networks(epoch)`
+    only under `if rank_0:`: one process writes. Reported when some call of it is not guarded, or none is seen."""
+    pending = list(project.facts("TD303-pending"))
+    if not pending:
+        return []
+    guards: dict[str, list[bool]] = {}
+    for _f, fact in project.facts("call-guard"):
+        guards.setdefault(fact["name"], []).append(fact["guarded"])
+    hits = []
+    for f, fact in pending:
+        seen = guards.get(fact["function"], [])
+        if seen and all(seen):
+            continue
+        hits.append(ProjectHit(f.path, fact["line"], fact["col"], fact["values"]))
+    return hits
 
 
 # -- TD304 ---------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import dotted, is_constant, kwarg
-from torchdoctor.rules.static.patterns import backward_names, holds_graph
+from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.index import Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 
 
 def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
@@ -40,14 +41,24 @@ def _accumulator_name(target: ast.AST) -> str | None:
     return dotted(target)
 
 
-@rule("TD101", ast.AugAssign, ast.Assign, ast.Call)
+@rule("TD101", ast.Module, ast.AugAssign, ast.Assign, ast.Call)
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
+    if isinstance(node, ast.Module):
+        _leave_graph_returns(ctx)  # once per file, for the project pass
+        return
     found = _accumulation(node)
     if found is None:
         return
     index = ctx.index
     loop = index.training_loop_of(node)
-    if loop is None or index.grad_disabled(node):
+    if loop is None:
+        # A loop over batches whose training happens in another file (`losses = train_util.train_step(...)`):
+        # the project pass can still tell whether what it adds up holds the graph.
+        name = _accumulator_name(found[0]) or ""
+        if "loss" in name.lower() and index.loop_of(node) is not None and not index.grad_disabled(node):
+            _leave_external_accumulation(ctx, node, found)  # the callee running a backward says it trains
+        return
+    if index.grad_disabled(node):
         return
     target, values = found
     name = _accumulator_name(target)
@@ -60,28 +71,124 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     step_loop = index.step_loop_of(node) or loop
     step_range = (step_loop.node.lineno, step_loop.node.end_lineno or step_loop.node.lineno)
     base = name.split(".", 1)[0]
-    for value_node in index.definitions(name, node) + ([] if base == name else index.definitions(base, node)):
-        stmt = index.statement_of(value_node)
-        if stmt is not None and step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node:
-            return  # reset inside the step loop: nothing survives the step
+    # Reset inside the step loop, before the accumulation or after it (`running_loss = 0` once the optimizer has
+    # stepped): nothing survives the step.
+    scope_defs = index.defs(index.scope_of(node))
+    for stmt, _value in scope_defs.get(name, []) + ([] if base == name else scope_defs.get(base, [])):
+        if step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node and (
+                stmt.lineno < node.lineno or _reset_with_the_step(index, stmt, step_loop)):  # type: ignore[attr-defined]
+            return
     for value in values:
         if holds_graph(index, value, node, names):
             ctx.report(node, variable=name, value=ctx.segment(value, 40))
             return
+    _leave_external_accumulation(ctx, node, found)
+
+
+def _leave_external_accumulation(ctx: Context, node: ast.AST, found: tuple[ast.AST, list[ast.expr]]) -> None:
+    """`losses = train_util.train_step(...)`, `total_loss += total`: a method of another file; the project pass
+    knows whether what it returns holds the graph."""
+    target, values = found
+    name = _accumulator_name(target)
+    if name is None:
+        return
+    for value in values:
+        callee = _external_origin(ctx.index, value, node)
+        if callee is not None:
+            ctx.leave("accumulates-call", {"callee": callee, "line": node.lineno, "col": node.col_offset + 1,  # type: ignore[attr-defined]
+                                           "variable": name, "value": ctx.segment(value, 40)})
+            return
+
+
+def _external_origin(index: Index, value: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    """The name of the method of another object (not this file's, not torch's) a value comes straight from:
+    `total` <- `rpn_loc, ..., total = losses` <- `losses = train_util.train_step(imgs, ...)` -> "train_step"."""
+    if depth > 3:
+        return None
+    if isinstance(value, ast.Name):
+        origin = latest_value(index, value.id, value)
+        return _external_origin(index, origin, origin, depth + 1) if origin is not None else None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and index.local_target(value) is None:
+        q = index.resolve(value.func) or ""
+        if q.split(".", 1)[0] in ("torch", "numpy", "np", "math") or value.func.attr in ("item", "detach", "cpu"):
+            return None
+        return value.func.attr
+    return None
+
+
+def _leave_graph_returns(ctx: Context) -> None:
+    """For the project pass: methods of this file that run a backward and return what still holds the graph
+    (`def train_step(self, ...): losses = self.forward(...); losses.total_loss.backward(); return losses`)."""
+    index = ctx.index
+    done: set[ast.AST] = set()
+    for call in index.backward_calls:
+        fn = index.function_of(call)
+        if fn is None or fn in done:
+            continue
+        done.add(fn)
+        names = backward_names(index, fn)
+        if any(holds_graph(index, r, r, names) for r in index.returns_of(fn)):
+            ctx.leave("returns-graph", fn.name)
+
+
+@project("TD101")
+def graph_accumulated_across_files(project: Project) -> list[ProjectHit]:
+    """train.py adds what `train_util.train_step(...)` returns into a running total; trainer.py's train_step runs
+    the backward on those losses and returns them with their graph."""
+    returning = {name for _f, name in project.facts("returns-graph")}
+    if not returning:
+        return []
+    return [ProjectHit(f.path, fact["line"], fact["col"], {"variable": fact["variable"], "value": fact["value"]})
+            for f, fact in project.facts("accumulates-call") if fact["callee"] in returning]
+
+
+def _reset_with_the_step(index: Index, stmt: ast.AST, loop) -> bool:
+    """A reset after the accumulation that runs on every optimizer step: unconditional in the loop, or in the
+    block that steps the optimizer (`if (i + 1) % accum == 0: optimizer.step(); ...; running_loss = 0`). A reset
+    every N log steps (`if i % 100 == 0: print(total / 100); total = 0`) keeps N steps of graphs alive."""
+    parent = index.parent(stmt)
+    while parent is not None and parent is not loop.node and not isinstance(parent, ast.If):
+        parent = index.parent(parent)
+    if parent is None or parent is loop.node:
+        return True
+    steps = set(index.step_calls)
+    return any(isinstance(n, ast.Call) and n in steps for n in ast.walk(parent))
 
 
 @rule("TD102", ast.Module)
 def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     frozen = {dotted(c.func.value) for c in index.method_calls("requires_grad_") if isinstance(c.func, ast.Attribute) and is_constant(kwarg(c, "requires_grad", 0), False)}
-    for loop in index.validation_loops():
+    validation = index.validation_loops()
+    inner = {id(child) for lp in validation for child in lp.children}
+    for loop in validation:
+        if id(loop) in inner and loop.parent is not None and loop.parent.validation:
+            continue  # a loop inside an evaluation loop: the outer one's finding covers it
         for call in loop.all_calls():
-            if not isinstance(call.func, ast.Name | ast.Attribute) or not index.is_model(call.func):
+            if not index.call_runs_model(call):
                 continue
-            if index.grad_disabled(call) or dotted(call.func) in frozen:
+            model_call = _first_model_call(index, call)
+            if index.grad_disabled(call) or (model_call is not None and index.grad_disabled(model_call)) \
+                    or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
-            ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+            shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
+            ctx.report(call, variable=shown, loader=loop.source or "the validation data")
             break
+
+
+def _first_model_call(index: Index, call: ast.Call, depth: int = 0) -> ast.Call | None:
+    """The model call itself: `call` when it calls a model, else the first one inside the local function it
+    calls (`self._eval_step(batch)` -> `self.model["generator"](z, c)`)."""
+    if isinstance(call.func, ast.Name | ast.Attribute | ast.Subscript) and index.is_model(call.func):
+        return call
+    target = index.local_target(call) if depth < 2 else None
+    if target is None:
+        return None
+    for inner in index.calls_in(target):
+        found = _first_model_call(index, inner, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 @rule("TD103", ast.Call)

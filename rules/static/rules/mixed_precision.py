@@ -411,9 +411,12 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
     for clip in clips:
         fn = index.function_of(clip)
         loop = index.loop_of(clip)
+        # The scaler step later in the same iteration: in the clip's loop, or in a loop nested in it
+        # (`for opt in self.optimizers: self.scaler.step(opt)` after the clip).
         later = [
             s for s in scaler_steps
-            if index.function_of(s) is fn and index.loop_of(s) is loop and _position(s) > _position(clip)
+            if index.function_of(s) is fn and _position(s) > _position(clip)
+            and (index.loop_of(s) is loop or _nested_in(index, s, loop))
         ]
         if not later:
             continue
@@ -427,6 +430,43 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
         if any(index.function_of(u) is fn and _position(u) < _position(clip) for u in unscales):
             continue
         ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step=ctx.segment(later[0], 50))
+
+
+@rule("TD416", ast.Module)
+def unscale_twice(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    unscales = [c for c in index.method_calls("unscale_") if _scaler_method(index, c, "unscale_")]
+    if not unscales:
+        return
+    resets = [c for m in ("step", "update") for c in index.method_calls(m) if _scaler_method(index, c, m)]
+    seen: dict[tuple[int, str], ast.Call] = {}
+    for call in sorted(unscales, key=_position):
+        loop = index.loop_of(call)
+        scaler = dotted(call.func.value)  # type: ignore[attr-defined]
+        if loop is None or scaler is None:
+            continue
+        mine = [r for r in resets if dotted(r.func.value) == scaler and index.loop_of(r) is loop]  # type: ignore[attr-defined]
+        if not mine or index.guarded_in_loop(call, loop, rare=True):
+            continue
+        if all(index.guarded_in_loop(r, loop, rare=True) for r in mine):
+            first = min(mine, key=_position)
+            ctx.report(call, variable=ctx.segment(call, 50), when="on every micro-step",
+                       step=ctx.segment(first, 50), step_when="on some of them (under a periodic condition)")
+            continue
+        opt = dotted(kwarg(call, "optimizer", 0)) or "?"
+        key = (id(loop.node), f"{scaler}:{opt}")
+        earlier = seen.get(key)
+        if earlier is not None and not any(_position(earlier) < _position(r) < _position(call) for r in mine) \
+                and not _exclusive(index, earlier, call):
+            ctx.report(call, variable=ctx.segment(call, 50), when=f"a second time in the iteration (line {earlier.lineno})",
+                       step=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
+        seen[key] = call
+
+
+def _nested_in(index: Index, node: ast.AST, loop) -> bool:
+    """`node` sits in a loop inside `loop` (or inside any loop of the function, when `loop` is None)."""
+    around = index.loops_around(node)
+    return bool(around) and (loop is None or loop in around[1:])
 
 
 # -- TD404 ---------------------------------------------------------------------------------------
@@ -814,8 +854,8 @@ _SCHED_NAME = re.compile(r"sched", re.I)
 @rule("TD408", ast.Module)
 def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
-    if not index.step_calls:
-        return
+    if not index.method_calls("step"):
+        return  # no scheduler step at all (the optimizer's may live in another file: `tnt.train(...)`)
     table = schedules(ctx)
     steps = set(index.step_calls)
     trainers = {c for fn in index.training_functions for c in index.callers(fn)}
@@ -837,26 +877,41 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             fn = index.function_of(call)
             if fn is None:
                 continue
-            mine = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
+            mine: list[ast.AST] = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
+            # `def train(...): scheduler.step(); for x, y in loader: ... optimizer.step()` (called once per epoch):
+            # the function's own training loop runs after the scheduler step.
+            mine += [lp.node for lp in index.training_loops()
+                     if lp.parent is None and index.function_of(lp.node) is fn and (lp.has_step or lp.trains)]
             if not mine or any(_position(c) < here for c in mine):
                 continue
             later = [c for c in mine if not _exclusive(index, c, call)]
             if later:
                 first = min(later, key=_position)
-                ctx.report(call, variable=receiver, optimizer_step=ctx.segment(first, 50), line=str(first.lineno))
+                shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
+                ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
             continue
         # Where this loop's iteration steps an optimizer: directly, through a training function of this
         # file, or in a nested training loop.
-        updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers]
+        updates: list[ast.AST] = [c for c in loop.calls if c in steps or c in trainers or _hands_training(index, c)]
         updates += [child.node for child in loop.children if child.trains]
-        if any(_position(u) < here for u in updates):
-            continue  # an optimizer step comes first in the iteration
+        if any(_position(u) < here and not _exclusive(index, u, call) for u in updates):
+            continue  # an optimizer step comes first in the iteration (not one in another branch)
         later = [u for u in updates if _position(u) > here and not _exclusive(index, u, call)]
         if not later:
             continue
         first = min(later, key=_position)
         shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
         ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
+
+
+def _hands_training(index: Index, call: ast.Call) -> bool:
+    """`tnt.train(model=net, dataloader=loader, optimizer=opt)`, a function of another module handed a model and
+    its optimizer: it runs the optimizer steps of this iteration."""
+    if index.local_target(call) is not None:
+        return False  # a function of this file: `trainers` knows whether it trains
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return any(isinstance(v, ast.Name | ast.Attribute) and index.kind_of(v) == "optimizer" for v in values) and \
+        any(isinstance(v, ast.Name | ast.Attribute) and index.is_model(v) for v in values)
 
 
 def _exclusive(index: Index, a: ast.AST, b: ast.AST) -> bool:
@@ -979,7 +1034,13 @@ def _clears_gradients(ctx: Context, nodes: list[ast.AST], depth: int = 0) -> boo
         called: list[ast.AST] = []
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
+                target = ctx.index.local_target(sub)
+                if target is not None:
+                    called.append(target)
+                    continue
                 name = last_name(sub.func)
+                if name in ("train", "eval") and isinstance(sub.func, ast.Attribute):
+                    continue  # `m.train()`: a module's mode switch, not this file's `def train`
                 if name and name in table:
                     called += table[name]
         if called and _clears_gradients(ctx, called, depth + 1):
@@ -1037,6 +1098,49 @@ def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
         step = here[0]
         optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
         ctx.report(loop.node, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+    _missing_zero_grad_through_calls(ctx, backward, steps)
+
+
+def _missing_zero_grad_through_calls(ctx: Context, backward: set[ast.Call], steps: set[ast.Call]) -> None:
+    """`while step < n: self.train_step(batch)` where `train_step` runs the backward (itself or through
+    `forward_backward`) and `self.optimizers.step()`, and neither the loop nor anything it calls clears the
+    gradients (a `zero_grad()` once before the loop does not count): reported at the step."""
+    index = ctx.index
+    for step in sorted(steps, key=lambda c: (c.lineno, c.col_offset)):
+        if index.loop_of(step) is not None:
+            continue  # the direct case above
+        if isinstance(step.func, ast.Attribute) and index.kind_of(step.func.value) == "optimizer" \
+                and (step.args or step.keywords):
+            continue  # a closure step
+        fn = index.function_of(step)
+        if fn is None:
+            continue
+        loops = []
+        for call in index.callers(fn):
+            loop = index.loop_of(call)
+            if loop is not None:
+                loops.append(loop)
+            else:  # one more level: `def train(): while ...: self.train_step()` through `self.run_step()`
+                outer = index.function_of(call)
+                loops += [index.loop_of(c) for c in (index.callers(outer) if outer is not None else [])
+                          if index.loop_of(c) is not None]
+        if not loops or not _reaches_backward(index, fn, backward, 0):
+            continue
+        if any(_clears_gradients(ctx, [lp.node]) for lp in loops) or _clears_gradients(ctx, [fn]):
+            continue
+        optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
+        ctx.report(step, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+
+
+def _reaches_backward(index: Index, fn: ast.AST, backward: set[ast.Call], depth: int) -> bool:
+    """The function runs a backward itself or through a function of this file it calls."""
+    for call in index.calls_in(fn):
+        if call in backward:
+            return True
+        target = index.local_target(call)
+        if target is not None and depth < 2 and target is not fn and _reaches_backward(index, target, backward, depth + 1):
+            return True
+    return False
 
 
 # -- TD411 / TD412 -------------------------------------------------------------------------------
@@ -1192,8 +1296,8 @@ def _module_constants(ctx: Context) -> dict[str, float]:
     """Names bound once, at module or class level, to a number: `INF = 1e12`, `NEG_INF = -1e9`."""
     def build() -> dict[str, float]:
         seen: dict[str, list[float | None]] = {}
-        for stmt in ast.walk(ctx.tree):
-            if not isinstance(stmt, ast.Assign) or not isinstance(ctx.index.scope_of(stmt), ast.Module | ast.ClassDef):
+        for stmt in ctx.index.nodes(ast.Assign):  # collected by the engine's one walk
+            if not isinstance(ctx.index.scope_of(stmt), ast.Module | ast.ClassDef):
                 continue
             for target in stmt.targets:
                 if isinstance(target, ast.Name):

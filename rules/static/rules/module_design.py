@@ -22,15 +22,27 @@ def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
     return info if info is not None and info.node is node and info.is_module else None
 
 
+# torch.nn layers with no parameters, no buffers and no train/eval behaviour: kept in a plain dict or list,
+# nothing is lost (no parameter the optimizer misses, no state to move or save, no mode to switch).
+_STATELESS_LAYERS = frozenset(
+    "Flatten Unflatten Identity ReLU ReLU6 LeakyReLU GELU SiLU Mish Tanh Sigmoid Softplus Softsign Hardtanh "
+    "Hardswish Hardsigmoid ELU SELU CELU Softmax LogSoftmax Softmin Upsample UpsamplingNearest2d "
+    "UpsamplingBilinear2d MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d "
+    "AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d PixelShuffle "
+    "PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ReflectionPad2d ReplicationPad2d".split()
+)
+
+
 def _constructs_module(index: Index, expr: ast.AST | None) -> str | None:
-    """The class name when `expr` builds a module or a parameter (`nn.Linear(...)`, `Block(...)`)."""
+    """The class name when `expr` builds a module or a parameter (`nn.Linear(...)`, `Block(...)`); not a
+    stateless torch layer (`nn.Flatten()`, `nn.ReLU()`), which a plain container holds without loss."""
     if not isinstance(expr, ast.Call):
         return None
     q = index.resolve(expr.func)
     if q is not None:
         short = q.rsplit(".", 1)[-1]
         if q.startswith("torch.nn.") and q.count(".") == 2 and short[:1].isupper():
-            return short
+            return None if short in _STATELESS_LAYERS else short
         if q == "copy.deepcopy" and expr.args:
             return _constructs_module(index, expr.args[0])
         return None
@@ -242,8 +254,26 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
             reads = index.self_reads(info)
         if a.attr not in reads or all(_moved_or_replaced(index, r) for r in reads[a.attr]):
             continue  # never read, or every read moves it to the input's device first / replaces it
+        if _moves_itself(index, info, a.attr):
+            continue  # `self.mask = self.mask.to(x)` in forward: the class keeps it on the input's device
         reported.add(a.attr)
         ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+def _moves_itself(index, info, attr: str) -> bool:
+    """Outside `__init__`, the class reassigns the tensor on a device or dtype it chooses: `self.m = self.m.to(x)`,
+    `self.grid = self._make_grid(nx, ny).to(x.device)` (a placeholder rebuilt where the input is)."""
+    for a in index.self_assignments(info, None):
+        if a.attr != attr or a.method.name == "__init__":
+            continue
+        value = a.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("to", "type_as", "cuda", "type") and value.args:
+            return True
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in ("to", "type_as", "cuda", "type") and dotted(value.func.value) == f"self.{attr}":
+            return True
+    return False
 
 
 def _moved_or_replaced(index, read: ast.Attribute) -> bool:
@@ -253,6 +283,10 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
     parent = index.parent(read)
     if isinstance(parent, ast.Attribute) and parent.attr in ("shape", "ndim", "dtype", "device"):
         return True  # metadata: the same on any device
+    if isinstance(parent, ast.Attribute) and parent.attr == "type":
+        grand = index.parent(parent)
+        if isinstance(grand, ast.Call) and grand.func is parent and not grand.args and not grand.keywords:
+            return True  # `self.mask.type() != x.type()`: its type name, before moving it
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "type_as", "cuda", "new_tensor", "size", "dim"):
         return isinstance(index.parent(parent), ast.Call)
     if isinstance(parent, ast.Assign) and read in parent.targets:
@@ -272,15 +306,28 @@ def _loss_kind(index, node: ast.Call) -> str | None:
     return None
 
 
-@rule("TD205", ast.Call, ast.Module)
+def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
+    """The cross-entropy / NLL calls of the file and their kind, worked out once per file."""
+    def build() -> dict[ast.Call, str]:
+        index = ctx.index
+        out: dict[ast.Call, str] = {}
+        for call in index.nodes(ast.Call):
+            kind = _loss_kind(index, call)  # type: ignore[arg-type]
+            if kind is not None:
+                out[call] = kind  # type: ignore[index]
+        return out
+    return ctx.memo("module-design:loss-kinds", build)
+
+
+@rule("TD205", ast.Module)
 def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
-    if isinstance(node, ast.Module):
-        _leave_softmax_facts(ctx)
-        return
+    _leave_softmax_facts(ctx)
+    for call, kind in _loss_kinds(ctx).items():
+        _softmax_before_loss(call, kind, ctx)
+
+
+def _softmax_before_loss(node: ast.Call, kind: str, ctx: Context) -> None:
     index = ctx.index
-    kind = _loss_kind(index, node)  # type: ignore[arg-type]
-    if kind is None:
-        return
     inputs = kwarg(node, "input", 0)  # type: ignore[arg-type]
     origin = probabilities_origin(index, inputs, node) if inputs is not None else None
     if origin is None:
@@ -300,7 +347,33 @@ def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
         ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func),
                    expects=expects, remedy=remedy + f" The loss is applied at line {node.lineno}.")
         return
+    if kind == "cross_entropy" and _only_feeds_losses(index, origin, node):
+        # `outputs = torch.softmax(scores, -1)` used for nothing but the loss: the softmax is the line to drop
+        ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects,
+                   remedy=remedy + f" The loss is applied at line {node.lineno}.")
+        return
     ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects, remedy=remedy)
+
+
+def _only_feeds_losses(index, origin: ast.AST, loss_call: ast.Call) -> bool:
+    """The softmax sits in its own statement (`probs = softmax(x)`) whose name is read only on the way to the loss
+    (the loss call, or a loop over it that calls the loss), not for metrics or predictions."""
+    stmt = index.parent(origin)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name) \
+            or getattr(stmt, "lineno", 0) == loss_call.lineno:
+        return False
+    name = stmt.targets[0].id
+    fn = index.function_of(loss_call)
+    if fn is None or index.function_of(origin) is not fn:
+        return False
+    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    for read in reads:
+        anc = index.parent(read)
+        if isinstance(anc, ast.For) and read is anc.iter:
+            continue  # `for out in outputs:` whose body computes the loss
+        if not any(a is loss_call for a in index.ancestors(read)) and read not in ast.walk(loss_call):
+            return False
+    return bool(reads)
 
 
 def _leave_softmax_facts(ctx: Context) -> None:
@@ -315,27 +388,30 @@ def _leave_softmax_facts(ctx: Context) -> None:
         if origins and all(o is not None for o in origins):
             ctx.leave("softmax-class", {"class": info.name, "line": origins[0].lineno,  # type: ignore[union-attr]
                                         "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
+    kinds = _loss_kinds(ctx)
     for call in index.nodes(ast.Call):
-        kind = _loss_kind(index, call)  # type: ignore[arg-type]
-        fn = index.function_of(call)
-        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
-        if isinstance(inputs, ast.Name):  # `class_pred = classifier(x)`, then the loss of class_pred
-            inputs = latest_value(index, inputs.id, inputs)
-        if kind == "cross_entropy" and fn is not None and isinstance(inputs, ast.Call) \
-                and isinstance(inputs.func, ast.Name):
-            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-            if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
-                ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
-                                            "loss": ctx.segment(call.func, 40), "line": call.lineno})
+        kind = kinds.get(call)  # type: ignore[call-overload]
+        if kind == "cross_entropy":
+            fn = index.function_of(call)
+            inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+            if isinstance(inputs, ast.Name):  # `class_pred = classifier(x)`, then the loss of class_pred
+                inputs = latest_value(index, inputs.id, inputs)
+            if fn is not None and isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Name):
+                params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+                if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
+                    ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
+                                                "loss": ctx.segment(call.func, 40), "line": call.lineno})
         if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
             continue
-        q = index.resolve(call.func)  # type: ignore[attr-defined]
-        if q is None or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
-            continue
+        local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
+        q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue  # a function of this file, or of another module the project pass can look up
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
             cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
             if cls is not None:
-                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes})
+                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
+                                           "callee_local": local})
 
 
 def _constructed_class(index, expr: ast.AST) -> str | None:
@@ -366,7 +442,8 @@ def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHi
     losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
     hits: dict[tuple[str, int], ProjectHit] = {}
     for f, fact in project.facts("passes-model"):
-        targets = [(g.module, name) for g, name in project.defining(fact["callee"])]
+        targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
+            [(g.module, name) for g, name in project.defining(fact["callee"])]
         loss = next((losses[(m, n, fact["position"])] for m, n in targets if (m, n, fact["position"]) in losses), None)
         if loss is None:
             continue

@@ -6,13 +6,15 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
-GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{""")
+# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, or any `torch.cuda.` API use.
+GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.""")
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(
@@ -223,15 +225,7 @@ def _heavy_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     if q.endswith(("random_split", "Subset", "ConcatDataset")) and expr.args:
         return _heavy_dataset(index, expr.args[0], depth + 1)
     info = index.classes.get(dotted(expr.func) or "")
-    getitem = info.method("__getitem__") if info is not None else None
-    if getitem is None:
-        return False
-    for node in ast.walk(getitem):
-        if isinstance(node, ast.Call):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in _SAMPLE_WORK:
-                return True
-    return False
+    return info is not None and _heavy_getitem(info)
 
 
 def _gpu_training_loaders(ctx: Context) -> list[tuple[Binding, Loop]]:
@@ -267,15 +261,205 @@ def _positive_int(expr: ast.AST | None) -> bool:
 @rule("TD501", ast.Module)
 def dataloader_without_workers(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_heavy_dataset_classes(ctx)
     for b, _loop in _gpu_training_loaders(ctx):
         workers = loader_arg(b, "num_workers")
         if workers is not None and not is_constant(workers, 0):
             continue
         dataset = loader_arg(b, "dataset")
-        if not _heavy_dataset(index, dataset) or _on_device_dataset(index, dataset):
-            continue  # cheap items (tensors in memory, pre-tokenised data): workers would only add IPC
+        if _on_device_dataset(index, dataset):
+            continue
         setting = "num_workers=0" if workers is not None else "num_workers unset (0)"
+        if not _heavy_dataset(index, dataset):
+            # cheap items (tensors in memory, pre-tokenised data): workers would only add IPC; unless the
+            # dataset's class lives in another file of the project, which the project pass reads
+            cls = _dataset_class(index, dataset)
+            if cls is not None:
+                ctx.leave("TD501-loader", {"cls": cls, "line": b.call.lineno, "col": b.call.col_offset + 1,
+                                           "variable": b.name, "setting": setting})
+            continue
         ctx.report(b.call, variable=b.name, setting=setting)
+
+
+def _heavy_getitem(info) -> bool:
+    getitem = info.method("__getitem__")
+    if getitem is None:
+        return False
+    for node in ast.walk(getitem):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _SAMPLE_WORK:
+                return True
+    return False
+
+
+def _leave_heavy_dataset_classes(ctx: Context) -> None:
+    """For the project pass: this file's Dataset classes whose __getitem__ reads, decodes or transforms."""
+    for name, info in ctx.index.classes.items():
+        if "." not in name and _heavy_getitem(info):
+            ctx.leave("heavy-dataset", name)
+
+
+def _dataset_class(index: Index, expr: ast.AST | None, depth: int = 0) -> str | None:
+    """The qualified name of the class a dataset is built from, when it is not torch's and not this file's:
+    `train_set = NPYDataset_LRD(...)` imported from `datasets.Denoise_dataset`."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        return _dataset_class(index, latest_value(index, expr.id, expr), depth + 1)
+    if not isinstance(expr, ast.Call):
+        return None
+    q = index.resolve(expr.func)
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "torchaudio", "torchtext", "numpy") \
+            or (dotted(expr.func) or "") in index.classes or "." not in q:
+        return None
+    return q
+
+
+@project("TD501")
+def dataloader_without_workers_across_files(project: Project) -> list[ProjectHit]:
+    """train.py builds `DataLoader(NPYDataset_LRD(...), num_workers=0)`; the class's __getitem__ (in
+    datasets/Denoise_dataset.py) loads files: the loading runs in the training process."""
+    heavy = {(f.module, name) for f, name in project.facts("heavy-dataset")}
+    if not heavy:
+        return []
+    hits = []
+    for f, fact in project.facts("TD501-loader"):
+        if any((g.module, name) in heavy for g, name in project.defining(fact["cls"])):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"],
+                                   {"variable": fact["variable"], "setting": fact["setting"]}))
+    return hits
+
+
+@rule("TD508", ast.Module)
+def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
+    """A DataLoader built on every pass of a training loop, here or in a function of this file it calls; a
+    fact for the project pass when the function is called from another file's training loop."""
+    index = ctx.index
+    for call in index.calls_to(*sorted(index.names["dataloaders"])):
+        if not _costly_to_rebuild(index, call):
+            continue
+        name = _loader_name(index, call)
+        loop = _rebuilt_in(index, call)
+        if loop is not None:
+            where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+            ctx.report(call, variable=name, loop=where, cost=_rebuild_cost(index, call))
+            continue
+        fn = index.function_of(call)
+        if fn is not None and isinstance(index.parent(fn), ast.Module) and index.loop_of(call) is None \
+                and not index.guarded_in_function(call):
+            ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
+                                        "variable": name, "cost": _rebuild_cost(index, call)})
+    for loop in index.training_loops():
+        for call in loop.calls:
+            if index.local_target(call) is not None or index.guarded_in_loop(call, loop, rare=True):
+                continue
+            q = index.resolve(call.func)
+            if q and "." in q and q.split(".", 1)[0] not in _LIBRARY_ROOTS:
+                where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+                ctx.leave("calls-per-epoch", {"callee": q, "loop": where})
+
+
+_LIBRARY_ROOTS = frozenset("torch torchvision numpy np os sys math random time logging json wandb tqdm "
+                           "transformers accelerate lightning pytorch_lightning timm datasets".split())
+
+
+@project("TD508")
+def dataloader_rebuilt_across_files(project: Project) -> list[ProjectHit]:
+    """train.py's epoch loop calls `test.test(...)`, whose body (test.py) builds its DataLoader every time."""
+    builders = {(f.module, fact["function"]): (f, fact) for f, fact in project.facts("builds-loader")}
+    if not builders:
+        return []
+    hits: dict[tuple[str, int], ProjectHit] = {}
+    for _f, fact in project.facts("calls-per-epoch"):
+        for g, name in project.defining(fact["callee"]):
+            found = builders.get((g.module, name))
+            if found is not None:
+                owner, b = found
+                hits.setdefault((owner.path, b["line"]), ProjectHit(owner.path, b["line"], b["col"], {
+                    "variable": b["variable"], "cost": b["cost"],
+                    "loop": f"{fact['loop']} in {_f.path} (through `{fact['callee']}`)"}))
+    return list(hits.values())
+
+
+def _loader_name(index: Index, call: ast.Call) -> str:
+    stmt = index.parent(call)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        return dotted(stmt.targets[0]) or "the DataLoader"
+    return "the DataLoader"
+
+
+def _costly_to_rebuild(index: Index, call: ast.Call) -> bool:
+    """Worker processes to start (a `num_workers` that is not 0), or a dataset built in the same place."""
+    workers = kwarg(call, "num_workers", _LOADER_POSITIONS["num_workers"] if index.callee(call) == "torch.utils.data.DataLoader" else None)
+    if workers is not None and not is_constant(workers, 0):
+        return True
+    return _dataset_built_here(index, call)
+
+
+def _dataset_built_here(index: Index, call: ast.Call) -> bool:
+    dataset = kwarg(call, "dataset", 0)
+    if isinstance(dataset, ast.Name):
+        value = latest_value(index, dataset.id, dataset)
+        if value is None or index.scope_of(value) is not index.scope_of(call):
+            return False
+        dataset = value
+    if not isinstance(dataset, ast.Call):
+        return False
+    q = index.resolve(dataset.func) or dotted(dataset.func) or ""
+    short = q.rsplit(".", 1)[-1]
+    # a Dataset class constructed on the spot (`ModelNet40SVM(partition="train")`, `datasets.MNIST(...)`), not a
+    # view of one built earlier (`Subset(ds, idx)`, `TensorDataset(x, y)` of tensors in memory)
+    return short[:1].isupper() and short not in ("Subset", "TensorDataset", "ConcatDataset")
+
+
+def _reused_within(index: Index, call: ast.Call, loop: Loop) -> bool:
+    """The loader is built per fold, per run or per stage and then iterated over several epochs inside `loop`
+    (`for train_set in folds: loader = DataLoader(train_set); for epoch ...: for x in loader`), or it is built
+    from what the loop hands out (the fold's dataset): a new loader is the point."""
+    targets = set(loop.targets)
+    if targets and any(isinstance(n, ast.Name) and n.id in targets for n in ast.walk(call)):
+        return True
+    name = _loader_name(index, call)
+    todo = list(loop.children)
+    while todo:
+        child = todo.pop()
+        todo += child.children
+        if child.source == name:
+            up = child.parent
+            while up is not None and up is not loop:
+                if up.trains:
+                    return True  # an epoch loop between: the loader lives across its epochs
+                up = up.parent
+    return False
+
+
+def _rebuild_cost(index: Index, call: ast.Call) -> str:
+    if _dataset_built_here(index, call):
+        return "its dataset is constructed again (files listed and read) and its workers restarted"
+    return "its worker processes are started again and each gets a fresh copy of the dataset"
+
+
+def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
+    """The training loop on whose every pass `call` runs: an enclosing loop that trains, or the loop around a
+    call of the function holding it (one level), with no per-epoch condition between."""
+    for loop in index.loops_around(call):
+        if loop.trains:
+            if index.guarded_in_loop(call, loop, rare=True) or _reused_within(index, call, loop):
+                return None
+            return loop
+    if index.loops_around(call):
+        return None  # inside a loop that does not train (over datasets, folds, configurations)
+    fn = index.function_of(call)
+    if fn is None or index.guarded_in_function(call):
+        return None
+    for caller in index.callers(fn):
+        for loop in index.loops_around(caller):
+            if loop.trains:
+                if not index.guarded_in_loop(caller, loop, rare=True):
+                    return loop
+                break
+    return None
 
 
 @rule("TD502", ast.Module)
@@ -341,12 +525,44 @@ def blocking_copy_from_pinned_loader(node: ast.Module, ctx: Context) -> None:
                 ctx.report(call, variable=snippet(ctx, call, 50), loader=loaders[0].name)
 
 
-def _conditional_within(index: Index, node: ast.AST, loop: Loop) -> bool:
-    """Whether `node` sits under an `if`/`try` (or in an `if` test) between itself and the loop."""
+def _under_any_condition(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """Whether `node` sits under any `if`/`try` between itself and the loop: for work that is usually done once
+    behind a flag or a first-call check on a counter kept elsewhere (`if self.niter == 1: compile`)."""
     for anc in index.ancestors(node):
         if anc is loop.node:
             return False
         if isinstance(anc, ast.If | ast.IfExp | ast.Try | ast.ExceptHandler | ast.Assert | ast.While):
+            return True
+    return False
+
+
+def _conditional_within(index: Index, node: ast.AST, loop: Loop) -> bool:
+    """Whether some iterations of the loop skip `node`: a guard between them whose test changes from one
+    iteration to the next (`if step % k == 0`, `if i == 0`), or an opt-in diagnostics switch (`if args.verbose`,
+    `if debug`) that normal runs leave off. A branch on another fixed setting (`if args.loss == 'r1'`, `if
+    self.use_amp`) runs on every iteration once taken, so it guards nothing. When the loop is itself nested in an
+    outer training loop, a guard around the inner loop (`if step % policy_freq == 0: for _ in ...`) counts too."""
+    if index.guarded_in_loop(node, loop) or _under_diagnostics_flag(index, node, loop):
+        return True
+    outer = loop.parent
+    while outer is not None:
+        if (outer.has_backward or outer.has_step) and index.guarded_in_loop(loop.node, outer):
+            return True
+        outer = outer.parent
+    return False
+
+
+_DIAGNOSTICS_FLAG = re.compile(r"(?:^|_)(?:verbose|debug|debugging|profile|profiling)(?:$|_)", re.IGNORECASE)
+
+
+def _under_diagnostics_flag(index: Index, node: ast.AST, loop: Loop) -> bool:
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            return False
+        if isinstance(anc, ast.If) and any(
+            isinstance(n, ast.Name | ast.Attribute) and _DIAGNOSTICS_FLAG.search(n.id if isinstance(n, ast.Name) else n.attr)
+            for n in ast.walk(anc.test)
+        ):
             return True
     return False
 
@@ -361,7 +577,7 @@ def compile_in_training_loop(node: ast.Module, ctx: Context) -> None:
 def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     loop = index.training_loop_of(node)
-    if loop is None or _conditional_within(index, node, loop):
+    if loop is None or _under_any_condition(index, node, loop):
         return  # `if epoch == warmup: model = torch.compile(model)` runs once
     target = kwarg(node, "model", 0)
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
@@ -451,8 +667,9 @@ def _collected_later(loop: Loop, names: set[str]) -> bool:
 
 
 def _feeds_a_branch(index: Index, node: ast.AST, loop: Loop) -> bool:
-    """`value = loss.item()` then `if not math.isfinite(value): ...`: the step decides on the value."""
-    stmt = index.parent(node)
+    """`value = loss.item()` then `if not math.isfinite(value): ...`: the step decides on the value (also when the
+    read sits in a comprehension: `reduced = {k: v.item() for k, v in d.items()}`, `if math.isnan(sum(...))`)."""
+    stmt = index.statement_of(node)
     if not isinstance(stmt, ast.Assign):
         return False
     names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
@@ -515,7 +732,14 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
         if found is not None:
             loop, values = found
             reads.setdefault(id(loop), (loop, []))[1].append((_position(call), call if values else None, values))
+    # An explicit `torch.cuda.synchronize()` in the step (timing code) waits itself: reads right after it find
+    # nothing queued. It joins its step's sync points as a wait this rule does not report.
+    for call in index.calls_to(*sorted(_SYNCHRONIZE)):
+        loop = index.step_loop_of(call)
+        if loop is not None and id(loop) in reads:
+            reads[id(loop)][1].append((_position(call), None, {}))
     for loop, group in reads.values():
+        group.sort(key=lambda item: item[0])
         work = _gpu_work(index, loop)
         point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]] = []
         for item in group:

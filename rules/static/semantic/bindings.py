@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules.static.semantic.syntax import (
     _position,
     dotted,
+    element_container,
+    keyed_name,
     kwarg,
     last_name,
 )
@@ -71,7 +73,7 @@ class Bindings:
 
     def binding(self, expr: ast.AST | str | None) -> Binding | None:
         """The latest binding of a name (or Name/Attribute node) whose kind is known."""
-        name = expr if isinstance(expr, str) else dotted(expr)
+        name = expr if isinstance(expr, str) else (dotted(expr) or keyed_name(expr))
         if name is None:
             return None
         found = self.bindings.get(name)
@@ -105,9 +107,23 @@ class Bindings:
         if isinstance(expr, ast.Name) and expr.id == "self":
             info = self.class_of(expr)
             return bool(info and info.is_module)
+        if isinstance(expr, ast.Subscript):
+            container = element_container(expr)
+            if container is expr:
+                return False
+            expr = container  # `self.model["generator"]`: an element of a dict of models
         b = self.binding(expr)
         if b is not None:
             return b.kind == "module"
+        if isinstance(expr, ast.Name) and (expr.id in self.functions or expr.id in self.aliases
+                                           and expr.id not in self._flag_values()):  # not `model = model.RNN(...)`
+            # `eval_model(...)`, `build_model(...)`: a function of this file, or an imported one
+            # (`from train.train_sbm import evaluate_network`), named like a model
+            return False
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+            info = self.class_of(expr)
+            if info is not None and info.method(expr.attr) is not None:
+                return False  # `self.eval_model(...)`: a method of the class, not a model attribute
         return looks_like_model(dotted(expr))
 
     def _classify(self, value: ast.AST, name: str, stmt: ast.AST, depth: int = 0) -> Binding | None:
@@ -215,9 +231,19 @@ class Bindings:
                         wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
                         self._add(Binding(name, inner.kind, inner.cls, stmt, inner.call, wrapper, inner.compiled, dotted(v)))
             return
-        name = dotted(target)
+        name = dotted(target) or keyed_name(target)
         if name is None or value is None:
             return
+        if isinstance(value, ast.Dict):
+            # `data_loader = {"train": DataLoader(...), "dev": DataLoader(...)}`: each entry is bound under
+            # `data_loader['train']`, which `self.data_loader["train"]` finds after the dict is handed on.
+            for key, item in zip(value.keys, value.values, strict=True):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str | int):
+                    entry = self._classify(item, f"{name}[{key.value!r}]", stmt)
+                    if entry is not None:
+                        self._add(entry)
+            return
+        self._copy_entries(value, name, stmt)
         b = self._classify(value, name, stmt)
         if (
             b is None
@@ -238,6 +264,40 @@ class Bindings:
 
     def _add(self, b: Binding) -> None:
         self.bindings.setdefault(b.name, []).append(b)
+        if b.name.endswith("]"):
+            base, _, key = b.name.partition("[")
+            self._entries.setdefault(base, set()).add("[" + key)
+
+    def _copy_entries(self, value: ast.AST, name: str, stmt: ast.AST) -> None:
+        """`self.data_loader = data_loader`: the keyed entries of a container travel with it."""
+        source = dotted(value) if isinstance(value, ast.Name | ast.Attribute) else None
+        keys = self._entries.get(source) if source is not None else None
+        if not keys:
+            return
+        for key in sorted(keys):
+            copied = name + key
+            b = self.bindings[source + key][-1]
+            if copied not in self.bindings:
+                self._add(Binding(copied, b.kind, b.cls, stmt, b.call, b.wrapper, b.compiled, b.inner, b.guessed))
+
+    def _late_copies(self) -> None:
+        """A copy written before its source is bound in the file (`self.loader = loader` in `__init__`, with
+        `loader = DataLoader(...)` further down in `main`, or a parameter bound from its call sites): once every
+        binding is known, plain copies take the kind (and keyed entries) of what they copy."""
+        for stmt in sorted(self.nodes(ast.Assign), key=_position):
+            value = stmt.value
+            if not isinstance(value, ast.Name | ast.Attribute):
+                continue
+            for target in stmt.targets:
+                name = dotted(target)
+                if name is None:
+                    continue
+                self._copy_entries(value, name, stmt)
+                if name not in self.bindings:
+                    source = self.binding(value)
+                    if source is not None and source.name != name:
+                        self._add(Binding(name, source.kind, source.cls, stmt, source.call, source.wrapper,
+                                          source.compiled, source.inner, source.guessed))
 
     def _handed(self, call: ast.Call) -> list[ast.expr]:
         """The arguments of a pass-through call, in order: all positional ones when there are any (prepare's
@@ -255,6 +315,15 @@ class Bindings:
             return self._value_binding(expr.body) or self._value_binding(expr.orelse)
         return self.binding(expr)
 
+    def returns_of(self, fn: ast.AST) -> list[ast.expr]:
+        """The values a function of this file returns (`return x` statements of its own body)."""
+        if not self._returns_of:  # every function's return values at once, from the engine's one walk
+            for r in self.nodes(ast.Return):
+                if r.value is not None:  # type: ignore[attr-defined]
+                    self._returns_of.setdefault(self.function_of(r), []).append(r.value)  # type: ignore[attr-defined]
+            self._returns_of.setdefault(None, [])  # built, even for a file without returns
+        return self._returns_of.get(fn, [])
+
     def _returned(self, call: ast.Call, name: str, stmt: ast.AST, depth: int) -> Binding | None:
         """Kinds follow return values: `self.train_loader = self._prepare_dataloader(ds)` holds what every
         `return` of that function or method of the file builds (`return DataLoader(ds, sampler=...)`)."""
@@ -267,10 +336,7 @@ class Bindings:
             target = info.method(func.attr) if info is not None else None
         if target is None or depth > 4:
             return None
-        returns = self._returns_of.get(target)
-        if returns is None:
-            returns = self._returns_of[target] = [r.value for r in ast.walk(target) if isinstance(r, ast.Return)
-                                                  and r.value is not None and self.function_of(r) is target]
+        returns = self.returns_of(target)
         found = [self._classify(value, name, stmt, depth + 1) for value in returns]
         if not found or any(b is None for b in found) or len({b.kind for b in found if b is not None}) != 1:
             return None
@@ -280,9 +346,26 @@ class Bindings:
         """Kinds follow function parameters: `train_gan(..., scheduler=self.scheduler)` makes the parameter
         `scheduler` of `train_gan` a scheduler when every call in the file that passes it passes the same kind.
         A parameter that has a binding of its own (or none passed) stays as it is."""
-        for call, fn in self._local_function_calls():
+        # A parameter whose default builds the object (`def __init__(self, loss=nn.CrossEntropyLoss())`) holds
+        # that kind unless a caller says otherwise.
+        for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            args = fn.args.posonlyargs + fn.args.args  # type: ignore[attr-defined]
+            defaults = fn.args.defaults  # type: ignore[attr-defined]
+            pairs = list(zip(args[len(args) - len(defaults):], defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None]  # type: ignore[attr-defined]
+            for arg, default in pairs:
+                if isinstance(default, ast.Call) and (last_name(default.func) or "")[:1].isupper() \
+                        and arg.arg not in self.bindings:  # a constructor: `nn.CrossEntropyLoss()`
+                    b = self._classify(default, arg.arg, fn)
+                    if b is not None:
+                        b.guessed = True
+                        self._add(b)
+        constructors = self._constructor_calls()
+        built = {id(call) for call, _ in constructors}
+        for call, fn in self._local_function_calls() + constructors:
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-            offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+            bound = isinstance(call.func, ast.Attribute) or id(call) in built  # `self.m(...)`, `Trainer(...)`
+            offset = 1 if params and params[0] in ("self", "cls") and bound else 0
             passed = [(params[i + offset], a) for i, a in enumerate(call.args)
                       if i + offset < len(params) and not isinstance(a, ast.Starred)]
             passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in params]
@@ -297,6 +380,17 @@ class Bindings:
                 if not known:
                     self._add(Binding(name, source.kind, source.cls, fn, source.call, source.wrapper, source.compiled,
                                       source.inner, guessed=True))
+
+    def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
+        """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
+        out: list[tuple[ast.Call, ast.AST]] = []
+        for call in self.nodes(ast.Call):
+            func = call.func
+            if isinstance(func, ast.Name) and func.id in self.classes:
+                init = self.classes[func.id].method("__init__")
+                if init is not None:
+                    out.append((call, init))
+        return out
 
     def _build_bindings(self) -> None:
         """Every assignment in source order, so a name's latest binding wins."""

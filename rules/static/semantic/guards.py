@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
+    dotted,
     is_constant,
     last_name,
 )
@@ -50,15 +51,40 @@ class Guards:
             return expr.value in names
         return last_name(expr) in names
 
-    def is_rank_zero_test(self, test: ast.AST) -> bool:
-        """A condition true on the main process only."""
+    def is_rank_zero_test(self, test: ast.AST, _depth: int = 0) -> bool:
+        """A condition true on the main process only (also a flag set from one: `args.save_logs = args.logs
+        and is_master(args)`, `self.can_checkpoint = self.is_local_main if local else self.is_main`)."""
+        if _depth > 4:
+            return False
+        if self._is_rank_zero_expr(test, _depth):
+            return True
+        if _depth < 2 and isinstance(test, ast.Name | ast.Attribute):
+            values = self._flag_values().get(dotted(test) or "", [])
+            return bool(values) and all(self.is_rank_zero_test(v, _depth + 1) for v in values)
+        if isinstance(test, ast.IfExp):
+            return self.is_rank_zero_test(test.body, _depth) and self.is_rank_zero_test(test.orelse, _depth)
+        return False
+
+    def _flag_values(self) -> dict[str, list[ast.expr]]:
+        """Every value assigned to a name or attribute anywhere in the file (for flags read elsewhere)."""
+        if self._flags is None:
+            table: dict[str, list[ast.expr]] = {}
+            for stmt in self.nodes(ast.Assign):
+                for target in stmt.targets:  # type: ignore[attr-defined]
+                    name = dotted(target)
+                    if name is not None:
+                        table.setdefault(name, []).append(stmt.value)  # type: ignore[attr-defined]
+            self._flags = table
+        return self._flags
+
+    def _is_rank_zero_expr(self, test: ast.AST, _depth: int = 0) -> bool:
         main = self.vocab["rank"]["main_process_names"]
         if isinstance(test, ast.BoolOp):
             if isinstance(test.op, ast.And):
-                return any(self.is_rank_zero_test(v) for v in test.values)
+                return any(self.is_rank_zero_test(v, _depth + 1) for v in test.values)
             # `not dist.is_initialized() or dist.get_rank() == 0`
-            return any(self.is_rank_zero_test(v) for v in test.values) and all(
-                self.is_rank_zero_test(v) or _is_single_process_test(v) for v in test.values
+            return any(self.is_rank_zero_test(v, _depth + 1) for v in test.values) and all(
+                self.is_rank_zero_test(v, _depth + 1) or _is_single_process_test(v) for v in test.values
             )
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self._rank_expr(test.operand)  # `if not rank:`

@@ -14,6 +14,8 @@ from torchdoctor.rules.static.semantic.syntax import (
     SCOPES,
     _position,
     dotted,
+    element_container,
+    keyed_name,
 )
 
 if TYPE_CHECKING:
@@ -52,6 +54,12 @@ _EVAL_WORD = re.compile(
     r"(?:^|[^a-z])(?:val|valid|validation|validate|test|testing|eval|evaluate|evaluation|dev|holdout|predict|"
     r"prediction|inference|infer)(?:[^a-z]|loader|dl|set|data|ds|$)"
 )
+
+# Calls in a loop condition whose value depends only on their arguments (`isinstance(x, T)`, `len(xs)`).
+_PURE_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "len", "callable", "type", "bool", "int", "str"})
+# Methods that change the container they are called on: a loop that calls them rebinds that name's contents.
+_MUTATORS = frozenset({"append", "add", "update", "pop", "clear", "extend", "insert", "remove", "setdefault"})
+
 
 def is_eval_word(name: str | None) -> bool:
     return bool(name) and bool(_EVAL_WORD.search(name.lower()))
@@ -151,11 +159,113 @@ class Loops:
     def _iter_source(self, iterable: ast.AST) -> ast.AST:
         wrappers = self.names["iteration_wrappers"]
         for _ in range(4):
-            if isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
+            if isinstance(iterable, ast.NamedExpr):  # `enumerate(pbar := tqdm(loader))`
+                iterable = iterable.value
+            elif isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
                 iterable = iterable.args[0]
             else:
                 break
         return iterable
+
+    # -- what changes from one iteration to the next ---------------------------------------------
+
+    def assigned_in(self, loop: Loop) -> frozenset[str]:
+        """Names and attribute chains the loop (re)binds: its targets, assignments, `+=`, `with ... as`."""
+        cached = self._assigned.get(loop.node)
+        if cached is not None:
+            return cached
+        out: set[str] = set()
+        for sub in ast.walk(loop.node):
+            if isinstance(sub, ast.Name | ast.Attribute | ast.Subscript) and isinstance(sub.ctx, ast.Store | ast.Del):
+                name = dotted(sub.value if isinstance(sub, ast.Subscript) else sub)
+                if name is not None:
+                    out.add(name)
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _MUTATORS:
+                name = dotted(sub.func.value)  # `seen.add(x)`, `hist.append(v)`: the container changes
+                if name is not None:
+                    out.add(name)
+        result = frozenset(out)
+        self._assigned[loop.node] = result
+        return result
+
+    def varies_in(self, expr: ast.AST, loop: Loop) -> bool:
+        """Whether `expr` can take another value on another iteration of `loop`: it reads something the loop
+        rebinds (a counter, the batch, a flag set in the body) or calls something (`random.random()`). A test on
+        `args.amp` or `self.use_ema` alone is fixed for the whole loop: what it guards runs every iteration."""
+        assigned = self.assigned_in(loop)
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Call):
+                if not (isinstance(sub.func, ast.Name) and sub.func.id in _PURE_BUILTINS):
+                    return True
+            elif isinstance(sub, ast.Name | ast.Attribute):
+                name = dotted(sub)
+                while name:
+                    if name in assigned:
+                        return True
+                    name = name.rpartition(".")[0]
+        return False
+
+    def guarded_in_function(self, node: ast.AST) -> bool:
+        """Whether `node` sits under an `if`/`try` handler in its function (outside any loop): it may not run on
+        every call of the function."""
+        for anc in self.ancestors(node):
+            if isinstance(anc, SCOPES) or isinstance(anc, LOOPS):
+                return False
+            if isinstance(anc, ast.If | ast.IfExp | ast.ExceptHandler):
+                return True
+        return False
+
+    def rare_in(self, test: ast.AST, loop: Loop, _depth: int = 0) -> bool:
+        """Whether a condition holds on few iterations of `loop` only: a period (`step % k == 0`), one iteration
+        (`epoch == start`, `i == 0`), a sample (`random.random() < p`), or a flag set from one of those in the
+        loop. `epoch < 10`, `not args.notest` or `step > warmup` hold on most iterations."""
+        if _depth > 3:
+            return False
+        if isinstance(test, ast.BoolOp):
+            parts = [self.rare_in(v, loop, _depth + 1) for v in test.values]
+            return any(parts) if isinstance(test.op, ast.And) else all(parts)
+        if isinstance(test, ast.Compare):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)):
+                return not any(isinstance(op, ast.NotEq | ast.IsNot) for op in test.ops)
+            if any(isinstance(n, ast.Call) and (self.callee(n) or "").startswith(("random.", "numpy.random.", "np.random."))
+                   for n in ast.walk(test)):
+                return True
+            return all(isinstance(op, ast.Eq | ast.Is) for op in test.ops) and self.varies_in(test, loop)
+        if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
+            return False  # `if step % k:` holds on all but one iteration in k
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.BinOp) \
+                and isinstance(test.operand.op, ast.Mod):
+            return True  # `if not step % k:`
+        if isinstance(test, ast.Name) and test.id in self.assigned_in(loop):
+            values = [v for s, v in self.defs(self.scope_of(test)).get(test.id, [])
+                      if loop.node.lineno <= s.lineno <= (loop.node.end_lineno or s.lineno)]
+            return bool(values) and all(self.rare_in(v, loop, _depth + 1) for v in values)
+        return False
+
+    def guarded_in_loop(self, node: ast.AST, loop: Loop, rare: bool = False) -> bool:
+        """Whether something between `node` and `loop` may skip it on some iterations: an `if` (or `x if c
+        else y`, `while`, `assert`) whose test varies from one iteration to the next, or an `except` handler.
+        A `try` body runs every time; an `if` on a fixed setting runs every time or never. With `rare`, only a
+        test that holds on few iterations (see `rare_in`) counts: `if epoch > 10:` still runs on most epochs."""
+        child = node
+        for anc in self.ancestors(node):
+            if anc is loop.node:
+                return False
+            if isinstance(anc, ast.If | ast.IfExp | ast.While | ast.Assert):
+                if child is anc.test:
+                    return True  # in the test itself, the iteration decides on the value: not skippable work
+                in_else = child in anc.orelse if isinstance(anc.orelse, list) else child is anc.orelse
+                if rare:
+                    if not in_else and self.rare_in(anc.test, loop):
+                        return True
+                elif self.varies_in(anc.test, loop):
+                    return True
+            elif isinstance(anc, ast.ExceptHandler):
+                return True
+            elif isinstance(anc, ast.Try) and child in anc.orelse:
+                return True
+            child = anc
+        return False
 
     def _build_loops(self) -> None:
         nodes = sorted(self.nodes(ast.For) + self.nodes(ast.AsyncFor) + self.nodes(ast.While), key=_position)
@@ -170,10 +280,10 @@ class Loops:
             if isinstance(node, ast.For | ast.AsyncFor):
                 targets = tuple(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
                 src = self._iter_source(node.iter)
-                source = dotted(src)
+                source = dotted(src) or keyed_name(src)
                 binding = self.binding(src)
                 iterates_loader = (binding is not None and binding.kind == "dataloader") or (
-                    binding is None and looks_like_loader(source)
+                    binding is None and looks_like_loader(dotted(element_container(src)))
                 )
             loop = Loop(node, self.scope_of(node), parent, targets, source, binding, iterates_loader)
             self.loops[node] = loop
@@ -196,6 +306,8 @@ class Loops:
                 target = local_targets.get(call)
                 if target is not None and target in self.training_functions:
                     loop.calls_training = True
+                elif target is None and self._hands_model_and_optimizer(call):
+                    loop.calls_training = True  # `train_one_epoch(model, criterion, loader, optimizer, ...)` of engine.py
         for loop in sorted(self.loops.values(), key=lambda lp: -_depth(lp)):
             loop.trains = loop.has_backward or loop.has_step or loop.calls_training or any(
                 c.trains for c in loop.children
@@ -208,24 +320,86 @@ class Loops:
         for loop in self.loops.values():
             loop.validation = self._is_validation(loop)
 
+    def _hands_model_and_optimizer(self, call: ast.Call) -> bool:
+        """A call of a function of another module handed a model and an optimizer built in this file: it trains
+        that model, here in this loop's iteration."""
+        if not isinstance(call.func, ast.Name | ast.Attribute) or not (call.args or call.keywords):
+            return False
+        values = [*call.args, *(k.value for k in call.keywords)]
+        optimizer = model = False
+        for v in values:
+            if not isinstance(v, ast.Name | ast.Attribute):
+                continue
+            b = self.binding(v)
+            optimizer = optimizer or (b is not None and b.kind == "optimizer")  # built as one in this file
+            model = model or self.is_model(v)
+        return optimizer and model
+
     def _is_validation(self, loop: Loop) -> bool:
         """A loop that runs the model without training it, over data named or used as evaluation data."""
         if loop.trains:
             return False
-        if not any(self.is_model(c.func) for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute)):
+        # The cheap questions first; whether the loop runs a model (through local functions too) last.
+        if not self._evaluation_shaped(loop):
             return False
+        return any(self.call_runs_model(c) for c in loop.all_calls())
+
+    def _evaluation_shaped(self, loop: Loop) -> bool:
         fn = self.function_of(loop.node)
-        if loop.source is None:
-            # `for i in range(n): batch = next(val_iter)` inside `def _valid_epoch(self)` after `self.model.eval()`:
-            # both the function's name and the mode say evaluation, whatever the loop counts.
-            return fn is not None and is_eval_word(fn.name) and self.eval_mode_before(loop) is not None
+        if loop.source is None or not loop.iterates_loader:
+            if loop.source is not None and is_eval_word(loop.source):
+                return True
+            # `for i in range(len(dataset)): x = dataset[i]` or `for i in range(n): batch = next(val_iter)` after
+            # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts. A loop
+            # that reads no data (sampling a generator, profiling models one by one) is not an evaluation.
+            if self.eval_mode_before(loop) is None:
+                return False
+            return (fn is not None and is_eval_word(fn.name)) or self._reads_data(loop)
         if is_eval_word(loop.source):  # val_loader, test_set, eval_dl
             return True
-        if not loop.iterates_loader:
-            return False
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
         return self.eval_mode_before(loop) is not None
+
+    def _reads_data(self, loop: Loop) -> bool:
+        """The loop takes an item per iteration: `dataset[i]` with its own counter, or `next(data_iter)`."""
+        targets = set(loop.targets)
+        for sub in ast.walk(loop.node):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and any(
+                isinstance(n, ast.Name) and n.id in targets for n in ast.walk(sub.slice)
+            ):
+                return True
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "next":
+                return True
+        return False
+
+    def call_runs_model(self, call: ast.Call, _depth: int = 0) -> bool:
+        """A call of a model (`model(x)`, `self.nets["G"](z)`), or of a function or method of this file that
+        runs one (`self._eval_step(batch)`, `evaluate(net, batch)`)."""
+        func = call.func
+        if isinstance(func, ast.Name | ast.Attribute | ast.Subscript) and self.is_model(func):
+            return True
+        if _depth >= 2:
+            return False
+        target = self.local_target(call)
+        return target is not None and any(self.call_runs_model(c, _depth + 1) for c in self.calls_in(target))
+
+    def local_target(self, call: ast.Call) -> ast.AST | None:
+        """The function or method of this file a call runs (`helper(x)`, `self._eval_step(batch)`), if any."""
+        if self._local_target_map is None:
+            self._local_target_map = dict(self._local_function_calls())
+        return self._local_target_map.get(call)
+
+    def calls_in(self, fn: ast.AST) -> list[ast.Call]:
+        """The calls made in a function's own body (not in functions nested in it), in source order."""
+        if self._calls_by_fn is None:
+            table: dict[ast.AST | None, list[ast.Call]] = {}
+            for c in self.nodes(ast.Call):
+                table.setdefault(self.function_of(c), []).append(c)
+            for calls in table.values():
+                calls.sort(key=_position)
+            self._calls_by_fn = table
+        return self._calls_by_fn.get(fn, [])
 
     def eval_mode_before(self, loop: Loop) -> ast.Call | None:
         """The `model.eval()` earlier in the loop's scope that is still in force (no `model.train()` since)."""

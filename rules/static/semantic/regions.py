@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -11,10 +12,15 @@ from torchdoctor.rules.static.semantic.syntax import (
     WITHS,
     is_constant,
     kwarg,
+    last_name,
 )
 
 if TYPE_CHECKING:
     from torchdoctor.rules.static.semantic.regions import AutocastRegion
+
+# A project's own wrapper of torch.no_grad / inference_mode, read by its name (the wrapper may sit in another
+# file): `smart_inference_mode`, `no_grad_if_eval`, `maybe_inference_mode`.
+_GRAD_OFF_NAME = re.compile(r"no_grad|inference_mode")
 
 
 @dataclass
@@ -44,11 +50,15 @@ class Regions:
             q = self.resolve(expr)
             if q in self.names["no_grad"]:
                 return True  # bare decorator `@torch.no_grad`
+            if _GRAD_OFF_NAME.search(last_name(expr) or "") and not (q or "").startswith("torch."):
+                return True  # the project's own wrapper: `@smart_inference_mode`, `with maybe_no_grad:`
             b = self.binding(expr)
             return b is not None and b.kind == "grad-mode" and b.call is not None and self._is_grad_off(b.call)
         if not isinstance(expr, ast.Call):
             return False
         q = self.resolve(expr.func)
+        if _GRAD_OFF_NAME.search(last_name(expr.func) or "") and not (q or "").startswith("torch."):
+            return True  # `@smart_inference_mode()`, `with utils.no_grad_if(cond):` (a project wrapper of torch's)
         if q in self.names["no_grad"]:
             mode = kwarg(expr, "mode", 0)
             return not is_constant(mode, False) if q.endswith("inference_mode") else True

@@ -32,6 +32,23 @@ def dotted(expr: ast.AST | None) -> str | None:
         return ".".join(reversed(parts))
     return None
 
+def element_container(expr: ast.AST | None) -> ast.AST | None:
+    """`self.nets["G"]` -> `self.nets`, `loaders[0]` -> `loaders`: an element taken from a container by a
+    constant key has the kind of what the container holds. Anything else is returned as is."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant):
+        return expr.value
+    return expr
+
+
+def keyed_name(expr: ast.AST | None) -> str | None:
+    """`self.data_loader['dev']` for a container element with a constant key, else None."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant):
+        base = dotted(expr.value)
+        if base is not None:
+            return f"{base}[{expr.slice.value!r}]"
+    return None
+
+
 def last_name(expr: ast.AST | None) -> str | None:
     """The last component of a name, attribute or call: `self.model` -> model, `f()` -> f."""
     if isinstance(expr, ast.Call):
