@@ -168,6 +168,11 @@ class Case:
         parts.append(self.script)
         return " ".join(parts)
 
+    def fit_cmd(self, gpu_gib: float | None = None) -> str:
+        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known."""
+        card = f" --gpu {gpu_gib:.0f}GB" if gpu_gib else ""
+        return f"torchdoctor fit {self.script}{card} -- <your script's arguments>"
+
     def check_cmd(self, select: str = "") -> str:
         return f"torchdoctor check {'--select ' + select + ' ' if select else ''}{self.script}"
 

@@ -146,6 +146,9 @@ def out_of_memory(case: Case) -> Advice:
     if not fragmented:
         fixes.append(_fragmentation_fix(case))
     next_steps = [
+        f"`{case.fit_cmd(total)}` estimates the step's peak on this card without a GPU (fake tensors): "
+        "parameters, gradients, optimizer state and activations, the largest batch that fits, and what bf16, "
+        "activation checkpointing or sharding would change, each measured.",
         f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak and splits it into parameters, "
         "gradients, optimizer state and activations; add `--gpu-memory 10GiB` for a fit verdict.",
         "On CUDA, record the allocator's history and open the snapshot at pytorch.org/memory_viz:\n" + _SNAPSHOT,

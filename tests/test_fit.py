@@ -106,3 +106,22 @@ def test_cli_bad_input_exits_2_or_4_with_one_line(tmp_path):
     assert proc.returncode == 4 and "1 optimizer step" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli(str(FIXTURES / "blocked.py"), "--no-what-if")
     assert proc.returncode == 4 and "blocked.py:9" in proc.stderr
+
+
+def test_a_cuda_oom_answer_offers_fit_on_the_card_that_ran_out():
+    proc = subprocess.run([sys.executable, "-m", "torchdoctor.cli", "ask", "--format", "json",
+                           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                           "capacity of 23.65 GiB of which 1.20 GiB is free."], capture_output=True, text=True, timeout=60)
+    steps = [s for r in json.loads(proc.stdout)["reports"] for s in r["next_steps"]]
+    assert any("torchdoctor fit" in s and "--gpu 24GB" in s for s in steps), steps
+
+
+def test_largest_batch_takes_the_phase_that_runs_out_first():
+    from torchdoctor.fit.estimate import Step, largest_batch
+
+    gib = 2**30
+    # The optimizer step peaks at 3 GiB whatever the batch; forward+backward at 1 GiB + 0.1 GiB per sample.
+    a = Step(10, 3 * gib, 3 * gib, {}, {"forward_backward": 2 * gib, "optimizer": 3 * gib}, {})
+    b = Step(20, 3 * gib, 3 * gib, {}, {"forward_backward": 3 * gib, "optimizer": 3 * gib}, {})
+    assert largest_batch(a, b, 10 * gib) == 90  # (10 - 1) / 0.1: the total's flat slope would say "any batch"
+    assert largest_batch(a, b, 2 * gib) == 0  # the step alone does not fit

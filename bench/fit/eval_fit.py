@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torchdoctor.fit.estimate import FitError, measure  # noqa: E402
+from torchdoctor.fit.estimate import FitError, largest_batch, measure  # noqa: E402
 
 CARD = {"name": "24 GiB", "bytes": 24 * 2**30, "major": 9, "minor": 0}
 
@@ -59,11 +59,7 @@ def main() -> None:
             row["points"].append({"batch": step.batch, "estimated": step.peak_reserved, "measured": real["max_reserved"],
                                   "error": step.peak_reserved / real["max_reserved"] - 1,
                                   "breakdown": step.breakdown})
-        (a, b) = steps
-        slope = (b.peak_reserved - a.peak_reserved) / (b.batch - a.batch)
-        fixed = a.peak_reserved - slope * a.batch
-        usable = CARD["bytes"] - context
-        row["max_batch"] = int((usable - fixed) // slope) if slope > 0 else None
+        row["max_batch"] = largest_batch(steps[0], steps[1], CARD["bytes"] - context)
         row["max_batch_measured"] = known["max_batch_24gib"]
         rows.append(row)
         errs = " ".join(f"b{p['batch']}:{p['estimated'] / 2**30:.2f}/{p['measured'] / 2**30:.2f} GiB "

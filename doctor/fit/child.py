@@ -65,6 +65,31 @@ def _user_frame(tb: Any, script_dir: str) -> dict[str, Any] | None:
     return None
 
 
+def _recompute_under(remap_cls: Any, tracker: Any, torch: Any) -> None:
+    """Activation checkpointing runs the forward again inside backward, where the autograd engine
+    does not carry torch-function modes: put Remap back around the recompute, so it makes what the
+    forward made (CUDA autocast's float32 ops, GPU storages)."""
+    from torch.utils import checkpoint
+
+    frame_init = checkpoint._CheckpointFrame.__init__
+
+    def init(self: Any, recompute_fn: Any, *args: Any, **kwargs: Any) -> None:
+        def recompute(*inner: Any) -> Any:
+            with remap_cls(tracker):
+                return recompute_fn(*inner)
+
+        frame_init(self, recompute, *args, **kwargs)
+
+    checkpoint._CheckpointFrame.__init__ = init
+    reentrant = checkpoint.CheckpointFunction.backward
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        with remap_cls(tracker):
+            return reentrant(ctx, *grads)
+
+    checkpoint.CheckpointFunction.backward = staticmethod(backward)
+
+
 def main(spec_path: str, out_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     import torch
@@ -83,6 +108,7 @@ def main(spec_path: str, out_path: str) -> int:
     autocast_regions: set[str] = set()
 
     def step_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        tracker.events.append(("phase", 1, 0))  # the optimizer step begins
         optimizers[id(optimizer)] = optimizer
         for group in optimizer.param_groups:
             for p in group["params"]:
@@ -91,6 +117,7 @@ def main(spec_path: str, out_path: str) -> int:
                     tracker.label(p.grad, "gradient")
 
     def step_post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        tracker.events.append(("phase", 0, 0))
         for state in optimizer.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
@@ -125,6 +152,7 @@ def main(spec_path: str, out_path: str) -> int:
         return t
 
     changes = what_if.install(spec.get("what_if"), torch)
+    _recompute_under(remap.Remap, tracker, torch)
 
     script = spec.get("script")
     script_dir = os.path.dirname(os.path.abspath(script)) if script else os.getcwd()

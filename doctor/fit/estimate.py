@@ -35,7 +35,32 @@ class Step:
     peak_allocated: int
     peak_reserved: int
     breakdown: dict[str, int]
+    phases: dict[str, int]
     result: dict[str, Any] = field(repr=False)
+
+
+def _block(nbytes: int) -> int:
+    return max(BLOCK, math.ceil(nbytes / BLOCK) * BLOCK) if nbytes else 0
+
+
+def phase_peaks(events: list) -> dict[str, int]:
+    """The allocated peak inside optimizer steps ("optimizer") and outside them ("forward_backward").
+    They grow differently with the batch: the step's peak hardly at all, the rest with activations."""
+    size: dict[int, int] = {}
+    live = 0
+    phase = "forward_backward"
+    peaks = {"forward_backward": 0, "optimizer": 0}
+    for op, ident, nbytes in events:
+        if op == "phase":
+            phase = "optimizer" if ident == 1 else "forward_backward"
+            continue
+        if op == "alloc":
+            size[ident] = _block(nbytes)
+            live += size[ident]
+            peaks[phase] = max(peaks[phase], live)
+        else:
+            live -= size.pop(ident, 0)
+    return peaks
 
 
 def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
@@ -45,10 +70,11 @@ def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
     peak = -1
     peak_index = 0
     for i, (op, ident, nbytes) in enumerate(events):
+        if op == "phase":
+            continue
         if op == "alloc":
-            block = max(BLOCK, math.ceil(nbytes / BLOCK) * BLOCK) if nbytes else 0
-            size[ident] = block
-            live += block
+            size[ident] = _block(nbytes)
+            live += size[ident]
             if live > peak:
                 peak, peak_index = live, i
         else:
@@ -56,8 +82,8 @@ def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
     alive: dict[int, int] = {}
     for op, ident, nbytes in events[: peak_index + 1]:
         if op == "alloc":
-            alive[ident] = max(BLOCK, math.ceil(nbytes / BLOCK) * BLOCK) if nbytes else 0
-        else:
+            alive[ident] = _block(nbytes)
+        elif op == "free":
             alive.pop(ident, None)
     breakdown = {name: 0 for name in (*BREAKDOWN.values(), "other")}
     for ident, block in alive.items():
@@ -72,7 +98,7 @@ def reserved_of(events: list, allocated: int) -> int:
         from torchdoctor.fit.allocator import replay
     except ImportError:
         return allocated
-    pairs = [(op, ident, nbytes) for op, ident, nbytes in events]
+    pairs = [(op, ident, nbytes) for op, ident, nbytes in events if op != "phase"]
     return int(replay(pairs).peak_reserved)
 
 
@@ -102,7 +128,8 @@ def measure(spec: dict[str, Any], batch: int | None, timeout: float, what_if: st
     allocated, breakdown = peak_of(result["events"], result["kinds"])
     reserved = max(reserved_of(result["events"], allocated), allocated)
     seen = result.get("batch") or {}
-    return Step(batch if batch is not None else seen.get("value"), allocated, reserved, breakdown, result)
+    return Step(batch if batch is not None else seen.get("value"), allocated, reserved, breakdown,
+                phase_peaks(result["events"]), result)
 
 
 def _why_not_measured(result: dict[str, Any]) -> str:
@@ -170,16 +197,36 @@ def _batch_names() -> list[str]:
     return list(BATCH_DESTS)
 
 
+def largest_batch(first: Step, second: Step, usable: int) -> int | None:
+    """The largest batch whose step fits in `usable` bytes of reserved memory.
+
+    Each phase (forward and backward; the optimizer step) is a straight line in the batch size
+    through the two measured steps; the batch is the smallest of the phases' answers. Allocated
+    bytes are turned into reserved bytes with the measured step's own ratio (the allocator's
+    rounding and caching grow with it)."""
+    if not first.batch or not second.batch or second.batch == first.batch or not first.peak_allocated:
+        return None
+    ratio = first.peak_reserved / first.peak_allocated
+    budget = usable / ratio
+    answers = []
+    for phase, low in first.phases.items():
+        slope = (second.phases.get(phase, 0) - low) / (second.batch - first.batch)
+        if slope <= 0:
+            if low > budget:
+                return 0
+            continue
+        answers.append((budget - (low - slope * first.batch)) / slope)
+    return max(0, int(min(answers))) if answers else None
+
+
 def _card_answer(est: Estimate, card: dict[str, Any]) -> dict[str, Any]:
     context = card["context_bytes"]
     usable = card["bytes"] - context
     peak = est.first.peak_reserved
     answer = {"name": card["name"], "capacity_bytes": card["bytes"], "context_bytes": context,
               "fits": peak <= usable, "headroom_bytes": usable - peak, "max_batch_size": None}
-    slope = est.per_sample()
-    if slope and slope > 0 and est.first.batch:
-        fixed = peak - slope * est.first.batch
-        answer["max_batch_size"] = max(0, int((usable - fixed) // slope))
+    if est.second is not None:
+        answer["max_batch_size"] = largest_batch(est.first, est.second, usable)
     return answer
 
 

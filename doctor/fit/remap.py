@@ -22,7 +22,6 @@ from torch.overrides import TorchFunctionMode
 
 from torchdoctor.fit.tracker import Tracker
 
-
 # Ops CUDA autocast runs in float32 where CPU autocast keeps the low precision (PyTorch's
 # autocast_mode.cpp: the CUDA "fp32" and "fp32_set_opt_dtype" lists, the ones training code meets).
 # Their outputs, and what backward saves of them, are twice as large on the GPU.
@@ -73,10 +72,6 @@ class Remap(TorchFunctionMode):
                 and torch.is_autocast_enabled("cpu")):
             with torch.autocast("cpu", enabled=False):
                 return func(*_float32(args), **{k: _float32(v) for k, v in kwargs.items()})
-        if func is torch.nn.functional.scaled_dot_product_attention:
-            from torchdoctor.fit.kernels import attention
-
-            return attention(*args, **kwargs)
         if func in (torch.Tensor.cuda,):
             return self._copy_to_gpu(args[0], None)
         if func is torch.Tensor.to:
@@ -211,6 +206,11 @@ def install(card: dict[str, Any]) -> None:
 
     loader.__init__ = loader_init_here
     _module_moves()
+    # The function itself is replaced, not intercepted in Remap: checkpointing recomputes the
+    # forward during backward, where Remap is not on the stack, and must meet the same kernel.
+    from torchdoctor.fit.kernels import attention
+
+    torch.nn.functional.scaled_dot_product_attention = attention
     torch.compile = lambda model=None, *a, **k: model if model is not None else (lambda m: m)  # type: ignore[assignment]
     torch.save = const(None)  # never write the user's checkpoints from an estimate
 
