@@ -125,3 +125,14 @@ def test_largest_batch_takes_the_phase_that_runs_out_first():
     b = Step(20, 3 * gib, 3 * gib, {}, {"forward_backward": 3 * gib, "optimizer": 3 * gib}, {})
     assert largest_batch(a, b, 10 * gib) == 90  # (10 - 1) / 0.1: the total's flat slope would say "any batch"
     assert largest_batch(a, b, 2 * gib) == 0  # the step alone does not fit
+
+
+def test_the_usual_cuda_training_shape_is_measured_and_writes_nothing(tmp_path):
+    spec = {**_spec("amp_checkpoint.py"), "cwd": str(tmp_path)}
+    small, large = measure(spec, None, 300), measure(spec, 64, 300)
+    assert small.batch == 16 and small.result["batch"]["arg"] == "bs"
+    assert small.result["autocast"] == ["float16"] and small.result["optimizers"] == ["Adam"]
+    params = sum(n * 4 for n in (3 * 32 * 9, 32, 32, 32, 4 * (32 * 32 * 9 + 32), 32 * 10 + 10))
+    assert small.breakdown["parameters"] == pytest.approx(params, rel=0.2)  # blocks of 512 B on small tensors
+    assert large.peak_allocated > small.peak_allocated  # the batch reached the step
+    assert not list(tmp_path.iterdir())  # torch.save wrote nothing

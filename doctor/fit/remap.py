@@ -8,6 +8,7 @@
 - CUDA's optimizer default (foreach, one kernel over all parameters, with its temporaries) is
   kept, as the CPU default (a loop per parameter) would hide the step's temporaries;
 - attention runs as the GPU's fused kernels spend memory (kernels.py);
+- a GradScaler always steps (no gradient is inf in the step being measured);
 - DataLoader workers are not started (fake tensors do not cross processes), `torch.compile`
   returns the function (the estimate is eager's), `torch.save` writes nothing.
 """
@@ -211,6 +212,12 @@ def install(card: dict[str, Any]) -> None:
     from torchdoctor.fit.kernels import attention
 
     torch.nn.functional.scaled_dot_product_attention = attention
+    # A GradScaler steps when no gradient was inf; fake gradients have no values, and the healthy
+    # step (the one every later step repeats) is the one to measure.
+    def opt_step(self: Any, optimizer: Any, optimizer_state: Any, *args: Any, **kwargs: Any) -> Any:
+        return optimizer.step(*args, **kwargs)
+
+    torch.amp.GradScaler._maybe_opt_step = opt_step  # type: ignore[method-assign]
     torch.compile = lambda model=None, *a, **k: model if model is not None else (lambda m: m)  # type: ignore[assignment]
     torch.save = const(None)  # never write the user's checkpoints from an estimate
 
