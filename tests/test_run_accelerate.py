@@ -180,8 +180,11 @@ def test_accelerates_accumulation_and_a_second_division_are_found_at_the_backwar
     assert found, report["symptoms"]
     lines = (FRAMEWORKS / "accelerate_accum.py").read_text().splitlines()
     assert found[0]["location"]["line"] == 1 + lines.index("        accelerator.backward(loss)")
-    titles = [f["title"] for r in report["reports"] for f in r["fixes"]]
-    assert titles[0].startswith("Accelerate: Accumulate with Accelerator(gradient_accumulation_steps=N)")
+    # The framework's knob comes first in the report that treats the accumulation (a timing warning of
+    # the profile probe on a loaded machine may come before that report; it is not what is tested here).
+    [titles] = [[f["title"] for f in r["fixes"]] for r in report["reports"]
+                if any("ccumulat" in f["title"] for f in r["fixes"])]
+    assert titles[0].startswith("Accelerate: Accumulate with Accelerator(gradient_accumulation_steps=N)"), titles
 
 
 @pytest.mark.slow
