@@ -136,3 +136,23 @@ def test_a_parameterless_metric_on_the_loss_is_not_evaluation_without_no_grad(tm
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 20
     assert "eval-without-no-grad" not in ids(result), result.report["symptoms"]
+
+
+# -- gradients cleared by hand, or zeroed by another loss's optimizer first ---------------------------
+
+
+@pytest.mark.parametrize("how", ["none", "data", "after"])
+def test_gradients_cleared_by_hand_are_no_missing_zero_grad(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"zeroed-by-hand-{how}", "zeroed_by_hand.py", "--fail-on", "warning",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
+
+
+def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_factory, validate_report):
+    # opt_g steps, then the discriminator's backward runs while the generator's gradients are still there;
+    # opt_g.zero_grad() clears them before the generator's own backward.
+    result = shared_run(tmp_path_factory, "gan-stale-order", "gan_two_optimizers.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "missing-zero-grad" not in ids(result), result.report["symptoms"]

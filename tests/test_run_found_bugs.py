@@ -89,3 +89,14 @@ def test_a_list_of_dicts_of_detached_values_keeps_no_graph(tmp_path_factory, val
                         "detached")
     assert_sound(result, validate_report, exitcodes.OK)
     assert not result.symptoms("memory-growth"), result.report["symptoms"]
+
+
+def test_gradients_never_cleared_are_missing_zero_grad_at_the_backward(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "never-zeroed", "never_zeroed.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("missing-zero-grad")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("never_zeroed.py", "loss.backward()")
+    assert found[0]["location"]["function"] == "train"
+    values = found[0]["evidence"][0]["values"]
+    assert values["stale_steps"] >= 2 and values["stale_steps"] == values["steps_checked"], values
