@@ -156,3 +156,10 @@ def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_
     result = shared_run(tmp_path_factory, "gan-stale-order", "gan_two_optimizers.py", "--fail-on", "warning")
     assert_sound(result, validate_report, exitcodes.OK)
     assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
+
+
+def test_a_loss_module_with_a_guarded_log_on_saturated_scores_is_finite(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-module-log-eps", "loss_module_log.py", "--fail-on", "warning",
+                        "--", "eps")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert not {"nan-loss", "nonfinite-grad", "nonfinite-input"} & set(ids(result)), result.report["symptoms"]

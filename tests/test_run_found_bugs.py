@@ -100,3 +100,26 @@ def test_gradients_never_cleared_are_missing_zero_grad_at_the_backward(tmp_path_
     assert found[0]["location"]["function"] == "train"
     values = found[0]["evidence"][0]["values"]
     assert values["stale_steps"] >= 2 and values["stale_steps"] == values["steps_checked"], values
+
+
+def test_log_of_zero_inside_a_loss_module_is_named_at_its_line(tmp_path_factory, validate_report):
+    # The criterion is a module without parameters called on the model's output: the replay runs it too.
+    result = shared_run(tmp_path_factory, "loss-module-log", "loss_module_log.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("loss_module_log.py", "* torch.log(p_t)).mean()")
+    assert found[0]["location"]["function"] == "forward"
+    assert found[0]["evidence"][0]["values"]["op"] == "torch.log"
+    assert "loss computation itself" not in found[0]["evidence"][0]["summary"]
+
+
+def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "fp16-overflow-linear", "fp16_overflow_linear.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    evidence = found[0]["evidence"][0]
+    assert evidence["values"]["first_bad_module"] == "model.0", evidence
+    assert evidence["values"]["autocast"] == "float16 on cpu"
+    assert "float16 autocast" in evidence["summary"] and "loss computation itself" not in evidence["summary"]
