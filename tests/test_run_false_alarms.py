@@ -163,3 +163,12 @@ def test_a_loss_module_with_a_guarded_log_on_saturated_scores_is_finite(tmp_path
                         "--", "eps")
     assert_sound(result, validate_report, exitcodes.OK)
     assert not {"nan-loss", "nonfinite-grad", "nonfinite-input"} & set(ids(result)), result.report["symptoms"]
+
+
+def test_distillation_soft_targets_and_log_of_softmax_are_no_softmax_before_loss(tmp_path_factory,
+                                                                                  validate_report):
+    result = shared_run(tmp_path_factory, "softmax-healthy-losses", "softmax_healthy_losses.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12
+    assert "softmax-before-loss" not in ids(result), result.report["symptoms"]
+    assert not [s for s in result.report["symptoms"] if s["severity"] in ("warning", "error")], ids(result)

@@ -123,3 +123,38 @@ def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tm
     assert evidence["values"]["first_bad_module"] == "model.0", evidence
     assert evidence["values"]["autocast"] == "float16 on cpu"
     assert "float16 autocast" in evidence["summary"] and "loss computation itself" not in evidence["summary"]
+
+
+@pytest.mark.parametrize(("shape", "text", "function"), [
+    ("module", "loss = criterion(model(x), y) if shape", "<module>"),
+    ("criterion", "proba = torch.softmax(scores, dim=-1)", "matching_loss"),
+])
+def test_probabilities_into_cross_entropy_are_softmax_before_loss_at_the_softmax(tmp_path_factory, validate_report,
+                                                                                 shape, text, function):
+    result = shared_run(tmp_path_factory, f"softmax-into-ce-{shape}", "softmax_into_ce.py", "--fail-on", "error",
+                        "--", shape)
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("softmax-before-loss")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("softmax_into_ce.py", text)
+    assert found[0]["location"]["function"] == function
+    assert found[0]["evidence"][0]["values"]["loss_op"] == "log_softmax"
+
+
+def test_the_softmax_watch_leaves_torch_as_it_found_it():
+    import torch
+    import torch.nn.functional as F
+
+    from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
+
+    before = (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor))
+    sites = SoftmaxSites(torch)
+    sites.arm()
+    scores = torch.randn(3, 4, requires_grad=True)
+    proba = scores.softmax(-1)
+    loss = F.cross_entropy(proba, torch.tensor([0, 1, 2]))
+    sites.disarm()
+    node, op = find_double_softmax(loss)
+    assert op == "log_softmax" and sites.site_of(node)["function"] == "test_the_softmax_watch_leaves_torch_as_it_found_it"
+    assert (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor)) == before
+    assert find_double_softmax(F.cross_entropy(scores, torch.tensor([0, 1, 2]))) is None
