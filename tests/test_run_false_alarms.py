@@ -172,3 +172,10 @@ def test_distillation_soft_targets_and_log_of_softmax_are_no_softmax_before_loss
     assert result.run["steps_completed"] == 12
     assert "softmax-before-loss" not in ids(result), result.report["symptoms"]
     assert not [s for s in result.report["symptoms"] if s["severity"] in ("warning", "error")], ids(result)
+
+
+def test_an_iteration_sized_steplr_stepped_per_batch_is_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "steplr-iterations", "steplr_per_batch.py", "--fail-on", "warning",
+                        "--", "iterations")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "scheduler-granularity" not in ids(result), result.report["symptoms"]

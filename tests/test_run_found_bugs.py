@@ -158,3 +158,14 @@ def test_the_softmax_watch_leaves_torch_as_it_found_it():
     assert op == "log_softmax" and sites.site_of(node)["function"] == "test_the_softmax_watch_leaves_torch_as_it_found_it"
     assert (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor)) == before
     assert find_double_softmax(F.cross_entropy(scores, torch.tensor([0, 1, 2]))) is None
+
+
+def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "steplr-per-batch", "steplr_per_batch.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("scheduler-granularity")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("steplr_per_batch.py", "        scheduler.step()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["stepped_per"] == "batch" and values["steps_taken"] == 80, values
+    assert values["lr_spent_at_step"] == 28 and values["lr_final"] < 1e-20, values
