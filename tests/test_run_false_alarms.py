@@ -179,3 +179,11 @@ def test_an_iteration_sized_steplr_stepped_per_batch_is_healthy(tmp_path_factory
                         "--", "iterations")
     assert_sound(result, validate_report, exitcodes.OK)
     assert "scheduler-granularity" not in ids(result), result.report["symptoms"]
+
+
+@pytest.mark.parametrize("how", ["once", "inline"])
+def test_loaders_built_once_or_without_workers_are_not_rebuilt(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"loader-{how}", "loader_per_epoch.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 16
+    assert "dataloader-rebuilt" not in ids(result), result.report["symptoms"]

@@ -169,3 +169,14 @@ def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp
     values = found[0]["evidence"][0]["values"]
     assert values["stepped_per"] == "batch" and values["steps_taken"] == 80, values
     assert values["lr_spent_at_step"] == 28 and values["lr_final"] < 1e-20, values
+
+
+def test_a_loader_with_workers_built_every_epoch_is_dataloader_rebuilt(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loader-per-epoch", "loader_per_epoch.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("dataloader-rebuilt")
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("loader_per_epoch.py", "else DataLoader(data, batch_size=16")
+    values = found[0]["evidence"][0]["values"]
+    assert values["constructions"] == 8 and values["num_workers"] == 1, values
+    assert values["built_at_steps"] == [0, 4, 8, 12, 16] and values["first_batch_ms_total"] > 0, values
