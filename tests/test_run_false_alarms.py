@@ -187,3 +187,22 @@ def test_loaders_built_once_or_without_workers_are_not_rebuilt(tmp_path_factory,
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 16
     assert "dataloader-rebuilt" not in ids(result), result.report["symptoms"]
+
+
+@pytest.mark.parametrize("how", ["gan", "freeze"])
+def test_eval_mode_on_purpose_is_neither_validation_training_nor_train_not_restored(tmp_path_factory,
+                                                                                     validate_report, how):
+    # gan: the critic runs in eval mode inside the generator's loss; freeze: the last epochs train in eval mode
+    # (frozen dropout/batch norm) without any evaluation before.
+    result = shared_run(tmp_path_factory, f"eval-phase-{how}", "eval_phase_steps.py", "--fail-on", "warning",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 24
+    assert not {"backward-in-validation", "eval-mode-missing"} & set(ids(result)), result.report["symptoms"]
+
+
+def test_a_training_loop_left_in_eval_mode_is_not_backward_in_validation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "train-not-restored-not-bv", "train_not_restored_call.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "eval-mode-missing" in ids(result) and "backward-in-validation" not in ids(result), ids(result)

@@ -180,3 +180,14 @@ def test_a_loader_with_workers_built_every_epoch_is_dataloader_rebuilt(tmp_path_
     values = found[0]["evidence"][0]["values"]
     assert values["constructions"] == 8 and values["num_workers"] == 1, values
     assert values["built_at_steps"] == [0, 4, 8, 12, 16] and values["first_batch_ms_total"] > 0, values
+
+
+def test_a_validation_loop_that_steps_the_optimizer_is_backward_in_validation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "eval-phase-valstep", "eval_phase_steps.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("backward-in-validation")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "            loss.backward()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["eval_mode_steps"] == 12 and values["phases"] == 4 and values["first_step"] == 6, values
+    assert not result.symptoms("eval-mode-missing")  # training did come back to train mode each epoch
