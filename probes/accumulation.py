@@ -87,6 +87,8 @@ class AccumulationProbe(Probe):
         self.window_zeroed: list[tuple[Any, dict[str, Any] | None]] = []  # (the zeroing owner, its site)
         self.window_hist: dict[int, int] = {}
         self.window_retained = False  # a backward of the window kept its graph for another one
+        self.window_version: int | None = None  # a parameter's version at the window's first backward
+        self.window_moved = False  # the parameters changed in place within the window (SAM's two steps)
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
         self.zero_site: dict[str, Any] | None = None
         # Gradients never cleared between optimizer steps: (parameter, its grad tensor, the grad's version) noted
@@ -132,6 +134,9 @@ class AccumulationProbe(Probe):
 
     def _any_step_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.stepping += 1
+        if self.window_version is not None and not self.stepping - 1:
+            moved = self._param_version() != self.window_version
+            self.window_moved = self.window_moved or moved
 
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
@@ -163,11 +168,14 @@ class AccumulationProbe(Probe):
             return
         zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
         retained = self.window_retained
+        moved, self.window_moved, self.window_version = self.window_moved, False, None
         self.window = 0
         self.window_retained = False
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
-        if n >= 2 and len(zeroed) >= n - 1 and not retained:  # retained: one graph's losses read one by one
+        # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
+        # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
+        if n >= 2 and len(zeroed) >= n - 1 and not retained and not moved:
             self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
             if self.zero_site is None:
                 self.zero_site = zeroed[0]
@@ -209,6 +217,8 @@ class AccumulationProbe(Probe):
         if self.stale_watch and not self.micro and not self.stepping:
             self._stale_at_backward()
         self.micro += 1
+        if not self.window and self.params:
+            self.window_version = self._param_version()
         self.window += 1
         if self.backwards_watch.retain_graph:
             self.window_retained = True
@@ -224,6 +234,11 @@ class AccumulationProbe(Probe):
                     self.factors.append(factor)
                     if self.factor_site is None:
                         self.factor_site = here()
+
+    def _param_version(self) -> int | None:
+        """The version counter of the primary optimizer's first parameter: every in-place update bumps it."""
+        param = self.params[0]() if self.params else None
+        return param._version if param is not None else None
 
     def _stale_at_backward(self) -> None:
         """The first backward since the primary step: are the gradients that step applied still there?"""
@@ -318,6 +333,7 @@ class AccumulationProbe(Probe):
         self.window = 0
         self.window_retained = False
         self.window_zeroed = []
+        self.window_version, self.window_moved = None, False
 
     def before_step(self, step: int, optimizer: Any) -> None:
         """The primary optimizer is about to step: the gradient it will apply is complete."""

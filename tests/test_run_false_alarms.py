@@ -206,3 +206,12 @@ def test_a_training_loop_left_in_eval_mode_is_not_backward_in_validation(tmp_pat
                         "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.OK)
     assert "eval-mode-missing" in ids(result) and "backward-in-validation" not in ids(result), ids(result)
+
+
+def test_sams_two_steps_are_not_zero_grad_between_micro_steps(tmp_path_factory, validate_report):
+    # first_step reads the gradient, moves the weights and zeroes; the second backward is taken at other weights
+    result = shared_run(tmp_path_factory, "sam-two-steps", "sam_two_steps.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 40
+    assert result.run["measurements"]["accumulation"]["backwards"] == 80
+    assert not {"zero-grad-every-micro-step", "partial-accumulation-dropped"} & set(ids(result)), ids(result)
