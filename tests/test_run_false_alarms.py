@@ -215,3 +215,23 @@ def test_sams_two_steps_are_not_zero_grad_between_micro_steps(tmp_path_factory, 
     assert result.run["steps_completed"] == 40
     assert result.run["measurements"]["accumulation"]["backwards"] == 80
     assert not {"zero-grad-every-micro-step", "partial-accumulation-dropped"} & set(ids(result)), ids(result)
+
+
+# -- a history of detached losses is a few bytes a step, not a leak --------------------------------
+
+
+def test_a_list_of_detached_losses_is_no_memory_growth(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-history-detach", "loss_history.py", "--fail-on", "warning",
+                        "--", "detach")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 120
+    assert "memory-growth" not in ids(result), result.report["symptoms"]
+
+
+def test_the_same_list_holding_graphs_is_memory_growth(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-history-graph", "loss_history.py", "--fail-on", "never",
+                        "--", "graph")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("memory-growth")
+    assert len(found) == 1 and found[0]["location"]["line"] == line_of("loss_history.py", "losses.append(loss if")
+    assert found[0]["evidence"][0]["values"]["holds_graph"], found[0]["evidence"][0]
