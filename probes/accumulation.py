@@ -99,8 +99,11 @@ class AccumulationProbe(Probe):
         self.zeroed_since_step: list[Any] = []  # zero_grad owners since the primary optimizer's last step
         self.stale_steps = 0
         self.stale_checked = 0
+        self.stale_sampled = False  # the last step noted gradients for the next one to check
         self.stale_site: dict[str, Any] | None = None
         self.stale_limit = int(opt.get("stale_steps_limit", 8))  # enough evidence: stop looking
+        self.stale_dense = int(opt.get("stale_dense_steps", 32))  # every step at first, then every stale_every-th
+        self.stale_every = int(opt.get("stale_every", 8))
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         self.backwards = 0
@@ -259,23 +262,27 @@ class AccumulationProbe(Probe):
         """After a primary step: the grad tensors (and versions) of a few of its parameters, for the next backward."""
         self.stale_candidate = None
         self.zeroed_since_step = []
-        if self.stale_steps >= self.stale_limit:
-            return
+        if self.stale_steps >= self.stale_limit or (self.step > self.stale_dense and self.step % self.stale_every):
+            return  # a missing zero_grad() repeats every step: a sample of the steps finds it
         picked = []
         for group in optimizer.param_groups:
             params = group["params"]
             for param in (params[0], params[-1]) if params else ():
                 grad = param.grad
-                if grad is not None and len(picked) < 4:
+                if grad is not None:
                     picked.append((weakref.ref(param), grad, grad._version))
+            if len(picked) >= 2:
+                break
         self.stale_watch = picked
+        self.stale_sampled = bool(picked)
 
     def _stale_at_step(self, optimizer: Any) -> None:
         """The primary optimizer is about to step: did its first backward add into the last step's gradients?"""
         candidate, self.stale_candidate = self.stale_candidate, None
         self.stale_watch = []
-        if self.stale_steps >= self.stale_limit:
+        if not self.stale_sampled or self.stale_steps >= self.stale_limit:
             return
+        self.stale_sampled = False
         self.stale_checked += 1
         if candidate is None:
             return

@@ -101,8 +101,8 @@ class GradflowProbe(Probe):
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
         n = self.backwards
-        if not self.softmax_done and (self.softmax_sites.armed or n <= self.softmax_samples
-                                      or n % self.softmax_every == 0):
+        if (n <= self.softmax_samples or not n % self.softmax_every or self.softmax_sites.armed) \
+                and not self.softmax_done:
             self._softmax_check(tensors)
         if n > self.dense_loss and n % self.loss_every:
             return

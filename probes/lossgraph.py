@@ -93,10 +93,7 @@ class SoftmaxSites:
         self.torch = torch
         self.sites: list[tuple[Any, dict[str, Any] | None]] = []
         self._saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, owned: in owner's own dict)
-
-    @property
-    def armed(self) -> bool:
-        return bool(self._saved)
+        self.armed = False  # a plain attribute: read on every backward
 
     def arm(self) -> None:
         if self._saved:
@@ -110,6 +107,7 @@ class SoftmaxSites:
                 continue
             self._saved.append((owner, name, original, name in vars(owner)))
             setattr(owner, name, self._wrap(original))
+        self.armed = bool(self._saved)
 
     def disarm(self) -> None:
         for owner, name, original, owned in reversed(self._saved):
@@ -118,6 +116,7 @@ class SoftmaxSites:
             else:  # inherited (Tensor.exp lives on TensorBase): remove ours, leave the class as it was
                 delattr(owner, name)
         self._saved = []
+        self.armed = False
 
     def _wrap(self, original: Any) -> Any:
         sites = self.sites

@@ -157,6 +157,7 @@ class NanProbe(Probe):
         self._global_handles: list[Any] = []
         self._first_seen = 0
         self._order = 0  # top-level calls so far: a replay runs them in the script's order
+        self._loss_modules: set[int] = set()  # ids of the parameterless top-level modules whose calls are kept
         self.first_calls_limit = int(opt.get("first_calls_limit", 256))
         self._first_calls: dict[int, Call] = {}
         self._first_order: list[int] = []
@@ -209,8 +210,8 @@ class NanProbe(Probe):
     def _first_pre(self, module: Any, args: Any) -> None:
         if self._depth == 0 and self.enabled:
             self._order += 1
-            self._first_calls[id(module)] = Call(module, (), {}, *self._rng(), autocast=autocast_state(self.torch),
-                                                 order=self._order)
+            regions = autocast_state(self.torch) if self.torch._C._is_any_autocast_enabled() else ()
+            self._first_calls[id(module)] = Call(module, (), {}, *self._rng(), autocast=regions, order=self._order)
             self._first_seen += 1
             if self._first_seen > self.first_calls_limit:  # no backward in sight (inference, data prep)
                 self._drop_global_hooks()
@@ -275,6 +276,7 @@ class NanProbe(Probe):
                 if mid in self.calls or not _parameterless(module) or len(self._root_handles) >= 64:
                     continue
                 first.parameterless = True
+                self._loss_modules.add(mid)
                 if first.args is not None:
                     self.calls[mid] = first
                 self._root_handles.append(module.register_forward_pre_hook(self._root_pre, with_kwargs=True))
@@ -293,11 +295,10 @@ class NanProbe(Probe):
         if self.torch.compiler.is_compiling() or not self.enabled:
             return
         started = time.perf_counter()
-        torch = self.torch
         self._order += 1
+        regions = autocast_state(self.torch) if self.torch._C._is_any_autocast_enabled() else ()
         self.calls[id(module)] = Call(module, args, kwargs, *(self._rng() if self.keep_rng else (None, None)),
-                                      autocast=autocast_state(torch),
-                                      parameterless=not module._parameters and _parameterless(module),
+                                      autocast=regions, parameterless=id(module) in self._loss_modules,
                                       order=self._order)
         self.call_gen[id(module)] = self.backward.calls
         self._spent += time.perf_counter() - started
