@@ -64,7 +64,7 @@ MIB = 2**20
 
 class _Forward:
     __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
-                 "stack", "mode", "module", "backward_site", "updated")
+                 "stack", "mode", "module", "backward_site", "updated", "after_eval")
 
     def __init__(self) -> None:
         self.trained = False
@@ -76,6 +76,7 @@ class _Forward:
         self.module: Any = None  # a weak reference, only for a forward in eval mode
         self.backward_site: tuple[str, int, str] | None = None
         self.updated: bool | None = None  # eval mode only: does the optimizer step that follows update this model
+        self.after_eval = False  # eval mode only: an evaluation-like forward ran since the model was in train mode
 
 
 class ValidationProbe(Probe):
@@ -104,6 +105,8 @@ class ValidationProbe(Probe):
         self.train_mode_models: set[int] = set()
         self.updates: dict[tuple[int, int], bool] = {}
         self.train_sites: set[tuple[str, int]] = set()  # lines whose forwards trained in train mode
+        self.eval_forwards_waiting = False  # an eval-mode forward with grad since the last backward
+        self.since_eval: set[int] = set()  # models with an evaluation-like forward since their last train-mode one
         self.last_eval_stack: dict[int, Any] = {}
         self.measure_left = self.measure_forwards
         self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
@@ -170,9 +173,18 @@ class ValidationProbe(Probe):
         if not module.training:
             rec.mode = False
             rec.module = weakref.ref(module)
+        else:
+            self.since_eval.discard(rec.model)
         rec.train = sum(1 for m in rec.droppers[1] if m.training)
         frame = sys._getframe(4)
         rec.site = self._site(frame)
+        if not rec.mode:
+            self.eval_forwards_waiting = rec.grad
+            # An evaluation-like forward (no grad, or from a line that never trained in train mode) since the model
+            # last ran in train mode: training forwards in eval mode after it resume after an evaluation.
+            if not rec.grad or rec.site is None or rec.site[:2] not in self.train_sites:
+                self.since_eval.add(rec.model)
+            rec.after_eval = rec.model in self.since_eval
         rec.step = self.step
         if not rec.train and rec.droppers[0] and rec.model in self.trained_in_train_mode \
                 and rec.model not in self.not_restored_reported:
@@ -208,9 +220,13 @@ class ValidationProbe(Probe):
         """A backward right after a forward trains it (the usual loop: forward, loss, backward)."""
         if self.last is not None:
             self.last[0].trained = True
-            if not self.last[0].mode:
-                self.last[0].backward_site = self._site(sys._getframe(3))
             self.last = None
+        if self.eval_forwards_waiting:  # forwards made in eval mode since the last backward: where it ran
+            self.eval_forwards_waiting = False
+            site = self._site(sys._getframe(3))
+            for rec in self.pending[-16:]:
+                if not rec.mode and rec.backward_site is None and rec.graph:
+                    rec.backward_site = site
 
     def _settle_last(self) -> None:
         """Another forward before any backward: let the graph itself say whether a backward reaches it.
@@ -285,7 +301,7 @@ class ValidationProbe(Probe):
         rec.updated = module is not None and self._updates(module, optimizer)
         if rec.model not in self.train_mode_models or rec.module is None:
             return  # a model that never trained in train mode: trained in eval mode on purpose, or one phase only
-        if rec.site is None or rec.site[:2] in self.train_sites:
+        if rec.after_eval and rec.site is not None and rec.site[:2] in self.train_sites:
             return  # the training loop's own forward, left in eval mode by an evaluation: model.train() not restored
         if not rec.updated:
             return  # a frozen model in eval mode inside another model's loss (a GAN's discriminator)

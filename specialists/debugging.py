@@ -441,11 +441,11 @@ def eval_mode_missing(case: Case) -> Advice:
 
 @SPECIALIST.handles("backward-in-validation")
 def backward_in_validation(case: Case) -> Advice:
-    steps = case.num("eval_mode_steps")
+    steps = case.num("eval_mode_forwards")
     where = case.at("The evaluation loop")
     facts = f"{where} runs backward and optimizer.step() on batches it evaluates with the model in eval mode"
     if steps is not None:
-        facts += f" ({count(steps, 'optimizer step')} in eval mode between training phases)"
+        facts += f" ({count(steps, 'forward pass', 'forward passes')} in eval mode whose gradients were applied)"
     facts += ": the model trains on the validation set, and the validation loss is no longer a held-out measure."
     return Advice(
         facts,

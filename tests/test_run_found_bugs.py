@@ -189,5 +189,18 @@ def test_a_validation_loop_that_steps_the_optimizer_is_backward_in_validation(tm
     assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "            loss.backward()")
     values = found[0]["evidence"][0]["values"]
-    assert values["eval_mode_steps"] == 12 and values["phases"] == 4 and values["first_step"] == 6, values
+    assert values["eval_mode_forwards"] == 12 and values["phases"] == 4 and values["first_step"] == 6, values
     assert not result.symptoms("eval-mode-missing")  # training did come back to train mode each epoch
+
+
+def test_backward_in_a_validation_pass_that_shares_the_training_function_is_found(tmp_path_factory, validate_report):
+    # the Annotated Transformer's shape: run_epoch and its loss computation serve both phases; validation calls
+    # backward too and the next training step applies those gradients
+    result = shared_run(tmp_path_factory, "eval-phase-shared", "eval_phase_steps.py", "--fail-on", "never",
+                        "--", "shared")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("backward-in-validation")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "        loss.backward()")
+    assert found[0]["location"]["function"] == "run_epoch"
+    assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] == 9

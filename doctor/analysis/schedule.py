@@ -237,7 +237,7 @@ def _collapsed(run: RunEvidence, rank: int, created: dict[str, Any], state: dict
                where: Any, base: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
     """A decaying schedule (a period, no planned length) stepped after every optimizer step whose learning rate
     was spent early: it fell below `collapse_ratio` of its start within the first `collapse_within` of the run
-    and stayed there. A StepLR sized in epochs (step_size = epochs // 2) stepped per batch does that; an
+    (six decades of decay: an iteration-sized StepLR takes two or three) and stayed there. A StepLR sized in epochs (step_size = epochs // 2) stepped per batch does that; an
     iteration-sized one decays across the whole run."""
     kind = created["scheduler"]
     steps = int(state.get("steps") or 0)
@@ -246,7 +246,7 @@ def _collapsed(run: RunEvidence, rank: int, created: dict[str, Any], state: dict
         return None
     ratio = float(lim.get("collapse_ratio", 1e-6))
     spent = next((i for i, v in enumerate(curve) if v < ratio * curve[0]), None)
-    if spent is None or spent > float(lim.get("collapse_within", 0.5)) * steps:
+    if spent is None or spent > float(lim.get("collapse_within", 0.8)) * steps:
         return None
     config = created.get("config") or {}
     shape = ", ".join(f"{key}={config[key]}" for key in ("step_size", "gamma") if config.get(key) is not None)

@@ -62,14 +62,15 @@ def _eval_phase_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Ana
         return set()
     last = events[-1]
     steps = int(last.get("steps") or 0)
-    if steps < int(lim.get("min_eval_mode_steps", 2)):
+    if steps < int(lim.get("min_eval_mode_forwards", 2)):
         return set()
     backward = last.get("backward_site")
-    text = (f"{plural(steps, 'optimizer step')} of {last.get('model')} ran on forwards made after model.eval(), "
-            f"first at step {int(last.get('first_step') or 0) + 1}, and training then went on in train mode "
-            f"({plural(int(last.get('phases') or 1), 'evaluation phase')}): the evaluation loop runs backward and "
-            "optimizer.step() on its batches, so the model trains on the validation data")
-    values = {"eval_mode_steps": steps, "model": last.get("model"), "phases": last.get("phases"),
+    text = (f"{plural(steps, 'forward pass', 'forward passes')} of {last.get('model')} made after model.eval() were "
+            f"backpropagated into gradients an optimizer step applied (first at step "
+            f"{int(last.get('first_step') or 0) + 1}), and training then went on in train mode "
+            f"({plural(int(last.get('phases') or 1), 'evaluation phase')}): the evaluation code runs backward on its "
+            "batches, so the model trains on the validation data")
+    values = {"eval_mode_forwards": steps, "model": last.get("model"), "phases": last.get("phases"),
               "first_step": last.get("first_step")}
     out.symptoms.append(
         run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values,
