@@ -204,3 +204,13 @@ def test_backward_in_a_validation_pass_that_shares_the_training_function_is_foun
     assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "        loss.backward()")
     assert found[0]["location"]["function"] == "run_epoch"
     assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] == 9
+
+
+def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "hang-with-logger", "hang_with_logger.py", "--hang-timeout", "3",
+                        "--timeout", "60")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert result.run["stopped"] == "hang" and result.run["steps_completed"] == 3
+    hang = result.symptoms("hang")
+    assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("hang_with_logger.py", "lock.acquire()  #")
+    assert "status: alive" in result.stderr  # the logger did write all along
