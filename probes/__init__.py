@@ -147,7 +147,7 @@ PROBES: dict[str, ProbeInfo] = {
             analysis="torchdoctor.analysis.distributed",
             measures="DDP checks in every torchrun rank: DistributedSampler epochs, parameters without gradients, "
             "torch.save on every rank, gradient syncs per optimizer step, .expand() of parameters, per-rank step "
-            "times; inert without torchrun",
+            "times, a parameter checksum per rank on sampled steps; inert without torchrun",
             cost="~1.5 µs per DDP forward and ~0.3 µs per step; the first DDP forward is watched once (a few µs "
             "per operator); nothing in a single-process run",
         ),

@@ -235,3 +235,20 @@ def test_the_same_list_holding_graphs_is_memory_growth(tmp_path_factory, validat
     found = result.symptoms("memory-growth")
     assert len(found) == 1 and found[0]["location"]["line"] == line_of("loss_history.py", "losses.append(loss if")
     assert found[0]["evidence"][0]["values"]["holds_graph"], found[0]["evidence"][0]
+
+
+@pytest.mark.distributed
+def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, validate_report):
+    result = dist_run(tmp_path_factory, "sync-off-nosync", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", "nosync")
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    assert "ddp-ranks-diverged" not in ids(result), result.report["symptoms"]
+    # the replicas were compared, and equal: every rank's step records carry the same checksums
+    from torchdoctor.analysis.evidence import read_events
+
+    sums = {rank: {e["step"]: e["distributed"]["checksum"] for e in events
+                   if e.get("kind") == "step" and "checksum" in (e.get("distributed") or {})}
+            for rank, events in read_events(result.run_dir).items()}
+    assert set(sums) == {0, 1} and len(sums[0]) >= 4 and sums[0] == sums[1], sums

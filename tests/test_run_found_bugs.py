@@ -214,3 +214,21 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
     hang = result.symptoms("hang")
     assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("hang_with_logger.py", "lock.acquire()  #")
     assert "status: alive" in result.stderr  # the logger did write all along
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"), ("unwrapped", "loss.backward()")])
+def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_path_factory, validate_report, how,
+                                                                           text):
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"sync-off-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
+    assert values["checksum_spread"] > 0
+    assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
