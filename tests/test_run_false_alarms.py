@@ -252,3 +252,12 @@ def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, 
                    if e.get("kind") == "step" and "checksum" in (e.get("distributed") or {})}
             for rank, events in read_events(result.run_dir).items()}
     assert set(sums) == {0, 1} and len(sums[0]) >= 4 and sums[0] == sums[1], sums
+
+
+@pytest.mark.parametrize("how", ["resume", "pretrained"])
+def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 10
+    assert "resume-optimizer-state-missing" not in ids(result), result.report["symptoms"]

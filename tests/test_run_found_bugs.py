@@ -232,3 +232,18 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
     assert values["checksum_spread"] > 0
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
+
+
+@pytest.mark.parametrize(("how", "text", "severity"), [
+    ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
+    ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
+])
+def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factory, validate_report, how, text,
+                                                                 severity):
+    result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("resume-optimizer-state-missing")
+    assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
+    assert found[0]["evidence"][0]["values"]["how"] == ("replaced" if how == "replaced" else "never-loaded")
