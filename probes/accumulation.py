@@ -94,7 +94,7 @@ class AccumulationProbe(Probe):
         # Gradients never cleared between optimizer steps: (parameter, its grad tensor, the grad's version) noted
         # after each primary step; a candidate when the next backward finds them untouched, confirmed at the
         # next step if no zero_grad() covering the optimizer ran in between.
-        self.stale_watch: list[tuple[weakref.ref, Any, int]] = []
+        self.stale_watch: list[tuple[weakref.ref, weakref.ref, int]] = []
         self.stale_candidate: dict[str, Any] | None = None  # the site of the backward that added into old grads
         self.zeroed_since_step: list[Any] = []  # zero_grad owners since the primary optimizer's last step
         self.stale_steps = 0
@@ -246,8 +246,8 @@ class AccumulationProbe(Probe):
     def _stale_at_backward(self) -> None:
         """The first backward since the primary step: are the gradients that step applied still there?"""
         watch, self.stale_watch = self.stale_watch, []
-        for ref, grad, version in watch:
-            param = ref()
+        for ref, grad_ref, version in watch:
+            param, grad = ref(), grad_ref()
             current = getattr(param, "grad", None) if param is not None else None
             # The same tensor, untouched since the step (zero_() bumps the version; grad = None replaces it),
             # and not zero (`p.grad.data.zero_()` bypasses the version counter): this backward adds into it.
@@ -270,7 +270,8 @@ class AccumulationProbe(Probe):
             for param in (params[0], params[-1]) if params else ():
                 grad = param.grad
                 if grad is not None:
-                    picked.append((weakref.ref(param), grad, grad._version))
+                    # weak: a gradient the script drops (zero_grad's set_to_none) must be freed, not kept by us
+                    picked.append((weakref.ref(param), weakref.ref(grad), grad._version))
             if len(picked) >= 2:
                 break
         self.stale_watch = picked
