@@ -118,6 +118,39 @@ class DistributedProbe(Probe):
         self._reset_step()
         return fields
 
+    def _watch_unwrap(self, ddp_class: Any) -> None:
+        """The first `ddp.module` the user's code reads (a trainer that keeps the inner model and never calls the
+        wrapper): where it was taken. DDP's own reads are library frames; the watch ends after it or after
+        `unwrap_watch_reads` reads, restoring the class as it was."""
+        import sys
+
+        from torchdoctor.probes.userframes import is_library_file
+
+        probe = self
+        owned = "__getattr__" in vars(ddp_class)
+        original = ddp_class.__getattr__
+        left = [int(self.options.get("unwrap_watch_reads", 256))]
+
+        def stop() -> None:
+            if owned:
+                ddp_class.__getattr__ = original
+            elif "__getattr__" in vars(ddp_class):
+                del ddp_class.__getattr__
+
+        def __getattr__(ddp: Any, name: str) -> Any:  # noqa: N807 - the method it wraps
+            if name == "module":
+                left[0] -= 1
+                frame = sys._getframe(1)
+                if not is_library_file(frame.f_code.co_filename):
+                    probe.emit("ddp-unwrapped", site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                                                      "function": frame.f_code.co_name})
+                    left[0] = 0
+                if left[0] <= 0:
+                    stop()
+            return original(ddp, name)
+
+        ddp_class.__getattr__ = transparent(__getattr__)
+
     def _backward(self, tensors: Any) -> None:
         """While no all-reduce happened this step (and events are still wanted): where this backward runs."""
         if (not self.syncs or self.tail_unsynced) and self.unsynced_sent < self.max_unsynced and self.models \
@@ -212,6 +245,8 @@ class DistributedProbe(Probe):
         transparent(type(self)._watched_forward)  # it calls the original forward for the first few
 
     def _ddp_created(self, ddp: Any) -> None:
+        if not self.models:
+            self._watch_unwrap(type(ddp))
         self.models.append(weakref.ref(ddp))
         module = ddp.module
         self.emit(

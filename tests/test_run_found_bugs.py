@@ -217,7 +217,8 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"), ("unwrapped", "loss.backward()")])
+@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
+                                           ("unwrapped", "net = model.module if")])
 def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_path_factory, validate_report, how,
                                                                            text):
     from tests.test_run_distributed import dist_run

@@ -583,8 +583,13 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         event = unsynced[rank][0]
         values.update(unsynced_steps=len(unsynced[rank]), first_unsynced_step=event.get("at_step"),
                       micro_steps=event.get("micro"))
+        unwrapped = run.of_kind("ddp-unwrapped", PROBE, rank)
         if not event.get("micro"):
             how = "no forward through the DDP wrapper at all (the model used unwrapped)"
+            if unwrapped:
+                taken = unwrapped[0]["site"]
+                how += f"; the script takes `.module` at line {taken.get('line')} (in {taken.get('function')})"
+                event = {**event, "site": taken}  # where the wrapper was left behind
         elif event.get("syncs"):
             how = (f"of its {event.get('micro')} micro-steps, the last ran with gradient synchronisation off, after "
                    "the all-reduce: its gradient stayed local")
