@@ -5,9 +5,11 @@ shows as a `LogSoftmaxBackward0` (under an `NllLossBackward0`). When what
 reached it was already a probability — the output of a softmax, or `exp` of a
 log_softmax — the loss takes a second softmax: its gradient is squashed and
 training stalls. `nll_loss` straight on a softmax (no log at all) is the same
-mistake. Only shape-only ops (view, reshape, permute, slicing…) may sit in
-between: anything that computes on the probabilities first (a mixture, a
-temperature) is the script's own business.
+mistake. Only shape-only ops (view, reshape, permute, slicing…) and products
+with a constant matrix (attention weights over the support set's one-hot
+labels, as matching networks compute class probabilities) may sit in
+between: anything else that computes on the probabilities first (a learned
+mixture, a temperature) is the script's own business.
 
 `find_double_softmax(root)` walks the first `MAX_NODES` nodes from the root,
 breadth first (the loss's own ops sit next to the root; the model's thousands
@@ -34,20 +36,26 @@ SHAPE_ONLY = {
     "SelectBackward0", "CloneBackward0", "ToCopyBackward0", "ExpandBackward0", "IndexBackward0",
     "ContiguousBackward0", "FlattenBackward0",
 }
+CONSTANT_MIXING = {"BmmBackward0", "MmBackward0"}
 PROBABILITY = {"SoftmaxBackward0"}
 LOGITS_LOSSES = {"LogSoftmaxBackward0"}
 NLL = {"NllLossBackward0", "NllLoss2DBackward0", "NllLossNdBackward0"}
 
 
 def _source(node: Any) -> Any:
-    """Through shape-only ops, the node that computed what `node` consumes (its first input)."""
+    """Through shape-only ops, and products with a constant (a distribution weighting one-hot labels stays a
+    distribution: matching/prototype classifiers), the node that computed what `node` consumes."""
     for _ in range(8):
         nexts = [n for n, _ in getattr(node, "next_functions", ()) if n is not None]
         if not nexts:
             return None
         node = nexts[0]
-        if node.name() not in SHAPE_ONLY:
-            return node
+        name = node.name()
+        if name in SHAPE_ONLY:
+            continue
+        if name in CONSTANT_MIXING and sum(n is not None for n, _ in node.next_functions) == 1:
+            continue  # the other operand carries no graph: a constant matrix, such as the support set's labels
+        return node
     return None
 
 

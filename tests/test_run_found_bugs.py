@@ -128,6 +128,7 @@ def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tm
 @pytest.mark.parametrize(("shape", "text", "function"), [
     ("module", "loss = criterion(model(x), y) if shape", "<module>"),
     ("criterion", "proba = torch.softmax(scores, dim=-1)", "matching_loss"),
+    ("labels", "weights = F.softmax(scores, dim=1)", "label_attention"),
 ])
 def test_probabilities_into_cross_entropy_are_softmax_before_loss_at_the_softmax(tmp_path_factory, validate_report,
                                                                                  shape, text, function):
