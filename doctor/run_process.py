@@ -16,8 +16,10 @@ workers and, under torchrun, to every rank: lifetime.py):
   the grace period;
 - --timeout, and the watchdog (no progress for --hang-timeout seconds: no
   optimizer step, no forward of a tracked model, no backward — the ranks'
-  heartbeat counters, probes/heartbeat.py — and no output from the script's
-  main process (its bytes written, /proc/<pid>/io);
+  heartbeat counters, probes/heartbeat.py — and no output from the main
+  thread of the script's main process (its bytes written,
+  /proc/<pid>/task/<pid>/io: a logger thread printing on while the main
+  thread is stuck is no progress);
   before the first step, counted from the start, at least the start-up
   allowance `[run] startup_timeout_s`, since imports, data preparation and a
   first compiled step are slow but not hung; and not while the script has

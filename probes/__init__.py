@@ -63,7 +63,8 @@ PROBES: dict[str, ProbeInfo] = {
             name="data",
             instrument="torchdoctor.probes.data:DataProbe",
             analysis="torchdoctor.analysis.data",
-            measures="each DataLoader's settings and call site, and the time each step waits for its batches",
+            measures="each DataLoader's settings and call site, and the time each step waits for its batches; "
+            "loaders with workers built again every epoch",
             cost="~1 µs per batch (a wrapper around the loader iterator's __next__)",
         ),
         ProbeInfo(
@@ -104,7 +105,8 @@ PROBES: dict[str, ProbeInfo] = {
             instrument="torchdoctor.probes.accumulation:AccumulationProbe",
             analysis="torchdoctor.analysis.accumulation",
             measures="backward passes per optimizer step, the constant the loss is divided by, gradient norms "
-            "after one and after all micro-steps, micro-steps thrown away or left over",
+            "after one and after all micro-steps, micro-steps thrown away or left over, gradients never cleared "
+            "between optimizer steps",
             cost="< 1 µs per backward and per step; a loss-graph walk on sampled backwards, a norm on 3 steps",
         ),
         ProbeInfo(
@@ -136,7 +138,7 @@ PROBES: dict[str, ProbeInfo] = {
             instrument="torchdoctor.probes.gradflow:GradflowProbe",
             analysis="torchdoctor.analysis.gradflow",
             measures="parameters no gradient reaches (frozen, cut off by .detach()/.numpy(), never used, in no "
-            "optimizer) and a loss that stays exactly constant",
+            "optimizer), a loss that stays exactly constant, probabilities fed to a loss that takes logits",
             cost="< 1 µs per backward, ~0.1 µs per parameter on checked steps; one localising forward if needed",
         ),
         ProbeInfo(
@@ -145,7 +147,7 @@ PROBES: dict[str, ProbeInfo] = {
             analysis="torchdoctor.analysis.distributed",
             measures="DDP checks in every torchrun rank: DistributedSampler epochs, parameters without gradients, "
             "torch.save on every rank, gradient syncs per optimizer step, .expand() of parameters, per-rank step "
-            "times; inert without torchrun",
+            "times, a parameter checksum per rank on sampled steps; inert without torchrun",
             cost="~1.5 µs per DDP forward and ~0.3 µs per step; the first DDP forward is watched once (a few µs "
             "per operator); nothing in a single-process run",
         ),

@@ -21,6 +21,12 @@ Measures
   backward passes since the last optimizer step are pending: those
   gradients are thrown away; and backward passes still pending when the
   script finishes;
+- gradients never cleared: after each optimizer step of the primary
+  optimizer a few of its parameters' `.grad` tensors are noted (the tensor
+  and its version counter); when the next backward starts with those very
+  tensors unchanged and non-zero (no `zero_grad()`, no `grad = None`, no
+  in-place zeroing) and the next step applies them with no `zero_grad()`
+  in between, that step summed the previous steps' gradients into its own;
 - top-level forwards per window (probes/forwards.py): accumulation runs one
   forward per micro-step, while two losses of one forward backpropagated
   one after the other (`loss_a.backward(); loss_b.backward()`) do not;
@@ -38,6 +44,9 @@ classified in doctor/analysis/accumulation.py)
   micro-steps and the loss reaching backward is not divided by about k:
   the accumulated gradient is `gradient_scale` = k × factor ≥
   `max_gradient_scale` times the mean gradient of the effective batch;
+- missing-zero-grad: steps whose first backward added into the gradient
+  the previous step had already applied (counted in the summary as
+  `stale_steps` of `stale_checked`; judged in the analysis);
 - partial-accumulation-dropped: micro-steps thrown away by zero_grad,
   left pending at the end of the script, or a trailing partial window
   merged into the next step (the step after it accumulates k + r).
@@ -78,8 +87,23 @@ class AccumulationProbe(Probe):
         self.window_zeroed: list[tuple[Any, dict[str, Any] | None]] = []  # (the zeroing owner, its site)
         self.window_hist: dict[int, int] = {}
         self.window_retained = False  # a backward of the window kept its graph for another one
+        self.window_version: int | None = None  # a parameter's version at the window's first backward
+        self.window_moved = False  # the parameters changed in place within the window (SAM's two steps)
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
         self.zero_site: dict[str, Any] | None = None
+        # Gradients never cleared between optimizer steps: (parameter, its grad tensor, the grad's version) noted
+        # after each primary step; a candidate when the next backward finds them untouched, confirmed at the
+        # next step if no zero_grad() covering the optimizer ran in between.
+        self.stale_watch: list[tuple[weakref.ref, weakref.ref, int]] = []
+        self.stale_candidate: dict[str, Any] | None = None  # the site of the backward that added into old grads
+        self.zeroed_since_step: list[Any] = []  # zero_grad owners since the primary optimizer's last step
+        self.stale_steps = 0
+        self.stale_checked = 0
+        self.stale_sampled = False  # the last step noted gradients for the next one to check
+        self.stale_site: dict[str, Any] | None = None
+        self.stale_limit = int(opt.get("stale_steps_limit", 8))  # enough evidence: stop looking
+        self.stale_dense = int(opt.get("stale_dense_steps", 32))  # every step at first, then every stale_every-th
+        self.stale_every = int(opt.get("stale_every", 8))
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         self.backwards = 0
@@ -113,6 +137,9 @@ class AccumulationProbe(Probe):
 
     def _any_step_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.stepping += 1
+        if self.window_version is not None and not self.stepping - 1:
+            moved = self._param_version() != self.window_version
+            self.window_moved = self.window_moved or moved
 
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
@@ -144,11 +171,14 @@ class AccumulationProbe(Probe):
             return
         zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
         retained = self.window_retained
+        moved, self.window_moved, self.window_version = self.window_moved, False, None
         self.window = 0
         self.window_retained = False
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
-        if n >= 2 and len(zeroed) >= n - 1 and not retained:  # retained: one graph's losses read one by one
+        # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
+        # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
+        if n >= 2 and len(zeroed) >= n - 1 and not retained and not moved:
             self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
             if self.zero_site is None:
                 self.zero_site = zeroed[0]
@@ -157,6 +187,8 @@ class AccumulationProbe(Probe):
         probe = self
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
+            if len(probe.zeroed_since_step) < 8:
+                probe.zeroed_since_step.append(owner)
             if probe.micro and probe.enabled:
                 site = probe._dropped(probe.micro, "zero_grad")
                 # Which gradients it zeroed: an optimizer's (counted only if that optimizer steps next) or a
@@ -185,7 +217,11 @@ class AccumulationProbe(Probe):
         self.forwards += 1
 
     def _backward(self, tensors: Any) -> None:
+        if self.stale_watch and not self.micro and not self.stepping:
+            self._stale_at_backward()
         self.micro += 1
+        if not self.window and self.params:
+            self.window_version = self._param_version()
         self.window += 1
         if self.backwards_watch.retain_graph:
             self.window_retained = True
@@ -201,6 +237,61 @@ class AccumulationProbe(Probe):
                     self.factors.append(factor)
                     if self.factor_site is None:
                         self.factor_site = here()
+
+    def _param_version(self) -> int | None:
+        """The version counter of the primary optimizer's first parameter: every in-place update bumps it."""
+        param = self.params[0]() if self.params else None
+        return param._version if param is not None else None
+
+    def _stale_at_backward(self) -> None:
+        """The first backward since the primary step: are the gradients that step applied still there?"""
+        watch, self.stale_watch = self.stale_watch, []
+        for ref, grad_ref, version in watch:
+            param, grad = ref(), grad_ref()
+            current = getattr(param, "grad", None) if param is not None else None
+            # The same tensor, untouched since the step (zero_() bumps the version; grad = None replaces it),
+            # and not zero (`p.grad.data.zero_()` bypasses the version counter): this backward adds into it.
+            if current is None or current is not grad or current._version != version:
+                return
+            if not bool(current.detach().reshape(-1)[:256].any()):
+                return
+        if watch:
+            self.stale_candidate = here() or {}
+
+    def _note_gradients(self, optimizer: Any) -> None:
+        """After a primary step: the grad tensors (and versions) of a few of its parameters, for the next backward."""
+        self.stale_candidate = None
+        self.zeroed_since_step = []
+        if self.stale_steps >= self.stale_limit or (self.step > self.stale_dense and self.step % self.stale_every):
+            return  # a missing zero_grad() repeats every step: a sample of the steps finds it
+        picked = []
+        for group in optimizer.param_groups:
+            params = group["params"]
+            for param in (params[0], params[-1]) if params else ():
+                grad = param.grad
+                if grad is not None:
+                    # weak: a gradient the script drops (zero_grad's set_to_none) must be freed, not kept by us
+                    picked.append((weakref.ref(param), weakref.ref(grad), grad._version))
+            if len(picked) >= 2:
+                break
+        self.stale_watch = picked
+        self.stale_sampled = bool(picked)
+
+    def _stale_at_step(self, optimizer: Any) -> None:
+        """The primary optimizer is about to step: did its first backward add into the last step's gradients?"""
+        candidate, self.stale_candidate = self.stale_candidate, None
+        self.stale_watch = []
+        if not self.stale_sampled or self.stale_steps >= self.stale_limit:
+            return
+        self.stale_sampled = False
+        self.stale_checked += 1
+        if candidate is None:
+            return
+        if any(o is optimizer or _covers(o, optimizer) for o in self.zeroed_since_step):
+            return  # zeroed after that backward (a GAN's other loss came first): not stale
+        self.stale_steps += 1
+        if self.stale_site is None:
+            self.stale_site = candidate or None
 
     def _loss_factor(self, root: Any) -> float | None:
         """The product of the constants the loss was multiplied by on its way to backward."""
@@ -250,17 +341,24 @@ class AccumulationProbe(Probe):
         self.window = 0
         self.window_retained = False
         self.window_zeroed = []
+        self.window_version, self.window_moved = None, False
 
     def before_step(self, step: int, optimizer: Any) -> None:
         """The primary optimizer is about to step: the gradient it will apply is complete."""
         if not self.params:
             self.params = [weakref.ref(p) for g in optimizer.param_groups for p in g["params"]]
+        if self.step:  # the first step has no earlier gradients to keep
+            self._stale_at_step(optimizer)
         k = self.micro
         if self.first_norm is not None and k >= 2:
             total = self._grad_norm()
             if total is not None and self.first_norm > 0:
                 self.norms.append({"micro_steps": k, "first_norm": self.first_norm, "accumulated_norm": total})
         self.first_norm = None
+
+    def after_step(self, step: int, optimizer: Any) -> None:
+        self._note_gradients(optimizer)
+        return None
 
     def _summary(self, kind: str, reason: str | None) -> None:
         self.emit(
@@ -280,12 +378,27 @@ class AccumulationProbe(Probe):
             windows={str(k): v for k, v in sorted(self.window_hist.items())},
             zeroed_windows={str(k): v for k, v in sorted(self.zeroed_hist.items())},
             zero_site=self.zero_site,
+            stale_steps=self.stale_steps,
+            stale_checked=self.stale_checked,
+            stale_site=self.stale_site,
         )
 
     def finish(self, reason: str) -> None:
         if self.micro and reason == "completed" and self.hist:
             self._dropped(self.micro, "end")
         self._summary("accumulation-summary", reason)
+
+
+def _covers(owner: Any, optimizer: Any) -> bool:
+    """A zero_grad() owner (a model, or another optimizer) zeroed some of the parameters `optimizer` steps."""
+    groups = getattr(owner, "param_groups", None)
+    if groups is None:
+        return _shares_parameters(owner, optimizer)
+    try:
+        stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        return any(id(p) in stepped for g in groups for p in g["params"])
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _shares_parameters(module: Any, optimizer: Any) -> bool:

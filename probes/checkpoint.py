@@ -89,6 +89,15 @@ class CheckpointProbe(Probe):
                 cls.__init__ = self._wrap_init(cls.__dict__["__init__"], self.schedulers)
         scaler = grad_scaler.GradScaler
         scaler.load_state_dict = self._wrap_restore(scaler.load_state_dict, "scaler")
+        # A resume that leaves the stepping optimizer empty: optimizers restored with state (and the user's stack
+        # there), optimizers built after such a restore (with their stack), and loaded files holding optimizer
+        # state next to weights a model then took; judged once, at the first optimizer step.
+        self.restored: list[tuple[weakref.ref, str, list[tuple[str, int, str, Any]]]] = []
+        self.built_after: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.loaded_optimizer_state: dict[str, Any] | None = None  # the first load holding optimizer state
+        self.model_restore_site: dict[str, Any] | None = None
+        self.resume_checked = False
+        torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.events < self.max_events:
@@ -274,6 +283,8 @@ class CheckpointProbe(Probe):
             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
         )
         self._emit("load", **described)
+        if "optimizer" in described["holds"] and "model" in described["holds"] and self.loaded_optimizer_state is None:
+            self.loaded_optimizer_state = {"site": described["site"], "file": described["file"]}
 
     # -- load_state_dict ---------------------------------------------------------------------------
 
@@ -299,6 +310,8 @@ class CheckpointProbe(Probe):
         missing = list(getattr(result, "missing_keys", []) or [])
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         total = len(state_dict) if isinstance(state_dict, Mapping) else None
+        if self.loaded_optimizer_state is not None and self.model_restore_site is None and not self.step:
+            self.model_restore_site = here()
         self._emit(
             "load-state-dict",
             what="model",
@@ -335,9 +348,78 @@ class CheckpointProbe(Probe):
 
     def _restored(self, what: str, obj: Any) -> None:
         self._emit("load-state-dict", what=what, type=type(obj).__name__, site=here(), at_step=self.step)
+        if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
+            self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
+
+    def _wrap_optimizer_init(self, original: Any) -> Any:
+        probe = self
+
+        def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            original(optimizer, *args, **kwargs)
+            if probe.restored and not probe.resume_checked:  # only once a restore happened: nothing otherwise
+                try:
+                    probe.built_after[optimizer] = _user_stack()
+                except TypeError:
+                    pass
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        __init__.__doc__ = original.__doc__
+        return transparent(__init__)
+
+    def before_step(self, step: int, optimizer: Any) -> None:
+        if self.resume_checked:
+            return
+        self.resume_checked = True
+        if getattr(optimizer, "state", None):
+            return  # the stepping optimizer holds state: restored, or nothing to judge
+        # a restored optimizer that is gone (garbage once replaced) is not the stepping one either
+        restored = [(kind, stack) for ref, kind, stack in self.restored if ref() is not optimizer]
+        if restored:
+            kind, stack = restored[-1]
+            built = self.built_after.get(optimizer)
+            self._emit("resume-optimizer-empty", how="replaced", restored_type=kind,
+                       stepping_type=type(optimizer).__name__, restored_site=_as_site(stack),
+                       built_site=_as_site(_shared_call(stack, built) or (built or [])), at_step=step)
+        elif self.loaded_optimizer_state is not None and self.model_restore_site is not None:
+            self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
+                       load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
+                       model_site=self.model_restore_site, at_step=step)
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _user_stack(limit: int = 24) -> list[tuple[str, int, str, Any]]:
+    """The user's frames here, outermost first: (path, line, function, code object)."""
+    from torchdoctor.probes.userframes import is_library_file
+
+    out = []
+    frame = sys._getframe(2)
+    while frame is not None and len(out) < limit:
+        code = frame.f_code
+        if not is_library_file(code.co_filename):
+            out.append((code.co_filename, frame.f_lineno, code.co_name, code))
+        frame = frame.f_back
+    return list(reversed(out))
+
+
+def _shared_call(restore: list[Any], built: list[Any] | None) -> list[Any] | None:
+    """Where the optimizer that steps was built, seen from the function that restored the other one: the frame
+    of the construction's stack in that function (`set_parameters(...)` called after `load_state_dict`)."""
+    if not built:
+        return None
+    functions = {frame[3] for frame in restore}
+    for frame in reversed(built):
+        if frame[3] in functions:
+            return [frame]
+    return None
+
+
+def _as_site(stack: list[Any]) -> dict[str, Any] | None:
+    if not stack:
+        return None
+    path, line, function, _ = stack[-1]
+    return {"path": path, "line": line, "function": function}
 
 
 def _mapping_kind(value: Mapping, torch: Any) -> str | None:

@@ -69,7 +69,14 @@ class DistributedProbe(Probe):
         self.expands = 0
         self.setup_sent = False
         self.forward_site_sent = False
+        # Ranks that drift apart: a checksum of a few parameters after steps 1, 2, 4, … 64, then every 64th,
+        # compared across ranks afterwards; and the steps no gradient all-reduce reached, with their backward.
+        self.next_checksum = 1
+        self.max_unsynced = int(self.options.get("max_unsynced_events", 4))
+        self.unsynced_sent = 0
         self._reset_step()
+        from torchdoctor.probes.patches import backward_watch
+        backward_watch(torch).subscribe(self, self._backward)
         self._wrap_sampler()
         self._wrap_ddp()
         self._wrap_save()
@@ -79,6 +86,8 @@ class DistributedProbe(Probe):
     def _reset_step(self) -> None:
         self.micro = 0
         self.syncs = 0
+        self.tail_unsynced = False  # a DDP forward with sync off came after the step's last synchronised one
+        self.backward_site: dict[str, Any] | None = None
         self.local_s: float | None = None
         self.step_end = time.perf_counter()
 
@@ -96,8 +105,58 @@ class DistributedProbe(Probe):
             fields = {"micro": self.micro, "syncs": self.syncs}
             if self.local_s is not None:
                 fields["local_ms"] = round(self.local_s * 1e3, 3)
+            if (not self.syncs or self.tail_unsynced) and self.unsynced_sent < self.max_unsynced:
+                # A step whose gradients no DDP all-reduce touched: this rank applies its own gradient only.
+                self.unsynced_sent += 1
+                self.emit("ddp-unsynced-step", at_step=step, micro=self.micro, syncs=self.syncs,
+                          site=self.backward_site)
+        if step == self.next_checksum:
+            self.next_checksum = step * 2 if step < 64 else step + 64
+            checksum = _checksum(optimizer)
+            if checksum is not None:
+                fields = {**(fields or {}), "checksum": checksum}
         self._reset_step()
         return fields
+
+    def _watch_unwrap(self, ddp_class: Any) -> None:
+        """The first `ddp.module` the user's code reads (a trainer that keeps the inner model and never calls the
+        wrapper): where it was taken. DDP's own reads are library frames; the watch ends after it or after
+        `unwrap_watch_reads` reads, restoring the class as it was."""
+        import sys
+
+        from torchdoctor.probes.userframes import is_library_file
+
+        probe = self
+        owned = "__getattr__" in vars(ddp_class)
+        original = ddp_class.__getattr__
+        left = [int(self.options.get("unwrap_watch_reads", 256))]
+
+        def stop() -> None:
+            if owned:
+                ddp_class.__getattr__ = original
+            elif "__getattr__" in vars(ddp_class):
+                del ddp_class.__getattr__
+
+        def __getattr__(ddp: Any, name: str) -> Any:  # noqa: N807 - the method it wraps
+            if name == "module":
+                left[0] -= 1
+                frame = sys._getframe(1)
+                if not is_library_file(frame.f_code.co_filename):
+                    probe.emit("ddp-unwrapped", site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                                                      "function": frame.f_code.co_name})
+                    left[0] = 0
+                if left[0] <= 0:
+                    stop()
+            return original(ddp, name)
+
+        ddp_class.__getattr__ = transparent(__getattr__)
+
+    def _backward(self, tensors: Any) -> None:
+        """While no all-reduce happened this step (and events are still wanted): where this backward runs."""
+        if (not self.syncs or self.tail_unsynced) and self.unsynced_sent < self.max_unsynced and self.models \
+                and self.session.step < 64:
+            from torchdoctor.probes.sites import here
+            self.backward_site = here()
 
     def _send_setup(self) -> None:
         self.setup_sent = True
@@ -168,6 +227,9 @@ class DistributedProbe(Probe):
                 probe.micro += 1
                 if ddp.require_backward_grad_sync:
                     probe.syncs += 1
+                    probe.tail_unsynced = False
+                else:
+                    probe.tail_unsynced = True  # this micro-step's gradient reaches no all-reduce unless one follows
                 if not probe.forward_site_sent:
                     probe._forward_site()
             if probe.expand_left > 0:
@@ -183,6 +245,8 @@ class DistributedProbe(Probe):
         transparent(type(self)._watched_forward)  # it calls the original forward for the first few
 
     def _ddp_created(self, ddp: Any) -> None:
+        if not self.models:
+            self._watch_unwrap(type(ddp))
         self.models.append(weakref.ref(ddp))
         module = ddp.module
         self.emit(
@@ -287,6 +351,21 @@ def _owner_forward(module: Any, parameter: str) -> dict[str, Any]:
     except (OSError, TypeError):
         return {}
     return {"path": path, "line": line, "function": f"{type(owner).__name__}.forward"}
+
+
+def _checksum(optimizer: Any) -> float | None:
+    """The sum of the first 1024 values of the optimizer's first and last parameters, in float64: identical on
+    every rank while DDP keeps the replicas in step (one host transfer on a GPU, on sampled steps only)."""
+    try:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if not params:
+            return None
+        picked = {id(p): p for p in (params[0], params[-1])}.values()
+        with torch.no_grad():
+            total = sum(p.detach().reshape(-1)[:1024].double().sum() for p in picked)
+        return float(total)
+    except Exception:  # noqa: BLE001 - a sharded or meta parameter: no checksum
+        return None
 
 
 def _env_int(name: str, default: int) -> int:

@@ -47,6 +47,7 @@ from typing import Any
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.forwards import forward_watch
+from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
 from torchdoctor.probes.patches import backward_watch, user_site
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import as_dict, here
@@ -78,6 +79,13 @@ class GradflowProbe(Probe):
         self.backwards = 0
         self.loss: dict[str, Any] = {"samples": 0, "equal": True, "first": None, "last": None}
         self.loss_site: dict[str, Any] | None = None
+        # probabilities into a logits loss (probes/lossgraph.py): graphs checked on the first backwards and
+        # every softmax_every-th; once seen, one step with the softmax calls watched names the line
+        self.softmax_samples = int(opt.get("softmax_samples", 4))
+        self.softmax_every = int(opt.get("softmax_every", 100))
+        self.softmax_sites = SoftmaxSites(torch)
+        self.softmax_pending: dict[str, Any] | None = None
+        self.softmax_done = False
         self.watch = forward_watch(torch, self)
         self.watch.subscribe(self, self._forward_start, self._forward_end)
         self.scalers = scaler_watch(torch)
@@ -93,6 +101,9 @@ class GradflowProbe(Probe):
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
         n = self.backwards
+        if (n <= self.softmax_samples or not n % self.softmax_every or self.softmax_sites.armed) \
+                and not self.softmax_done:
+            self._softmax_check(tensors)
         if n > self.dense_loss and n % self.loss_every:
             return
         root = tensors if isinstance(tensors, self.torch.Tensor) else None
@@ -111,6 +122,30 @@ class GradflowProbe(Probe):
         loss["last"] = value
         loss["samples"] += 1
         loss["last_step"] = self.step
+
+    def _softmax_check(self, tensors: Any) -> None:
+        """A loss graph where a softmax's probabilities reach log_softmax / nll_loss: then one step to find its line."""
+        root = tensors if isinstance(tensors, self.torch.Tensor) else (tensors[0] if isinstance(tensors, (list, tuple))
+                                                                       and tensors else None)
+        sites = self.softmax_sites
+        found = find_double_softmax(root) if isinstance(root, self.torch.Tensor) else None
+        if sites.armed:
+            sites.disarm()
+            made = sites.site_of(found[0]) if found else None
+            sites.clear()
+            if self.softmax_pending is not None:
+                self._softmax_found(made)
+            return
+        if found is not None:
+            self.softmax_pending = {"loss_op": found[1], "made_by": found[0].name(), "backward_site": here(),
+                                    "at_step": self.step + 1}
+            sites.arm()  # the next step's softmax calls say where they were made
+
+    def _softmax_found(self, made: dict[str, Any] | None) -> None:
+        pending, self.softmax_pending = self.softmax_pending, None
+        self.softmax_done = True
+        if pending is not None:
+            self.emit("softmax-before-loss", site=made, **pending)
 
     # -- gradients ------------------------------------------------------------------------------------
 
@@ -262,6 +297,9 @@ class GradflowProbe(Probe):
     # -- the end ----------------------------------------------------------------------------------------
 
     def finish(self, reason: str) -> None:
+        if self.softmax_sites.armed:  # the script ended within the watched step
+            self.softmax_sites.disarm()
+            self._softmax_found(None)
         if not self.classified and self.checks:
             self.classified = True
             self._classify()

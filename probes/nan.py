@@ -86,6 +86,7 @@ from torchdoctor.probes.base import Probe
 from torchdoctor.probes.models import ModelMap, is_compiled
 from torchdoctor.probes.nanlocate import (
     Call,
+    autocast_state,
     finite,
     locate_backward,
     locate_forward,
@@ -155,6 +156,8 @@ class NanProbe(Probe):
         self._root_handles: list[Any] = []
         self._global_handles: list[Any] = []
         self._first_seen = 0
+        self._order = 0  # top-level calls so far: a replay runs them in the script's order
+        self._loss_modules: set[int] = set()  # ids of the parameterless top-level modules whose calls are kept
         self.first_calls_limit = int(opt.get("first_calls_limit", 256))
         self._first_calls: dict[int, Call] = {}
         self._first_order: list[int] = []
@@ -206,7 +209,9 @@ class NanProbe(Probe):
 
     def _first_pre(self, module: Any, args: Any) -> None:
         if self._depth == 0 and self.enabled:
-            self._first_calls[id(module)] = Call(module, (), {}, *self._rng())
+            self._order += 1
+            regions = autocast_state(self.torch) if self.torch._C._is_any_autocast_enabled() else ()
+            self._first_calls[id(module)] = Call(module, (), {}, *self._rng(), autocast=regions, order=self._order)
             self._first_seen += 1
             if self._first_seen > self.first_calls_limit:  # no backward in sight (inference, data prep)
                 self._drop_global_hooks()
@@ -263,6 +268,18 @@ class NanProbe(Probe):
             if first is not None:
                 self.calls[id(root)] = first
             self._root_handles.append(root.register_forward_pre_hook(self._root_pre, with_kwargs=True))
+        # Loss modules (called at the top level, no parameters of their own): a log(0) in a criterion is
+        # found by replaying it on the outputs the model really produced.
+        if not compiled:
+            for mid, first in self._first_calls.items():
+                module = first.module
+                if mid in self.calls or not _parameterless(module) or len(self._root_handles) >= 64:
+                    continue
+                first.parameterless = True
+                self._loss_modules.add(mid)
+                if first.args is not None:
+                    self.calls[mid] = first
+                self._root_handles.append(module.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         self.keep_rng = any(_stochastic(self.torch, m) for root in self.names.roots for m in root.modules())
         self._first_calls = {}
         self.emit(
@@ -278,12 +295,17 @@ class NanProbe(Probe):
         if self.torch.compiler.is_compiling() or not self.enabled:
             return
         started = time.perf_counter()
-        self.calls[id(module)] = Call(module, args, kwargs, *(self._rng() if self.keep_rng else (None, None)))
+        self._order += 1
+        regions = autocast_state(self.torch) if self.torch._C._is_any_autocast_enabled() else ()
+        self.calls[id(module)] = Call(module, args, kwargs, *(self._rng() if self.keep_rng else (None, None)),
+                                      autocast=regions, parameterless=id(module) in self._loss_modules,
+                                      order=self._order)
         self.call_gen[id(module)] = self.backward.calls
         self._spent += time.perf_counter() - started
 
     def _current_calls(self, generation: int) -> list[Call]:
-        return [c for mid, c in self.calls.items() if self.call_gen.get(mid) == generation and c.args is not None]
+        found = [c for mid, c in self.calls.items() if self.call_gen.get(mid) == generation and c.args is not None]
+        return sorted(found, key=lambda c: c.order)
 
     # -- the loss --------------------------------------------------------------------------------
 
@@ -344,6 +366,9 @@ class NanProbe(Probe):
                 found = {"module": None, "unlocalised": f"replay failed: {type(exc).__name__}: {exc}"[:300]}
         if found.get("phase") == "input":
             found.update(self._batch_field())
+        regions = sorted({f"{str(dtype).replace('torch.', '')} on {device}" for c in calls for device, dtype in c.autocast})
+        if regions:
+            found["autocast"] = ", ".join(regions)
         event: dict[str, Any] = {"what": what, "at_step": step, **found, **extra}
         if site is not None and what == "loss":
             event["backward_path"], event["backward_line"], event["backward_function"] = site
@@ -656,6 +681,14 @@ class NanProbe(Probe):
             step_ms=round(self._step_s * 1e3, 3),
             models=self.names.root_labels if self.names else [],
         )
+
+
+def _parameterless(module: Any) -> bool:
+    """A module with no parameters anywhere inside it: a loss or a metric, not a model."""
+    try:
+        return next(iter(module.parameters()), None) is None
+    except Exception:  # noqa: BLE001 - a half-built module
+        return False
 
 
 def _stochastic(torch: Any, module: Any) -> bool:

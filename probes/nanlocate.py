@@ -37,6 +37,7 @@ to anomaly mode).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -58,6 +59,24 @@ class Call:
     kwargs: dict
     cpu_rng: Any = None
     cuda_rng: Any = None
+    # (device type, dtype) of each autocast region the call ran in: a float16 overflow happens only there
+    autocast: tuple[tuple[str, Any], ...] = ()
+    # a module without parameters called on the model's outputs (a loss module): its inputs come from the
+    # step itself, so they are replayed through it but never blamed as the batch
+    parameterless: bool = False
+    order: int = 0  # when it was called in the step: replays run in the script's order
+
+
+def autocast_state(torch: Any) -> tuple[tuple[str, Any], ...]:
+    """The autocast regions in force right now, as (device type, dtype) pairs."""
+    found = []
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                found.append((device, torch.get_autocast_dtype(device)))
+        except (AttributeError, RuntimeError, TypeError):  # an older torch without the per-device queries
+            continue
+    return tuple(found)
 
 
 def tensors_in(obj: Any, torch: Any, path: str = "", limit: int = MAX_TENSORS) -> list[tuple[str, Any]]:
@@ -246,8 +265,11 @@ class Replay:
                     if call.cuda_rng is not None and devices:
                         torch.cuda.set_rng_state_all(call.cuda_rng)
                     grad = torch.enable_grad() if with_grad else torch.no_grad()
-                    with grad, unwatched(), _ops_mode(torch, recorder):
-                        out = inner(*call.args, **call.kwargs)
+                    with grad, unwatched(), contextlib.ExitStack() as regions:
+                        for device, dtype in call.autocast:  # the regions the real call ran in
+                            regions.enter_context(torch.autocast(device, dtype=dtype))
+                        with _ops_mode(torch, recorder):
+                            out = inner(*call.args, **call.kwargs)
                     outputs.append((call, out))
                 finally:
                     for h in handles:
@@ -266,6 +288,8 @@ _REPLAY_CODE = Replay.run.__code__
 def check_inputs(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any] | None:
     """The first non-finite float input of a top-level module, if any."""
     for call in calls:
+        if call.parameterless:
+            continue  # its inputs are the model's outputs: the replay decides
         for where, t in tensors_in(call.args, torch, "args") + tensors_in(call.kwargs, torch, "kwargs"):
             if not finite(t):
                 return {

@@ -64,7 +64,7 @@ MIB = 2**20
 
 class _Forward:
     __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
-                 "stack")
+                 "stack", "mode", "module", "backward_site", "updated", "after_eval")
 
     def __init__(self) -> None:
         self.trained = False
@@ -72,6 +72,11 @@ class _Forward:
         self.waited = False  # kept past one optimizer step for a backward that may still come (several optimizers)
         self.saved: dict[int, int] | None = None
         self.stack: tuple[tuple[Any, int], ...] | None = None
+        self.mode = True  # the model's own .training flag at the forward (model.eval() clears it)
+        self.module: Any = None  # a weak reference, only for a forward in eval mode
+        self.backward_site: tuple[str, int, str] | None = None
+        self.updated: bool | None = None  # eval mode only: does the optimizer step that follows update this model
+        self.after_eval = False  # eval mode only: an evaluation-like forward ran since the model was in train mode
 
 
 class ValidationProbe(Probe):
@@ -93,6 +98,15 @@ class ValidationProbe(Probe):
         self.trained_in_train_mode: set[int] = set()
         self.not_restored_reported: set[int] = set()
         self.last_eval_site: dict[int, Any] = {}
+        # Optimizer steps on forwards run after model.eval() by a model that also trains in train mode, per
+        # model: an evaluation phase that trains (backward and step on validation batches) — judged once the
+        # script has switched back to train mode, which a model merely left in eval mode never does.
+        self.eval_steps: dict[int, dict[str, Any]] = {}
+        self.train_mode_models: set[int] = set()
+        self.updates: dict[tuple[int, int], bool] = {}
+        self.train_sites: set[tuple[str, int]] = set()  # lines whose forwards trained in train mode
+        self.eval_forwards_waiting = False  # an eval-mode forward with grad since the last backward
+        self.since_eval: set[int] = set()  # models with an evaluation-like forward since their last train-mode one
         self.last_eval_stack: dict[int, Any] = {}
         self.measure_left = self.measure_forwards
         self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
@@ -156,9 +170,21 @@ class ValidationProbe(Probe):
         rec.name = type(module).__name__
         rec.grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         rec.droppers = self._droppers_of(module)
+        if not module.training:
+            rec.mode = False
+            rec.module = weakref.ref(module)
+        else:
+            self.since_eval.discard(rec.model)
         rec.train = sum(1 for m in rec.droppers[1] if m.training)
         frame = sys._getframe(4)
         rec.site = self._site(frame)
+        if not rec.mode:
+            self.eval_forwards_waiting = rec.grad
+            # An evaluation-like forward (no grad, or from a line that never trained in train mode) since the model
+            # last ran in train mode: training forwards in eval mode after it resume after an evaluation.
+            if not rec.grad or rec.site is None or rec.site[:2] not in self.train_sites:
+                self.since_eval.add(rec.model)
+            rec.after_eval = rec.model in self.since_eval
         rec.step = self.step
         if not rec.train and rec.droppers[0] and rec.model in self.trained_in_train_mode \
                 and rec.model not in self.not_restored_reported:
@@ -195,6 +221,12 @@ class ValidationProbe(Probe):
         if self.last is not None:
             self.last[0].trained = True
             self.last = None
+        if self.eval_forwards_waiting:  # forwards made in eval mode since the last backward: where it ran
+            self.eval_forwards_waiting = False
+            site = self._site(sys._getframe(3))
+            for rec in self.pending[-16:]:
+                if not rec.mode and rec.backward_site is None and rec.graph:
+                    rec.backward_site = site
 
     def _settle_last(self) -> None:
         """Another forward before any backward: let the graph itself say whether a backward reaches it.
@@ -244,10 +276,56 @@ class ValidationProbe(Probe):
             # after the generator's step). Its pre-hook still marks it trained then; a graph nobody holds is freed.
             ready = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             waiting = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
+            for rec in ready:
+                if rec.trained:
+                    self._mode_of_step(rec, optimizer)
             for rec in waiting:
                 rec.waited = True
             self._classify(ready)
             self.pending = waiting
+
+    def _mode_of_step(self, rec: _Forward, optimizer: Any) -> None:
+        """A trained forward at an optimizer step: in train mode, or in eval mode for parameters this step updates."""
+        phase = self.eval_steps.get(rec.model)
+        if rec.mode:
+            self.train_mode_models.add(rec.model)
+            if rec.site is not None and len(self.train_sites) < 64:
+                self.train_sites.add(rec.site[:2])
+            if phase is not None and phase["in_eval"]:
+                phase["in_eval"] = False  # the script switched the model back to train mode and trained on
+                phase["returned"] = True
+                if phase["steps"] >= 2 and phase["phases"] == 1:
+                    self._emit("eval-mode-steps", **phase)
+            return
+        module = rec.module() if rec.module is not None else None
+        rec.updated = module is not None and self._updates(module, optimizer)
+        if rec.model not in self.train_mode_models or rec.module is None:
+            return  # a model that never trained in train mode: trained in eval mode on purpose, or one phase only
+        if rec.after_eval and rec.site is not None and rec.site[:2] in self.train_sites:
+            return  # the training loop's own forward, left in eval mode by an evaluation: model.train() not restored
+        if not rec.updated:
+            return  # a frozen model in eval mode inside another model's loss (a GAN's discriminator)
+        if phase is None:
+            phase = self.eval_steps[rec.model] = {
+                "model": rec.name, "site": as_dict(rec.site), "backward_site": as_dict(rec.backward_site),
+                "first_step": rec.step, "steps": 0, "returned": False, "phases": 0, "in_eval": False,
+            }
+        if not phase["in_eval"]:
+            phase["in_eval"] = True
+            phase["phases"] += 1
+        phase["steps"] += 1
+        phase["last_step"] = rec.step
+
+    def _updates(self, module: Any, optimizer: Any) -> bool:
+        """The optimizer holds the module's first parameter: this step updates that model (cached per pair)."""
+        key = (id(module), id(optimizer))
+        found = self.updates.get(key)
+        if found is None:
+            first = next(iter(module.parameters()), None)
+            found = first is not None and any(p is first for g in optimizer.param_groups for p in g["params"])
+            if len(self.updates) < 64:
+                self.updates[key] = found
+        return found
 
     def _classify(self, records: list[_Forward]) -> None:
         for rec in records:
@@ -272,6 +350,10 @@ class ValidationProbe(Probe):
         if rec.train:
             self.trained_in_train_mode.add(rec.model)
             return
+        if rec.updated is False:
+            return  # a model in eval mode inside another model's loss (a GAN's critic): this step does not train it
+        if rec.model not in self.last_eval_site:
+            return  # no evaluation ran before: eval mode chosen for training itself (frozen batch norm), not left over
         if rec.model in self.trained_in_train_mode and rec.model not in self.not_restored_reported:
             self.not_restored_reported.add(rec.model)
             self._emit(
@@ -328,6 +410,9 @@ class ValidationProbe(Probe):
                 self.pending = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             self._classify(self.pending)
             self.pending = []
+        for phase in self.eval_steps.values():
+            if phase["returned"]:
+                self._emit("eval-mode-steps", **phase)  # the final counts
         self.emit(
             "validation-summary",
             groups=list(self.groups.values())[:50],

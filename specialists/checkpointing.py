@@ -508,6 +508,39 @@ def save_all_ranks(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("resume-optimizer-state-missing")
+def resume_optimizer_missing(case: Case) -> Advice:
+    how = case.text("how")
+    where = case.at("The resume code")
+    if how == "replaced":
+        facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
+                 "one: the optimizer that steps starts empty.")
+    else:
+        facts = (f"{where} restores the weights from a checkpoint that also holds optimizer state, which is never "
+                 "loaded: the optimizer that steps starts empty.")
+    facts += " Adam's moments and step count (SGD's momentum) restart, so the first updates after the resume differ."
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Build the optimizer once, then load its state into that same object",
+                snippet=(
+                    "optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+                    "if checkpoint is not None:\n"
+                    "    model.load_state_dict(checkpoint['model'])\n"
+                    "    optimizer.load_state_dict(checkpoint['optimizer'])\n"
+                    "# no second optimizer after this point"
+                ),
+                why="load_state_dict fills the object it is called on; an optimizer built afterwards knows nothing "
+                "of it.",
+                verify="`len(optimizer.state)` is non-zero before the first step after the resume.",
+                location=case.location,
+            )
+        ],
+        [f"`{case.run_cmd('checkpoint')}` records what each load restored."],
+    )
+
+
 @SPECIALIST.general
 def general(case: Case) -> Advice:
     symptom = case.symptom.title[:1].lower() + case.symptom.title[1:]

@@ -439,6 +439,37 @@ def eval_mode_missing(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("backward-in-validation")
+def backward_in_validation(case: Case) -> Advice:
+    steps = case.num("eval_mode_forwards")
+    where = case.at("The evaluation loop")
+    facts = f"{where} runs backward and optimizer.step() on batches it evaluates with the model in eval mode"
+    if steps is not None:
+        facts += f" ({count(steps, 'forward pass', 'forward passes')} in eval mode whose gradients were applied)"
+    facts += ": the model trains on the validation set, and the validation loss is no longer a held-out measure."
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Evaluate without backward, step or zero_grad",
+                snippet=(
+                    "model.eval()\n"
+                    "with torch.no_grad():\n"
+                    "    for data, target in val_loader:\n"
+                    "        loss = criterion(model(data), target)\n"
+                    "        running_loss += loss.item()\n"
+                    "model.train()"
+                ),
+                why="Only the training loop may call loss.backward() and optimizer.step(); under no_grad the "
+                "evaluation cannot build a graph to step on by mistake.",
+                verify="The optimizer's step count per epoch equals the number of training batches.",
+                location=case.location,
+            ),
+        ],
+        [f"`{case.check_cmd(case.rule_code('TD6'))}` reads the validation loops statically."],
+    )
+
+
 @SPECIALIST.handles("inplace-modification")
 def inplace(case: Case) -> Advice:
     op = case.text("grad_fn", "op")

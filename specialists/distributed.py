@@ -408,6 +408,36 @@ def accumulation_no_sync(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("ddp-ranks-diverged")
+def ranks_diverged(case: Case) -> Advice:
+    step = case.num("diverged_at_step")
+    unsynced = case.num("unsynced_steps")
+    facts = "The DDP replicas no longer hold the same parameters"
+    if step is not None:
+        facts += f" (they differ after step {step:.0f})"
+    if unsynced is not None:
+        facts += f"; {count(unsynced, 'optimizer step')} applied a gradient no all-reduce had reached"
+    where = case.at()
+    if where:
+        facts += f", the last backward before such a step at {where}"
+    facts += ". Each rank now trains its own model, and what rank 0 saves is one of them."
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Run every micro-step through the DDP wrapper; skip the all-reduce only with no_sync()",
+                snippet=_NO_SYNC,
+                why="DDP decides at the forward whether that backward all-reduces: the wrapper must be called "
+                "(not `model.module`), and `require_backward_grad_sync` set before the forward, not after it. "
+                "no_sync() on all but the last micro-step does both right.",
+                verify="The ranks' parameter checksums stay equal (`torchdoctor run --nproc-per-node 2` compares them).",
+                location=case.location,
+            )
+        ],
+        [f"`{case.run_cmd('distributed', extra='--nproc-per-node 2 --steps 20')}` compares the ranks' parameters."],
+    )
+
+
 @SPECIALIST.handles("grad-sync-misplaced")
 def grad_sync_misplaced(case: Case) -> Advice:
     where = case.at("The micro-step loop")

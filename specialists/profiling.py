@@ -166,6 +166,39 @@ def dataloader_bound(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("dataloader-rebuilt")
+def dataloader_rebuilt(case: Case) -> Advice:
+    built = case.num("constructions")
+    start = case.num("first_batch_ms_median")
+    facts = f"A DataLoader is constructed again and again at {case.at('one line')}"
+    if built is not None:
+        facts += f" ({built:.0f} times)"
+    facts += ": every construction starts new worker processes and refills their prefetch queue"
+    if start is not None:
+        facts += f", {ms(start)} before its first batch each time"
+    facts += "."
+    return Advice(
+        facts,
+        [
+            Fix(
+                title="Build each loader once, before the epoch loop",
+                snippet=(
+                    "train_loader = DataLoader(train_ds, batch_size=32, shuffle=True, num_workers=4,\n"
+                    "                          persistent_workers=True)\n"
+                    "for epoch in range(epochs):\n"
+                    "    for x, y in train_loader:   # shuffle=True reshuffles every pass\n"
+                    "        ..."
+                ),
+                why="A DataLoader is reusable: iterating it again starts a new epoch (with a new shuffle). "
+                "persistent_workers=True then keeps its workers alive between epochs.",
+                verify="The first batch of each epoch comes as fast as the others.",
+                location=case.location,
+            )
+        ],
+        [_profile_step(case)],
+    )
+
+
 @SPECIALIST.handles("host-sync")
 def host_sync(case: Case) -> Advice:
     syncs = case.num("syncs_per_step")

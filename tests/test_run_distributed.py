@@ -25,7 +25,8 @@ from torchdoctor.analysis.evidence import read_events
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 DISTRIBUTED_IDS = {"ddp-hang", "collective-mismatch", "rank-crashed", "unused-parameters", "sampler-epoch-not-set",
-                   "save-on-all-ranks", "accumulation-without-no-sync", "expand-in-forward", "straggler", "nccl-error"}
+                   "save-on-all-ranks", "accumulation-without-no-sync", "expand-in-forward", "straggler", "nccl-error",
+                   "ddp-ranks-diverged"}
 
 
 def _fixture_hashes() -> dict[str, str]:

@@ -136,3 +136,128 @@ def test_a_parameterless_metric_on_the_loss_is_not_evaluation_without_no_grad(tm
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 20
     assert "eval-without-no-grad" not in ids(result), result.report["symptoms"]
+
+
+# -- gradients cleared by hand, or zeroed by another loss's optimizer first ---------------------------
+
+
+@pytest.mark.parametrize("how", ["none", "data", "after"])
+def test_gradients_cleared_by_hand_are_no_missing_zero_grad(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"zeroed-by-hand-{how}", "zeroed_by_hand.py", "--fail-on", "warning",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 20
+    assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
+
+
+def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_factory, validate_report):
+    # opt_g steps, then the discriminator's backward runs while the generator's gradients are still there;
+    # opt_g.zero_grad() clears them before the generator's own backward.
+    result = shared_run(tmp_path_factory, "gan-stale-order", "gan_two_optimizers.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
+
+
+def test_a_loss_module_with_a_guarded_log_on_saturated_scores_is_finite(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-module-log-eps", "loss_module_log.py", "--fail-on", "warning",
+                        "--", "eps")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert not {"nan-loss", "nonfinite-grad", "nonfinite-input"} & set(ids(result)), result.report["symptoms"]
+
+
+def test_distillation_soft_targets_and_log_of_softmax_are_no_softmax_before_loss(tmp_path_factory,
+                                                                                  validate_report):
+    result = shared_run(tmp_path_factory, "softmax-healthy-losses", "softmax_healthy_losses.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 12
+    assert "softmax-before-loss" not in ids(result), result.report["symptoms"]
+    assert not [s for s in result.report["symptoms"] if s["severity"] in ("warning", "error")], ids(result)
+
+
+def test_an_iteration_sized_steplr_stepped_per_batch_is_healthy(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "steplr-iterations", "steplr_per_batch.py", "--fail-on", "warning",
+                        "--", "iterations")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "scheduler-granularity" not in ids(result), result.report["symptoms"]
+
+
+@pytest.mark.parametrize("how", ["once", "inline"])
+def test_loaders_built_once_or_without_workers_are_not_rebuilt(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"loader-{how}", "loader_per_epoch.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 16
+    assert "dataloader-rebuilt" not in ids(result), result.report["symptoms"]
+
+
+@pytest.mark.parametrize("how", ["gan", "freeze"])
+def test_eval_mode_on_purpose_is_neither_validation_training_nor_train_not_restored(tmp_path_factory,
+                                                                                     validate_report, how):
+    # gan: the critic runs in eval mode inside the generator's loss; freeze: the last epochs train in eval mode
+    # (frozen dropout/batch norm) without any evaluation before.
+    result = shared_run(tmp_path_factory, f"eval-phase-{how}", "eval_phase_steps.py", "--fail-on", "warning",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 24
+    assert not {"backward-in-validation", "eval-mode-missing"} & set(ids(result)), result.report["symptoms"]
+
+
+def test_a_training_loop_left_in_eval_mode_is_not_backward_in_validation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "train-not-restored-not-bv", "train_not_restored_call.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "eval-mode-missing" in ids(result) and "backward-in-validation" not in ids(result), ids(result)
+
+
+def test_sams_two_steps_are_not_zero_grad_between_micro_steps(tmp_path_factory, validate_report):
+    # first_step reads the gradient, moves the weights and zeroes; the second backward is taken at other weights
+    result = shared_run(tmp_path_factory, "sam-two-steps", "sam_two_steps.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 40
+    assert result.run["measurements"]["accumulation"]["backwards"] == 80
+    assert not {"zero-grad-every-micro-step", "partial-accumulation-dropped"} & set(ids(result)), ids(result)
+
+
+# -- a history of detached losses is a few bytes a step, not a leak --------------------------------
+
+
+def test_a_list_of_detached_losses_is_no_memory_growth(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-history-detach", "loss_history.py", "--fail-on", "warning",
+                        "--", "detach")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 120
+    assert "memory-growth" not in ids(result), result.report["symptoms"]
+
+
+def test_the_same_list_holding_graphs_is_memory_growth(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loss-history-graph", "loss_history.py", "--fail-on", "never",
+                        "--", "graph")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("memory-growth")
+    assert len(found) == 1 and found[0]["location"]["line"] == line_of("loss_history.py", "losses.append(loss if")
+    assert found[0]["evidence"][0]["values"]["holds_graph"], found[0]["evidence"][0]
+
+
+@pytest.mark.distributed
+def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, validate_report):
+    result = dist_run(tmp_path_factory, "sync-off-nosync", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", "nosync")
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    assert "ddp-ranks-diverged" not in ids(result), result.report["symptoms"]
+    # the replicas were compared, and equal: every rank's step records carry the same checksums
+    from torchdoctor.analysis.evidence import read_events
+
+    sums = {rank: {e["step"]: e["distributed"]["checksum"] for e in events
+                   if e.get("kind") == "step" and "checksum" in (e.get("distributed") or {})}
+            for rank, events in read_events(result.run_dir).items()}
+    assert set(sums) == {0, 1} and len(sums[0]) >= 4 and sums[0] == sums[1], sums
+
+
+@pytest.mark.parametrize("how", ["resume", "pretrained"])
+def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_path_factory, validate_report, how):
+    result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 10
+    assert "resume-optimizer-state-missing" not in ids(result), result.report["symptoms"]

@@ -89,3 +89,163 @@ def test_a_list_of_dicts_of_detached_values_keeps_no_graph(tmp_path_factory, val
                         "detached")
     assert_sound(result, validate_report, exitcodes.OK)
     assert not result.symptoms("memory-growth"), result.report["symptoms"]
+
+
+def test_gradients_never_cleared_are_missing_zero_grad_at_the_backward(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "never-zeroed", "never_zeroed.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("missing-zero-grad")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("never_zeroed.py", "loss.backward()")
+    assert found[0]["location"]["function"] == "train"
+    values = found[0]["evidence"][0]["values"]
+    assert values["stale_steps"] >= 2 and values["stale_steps"] == values["steps_checked"], values
+
+
+def test_log_of_zero_inside_a_loss_module_is_named_at_its_line(tmp_path_factory, validate_report):
+    # The criterion is a module without parameters called on the model's output: the replay runs it too.
+    result = shared_run(tmp_path_factory, "loss-module-log", "loss_module_log.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("loss_module_log.py", "* torch.log(p_t)).mean()")
+    assert found[0]["location"]["function"] == "forward"
+    assert found[0]["evidence"][0]["values"]["op"] == "torch.log"
+    assert "loss computation itself" not in found[0]["evidence"][0]["summary"]
+
+
+def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "fp16-overflow-linear", "fp16_overflow_linear.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    evidence = found[0]["evidence"][0]
+    assert evidence["values"]["first_bad_module"] == "model.0", evidence
+    assert evidence["values"]["autocast"] == "float16 on cpu"
+    assert "float16 autocast" in evidence["summary"] and "loss computation itself" not in evidence["summary"]
+
+
+@pytest.mark.parametrize(("shape", "text", "function"), [
+    ("module", "loss = criterion(model(x), y) if shape", "<module>"),
+    ("criterion", "proba = torch.softmax(scores, dim=-1)", "matching_loss"),
+    ("labels", "weights = F.softmax(scores, dim=1)", "label_attention"),
+])
+def test_probabilities_into_cross_entropy_are_softmax_before_loss_at_the_softmax(tmp_path_factory, validate_report,
+                                                                                 shape, text, function):
+    result = shared_run(tmp_path_factory, f"softmax-into-ce-{shape}", "softmax_into_ce.py", "--fail-on", "error",
+                        "--", shape)
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("softmax-before-loss")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("softmax_into_ce.py", text)
+    assert found[0]["location"]["function"] == function
+    assert found[0]["evidence"][0]["values"]["loss_op"] == "log_softmax"
+
+
+def test_the_softmax_watch_leaves_torch_as_it_found_it():
+    import torch
+    import torch.nn.functional as F
+
+    from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
+
+    before = (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor))
+    sites = SoftmaxSites(torch)
+    sites.arm()
+    scores = torch.randn(3, 4, requires_grad=True)
+    proba = scores.softmax(-1)
+    loss = F.cross_entropy(proba, torch.tensor([0, 1, 2]))
+    sites.disarm()
+    node, op = find_double_softmax(loss)
+    assert op == "log_softmax" and sites.site_of(node)["function"] == "test_the_softmax_watch_leaves_torch_as_it_found_it"
+    assert (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor)) == before
+    assert find_double_softmax(F.cross_entropy(scores, torch.tensor([0, 1, 2]))) is None
+
+
+def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "steplr-per-batch", "steplr_per_batch.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("scheduler-granularity")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("steplr_per_batch.py", "        scheduler.step()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["stepped_per"] == "batch" and values["steps_taken"] == 80, values
+    assert values["lr_spent_at_step"] == 28 and values["lr_final"] < 1e-20, values
+
+
+def test_a_loader_with_workers_built_every_epoch_is_dataloader_rebuilt(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "loader-per-epoch", "loader_per_epoch.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("dataloader-rebuilt")
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("loader_per_epoch.py", "else DataLoader(data, batch_size=16")
+    values = found[0]["evidence"][0]["values"]
+    assert values["constructions"] == 8 and values["num_workers"] == 1, values
+    assert values["built_at_steps"] == [0, 4, 8, 12, 16] and values["first_batch_ms_total"] > 0, values
+
+
+def test_a_validation_loop_that_steps_the_optimizer_is_backward_in_validation(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "eval-phase-valstep", "eval_phase_steps.py", "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("backward-in-validation")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "            loss.backward()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["eval_mode_forwards"] == 12 and values["phases"] == 4 and values["first_step"] == 6, values
+    assert not result.symptoms("eval-mode-missing")  # training did come back to train mode each epoch
+
+
+def test_backward_in_a_validation_pass_that_shares_the_training_function_is_found(tmp_path_factory, validate_report):
+    # the Annotated Transformer's shape: run_epoch and its loss computation serve both phases; validation calls
+    # backward too and the next training step applies those gradients
+    result = shared_run(tmp_path_factory, "eval-phase-shared", "eval_phase_steps.py", "--fail-on", "never",
+                        "--", "shared")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("backward-in-validation")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_phase_steps.py", "        loss.backward()")
+    assert found[0]["location"]["function"] == "run_epoch"
+    assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] == 9
+
+
+def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "hang-with-logger", "hang_with_logger.py", "--hang-timeout", "3",
+                        "--timeout", "60")
+    assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)
+    assert result.run["stopped"] == "hang" and result.run["steps_completed"] == 3
+    hang = result.symptoms("hang")
+    assert len(hang) == 1 and hang[0]["location"]["line"] == line_of("hang_with_logger.py", "lock.acquire()  #")
+    assert "status: alive" in result.stderr  # the logger did write all along
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
+                                           ("unwrapped", "net = model.module if")])
+def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_path_factory, validate_report, how,
+                                                                           text):
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"sync-off-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
+    assert values["checksum_spread"] > 0
+    assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
+
+
+@pytest.mark.parametrize(("how", "text", "severity"), [
+    ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
+    ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
+])
+def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factory, validate_report, how, text,
+                                                                 severity):
+    result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("resume-optimizer-state-missing")
+    assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
+    assert found[0]["evidence"][0]["values"]["how"] == ("replaced" if how == "replaced" else "never-loaded")

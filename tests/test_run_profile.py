@@ -81,6 +81,7 @@ def test_many_tiny_ops_are_launch_bound(tiny, validate_report):
     values = symptom["evidence"][0]["values"]
     assert values["kernels_per_step"] >= 450 and values["mean_kernel_us"] <= 15  # 150 layers, fwd + bwd
     assert values["device"] == "cpu"
+    assert symptom["severity"] == "info"  # on a CPU the pace moves with the machine's load: information
     assert not tiny.symptoms("slow-step")
 
 
@@ -90,6 +91,7 @@ def test_python_work_in_the_loop_is_a_slow_step(python_loop, validate_report):
     values = symptom["evidence"][0]["values"]
     assert values["other_fraction"] >= 0.4 and values["other_ms"] >= 5
     assert values["step_ms"] > 0 and values["top_op"].startswith("aten::")
+    assert symptom["severity"] == "info"  # a CPU run: the loop's Python time depends on the machine's load
     assert not python_loop.symptoms("launch-bound") and not python_loop.symptoms("host-sync")
 
 

@@ -32,6 +32,7 @@ def analyse(run: RunEvidence) -> Analysis:
         if rank == 0:
             out.measurements = _measurements(hist, k, state)
         _zeroed_between_micro_steps(run, rank, state, lim, out)
+        _never_zeroed(run, rank, state, lim, out)
         if k < 2:
             continue
         if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
@@ -173,6 +174,21 @@ def _zeroed_between_micro_steps(run: RunEvidence, rank: int, state: dict[str, An
     out.symptoms.append(
         run.symptom("zero-grad-every-micro-step", probe=PROBE, summary=text, values=values,
                     location=location(run, state.get("zero_site")), rank=rank)
+    )
+
+
+def _never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any], out: Analysis) -> None:
+    """Steps whose backward added into the gradients the previous step had applied: nothing cleared them."""
+    stale, checked = int(state.get("stale_steps") or 0), int(state.get("stale_checked") or 0)
+    if stale < int(lim.get("min_stale_steps", 2)) or stale / max(checked, 1) < float(lim.get("min_stale_share", 0.5)):
+        return
+    text = (f"{plural(stale, 'optimizer step')} of the {checked} checked began with a backward that added into the "
+            "very gradients the step before had applied (no zero_grad(), no grad = None in between): every update "
+            "sums the gradients of all earlier batches, so the effective step grows and training drifts")
+    values = {"stale_steps": stale, "steps_checked": checked}
+    out.symptoms.append(
+        run.symptom("missing-zero-grad", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("stale_site")), rank=rank)
     )
 
 

@@ -39,9 +39,39 @@ def analyse(run: RunEvidence) -> Analysis:
         _prefixed(run, rank, saves, out)
         _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
         _mismatch(run, rank, restores, out)
+        _resume_empty(run, rank, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
+
+
+def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A resume whose optimizer starts empty: the restored optimizer is not the one that steps (a new one was
+    built after the restore), or the checkpoint's optimizer state was never loaded while its weights were."""
+    events = run.of_kind("resume-optimizer-empty", PROBE, rank)
+    if not events:
+        return
+    e = events[0]
+    if e.get("how") == "replaced":
+        built = e.get("built_site") or {}
+        text = (f"the {e.get('restored_type')} restored with load_state_dict is not the optimizer that steps: a new "
+                f"{e.get('stepping_type')} was built after the restore"
+                + (f" (line {built.get('line')}, in {built.get('function')})" if built.get("line") else "")
+                + " and took its first step with empty state (Adam's moments, momentum buffers and step count "
+                "start from zero, as in a fresh run)")
+        where = built or e.get("restored_site")
+    else:
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
+                f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "
+                "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
+        where = e.get("model_site") or e.get("load_site")
+    values = {"how": e.get("how"), "stepping_optimizer": e.get("stepping_type"), "step": e.get("at_step")}
+    # A restore thrown away is certain; a checkpoint's optimizer state left unread may be a deliberate fresh start
+    # (fine-tuning from a full training checkpoint): a warning.
+    severity = None if e.get("how") == "replaced" else "warning"
+    out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
+                                    location=location(run, where), step=e.get("at_step"), rank=rank,
+                                    severity=severity))
 
 
 def _script(run: RunEvidence, rank: int) -> str | None:

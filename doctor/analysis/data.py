@@ -140,8 +140,39 @@ def analyse(run: RunEvidence) -> Analysis:
             assert wait is not None
             loader = found.get(wait.loader) if wait.loader is not None else None
             out.symptoms.append(dataloader_symptom(run, rank, wait, lim, PROBE, loader))
+        _rebuilt(run, rank, found, lim, out)
     out.measurements = _measurements(run, lim)
     return out
+
+
+def _rebuilt(run: RunEvidence, rank: int, found: dict[int, dict[str, Any]], lim: dict[str, Any],
+             out: Analysis) -> None:
+    """One line that builds a new DataLoader with workers again and again while training goes on."""
+    sites: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for loader in found.values():
+        if loader.get("path") and loader.get("line") and int(loader.get("num_workers") or 0) > 0:
+            sites.setdefault((loader["path"], int(loader["line"])), []).append(loader)
+    totals = {int(e["index"]): e for e in run.of_kind("dataloader-total", PROBE, rank) if "index" in e}
+    for built in sites.values():
+        points = sorted({int(b.get("step") or 0) for b in built})
+        if len(built) < int(lim.get("min_rebuilds", 3)) or len(points) < int(lim.get("min_rebuild_points", 2)):
+            continue
+        starts = [float(t["first_wait_ms"]) for b in built
+                  if (t := totals.get(int(b["index"]))) and t.get("first_wait_ms") is not None]
+        workers = max(int(b.get("num_workers") or 0) for b in built)
+        values: dict[str, Any] = {"constructions": len(built), "num_workers": workers,
+                                  "built_at_steps": points[:10]}
+        summary = (f"this line built {len(built)} DataLoaders with num_workers={workers} while training went on "
+                   f"(after {', '.join(str(p) for p in points[:6])}{'…' if len(points) > 6 else ''} optimizer "
+                   "steps): each one starts its worker processes from scratch")
+        if starts:
+            values["first_batch_ms_median"] = round(statistics.median(starts), 3)
+            values["first_batch_ms_total"] = round(sum(starts), 3)
+            summary += (f"; their first batch waited {statistics.median(starts):.1f} ms (median; "
+                        f"{sum(starts):.0f} ms in all) for the workers to start")
+        summary += "; build the loader once before the epoch loop (with persistent_workers=True)"
+        out.symptoms.append(run.symptom("dataloader-rebuilt", probe=PROBE, summary=summary, values=values,
+                                        location=loader_location(run, built[0]), rank=rank))
 
 
 def _measurements(run: RunEvidence, lim: dict[str, Any]) -> dict[str, Any]:

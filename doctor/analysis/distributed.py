@@ -94,6 +94,7 @@ def analyse(run: RunEvidence) -> Analysis:
     out.symptoms += _unused_parameters(run, facts)
     out.symptoms += _saves(run, facts)
     out.symptoms += _accumulation(run, facts)
+    out.symptoms += _diverged(run, facts)
     out.symptoms += _expand(run, facts)
     if _peer_stop(run) is not None:
         for rank in run.ranks:
@@ -546,6 +547,62 @@ def _accumulation(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         location=_site(run, site[0]) if site else None,
         summary=f"{syncs:g} of {micro:g} DDP forwards per optimizer step (median over {steps} steps) had gradient "
         "synchronisation on: each one all-reduces every gradient in its backward, where one per step is enough")]
+
+
+def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
+    """Replicas that no longer agree: the ranks' parameter checksums after the same step differ, and the steps
+    whose gradients no all-reduce reached (no synchronised DDP forward since the step before) say why."""
+    lim = run.limits(PROBE)
+    sums: dict[int, dict[int, float]] = {}
+    for rank in run.ranks:
+        for e in run.steps(rank):
+            fields = e.get(PROBE)
+            if isinstance(fields, dict) and isinstance(fields.get("checksum"), (int, float)):
+                sums.setdefault(int(e["step"]), {})[rank] = float(fields["checksum"])
+    tolerance = float(lim.get("checksum_tolerance", 1e-6))
+    compared = [(step, by_rank) for step, by_rank in sorted(sums.items()) if len(by_rank) >= 2]
+    apart = []
+    for step, by_rank in compared:
+        spread = max(by_rank.values()) - min(by_rank.values())
+        if spread > tolerance * max(1.0, max(abs(x) for x in by_rank.values())):
+            apart.append((step, spread))
+    unsynced = {rank: run.of_kind("ddp-unsynced-step", PROBE, rank) for rank in run.ranks}
+    unsynced = {rank: events for rank, events in unsynced.items() if events}
+    if not apart:
+        return []  # replicas measured equal (or never compared): nothing drifted
+    first_step, spread = apart[0]
+    values: dict[str, Any] = {**facts, "diverged_at_step": first_step, "checksum_spread": spread,
+                              "steps_compared": len(compared), "steps_apart": len(apart),
+                              "last_spread": apart[-1][1]}
+    text = (f"the ranks' parameters differ after step {first_step} (a checksum of the same parameters on each rank "
+            f"differs by {spread:.3g}; apart at {len(apart)} of {len(compared)} compared steps)")
+    where = None
+    rank = min(run.ranks)
+    if unsynced:
+        rank = min(unsynced)
+        event = unsynced[rank][0]
+        values.update(unsynced_steps=len(unsynced[rank]), first_unsynced_step=event.get("at_step"),
+                      micro_steps=event.get("micro"))
+        unwrapped = run.of_kind("ddp-unwrapped", PROBE, rank)
+        if not event.get("micro"):
+            how = "no forward through the DDP wrapper at all (the model used unwrapped)"
+            if unwrapped:
+                taken = unwrapped[0]["site"]
+                how += f"; the script takes `.module` at line {taken.get('line')} (in {taken.get('function')})"
+                event = {**event, "site": taken}  # where the wrapper was left behind
+        elif event.get("syncs"):
+            how = (f"of its {event.get('micro')} micro-steps, the last ran with gradient synchronisation off, after "
+                   "the all-reduce: its gradient stayed local")
+        else:
+            how = f"{event.get('micro')} backward passes, none after a DDP forward with gradient synchronisation on"
+        text += (f": optimizer step {event.get('at_step')} applied a gradient no all-reduce had reached ({how}), so "
+                 "each rank stepped on its own gradient")
+        where = _site(run, event["site"]) if event.get("site") else None
+    else:
+        text += ": the gradients were synchronised, so something else made the replicas differ (a rank-dependent "
+        text += "update outside the optimizer, buffers, or a different initialisation)"
+    return [run.symptom("ddp-ranks-diverged", probe=PROBE, rank=rank, values=values, location=where,
+                        step=first_step, summary=text)]
 
 
 def _expand(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:

@@ -55,15 +55,20 @@ def heartbeat_files(run_dir: str | Path) -> dict[int, Path]:
 
 
 def bytes_written(pid: int) -> int | None:
-    """What a process has written so far (`wchar` of /proc/<pid>/io: its output, its files, its pipes);
-    None where /proc does not say."""
-    try:
-        with open(f"/proc/{pid}/io", "rb") as fh:
-            for line in fh:
-                if line.startswith(b"wchar:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    """What a process's main thread has written so far (`wchar` of /proc/<pid>/task/<pid>/io: its output, its
+    files, its pipes); None where /proc does not say.
+
+    The main thread's own counter, not the process's: a logger or progress thread that keeps printing while
+    the main thread is stuck (a deadlock, a collective that never returns) is no training activity. Training
+    in another thread still shows through the heartbeat (its forwards, backwards and steps)."""
+    for path in (f"/proc/{pid}/task/{pid}/io", f"/proc/{pid}/io"):
+        try:
+            with open(path, "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"wchar:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
     return None
 
 

@@ -33,12 +33,37 @@ def analyse(run: RunEvidence) -> Analysis:
                     f"{'has' if params['frozen_count'] == 1 else 'have'} requires_grad=False "
                     f"({', '.join(params['frozen_in_optimizer'][:4])}): frozen on purpose, they cost nothing."
                 )
+        _softmax_before_loss(run, rank, out)
         summary = latest(run, PROBE, "gradflow-summary", rank=rank)
         if summary is not None:
             _constant_loss(run, rank, summary, lim, out)
             if rank == 0:
                 out.measurements = _measurements(params, summary)
     return out
+
+
+def _softmax_before_loss(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A softmax's probabilities reached the log_softmax of cross_entropy (or nll_loss with no log at all)."""
+    events = run.of_kind("softmax-before-loss", PROBE, rank)
+    if not events:
+        return
+    event = events[0]
+    made = "exp(log_softmax(...))" if event.get("made_by") == "ExpBackward0" else "a softmax"
+    if event.get("loss_op") == "nll_loss":
+        text = (f"the loss's nll_loss takes the output of {made} directly: it expects log-probabilities, so the "
+                "loss is -p instead of -log p")
+    else:
+        text = (f"the output of {made} reached the log_softmax inside the loss (cross_entropy applies its own): "
+                "the probabilities are squashed a second time, the gradients shrink and training stalls; "
+                "pass the raw scores (logits)")
+    where = event.get("site")
+    if where is None:
+        text += "; the softmax's line was not seen (the loss's backward is named instead)"
+    values = {"loss_op": event.get("loss_op"), "made_by": event.get("made_by"), "step": event.get("at_step")}
+    out.symptoms.append(
+        run.symptom("softmax-before-loss", probe=PROBE, summary=text, values=values,
+                    location=location(run, where or event.get("backward_site")), rank=rank)
+    )
 
 
 def _not_in_optimizer(run: RunEvidence, rank: int, params: dict[str, Any], out: Analysis) -> None:

@@ -168,6 +168,14 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
                 min_slope=float(lim.get("min_container_tensors_per_step", 0.5)), min_total=3.0, **args,
             )
             what = "tensors"
+            # By count alone only when they hold graphs (each keeps a step's activations alive); detached values
+            # (`losses.append(loss.detach())`, a few bytes a step) must also grow in bytes like a big tensor.
+            if growth is not None and not any(h.get("graph_tensors") for _, h in points) and sustained_growth(
+                [s for s, _ in points], [float(h.get("mib", 0.0)) for _, h in points],
+                min_slope=float(lim.get("min_slope_mib_per_step", 0.05)),
+                min_total=float(lim.get("min_growth_mib", 16.0)), **args,
+            ) is None:
+                growth = None
         if growth is None:  # a big tensor (or container) whose bytes grow
             growth = sustained_growth(
                 [s for s, _ in points], [float(h.get("mib", 0.0)) for _, h in points],

@@ -59,7 +59,7 @@ def _where(module: str | None, module_type: str | None) -> str:
 
 def _common(event: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {"step": event.get("at_step")}
-    for key in ("lr", "loss_scale", "op", "module_type"):
+    for key in ("lr", "loss_scale", "op", "module_type", "autocast"):
         if event.get(key) is not None:
             values[key] = event[key]
     if event.get("cost_ms") is not None:
@@ -142,6 +142,9 @@ def _loss_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
                   f"inputs were finite is {where}"
         if event.get("op"):
             summary += f", at `{event['op']}`"
+        if "float16" in str(event.get("autocast") or ""):
+            summary += (f", replayed under the script's float16 autocast ({event['autocast']}): a value past float16's "
+                        "range (65504) overflows to inf there")
     else:
         summary = f"the loss was {value} at step {step}"
     return run.symptom("nan-loss", probe=PROBE, summary=summary, values=_clean(values), location=_site(run, event),

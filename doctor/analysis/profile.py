@@ -149,7 +149,14 @@ def _launch(run: RunEvidence, rank: int, event: dict[str, Any], lim: dict[str, A
     summary = (f"{count:.0f} {what} per step averaging {mean:.1f} µs each (steps {first}–{last}): dispatch "
                "overhead, not computation, sets the pace")
     out.symptoms.append(run.symptom("launch-bound", probe=PROBE, summary=summary,
-                                    values={k: v for k, v in values.items() if v is not None}, step=last, rank=rank))
+                                    values={k: v for k, v in values.items() if v is not None}, step=last, rank=rank,
+                                    severity=_load_severity(event)))
+
+
+def _load_severity(event: dict[str, Any]) -> str | None:
+    """On a CPU the step's Python time moves with the machine's load (other processes share its cores): a
+    window of slow steps there is information, not a warning. On a GPU the catalogue's severity stands."""
+    return "info" if event.get("device") == "cpu" else None
 
 
 def _slow(run: RunEvidence, rank: int, event: dict[str, Any], parts: dict[str, float], lim: dict[str, Any],
@@ -168,7 +175,8 @@ def _slow(run: RunEvidence, rank: int, event: dict[str, Any], parts: dict[str, f
     summary = (f"{parts['other_fraction']:.0%} of the {parts['step_ms']:.1f} ms step (steps {first}–{last}) is "
                "spent outside data loading, forward, backward and the optimizer step: Python work in the "
                "training loop itself")
-    out.symptoms.append(run.symptom("slow-step", probe=PROBE, summary=summary, values=values, step=last, rank=rank))
+    out.symptoms.append(run.symptom("slow-step", probe=PROBE, summary=summary, values=values, step=last, rank=rank,
+                                    severity=_load_severity(event)))
 
 
 def _measurements(run: RunEvidence) -> dict[str, Any]:

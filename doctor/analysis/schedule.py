@@ -208,6 +208,8 @@ def _overrun(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[s
     curve = state.get("curve") or []
     if k != 1:
         return None
+    if kind in set(lim.get("decay_kinds", ["StepLR", "ExponentialLR", "MultiplicativeLR"])):
+        return _collapsed(run, rank, created, state, lim, where, base)
     if kind in set(lim.get("overrun_kinds", ["CosineAnnealingLR", "PolynomialLR"])):
         length = created.get("length")
         factor = float(lim.get("overrun_factor", 2.0))
@@ -234,6 +236,33 @@ def _overrun(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[s
     projected = [_at(curve, i) for i in range(steps + 1)]
     return _with_curves(run, rank, created, values, summary, where, intended, projected,
                         f"the {steps} optimizer steps run", curve)
+
+
+def _collapsed(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any],
+               where: Any, base: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
+    """A decaying schedule (a period, no planned length) stepped after every optimizer step whose learning rate
+    was spent early: it fell below `collapse_ratio` of its start within the first `collapse_within` of the run
+    (six decades of decay: an iteration-sized StepLR takes two or three) and stayed there. A StepLR sized in epochs (step_size = epochs // 2) stepped per batch does that; an
+    iteration-sized one decays across the whole run."""
+    kind = created["scheduler"]
+    steps = int(state.get("steps") or 0)
+    curve = [v for v in (state.get("curve") or [])[: steps + 1] if isinstance(v, (int, float))]
+    if len(curve) < 2 or not curve[0] or curve[0] <= 0:
+        return None
+    ratio = float(lim.get("collapse_ratio", 1e-6))
+    spent = next((i for i, v in enumerate(curve) if v < ratio * curve[0]), None)
+    if spent is None or spent > float(lim.get("collapse_within", 0.8)) * steps:
+        return None
+    config = created.get("config") or {}
+    shape = ", ".join(f"{key}={config[key]}" for key in ("step_size", "gamma") if config.get(key) is not None)
+    values = {**base, "lr_steps_taken": steps, "steps_taken": steps, "stepped_per": "batch",
+              "lr_initial": curve[0], "lr_final": curve[-1], "lr_spent_at_step": spent}
+    summary = (f"{kind}{f'({shape})' if shape else ''} is stepped after every optimizer step: its learning rate fell "
+               f"from {curve[0]:.3g} to {curve[spent]:.3g} (under {ratio:g}× its start) by step {spent} of {steps} "
+               f"and ended at {curve[-1]:.3g} — a period sized in epochs applied per batch; the rest of the run "
+               "trained with a learning rate of practically zero")
+    return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
+                       step=run.steps_completed(rank), rank=rank), None
 
 
 def _at(curve: list[Any], i: int) -> float | None:

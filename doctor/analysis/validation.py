@@ -27,7 +27,8 @@ def analyse(run: RunEvidence) -> Analysis:
         if groups:
             out.contexts = ["eval"]
         _with_grad(run, rank, groups, lim, out)
-        _train_mode(run, rank, groups, out)
+        trained_in_eval = _eval_phase_steps(run, rank, lim, out)
+        _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
             out.measurements = _measurements(summary, groups)
     return out
@@ -53,9 +54,37 @@ def _with_grad(run: RunEvidence, rank: int, groups: list[dict[str, Any]], lim: d
     )
 
 
-def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: Analysis) -> None:
+def _eval_phase_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> set[str]:
+    """Optimizer steps on forwards run in eval mode, between phases of training in train mode: the evaluation
+    loop itself calls backward and step. Returns the models concerned."""
+    events = run.of_kind("eval-mode-steps", PROBE, rank)
+    if not events:
+        return set()
+    last = events[-1]
+    steps = int(last.get("steps") or 0)
+    if steps < int(lim.get("min_eval_mode_forwards", 2)):
+        return set()
+    backward = last.get("backward_site")
+    text = (f"{plural(steps, 'forward pass', 'forward passes')} of {last.get('model')} made after model.eval() were "
+            f"backpropagated into gradients an optimizer step applied (first at step "
+            f"{int(last.get('first_step') or 0) + 1}), and training then went on in train mode "
+            f"({plural(int(last.get('phases') or 1), 'evaluation phase')}): the evaluation code runs backward on its "
+            "batches, so the model trains on the validation data")
+    values = {"eval_mode_forwards": steps, "model": last.get("model"), "phases": last.get("phases"),
+              "first_step": last.get("first_step")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values,
+                    location=location(run, backward or last.get("site")), step=last.get("first_step"), rank=rank)
+    )
+    return {str(last.get("model"))}
+
+
+def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: Analysis,
+                trained_in_eval: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     training = [g for g in groups if g.get("training_count")]
-    restored = run.of_kind("train-not-restored", PROBE, rank)
+    # Training that came back to train mode after an evaluation phase that stepped: that phase is the
+    # backward-in-validation above, not a model.train() never restored.
+    restored = [r for r in run.of_kind("train-not-restored", PROBE, rank) if str(r.get("model")) not in trained_in_eval]
     if not training and not restored:
         return
     evidence: list[Evidence] = []
