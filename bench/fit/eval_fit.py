@@ -61,11 +61,18 @@ def main() -> None:
                                   "breakdown": step.breakdown})
         row["max_batch"] = largest_batch(steps[0], steps[1], CARD["bytes"] - context)
         row["max_batch_measured"] = known["max_batch_24gib"]
+        row["heldout"] = bool(config.get("heldout"))
         rows.append(row)
         errs = " ".join(f"b{p['batch']}:{p['estimated'] / 2**30:.2f}/{p['measured'] / 2**30:.2f} GiB "
                         f"({p['error']:+.1%})" for p in row["points"])
         print(f"{config['name']:20s} {errs}  max batch {row['max_batch']} vs {row['max_batch_measured']}  "
               f"[{row['seconds']} s]", flush=True)
+    for split in ("tuned", "heldout"):
+        part = [p["error"] for r in rows if r.get("heldout", False) == (split == "heldout") for p in r.get("points", [])]
+        if part:
+            print(f"{split}: {len(part)} peaks; within ±10 %: {sum(abs(e) <= 0.10 for e in part)}; "
+                  f"median |error| {statistics.median(abs(e) for e in part):.1%}; "
+                  f"more than 5 % too low: {sum(e < -0.05 for e in part)}; worst {max(part, key=abs):+.1%}")
     errors = [p["error"] for r in rows for p in r.get("points", [])]
     batch_ok = [r for r in rows if r.get("max_batch") and r.get("max_batch_measured")
                 and abs(r["max_batch"] / r["max_batch_measured"] - 1) <= 0.10]
