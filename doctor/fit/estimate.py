@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchdoctor.fit import gpus
-
 KINDS = ("parameter", "gradient", "optimizer_state", "activation")
 BREAKDOWN = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer_state",
              "activation": "activations"}
@@ -43,42 +41,28 @@ def _block(nbytes: int) -> int:
     return max(BLOCK, math.ceil(nbytes / BLOCK) * BLOCK) if nbytes else 0
 
 
-def phase_peaks(events: list) -> dict[str, int]:
-    """The allocated peak inside optimizer steps ("optimizer") and outside them ("forward_backward").
-    They grow differently with the batch: the step's peak hardly at all, the rest with activations."""
+def walk(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """One pass over the allocation events: the allocated peak (blocks rounded to 512 B), what was
+    live at that moment by kind, and the peak inside optimizer steps ("optimizer") and outside them
+    ("forward_backward"). The two phases grow differently with the batch: the step's peak hardly at
+    all, the rest with the activations."""
     size: dict[int, int] = {}
     live = 0
+    peak, peak_index = -1, 0
     phase = "forward_backward"
-    peaks = {"forward_backward": 0, "optimizer": 0}
-    for op, ident, nbytes in events:
-        if op == "phase":
-            phase = "optimizer" if ident == 1 else "forward_backward"
-            continue
-        if op == "alloc":
-            size[ident] = _block(nbytes)
-            live += size[ident]
-            peaks[phase] = max(peaks[phase], live)
-        else:
-            live -= size.pop(ident, 0)
-    return peaks
-
-
-def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
-    """The allocated peak (blocks rounded to 512 B) and what was live at that moment, by kind."""
-    size: dict[int, int] = {}
-    live = 0
-    peak = -1
-    peak_index = 0
+    phases = {"forward_backward": 0, "optimizer": 0}
     for i, (op, ident, nbytes) in enumerate(events):
         if op == "phase":
-            continue
-        if op == "alloc":
+            phase = "optimizer" if ident == 1 else "forward_backward"
+        elif op == "alloc":
             size[ident] = _block(nbytes)
             live += size[ident]
+            phases[phase] = max(phases[phase], live)
             if live > peak:
                 peak, peak_index = live, i
         else:
             live -= size.pop(ident, 0)
+    # The live set at the peak: the allocations before it that were not freed before it.
     alive: dict[int, int] = {}
     for op, ident, nbytes in events[: peak_index + 1]:
         if op == "alloc":
@@ -88,7 +72,13 @@ def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
     breakdown = {name: 0 for name in (*BREAKDOWN.values(), "other")}
     for ident, block in alive.items():
         breakdown[BREAKDOWN.get(kinds.get(str(ident), ""), "other")] += block
-    return max(peak, 0), breakdown
+    return max(peak, 0), breakdown, phases
+
+
+def peak_of(events: list, kinds: dict[str, str]) -> tuple[int, dict[str, int]]:
+    """The allocated peak and what was live at that moment, by kind."""
+    peak, breakdown, _ = walk(events, kinds)
+    return peak, breakdown
 
 
 def reserved_of(events: list, allocated: int) -> int:
@@ -125,11 +115,10 @@ def measure(spec: dict[str, Any], batch: int | None, timeout: float, what_if: st
     result = run_child({**spec, "batch": batch, "what_if": what_if}, timeout)
     if result["stopped"] != "measured":
         raise FitError(_why_not_measured(result))
-    allocated, breakdown = peak_of(result["events"], result["kinds"])
+    allocated, breakdown, phases = walk(result["events"], result["kinds"])
     reserved = max(reserved_of(result["events"], allocated), allocated)
     seen = result.get("batch") or {}
-    return Step(batch if batch is not None else seen.get("value"), allocated, reserved, breakdown,
-                phase_peaks(result["events"]), result)
+    return Step(batch if batch is not None else seen.get("value"), allocated, reserved, breakdown, phases, result)
 
 
 def _why_not_measured(result: dict[str, Any]) -> str:
@@ -156,12 +145,6 @@ class Estimate:
         if self.second is None or not self.first.batch or not self.second.batch:
             return None
         return (self.second.peak_reserved - self.first.peak_reserved) / (self.second.batch - self.first.batch)
-
-    def peak_at(self, batch: int) -> float | None:
-        slope = self.per_sample()
-        if slope is None or not self.first.batch:
-            return None
-        return self.first.peak_reserved + slope * (batch - self.first.batch)
 
 
 def estimate(spec: dict[str, Any], cards: list[dict[str, Any]], timeout: float = 600,
@@ -228,7 +211,3 @@ def _card_answer(est: Estimate, card: dict[str, Any]) -> dict[str, Any]:
     if est.second is not None:
         answer["max_batch_size"] = largest_batch(est.first, est.second, usable)
     return answer
-
-
-def resolve_cards(names: list[str]) -> list[dict[str, Any]]:
-    return gpus.resolve(names)

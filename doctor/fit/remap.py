@@ -73,7 +73,7 @@ class Remap(TorchFunctionMode):
                 and torch.is_autocast_enabled("cpu")):
             with torch.autocast("cpu", enabled=False):
                 return func(*_float32(args), **{k: _float32(v) for k, v in kwargs.items()})
-        if func in (torch.Tensor.cuda,):
+        if func is torch.Tensor.cuda:
             return self._copy_to_gpu(args[0], None)
         if func is torch.Tensor.to:
             device, dtype = _to_args(args[1:], kwargs, self.tracker)
@@ -227,7 +227,6 @@ def _module_moves() -> None:
     `Module._apply` would swap fake tensors, which PyTorch refuses ("Couldn't swap")."""
     module_cls = torch.nn.Module
     original_to = module_cls.to
-    original_cuda = module_cls.cuda
 
     def move(module: Any, dtype: Any) -> Any:
         for sub in module.modules():
@@ -255,4 +254,3 @@ def _module_moves() -> None:
 
     module_cls.to = to  # type: ignore[method-assign]
     module_cls.cuda = cuda  # type: ignore[method-assign]
-    del original_cuda
