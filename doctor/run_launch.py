@@ -27,6 +27,7 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -147,50 +148,35 @@ def _canonical(name: str) -> str:
     return matches.pop() if len(matches) == 1 else name
 
 
-def parse_launcher_line(words: list[str], cwd: str) -> Launch:
-    """Split the user's launcher line into the launcher's options, the script and its arguments."""
-    if launcher_of(words, cwd) == "accelerate":
-        return _parse_accelerate(words, cwd)
-    rest = words[1:] if os.path.basename(words[0]) == "torchrun" else words[3 if words[1] == "-m" else 2:]
-    options: list[str] = []
-    module = False
-    i = 0
-    while i < len(rest):
-        item = rest[i]
-        if item == "--":
-            i += 1
-            break
-        if not item.startswith("-") or item == "-":
-            break
-        key, eq, _ = item.partition("=")
-        name = _canonical(key)
-        if name in ("-h", "--help"):
-            raise LaunchError("torchrun --help: run it without torchdoctor")
-        if name in ("--no-python", "--no_python"):
-            raise LaunchError("torchrun --no-python starts a program that is not Python: torchdoctor can probe "
-                              "only Python training scripts")
-        if name in ("--run-path", "--run_path"):
-            raise LaunchError("torchrun --run-path runs the script inside torchrun's own interpreter, where the "
-                              "probes cannot be injected: drop --run-path")
-        if name in ("-m", "--module"):
-            module = True
-            i += 1
-            continue
-        if eq or name in _FLAGS:
-            options.append(item)
-            i += 1
-        elif name[:2] in ("-r", "-t") and len(name) > 2 and not name.startswith("--"):
-            options.append(item)  # -r3: argparse's attached short value
-            i += 1
-        elif name in _VALUED or i + 1 < len(rest) and not _looks_like_target(rest[i + 1], cwd, module):
-            options += rest[i:i + 2]
-            i += 2
-        else:  # an option this table does not know, followed by the script: a flag
-            options.append(item)
-            i += 1
-    if i >= len(rest):
-        raise LaunchError(f"no training script in the launcher line: {' '.join(words)}")
-    return Launch(options=options, module=module, target=rest[i], args=rest[i + 1:], typed=list(words))
+@dataclass(frozen=True)
+class _Grammar:
+    """What one launcher's command line means: how an option is spelled canonically, which options are
+    flags, which are refused (with why), and whether an unknown option takes the next word as its value."""
+
+    launcher: str
+    name_of: Callable[[str], str]
+    flags: frozenset[str]
+    refused: dict[str, str]
+    takes_value: Callable[[str, list[str], int, str, bool], bool]
+
+
+def _torchrun_takes_value(name: str, rest: list[str], i: int, cwd: str, module: bool) -> bool:
+    if name[:2] in ("-r", "-t") and len(name) > 2 and not name.startswith("--"):
+        return False  # -r3: argparse's attached short value
+    return name in _VALUED or i + 1 < len(rest) and not _looks_like_target(rest[i + 1], cwd, module)
+
+
+_TORCHRUN = _Grammar(
+    launcher="torchrun", name_of=_canonical, flags=frozenset(_FLAGS),
+    refused={
+        **dict.fromkeys(("-h", "--help"), "torchrun --help: run it without torchdoctor"),
+        **dict.fromkeys(("--no-python", "--no_python"), "torchrun --no-python starts a program that is not Python: "
+                        "torchdoctor can probe only Python training scripts"),
+        **dict.fromkeys(("--run-path", "--run_path"), "torchrun --run-path runs the script inside torchrun's own "
+                        "interpreter, where the probes cannot be injected: drop --run-path"),
+    },
+    takes_value=_torchrun_takes_value,
+)
 
 
 def _accelerate_name(item: str) -> str:
@@ -198,9 +184,25 @@ def _accelerate_name(item: str) -> str:
     return "--" + item[2:].replace("-", "_") if item.startswith("--") else item
 
 
-def _parse_accelerate(words: list[str], cwd: str) -> Launch:
-    """`accelerate launch [OPTIONS] script ARGS` -> accelerate's options, the script and its arguments."""
-    rest = words[2:] if os.path.basename(words[0]) == "accelerate" else words[3 if words[1] == "-m" else 2:]
+_ACCELERATE = _Grammar(
+    launcher="accelerate", name_of=_accelerate_name, flags=frozenset(_ACCELERATE_FLAGS),
+    refused={
+        **dict.fromkeys(("-h", "--help"), "accelerate launch --help: run it without torchdoctor"),
+        "--no_python": "accelerate launch --no_python starts a program that is not Python: torchdoctor can "
+                       "probe only Python training scripts",
+    },
+    takes_value=lambda name, rest, i, cwd, module: i + 1 < len(rest),
+)
+
+
+def parse_launcher_line(words: list[str], cwd: str) -> Launch:
+    """Split the user's launcher line into the launcher's options, the script and its arguments."""
+    if launcher_of(words, cwd) == "accelerate":
+        grammar = _ACCELERATE
+        rest = words[2:] if os.path.basename(words[0]) == "accelerate" else words[3 if words[1] == "-m" else 2:]
+    else:
+        grammar = _TORCHRUN
+        rest = words[1:] if os.path.basename(words[0]) == "torchrun" else words[3 if words[1] == "-m" else 2:]
     options: list[str] = []
     module = False
     i = 0
@@ -212,31 +214,25 @@ def _parse_accelerate(words: list[str], cwd: str) -> Launch:
         if not item.startswith("-") or item == "-":
             break
         key, eq, _ = item.partition("=")
-        name = _accelerate_name(key)
-        if name in ("-h", "--help"):
-            raise LaunchError("accelerate launch --help: run it without torchdoctor")
-        if name == "--no_python":
-            raise LaunchError("accelerate launch --no_python starts a program that is not Python: torchdoctor can "
-                              "probe only Python training scripts")
+        name = grammar.name_of(key)
+        if name in grammar.refused:
+            raise LaunchError(grammar.refused[name])
         if name in ("-m", "--module"):
             module = True
             i += 1
             continue
-        if eq or name in _ACCELERATE_FLAGS:
-            options.append(item)
-            i += 1
-        elif i + 1 < len(rest):
+        if not eq and name not in grammar.flags and grammar.takes_value(name, rest, i, cwd, module):
             options += rest[i:i + 2]
             i += 2
-        else:
+        else:  # a flag, an option with its value attached, or one this table does not know before the script
             options.append(item)
             i += 1
     if i >= len(rest):
         raise LaunchError(f"no training script in the launcher line: {' '.join(words)}")
-    if importlib.util.find_spec("accelerate") is None:
+    if grammar is _ACCELERATE and importlib.util.find_spec("accelerate") is None:
         raise LaunchError(f"accelerate launch needs accelerate in this Python ({sys.executable})")
     return Launch(options=options, module=module, target=rest[i], args=rest[i + 1:], typed=list(words),
-                  launcher="accelerate")
+                  launcher=grammar.launcher)
 
 
 def _looks_like_target(word: str, cwd: str, module: bool) -> bool:
