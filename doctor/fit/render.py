@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from torchdoctor.fit.estimate import Estimate
+from torchdoctor.specialists.units import gib
 
 GIB = 2**30
 LEVER_NAMES = {"bf16": "bf16 autocast around the forward", "checkpoint": "activation checkpointing of the repeated blocks",
@@ -13,7 +14,8 @@ LEVER_NAMES = {"bf16": "bf16 autocast around the forward", "checkpoint": "activa
 
 
 def _gib(n: float | None) -> str:
-    return "?" if n is None else f"{n / GIB:.2f} GiB"
+    """Bytes as the specialists write sizes (GiB, or MiB under 1 GiB)."""
+    return "?" if n is None else gib(n / GIB)
 
 
 def fit_object(est: Estimate) -> dict[str, Any]:
