@@ -8,10 +8,10 @@ and asserts the id.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from torchdoctor.rules import catalog
 
