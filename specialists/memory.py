@@ -334,12 +334,13 @@ def high_memory(case: Case) -> Advice:
     )
 
 
-_SHM = {"dataloader-shm-limit", "dataloader-bus-error", "shm-open-failed"}
+# Messages of a full /dev/shm: the memory specialist owns their fixes (the file_system sharing strategy too).
+SHM_SIGNATURES = {"dataloader-shm-limit", "dataloader-bus-error", "shm-open-failed"}
 
 
 @SPECIALIST.handles("host-oom")
 def host_oom(case: Case) -> Advice:
-    if case.sources & _SHM:
+    if case.sources & SHM_SIGNATURES:
         return _shared_memory(case)
     rss = case.num("rss_gib")
     workers = case.num("num_workers")

@@ -106,3 +106,35 @@ def test_set_epoch_called_with_one_value_is_not_called_never_called():
     assert "never calls" not in called
     never = _advise("sampler-epoch-not-set", "distributed", {"epochs": 3, "set_epoch_calls": 0})
     assert "never calls sampler.set_epoch" in never
+
+
+# -- one owner per fix ----------------------------------------------------------------------------
+
+
+def _snippet_owners(report) -> dict[str, list[str]]:
+    owners: dict[str, list[str]] = {}
+    for fix_report in report.reports:
+        for fix in fix_report.fixes:
+            if fix.snippet:
+                owners.setdefault(fix.snippet.strip(), []).append(fix_report.specialist)
+    return owners
+
+
+@pytest.mark.parametrize("signature", ["inductor-backend-failed", "dataloader-bus-error"])
+def test_a_fix_is_given_by_one_specialist_of_a_report(signature):
+    from torchdoctor.ask import build_report
+
+    example = next(text for name, text in doors.ask_texts() if name == f"ask:signature:{signature}")
+    report = build_report(example)
+    assert len(report.reports) >= 2  # two specialists answer it
+    shared = {snippet: who for snippet, who in _snippet_owners(report).items() if len(who) > 1}
+    assert not shared, shared
+
+
+def test_compile_failed_bisect_belongs_to_profiling_and_debugging_adds_the_minifier():
+    from torchdoctor.ask import build_report
+
+    example = next(text for name, text in doors.ask_texts() if name == "ask:signature:inductor-backend-failed")
+    by = {r.specialist: r for r in build_report(example).reports}
+    assert any("backend='aot_eager'" in (f.snippet or "") for f in by["profiling"].fixes)
+    assert [f.snippet.split()[0] for f in by["debugging"].fixes] == ["TORCHDYNAMO_REPRO_AFTER=aot"]

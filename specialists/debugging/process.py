@@ -7,6 +7,7 @@ from __future__ import annotations
 from torchdoctor.model import Fix
 from torchdoctor.specialists.base import Advice, Case
 from torchdoctor.specialists.debugging.shared import SPECIALIST
+from torchdoctor.specialists.memory import SHM_SIGNATURES
 from torchdoctor.specialists.units import secs
 
 
@@ -109,6 +110,8 @@ def worker_error(case: Case) -> Advice:
         fixes.insert(0, fixes.pop(1))
     if cause and "descriptors" in cause:
         fixes.insert(0, fixes.pop())
+    elif case.sources & SHM_SIGNATURES:
+        fixes.pop()  # a full /dev/shm: the memory specialist gives the file_system strategy with its own fixes
     return Advice(facts, fixes, [f"`{case.run_cmd('data', extra='--steps 5')}` records each DataLoader's settings and call site."])
 
 
