@@ -90,7 +90,7 @@ def prompt(question: Question) -> int | None:
     return None
 
 
-def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
+def run_ask(parts: list[str], fmt: str, answer: int | None, details: bool = False) -> int:
     from torchdoctor.render import render
 
     try:
@@ -100,5 +100,5 @@ def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
     except InputError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")
         return exitcodes.USAGE
-    render(report, fmt)
+    render(report, fmt, details=details)
     return exitcodes.QUESTION if report.question is not None else exitcodes.OK

@@ -270,7 +270,7 @@ def run_command(req: RunRequest) -> int:
                          f"{display_path(str(plan.run_dir / 'report.json'), plan.cwd)} (rank 0's node prints the "
                          "whole report)\n")
     else:
-        render(report, plan.fmt)
+        render(report, plan.fmt, details=plan.details)
     return exit_code(report, plan.fail_on)
 
 

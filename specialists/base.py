@@ -253,6 +253,8 @@ class Specialist:
             evidence=[_describe(ev) for s in ordered for ev in s.evidence],
             fixes=fixes,
             next_steps=next_steps,
+            # not strict: asked with no symptom, the one advice is the general view and `ordered` is empty
+            leads={s.id: a.fixes[0].title for s, a in zip(ordered, advices, strict=False) if a.fixes},
         )
 
 
