@@ -30,6 +30,8 @@ def summary_blocks(report: Report, details: bool) -> list[Block]:
         return blocks  # the question is the whole answer (compose adds it)
     ranked = rank(report.symptoms)
     blocks.append(Text(verdict(ranked), "bold"))
+    if report.reports:  # the first specialist on the route says what is wrong, in one or two sentences
+        blocks.append(Text(report.reports[0].diagnosis))
     if ranked:
         header, rows = _filled(["severity", "symptom", "where", "first fix"], [symptom_row(s, report) for s in ranked])
         blocks.append(Section("Symptoms", [Table(header, rows, [s.severity for s in ranked])]))
@@ -102,11 +104,12 @@ def _where(report: Report, details: bool) -> list[str]:
     # the report files (report.json, and a page for people where one was written), then the evidence
     reports = [v for k, v in report.artifacts.items() if k == "report" or v.endswith((".html", ".md"))]
     if reports:
-        lines.append(f"Full report: {', '.join(sorted(reports, key=lambda v: v.endswith('.json')))}")
+        label = "The run's report" if report.command == "demo" else "Full report"  # the demo's check part is not in it
+        lines.append(f"{label}: {', '.join(sorted(reports, key=lambda v: v.endswith('.json')))}")
     run_dir = report.artifacts.get("run_dir")
     if run_dir:
         kept = [k for k, v in report.artifacts.items() if k != "run_dir" and v not in reports]
         lines.append(f"Evidence: {run_dir}" + (f" ({', '.join(kept)})" if kept else ""))
-    if not details and (report.symptoms or report.findings):
+    if not details and (report.symptoms or report.findings or report.reports or report.run is not None):
         lines.append(f"`--details` prints {DETAILS.get(report.command, DETAILS_DEFAULT)} here.")
     return lines
