@@ -145,13 +145,13 @@ def test_summary_ranks_errors_first_and_names_line_step_and_first_fix():
     ]
     assert "3 symptoms (2 errors, 1 info); start with memory-growth at train.py:11." in text
     assert "Full report: run1/report.json" in text and "Evidence: run1 (events)" in text
-    assert "20.1 ms per step (median) · CUDA peak 2048 MiB · loss 1.361 → nan · waiting for data 25% of the step" in text
+    assert "20.1 ms per step (median) · CUDA peak 2048 MiB · loss 1.361 → nan · waiting for data 25.0% of the step" in text
 
 
 def test_key_numbers_prefer_cuda_and_hide_a_zero_count():
     run = _report().run
     assert key_numbers(run) == ["20.1 ms per step (median)", "CUDA peak 2048 MiB", "loss 1.361 → nan",
-                                "waiting for data 25% of the step"]
+                                "waiting for data 25.0% of the step"]
     run.measurements["memory"].pop("cuda_peak_mib")
     run.measurements["nan"]["nonfinite_loss_steps"] = 180
     assert "peak RSS 313 MiB" in key_numbers(run) and "non-finite loss on 180 steps" in key_numbers(run)
