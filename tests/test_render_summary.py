@@ -181,3 +181,26 @@ def test_rich_rows_stay_one_line_at_100_columns(monkeypatch):
 def test_repeated_lines_ignores_rules_and_blank_lines():
     assert repeated_lines("a\n----\n\nb\n----\n\n") == []
     assert repeated_lines("a\nb\na\n") == ["a"]
+
+
+def test_a_big_tree_stays_one_screen():
+    """`check` on a tree merges each symptom's findings: the row names the first place and counts the others,
+    a long path keeps its end, and past MAX_ROWS symptoms the rest are counted, errors listed first."""
+    from torchdoctor.render.summary import MAX_ROWS
+
+    def place(n: int) -> Location:
+        return Location(f"src/project/models/very/deep/package/module_{n}.py", 10 + n)
+
+    symptoms = []
+    for n in range(MAX_ROWS + 5):
+        at = [place(n), place(n + 100), place(n + 200)]
+        symptoms.append(Symptom(f"symptom-{n}", severity="error" if n >= 10 else "warning", location=at[0],
+                                title=f"Title {n}", evidence=[Evidence("static", "x", location=loc) for loc in at]))
+    out = io.StringIO()
+    render(Report(command="check", target="src", symptoms=symptoms), "text", out)
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if line.startswith(("error ", "warning "))]
+    assert len(rows) == MAX_ROWS and all(len(line) <= 100 for line in lines)
+    assert all(row.startswith("error ") for row in rows[:15])  # the 15 errors first
+    assert "  …p/package/module_10.py:20 +2  Title 10" in rows[0]  # 26 characters of the place, then the count
+    assert "… and 5 symptoms (5 warnings): --details lists every one." in lines
