@@ -216,15 +216,16 @@ def test_exit_code_precedence(stopped, code, severities, fail_on, expected):
 
 @pytest.mark.parametrize(
     "text,gib",
-    [("10GiB", 10.0), ("10 gib", 10.0), ("12", 12.0), ("8000MiB", 8000 / 1024), ("24GB", 24e9 / 2**30),
-     ("1.5TiB", 1536.0), ("512M", 0.5)],
+    [("10GiB", 10.0), ("10 gib", 10.0), ("12", 12.0), ("8000MiB", 8000 / 1024), ("24GB", 24.0),
+     ("1.5TiB", 1536.0), ("512M", 0.5), ("3090", 25_441_665_024 / 2**30), ("A100-80GB", 85_051_572_224 / 2**30)],
 )
 def test_sizes(text, gib):
     assert parse_size_gib(text) == pytest.approx(gib)
 
 
-@pytest.mark.parametrize("text", ["ten", "10XB", "-1GiB", "0"])
+@pytest.mark.parametrize("text", ["ten", "10XB", "-1GiB", "0", "potato"])
 def test_bad_sizes(text):
+    # a size that `fit --gpu` would not take is refused by `run --gpu-memory` too: one grammar
     with pytest.raises(UsageError):
         parse_size_gib(text)
 
