@@ -169,9 +169,17 @@ class Case:
         return " ".join(parts)
 
     def fit_cmd(self, gpu_gib: float | None = None) -> str:
-        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known."""
+        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known, with
+        the arguments the script ran with when a run recorded them."""
         card = f" --gpu {gpu_gib:.0f}GB" if gpu_gib else ""
-        return f"torchdoctor fit {self.script}{card} -- <your script's arguments>"
+        args = self.value("script_args")
+        if args is None:
+            tail = " -- <your script's arguments>"
+        else:
+            import shlex
+
+            tail = f" -- {shlex.join(args)}" if args else ""
+        return f"torchdoctor fit {self.script}{card}{tail}"
 
     def check_cmd(self, select: str = "") -> str:
         return f"torchdoctor check {'--select ' + select + ' ' if select else ''}{self.script}"
