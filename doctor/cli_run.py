@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
+from torchdoctor.cli import DetailsOpt  # the option every door shares
+
 HELP = """Run a training script under probes and diagnose it from measurements.
 
 The script runs as under `python SCRIPT ARGS` (same argv, working directory,
@@ -190,6 +192,7 @@ def register(app: typer.Typer) -> None:
         ddp_debug: Annotated[bool, typer.Option("--ddp-debug", help="Set TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank: "
                                                  "collectives are checked across ranks (slower).",
                                                  rich_help_panel="Distributed")] = False,
+        details: DetailsOpt = False,
     ) -> None:
         import os
         import sys
@@ -224,5 +227,6 @@ def register(app: typer.Typer) -> None:
             nproc_per_node=nproc_per_node,
             rendezvous=rendezvous,
             ddp_debug=ddp_debug,
+            details=details,
         )
         raise typer.Exit(run_command(request))

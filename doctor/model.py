@@ -50,7 +50,11 @@ class _Serialisable:
     """
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)  # type: ignore[arg-type]
+            if f.metadata.get("json", True)
+        }
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
@@ -144,6 +148,9 @@ class FixReport(_Serialisable):
     evidence: list[str] = field(default_factory=list)
     fixes: list[Fix] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
+    # symptom id -> title of the fix its handler wrote first: the summary's fix in a phrase. The fixes
+    # are deduplicated across symptoms, so their order alone cannot say which fix is whose. Not in the JSON.
+    leads: dict[str, str] = field(default_factory=dict, metadata={"json": False})
 
 
 @dataclass(repr=False, eq=False)

@@ -50,6 +50,7 @@ class RunRequest:
     nproc_per_node: str | None = None  # launch through torchrun with N processes on this node
     rendezvous: list[str] = field(default_factory=list)  # torchrun's rendezvous options, passed through
     ddp_debug: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank
+    details: bool = False  # text: the full report after the summary
 
 
 @dataclass
@@ -72,6 +73,7 @@ class RunPlan:
     ddp_debug: bool = False
     notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
     label: str | None = None  # in-process sessions (torchdoctor.watch): what the report names as the target
+    details: bool = False  # text: the full report after the summary
 
     @property
     def child_cwd(self) -> str:
@@ -325,6 +327,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         launch=launch,
         ddp_debug=req.ddp_debug,
         notebook=notebook,
+        details=req.details,
     )
 
 
