@@ -135,3 +135,8 @@ def _unique(items: list[str]) -> list[str]:
 def _clip(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# The pieces the HTML report's symptom cards reuse (render/html_page.py), so a fix report reads the same there.
+fix_report_section = _fix_report
+evidence_door = _door
