@@ -210,6 +210,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     )
     diagnose(report, target_hint=plan.script)
     report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
+    report.artifacts["report_html"] = display_path(str(plan.run_dir / "report.html"), plan.cwd)
     report.timings = {"run_s": outcome.duration_s, "analysis_s": round(time.perf_counter() - started, 3)}
     first = found.measurements.get("steps", {}).get("first_step_s")
     if first is not None:

@@ -25,7 +25,7 @@ from torchdoctor.model import Location, Report, Symptom
 from torchdoctor.render import html
 from torchdoctor.render.document import Block, Bullets, Frame, Section, Text
 from torchdoctor.render.run_series import RunSeries, Series, read_run
-from torchdoctor.render.svg_chart import Chart, Line, bar_chart, fmt, legend, line_chart
+from torchdoctor.render.svg_chart import Chart, Line, bar_chart, fmt, legend, line_chart, parts_legend
 
 # What of a holder grows (run_series holder key) -> the memory analysis's value that says so (analysis/memory.py).
 HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tensors_growth_per_step",
@@ -185,7 +185,8 @@ class _Figures:
         self.count += 1
         svg = bar_chart(caption, bars, unit, f"chart-{self.count}", highlight or set(), stacked)
         extra = "".join(f'<p class="note">{escape(n)}</p>' for n in notes or [])
-        return f"<figure><figcaption>{escape(caption)}</figcaption>{svg}{extra}</figure>" if svg else ""
+        key = parts_legend(bars, unit) if stacked else ""
+        return f"<figure><figcaption>{escape(caption)}</figcaption>{svg}{key}{extra}</figure>" if svg else ""
 
 
 def _missing(what: str, key: str) -> str:

@@ -11,9 +11,9 @@ Sources (see probes/evidence.py and probes/stepfile.py for the formats):
   `memory.cuda_reserved_mib`, `data.wait_ms`, `distributed.local_ms`;
 - the events: `profile` (the step-time split of the profiler window),
   `holders` (the variables that hold tensors or graphs, per scan),
-  `grad-norms` (the learning rate of the first parameter group at each gradient
-  check), `scheduler-end` / `scheduler-steps` (the learning rate after each
-  `scheduler.step()`, per parameter group where recorded);
+  `grad-norms` (at each gradient check, the learning rate of the first parameter
+  group, and `group_lrs`, every group's, when there are several), `scheduler-end`
+  (the first group's learning rate after each `scheduler.step()`);
 - `lr_curves.csv`: a scheduler's intended and projected curves (doctor/analysis/schedule.py).
 
 Non-finite values (written as "nan"/"inf" strings, or NaN/Infinity numbers) are
@@ -163,17 +163,17 @@ def _grad_norm(steps: list[dict[str, Any]]) -> Series:
 
 
 def _measured_lr(rows: list[dict[str, Any]]) -> list[Series]:
-    """The learning rate the optimizer really had: per parameter group where the schedule probe recorded it,
-    else the first group's at each gradient check (the nan probe's `grad-norms` events)."""
+    """The learning rate the optimizer really had at each gradient check (the nan probe's `grad-norms` events):
+    every parameter group's when there are several, else the first group's; without those, the first group's
+    after each `scheduler.step()` (the schedule probe)."""
     groups: list[Series] = []
     for e in rows:
-        if e.get("kind") != "scheduler-end" or not isinstance(e.get("group_lrs"), list):
+        if e.get("kind") != "grad-norms" or not isinstance(e.get("at_step"), int):
             continue
-        for step, values in e["group_lrs"]:
-            for i, value in enumerate(values or []):
-                while len(groups) <= i:
-                    groups.append(Series(f"group {len(groups)}"))
-                groups[i].add(step, value)
+        for i, value in enumerate(e.get("group_lrs") or []):
+            while len(groups) <= i:
+                groups.append(Series(f"group {len(groups)}"))
+            groups[i].add(e["at_step"], value)
     if groups:
         return groups
     first = Series("group 0 (at each gradient check)")

@@ -274,3 +274,12 @@ def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: st
                        f'{escape(unit)}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def parts_legend(parts: list[tuple[str, float]], unit: str) -> str:
+    """The key of a stacked bar: each part's colour, name, value and share (the narrow parts have no room inside)."""
+    total = sum(v for _, v in parts) or 1.0
+    items = [f'<span class="key"><span class="swatch" style="border-top: 8px solid {COLOURS[i % len(COLOURS)]}">'
+             f"</span>{escape(label)} {fmt(value)} {escape(unit)} ({value / total:.0%})</span>"
+             for i, (label, value) in enumerate(parts)]
+    return f'<div class="legend">{"".join(items)}</div>'
