@@ -206,6 +206,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     )
     diagnose(report, target_hint=plan.script)
     report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
+    report.artifacts["report_html"] = display_path(str(plan.run_dir / "report.html"), plan.cwd)
     report.timings = {"run_s": outcome.duration_s, "analysis_s": round(time.perf_counter() - started, 3)}
     first = found.measurements.get("steps", {}).get("first_step_s")
     if first is not None:
@@ -234,6 +235,26 @@ def write_report(report: Report, run_dir: Path) -> None:
     tmp = run_dir / f"report.json.{os.getpid()}.tmp"
     tmp.write_text(to_json(report) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / "report.json")
+    write_html(report, run_dir)
+
+
+def write_html(report: Report, run_dir: Path) -> None:
+    """report.html next to report.json (render/html_page.py), then the manifest of every file the run wrote.
+
+    A failure here costs the page only: report.json is already written, and the run's exit code stands.
+    """
+    try:
+        from torchdoctor.render.html_page import page
+
+        text = page(report, run_dir)
+        tmp = run_dir / f"report.html.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, run_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - the page is a view of report.json, never a reason to fail the run
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(f"torchdoctor: could not write report.html ({type(exc).__name__}: {exc}); "
+                         "report.json has the whole report\n")
     run_files.record(run_dir)  # what this run wrote, so that the next run into run_dir may replace it
 
 
