@@ -87,8 +87,8 @@ def _symptoms(symptoms: list[Symptom]) -> Section:
 
 def _fix_report(n: int, fr: FixReport) -> Section:
     # The evidence behind it is shown once, per symptom, above (its `evidence` stays in the JSON): two
-    # specialists sharing a symptom printed the same lines twice.
-    blocks: list[Block] = [Text(fr.diagnosis, "bold")]
+    # specialists sharing a symptom printed the same lines twice. The first diagnosis is the summary's.
+    blocks: list[Block] = [] if n == 1 else [Text(fr.diagnosis, "bold")]
     for i, fix in enumerate(fr.fixes, 1):
         blocks += _fix(i, fix)
     if fr.next_steps:

@@ -17,7 +17,7 @@ KEY_NUMBERS: tuple[tuple[str, str, tuple[str, ...], str, bool], ...] = (
     ("loss", "gradflow", ("loss_first", "loss_last"), "loss {0:.4g} → {1:.4g}", False),
     ("loss", "nan", ("loss_first", "loss_last"), "loss {0:.4g} → {1:.4g}", False),
     ("non-finite", "nan", ("nonfinite_loss_steps",), "non-finite loss on {0:.0f} steps", True),
-    ("data wait", "data", ("data_wait_fraction",), "waiting for data {0:.0%} of the step", False),
+    ("data wait", "data", ("data_wait_fraction",), "waiting for data {0:.1%} of the step", False),
 )
 
 

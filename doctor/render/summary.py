@@ -17,6 +17,8 @@ DETAILS = {
     "demo": "the findings with their code frames, every probe's numbers, the evidence and the fix reports",
 }
 DETAILS_DEFAULT = "the evidence and the fix reports"
+MAX_ROWS = 20  # symptoms listed one line each; past this the rest are counted (errors come first)
+WHERE_WIDTH = 26  # a longer file:line keeps its end: the file name and the line say the most
 
 
 def summary_blocks(report: Report, details: bool) -> list[Block]:
@@ -30,9 +32,15 @@ def summary_blocks(report: Report, details: bool) -> list[Block]:
         return blocks  # the question is the whole answer (compose adds it)
     ranked = rank(report.symptoms)
     blocks.append(Text(verdict(ranked), "bold"))
+    if report.reports:  # the first specialist on the route says what is wrong, in one or two sentences
+        blocks.append(Text(report.reports[0].diagnosis))
     if ranked:
-        header, rows = _filled(["severity", "symptom", "where", "first fix"], [symptom_row(s, report) for s in ranked])
-        blocks.append(Section("Symptoms", [Table(header, rows, [s.severity for s in ranked])]))
+        shown = ranked[:MAX_ROWS]
+        header, rows = _filled(["severity", "symptom", "where", "first fix"], [symptom_row(s, report) for s in shown])
+        table: list[Block] = [Table(header, rows, [s.severity for s in shown])]
+        if len(ranked) > len(shown):
+            table.append(Text(f"… and {_counted(ranked[len(shown):])}: --details lists every one.", "dim"))
+        blocks.append(Section("Symptoms", table))
     if report.run is not None:
         from torchdoctor.render.run_summary import key_numbers
 
@@ -53,12 +61,17 @@ def rank(symptoms: list[Symptom]) -> list[Symptom]:
 def verdict(ranked: list[Symptom]) -> str:
     if not ranked:
         return "No symptoms found."
-    counts = Counter(s.severity for s in ranked)
-    parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 and s != 'info' else ''}" for s in SEVERITIES if counts[s]]
     first = ranked[0]
     at = f" at {first.location}" if first.location is not None and first.location.line else ""
-    noun = "symptom" if len(ranked) == 1 else "symptoms"
-    return f"{len(ranked)} {noun} ({', '.join(parts)}); start with {first.id}{at}."
+    return f"{_counted(ranked)}; start with {first.id}{at}."
+
+
+def _counted(symptoms: list[Symptom]) -> str:
+    """'7 symptoms (4 errors, 3 warnings)'."""
+    counts = Counter(s.severity for s in symptoms)
+    parts = [f"{counts[s]} {s}{'s' if counts[s] != 1 and s != 'info' else ''}" for s in SEVERITIES if counts[s]]
+    noun = "symptom" if len(symptoms) == 1 else "symptoms"
+    return f"{len(symptoms)} {noun} ({', '.join(parts)})"
 
 
 def symptom_row(s: Symptom, report: Report) -> list[str]:
@@ -69,11 +82,11 @@ def symptom_row(s: Symptom, report: Report) -> list[str]:
 def where(s: Symptom) -> str:
     loc = s.location
     if loc is not None and loc.line:
-        text = str(loc)
         # `check` merges one symptom's findings across lines and files: name the first, count the others
-        others = {str(ev.location) for ev in s.evidence if ev.location is not None and ev.location.line} - {text}
+        others = {str(ev.location) for ev in s.evidence if ev.location is not None and ev.location.line} - {str(loc)}
+        text = str(loc) if len(str(loc)) <= WHERE_WIDTH else "…" + str(loc)[-(WHERE_WIDTH - 1):]
         if others:
-            text += f" (+{len(others)} more)"
+            text += f" +{len(others)}"
     elif s.step is not None:
         text = f"step {s.step}"
     else:
@@ -102,11 +115,12 @@ def _where(report: Report, details: bool) -> list[str]:
     # the report files (report.json, and a page for people where one was written), then the evidence
     reports = [v for k, v in report.artifacts.items() if k == "report" or v.endswith((".html", ".md"))]
     if reports:
-        lines.append(f"Full report: {', '.join(sorted(reports, key=lambda v: v.endswith('.json')))}")
+        label = "The run's report" if report.command == "demo" else "Full report"  # the demo's check part is not in it
+        lines.append(f"{label}: {', '.join(sorted(reports, key=lambda v: v.endswith('.json')))}")
     run_dir = report.artifacts.get("run_dir")
     if run_dir:
         kept = [k for k, v in report.artifacts.items() if k != "run_dir" and v not in reports]
         lines.append(f"Evidence: {run_dir}" + (f" ({', '.join(kept)})" if kept else ""))
-    if not details and (report.symptoms or report.findings):
+    if not details and (report.symptoms or report.findings or report.reports or report.run is not None):
         lines.append(f"`--details` prints {DETAILS.get(report.command, DETAILS_DEFAULT)} here.")
     return lines
