@@ -33,18 +33,15 @@ HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tenso
 FRAME_CONTEXT = 3  # source lines either side of a symptom's line in its card
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this is drawn on a log scale (gradient norms)
 
-# What to say when a chart has nothing to draw: the probe that measures it.
+# When a chart has nothing to draw: the probe that measures it, and why it can be empty although that probe ran.
 NOT_MEASURED = {
-    "loss": "the nan probe records the loss of every step (`--probe nan`)",
-    "grad_norm": "the nan probe records the total gradient norm of every step (`--probe nan`)",
-    "memory": "the memory probe records RSS and the CUDA allocator every step (`--probe memory`)",
-    "step_time": "no two optimizer steps were recorded",
-    "split": "the profile probe measures the split over a window of 5 steps (`--probe profile`); the run ended "
-             "before the window closed, or the probe did not run",
-    "data_wait": "the data probe times each step's wait for its batch (`--probe data`); the script's batches did "
-                 "not come from a torch DataLoader, or the probe did not run",
-    "lr": "the nan probe records the learning rate at each gradient check and the schedule probe after each "
-          "scheduler.step() (`--probe nan`, `--probe schedule`)",
+    "loss": ("nan", "no step recorded a loss (the probe reads the tensor `backward()` is called on)"),
+    "grad_norm": ("nan", "no step recorded a gradient norm"),
+    "memory": ("memory", "no step recorded the process RSS or the CUDA allocator"),
+    "step_time": ("", "fewer than two optimizer steps were recorded"),
+    "split": ("profile", "the run ended before the profiler's 5-step window (steps 6–10) closed"),
+    "data_wait": ("data", "the batches did not come from a torch DataLoader"),
+    "lr": ("nan", "no gradient check or scheduler.step() recorded a learning rate"),
 }
 
 CSS = """
@@ -169,8 +166,15 @@ def _symptom_index(symptoms: list[Symptom]) -> str:
 class _Figures:
     """Numbers the chart ids, so every `<svg>` title and description id is unique in the page."""
 
-    def __init__(self) -> None:
-        self.count = 0
+    def __init__(self, probes: list[str], first: int = 0) -> None:
+        self.probes = probes  # the probes that ran: an empty chart of one that did not says so
+        self.count = first
+
+    def missing(self, what: str, key: str) -> str:
+        probe, why = NOT_MEASURED[key]
+        if probe and probe not in self.probes:
+            why = f"the {probe} probe did not run (`--probe {probe}` adds it)"
+        return f'<p class="missing">{escape(what)}: not measured — {escape(why)}.</p>'
 
     def line(self, caption: str, chart: Chart, notes: list[str] | None = None) -> str:
         self.count += 1
@@ -189,8 +193,6 @@ class _Figures:
         return f"<figure><figcaption>{escape(caption)}</figcaption>{svg}{key}{extra}</figure>" if svg else ""
 
 
-def _missing(what: str, key: str) -> str:
-    return f'<p class="missing">{escape(what)}: not measured — {escape(NOT_MEASURED[key])}.</p>'
 
 
 def _charts(report: Report, series: RunSeries | None) -> str:
@@ -204,7 +206,7 @@ def _charts(report: Report, series: RunSeries | None) -> str:
                        "learning rate of every step and draws them here.</p>")
         out.append("</section>")
         return "\n".join(out)
-    figures = _Figures()
+    figures = _Figures(report.run.probes if report.run is not None else [])
     out.append(_loss(series, figures))
     out.append(_grad_norm(series, figures))
     out.append(_memory(report, series, figures))
@@ -225,21 +227,21 @@ def _marked(series: Series) -> str:
 def _loss(series: RunSeries, figures: _Figures) -> str:
     s = series.loss
     if not s:
-        return _missing("Loss", "loss")
+        return figures.missing("Loss", "loss")
     chart = Chart("Loss per optimizer step", "loss", [Line("loss", s.xs, s.ys)], marks=s.nonfinite)
     notes = [] if s.xs else ["No step recorded a finite loss."]
-    return figures.line(f"Loss{_marked(s)}", chart, notes) or _missing("Loss", "loss")
+    return figures.line(f"Loss{_marked(s)}", chart, notes) or figures.missing("Loss", "loss")
 
 
 def _grad_norm(series: RunSeries, figures: _Figures) -> str:
     s = series.grad_norm
     if not s:
-        return _missing("Gradient norm", "grad_norm")
+        return figures.missing("Gradient norm", "grad_norm")
     log = bool(s.ys) and min(s.ys) > 0 and max(s.ys) / min(s.ys) > LOG_SPAN
     chart = Chart("Total gradient norm per optimizer step", "gradient norm", [Line("total gradient norm", s.xs, s.ys)],
                   marks=s.nonfinite, log_y=log)
     notes = [] if s.xs else ["No step recorded a finite gradient norm."]
-    return figures.line(f"Gradient norm{_marked(s)}", chart, notes) or _missing("Gradient norm", "grad_norm")
+    return figures.line(f"Gradient norm{_marked(s)}", chart, notes) or figures.missing("Gradient norm", "grad_norm")
 
 
 def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
@@ -264,7 +266,7 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
     if not out:
-        out.append(_missing("Memory", "memory"))
+        out.append(figures.missing("Memory", "memory"))
     elif not series.cuda_allocated:
         out.append('<p class="note">CUDA memory: not measured — CUDA was not used by the script.</p>')
     for ev in holders:
@@ -307,7 +309,7 @@ def _step_time(series: RunSeries, figures: _Figures) -> str:
         chart = Chart("Time per optimizer step", "ms", [Line("step time (from one step to the next)", s.xs, s.ys)])
         out.append(figures.line("Step time", chart))
     else:
-        out.append(_missing("Step time", "step_time"))
+        out.append(figures.missing("Step time", "step_time"))
     split = series.split
     if split is not None:
         parts = [(name, ms) for name, ms in split.parts]
@@ -316,14 +318,14 @@ def _step_time(series: RunSeries, figures: _Figures) -> str:
         out.append(figures.bars(f"Where a step's time goes (steps {split.from_step}–{split.to_step})", parts, "ms",
                                 [note], stacked=True))
     else:
-        out.append(_missing("Step-time split (data / forward / backward / optimizer / other)", "split"))
+        out.append(figures.missing("Step-time split (data / forward / backward / optimizer / other)", "split"))
     return "\n".join(out)
 
 
 def _data_wait(series: RunSeries, figures: _Figures) -> str:
     s = series.data_wait
     if not s:
-        return _missing("Data wait", "data_wait")
+        return figures.missing("Data wait", "data_wait")
     chart = Chart("Time each optimizer step waited for its batches", "ms", [Line("data wait", s.xs, s.ys)])
     return figures.line("Data wait", chart)
 
@@ -332,7 +334,7 @@ def _lr(series: RunSeries, figures: _Figures) -> str:
     measured = [s for s in series.lr if s.xs]
     planned = [s for s in series.lr_planned if s.xs]
     if not measured and not planned:
-        return _missing("Learning rate", "lr")
+        return figures.missing("Learning rate", "lr")
     lines = [Line(f"measured, {s.name}", s.xs, s.ys) for s in measured]
     lines += [Line(f"planned: {s.name}", s.xs, s.ys, dashed=True) for s in planned]
     notes = []
@@ -347,8 +349,7 @@ def _lr(series: RunSeries, figures: _Figures) -> str:
 
 def _ranks(report: Report, series: RunSeries) -> str:
     """DDP: every rank's step times on one timeline, and each rank's own work per step side by side."""
-    figures = _Figures()
-    figures.count = 100  # ids apart from the per-step section's
+    figures = _Figures(report.run.probes if report.run is not None else [], first=100)  # ids apart from the others
     out = ['<section id="ranks"><h2>Ranks</h2>']
     lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1)
              for i, r in enumerate(series.ranks) if r.step_ms.xs]
