@@ -75,6 +75,8 @@ def test_a_leak_in_the_block_is_found_at_its_line(tmp_path, validate_report):
     assert len(growth) == 1 and growth[0]["severity"] == "error", report["symptoms"]
     assert growth[0]["location"]["line"] == line_of("leak_loop.py", "losses.append(loss)")
     assert report["reports"] and report["reports"][0]["specialist"] == "memory"
+    page = (out / "report.html").read_text(encoding="utf-8")  # a watch() block writes the run's page too
+    assert "What holds the leak: `losses`" in page and "Loss per optimizer step" in page
 
 
 @pytest.mark.slow
