@@ -44,6 +44,9 @@ NOT_MEASURED = {
     "lr": ("nan", "no gradient check or scheduler.step() recorded a learning rate"),
 }
 
+CONTENTS = (("charts", "Per step"), ("ranks", "Ranks"), ("symptoms", "Symptoms"), ("run", "The run"),
+            ("findings", "Static findings"), ("environment", "Environment"), ("files", "Files"))
+
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 980px;
        padding: 1em 1.5em 3em; color: #1a1a1a; line-height: 1.45; }
@@ -79,6 +82,13 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
     body += [f'<p class="dim">{escape(note)}</p>' for note in report.notes]
     if report.symptoms:
         body.append(_symptom_index(report.symptoms))
+    body.append(_charts(report, series))
+    if series is not None and series.ranks:
+        body.append(_ranks(report, series))
+    if report.symptoms:
+        body.append('<section id="symptoms"><h2>Symptoms</h2>')
+        body += _cards(report, cwd)
+        body.append("</section>")
     if report.run is not None:
         from torchdoctor.render.run_summary import run_blocks
 
@@ -89,13 +99,6 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
         blocks = [b for b in blocks if not (isinstance(b, Section) and b.title == "Artifacts")]
         body.append('<section id="run"><h2>The run</h2>')
         body.append(html.render(blocks))
-        body.append("</section>")
-    body.append(_charts(report, series))
-    if series is not None and series.ranks:
-        body.append(_ranks(report, series))
-    if report.symptoms:
-        body.append('<section id="symptoms"><h2>Symptoms</h2>')
-        body += _cards(report, cwd)
         body.append("</section>")
     if report.findings:
         from torchdoctor.render.findings import findings_blocks
@@ -110,6 +113,10 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
     version = escape(report.tool.get("version", ""))
     body.append(f'<p class="dim">Written by torchdoctor {version}; the numbers are in report.json '
                 f"(schema {escape(report.schema_version)}).</p>")
+    sections = [(anchor, name) for anchor, name in CONTENTS if any(f'<section id="{anchor}">' in part for part in body)]
+    nav = ('<nav aria-label="contents"><p>' + " · ".join(f'<a href="#{a}">{escape(n)}</a>' for a, n in sections)
+           + "</p></nav>")
+    body.insert(2, nav)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
