@@ -72,9 +72,11 @@ pre { overflow-x: auto; }
 """
 
 
-def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = None) -> str:
+def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = None,
+         written_to: str | Path | None = None) -> str:
     """The whole HTML document. `run_dir`: the run's folder (per-step charts, file links); None for `check`.
-    `cwd`: where the report's relative paths start (source lines for the code frames)."""
+    `cwd`: where the report's relative paths start (source lines for the code frames). `written_to`: the
+    folder the page will sit in, when not the run directory (the file links start there)."""
     cwd = cwd or os.getcwd()
     series = read_run(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None
     title = _title(report)
@@ -109,7 +111,8 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
     if report.environment:
         body.append(_environment(report.environment))
     if series is not None:
-        body.append(_files(series))
+        base = "" if written_to is None else os.path.relpath(Path(run_dir), Path(written_to))  # type: ignore[arg-type]
+        body.append(_files(series, "" if base == "." else base))
     version = escape(report.tool.get("version", ""))
     body.append(f'<p class="dim">Written by torchdoctor {version}; the numbers are in report.json '
                 f"(schema {escape(report.schema_version)}).</p>")
@@ -495,17 +498,19 @@ FILES = (
 )
 
 
-def _files(series: RunSeries) -> str:
+def _files(series: RunSeries, base: str = "") -> str:
     rows = []
     for pattern, what in FILES:
         for name in series.files:
             if pattern.match(name):
-                rows.append(f'<li><a href="{escape(name)}">{escape(name)}</a> — {escape(what)}</li>')
+                href = f"{base}/{name}" if base else name
+                rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(what)}</li>')
     if not any(FILES[0][0].match(n) for n in series.files):
         rows.append('<li class="missing">Profiler trace: not recorded in this run (the profile probe writes it '
                     "after its 5-step window).</li>")
     if not any(FILES[1][0].match(n) for n in series.files):
         rows.append('<li class="missing">CUDA memory snapshot: not recorded (the memory probe writes one when the '
                     "script used CUDA, at an OOM or at the end).</li>")
+    where = "in its run directory" if not base else "where it was written, beside the run directory"
     return ('<section id="files"><h2>Files in the run directory</h2><p class="note">Links are relative: they open '
-            "while this page sits in its run directory.</p><ul>" + "".join(rows) + "</ul></section>")
+            f"while this page sits {where}.</p><ul>" + "".join(rows) + "</ul></section>")
