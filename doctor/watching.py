@@ -156,7 +156,7 @@ class Watch:
                 report.notes.append(f"The framework counted {own} optimizer steps and the probes {seen}: an "
                                     "optimizer step outside torch.optim's hooks, or a step the framework skipped "
                                     "(a GradScaler's inf/NaN skip), makes them differ.")
-        runner.write_report(report, plan.run_dir)
+        runner.write_report(report, plan.run_dir, run.events)
         return report
 
     def __enter__(self) -> Watch:

@@ -73,12 +73,13 @@ pre { overflow-x: auto; }
 
 
 def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = None,
-         written_to: str | Path | None = None) -> str:
+         written_to: str | Path | None = None, events: dict[int, list[dict[str, Any]]] | None = None) -> str:
     """The whole HTML document. `run_dir`: the run's folder (per-step charts, file links); None for `check`.
     `cwd`: where the report's relative paths start (source lines for the code frames). `written_to`: the
-    folder the page will sit in, when not the run directory (the file links start there)."""
+    folder the page will sit in, when not the run directory (the file links start there). `events`: the run's
+    evidence already read (analysis/evidence.py `read_events`), so it is not read twice."""
     cwd = cwd or os.getcwd()
-    series = read_run(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None
+    series = read_run(run_dir, events) if run_dir is not None and Path(run_dir).is_dir() else None
     title = _title(report)
     body: list[str] = [f"<h1>{escape(title)}</h1>", _verdict(report)]
     body += [f'<p class="dim">{escape(note)}</p>' for note in report.notes]
@@ -214,6 +215,11 @@ def _charts(report: Report, series: RunSeries | None) -> str:
             out.append('<p class="missing">Nothing was run: `torchdoctor check` reads the source without running '
                        "it. `torchdoctor run` measures the loss, gradient norm, memory, step time, data wait and "
                        "learning rate of every step and draws them here.</p>")
+        out.append("</section>")
+        return "\n".join(out)
+    per_step = (series.loss, series.grad_norm, series.rss, series.cuda_allocated, series.step_ms, series.data_wait)
+    if report.run is not None and not report.run.steps_completed and not any(per_step):
+        out.append('<p class="missing">No optimizer step was recorded, so nothing was measured per step.</p>')
         out.append("</section>")
         return "\n".join(out)
     figures = _Figures(report.run.probes if report.run is not None else [])
