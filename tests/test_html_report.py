@@ -249,6 +249,23 @@ def test_a_card_per_symptom_with_its_code_frame_evidence_and_fixes(run):
         assert f'href="#{anchor}"' in text  # the symptom table links to each card
 
 
+def test_a_growing_rss_gets_the_leak_slope_drawn_over_it_and_the_holder_named(tmp_path_factory):
+    growing = shared_run(tmp_path_factory, "growing", "growing_list.py")  # shared with test_run_memory.py
+    [growth] = [s for s in growing.report["symptoms"] if s["id"] == "memory-growth"]
+    byte = next(ev["values"] for ev in growth["evidence"] if "slope_mib_per_step" in ev["values"])
+    text = (Path(growing.run_dir) / "report.html").read_text(encoding="utf-8")
+    svgs = [ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", text, re.S)]
+    [rss] = [svg for svg in svgs if svg.find(f"{SVG}title").text == "RSS (process memory) per optimizer step"]
+    data, fit = rss.findall(f"{SVG}polyline")
+    assert fit.get("stroke-dasharray") and f"leak: {byte['slope_mib_per_step']:+.3g} MiB per step" in \
+        rss.find(f"{SVG}desc").text
+    start, end = [tuple(map(float, p.split(","))) for p in fit.get("points").split()]
+    points = [tuple(map(float, p.split(","))) for p in data.get("points").split()]
+    near_end = min(points, key=lambda p: abs(p[0] - end[0]))
+    assert end[1] < start[1] and abs(near_end[1] - end[1]) < 10  # rising, and on the data where it ends
+    assert "What holds the leak: `history`" in text
+
+
 @pytest.mark.parametrize("name", ["leak", "healthy"])
 def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     """The CUDA charts, from what an H100 recorded (tests/data/gpu_h100): allocated and reserved per step."""

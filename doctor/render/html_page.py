@@ -278,6 +278,11 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
                 lines.append(Line(f"leak: {float(byte_ev.values['slope_mib_per_step']):+.3g} MiB per step", *fit,
                                   dashed=True))
             notes.append(byte_ev.summary)
+        else:
+            measured = (report.run.measurements.get("memory", {}) if report.run is not None else {}).get(
+                f"{what}_slope_mib_per_step")
+            if isinstance(measured, (int, float)):
+                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step (no leak was found).")
         label = "RSS (process memory)" if what == "rss" else "CUDA memory"
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
