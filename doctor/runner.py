@@ -229,24 +229,25 @@ def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
         found.symptoms = [s for s in found.symptoms if s.id != "hang"]
 
 
-def write_report(report: Report, run_dir: Path) -> None:
+def write_report(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
     from torchdoctor.render import to_json
 
     tmp = run_dir / f"report.json.{os.getpid()}.tmp"
     tmp.write_text(to_json(report) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / "report.json")
-    write_html(report, run_dir)
+    write_html(report, run_dir, events)
 
 
-def write_html(report: Report, run_dir: Path) -> None:
+def write_html(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
     """report.html next to report.json (render/html_page.py), then the manifest of every file the run wrote.
 
-    A failure here costs the page only: report.json is already written, and the run's exit code stands.
+    `events`: the run's evidence as the analysis read it (read again from run_dir when None). A failure here
+    costs the page only: report.json is already written, and the run's exit code stands.
     """
     try:
         from torchdoctor.render.html_page import page
 
-        text = page(report, run_dir)
+        text = page(report, run_dir, events=events)
         tmp = run_dir / f"report.html.{os.getpid()}.tmp"
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, run_dir / "report.html")
@@ -281,7 +282,7 @@ def run_command(req: RunRequest) -> int:
         write_report(report, plan.run_dir)
         sys.stderr.write(f"torchdoctor: internal error while diagnosing: {type(exc).__name__}: {exc}\n")
         return exitcodes.INTERNAL
-    write_report(report, plan.run_dir)
+    write_report(report, plan.run_dir, run.events)
     from torchdoctor.render import render
 
     sys.stdout.flush()

@@ -33,19 +33,19 @@ HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tenso
 FRAME_CONTEXT = 3  # source lines either side of a symptom's line in its card
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this is drawn on a log scale (gradient norms)
 
-# What to say when a chart has nothing to draw: the probe that measures it.
+# When a chart has nothing to draw: the probe that measures it, and why it can be empty although that probe ran.
 NOT_MEASURED = {
-    "loss": "the nan probe records the loss of every step (`--probe nan`)",
-    "grad_norm": "the nan probe records the total gradient norm of every step (`--probe nan`)",
-    "memory": "the memory probe records RSS and the CUDA allocator every step (`--probe memory`)",
-    "step_time": "no two optimizer steps were recorded",
-    "split": "the profile probe measures the split over a window of 5 steps (`--probe profile`); the run ended "
-             "before the window closed, or the probe did not run",
-    "data_wait": "the data probe times each step's wait for its batch (`--probe data`); the script's batches did "
-                 "not come from a torch DataLoader, or the probe did not run",
-    "lr": "the nan probe records the learning rate at each gradient check and the schedule probe after each "
-          "scheduler.step() (`--probe nan`, `--probe schedule`)",
+    "loss": ("nan", "no step recorded a loss (the probe reads the tensor `backward()` is called on)"),
+    "grad_norm": ("nan", "no step recorded a gradient norm"),
+    "memory": ("memory", "no step recorded the process RSS or the CUDA allocator"),
+    "step_time": ("", "fewer than two optimizer steps were recorded"),
+    "split": ("profile", "the run ended before the profiler's 5-step window (steps 6–10) closed"),
+    "data_wait": ("data", "the batches did not come from a torch DataLoader"),
+    "lr": ("nan", "no gradient check or scheduler.step() recorded a learning rate"),
 }
+
+CONTENTS = (("charts", "Per step"), ("ranks", "Ranks"), ("symptoms", "Symptoms"), ("run", "The run"),
+            ("findings", "Static findings"), ("environment", "Environment"), ("files", "Files"))
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 980px;
@@ -72,16 +72,26 @@ pre { overflow-x: auto; }
 """
 
 
-def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = None) -> str:
+def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = None,
+         written_to: str | Path | None = None, events: dict[int, list[dict[str, Any]]] | None = None) -> str:
     """The whole HTML document. `run_dir`: the run's folder (per-step charts, file links); None for `check`.
-    `cwd`: where the report's relative paths start (source lines for the code frames)."""
+    `cwd`: where the report's relative paths start (source lines for the code frames). `written_to`: the
+    folder the page will sit in, when not the run directory (the file links start there). `events`: the run's
+    evidence already read (analysis/evidence.py `read_events`), so it is not read twice."""
     cwd = cwd or os.getcwd()
-    series = read_run(run_dir) if run_dir is not None and Path(run_dir).is_dir() else None
+    series = read_run(run_dir, events) if run_dir is not None and Path(run_dir).is_dir() else None
     title = _title(report)
     body: list[str] = [f"<h1>{escape(title)}</h1>", _verdict(report)]
     body += [f'<p class="dim">{escape(note)}</p>' for note in report.notes]
     if report.symptoms:
         body.append(_symptom_index(report.symptoms))
+    body.append(_charts(report, series))
+    if series is not None and series.ranks:
+        body.append(_ranks(report, series))
+    if report.symptoms:
+        body.append('<section id="symptoms"><h2>Symptoms</h2>')
+        body += _cards(report, cwd)
+        body.append("</section>")
     if report.run is not None:
         from torchdoctor.render.run_summary import run_blocks
 
@@ -93,13 +103,6 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
         body.append('<section id="run"><h2>The run</h2>')
         body.append(html.render(blocks))
         body.append("</section>")
-    body.append(_charts(report, series))
-    if series is not None and series.ranks:
-        body.append(_ranks(report, series))
-    if report.symptoms:
-        body.append('<section id="symptoms"><h2>Symptoms</h2>')
-        body += _cards(report, cwd)
-        body.append("</section>")
     if report.findings:
         from torchdoctor.render.findings import findings_blocks
 
@@ -109,10 +112,15 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
     if report.environment:
         body.append(_environment(report.environment))
     if series is not None:
-        body.append(_files(series))
+        base = "" if written_to is None else os.path.relpath(Path(run_dir), Path(written_to))  # type: ignore[arg-type]
+        body.append(_files(series, "" if base == "." else base))
     version = escape(report.tool.get("version", ""))
     body.append(f'<p class="dim">Written by torchdoctor {version}; the numbers are in report.json '
                 f"(schema {escape(report.schema_version)}).</p>")
+    sections = [(anchor, name) for anchor, name in CONTENTS if any(f'<section id="{anchor}">' in part for part in body)]
+    nav = ('<nav aria-label="contents"><p>' + " · ".join(f'<a href="#{a}">{escape(n)}</a>' for a, n in sections)
+           + "</p></nav>")
+    body.insert(2, nav)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -169,8 +177,15 @@ def _symptom_index(symptoms: list[Symptom]) -> str:
 class _Figures:
     """Numbers the chart ids, so every `<svg>` title and description id is unique in the page."""
 
-    def __init__(self) -> None:
-        self.count = 0
+    def __init__(self, probes: list[str], first: int = 0) -> None:
+        self.probes = probes  # the probes that ran: an empty chart of one that did not says so
+        self.count = first
+
+    def missing(self, what: str, key: str) -> str:
+        probe, why = NOT_MEASURED[key]
+        if probe and probe not in self.probes:
+            why = f"the {probe} probe did not run (`--probe {probe}` adds it)"
+        return f'<p class="missing">{escape(what)}: not measured — {escape(why)}.</p>'
 
     def line(self, caption: str, chart: Chart, notes: list[str] | None = None) -> str:
         self.count += 1
@@ -189,8 +204,6 @@ class _Figures:
         return f"<figure><figcaption>{escape(caption)}</figcaption>{svg}{key}{extra}</figure>" if svg else ""
 
 
-def _missing(what: str, key: str) -> str:
-    return f'<p class="missing">{escape(what)}: not measured — {escape(NOT_MEASURED[key])}.</p>'
 
 
 def _charts(report: Report, series: RunSeries | None) -> str:
@@ -204,7 +217,12 @@ def _charts(report: Report, series: RunSeries | None) -> str:
                        "learning rate of every step and draws them here.</p>")
         out.append("</section>")
         return "\n".join(out)
-    figures = _Figures()
+    per_step = (series.loss, series.grad_norm, series.rss, series.cuda_allocated, series.step_ms, series.data_wait)
+    if report.run is not None and not report.run.steps_completed and not any(per_step):
+        out.append('<p class="missing">No optimizer step was recorded, so nothing was measured per step.</p>')
+        out.append("</section>")
+        return "\n".join(out)
+    figures = _Figures(report.run.probes if report.run is not None else [])
     out.append(_loss(series, figures))
     out.append(_grad_norm(series, figures))
     out.append(_memory(report, series, figures))
@@ -225,21 +243,21 @@ def _marked(series: Series) -> str:
 def _loss(series: RunSeries, figures: _Figures) -> str:
     s = series.loss
     if not s:
-        return _missing("Loss", "loss")
+        return figures.missing("Loss", "loss")
     chart = Chart("Loss per optimizer step", "loss", [Line("loss", s.xs, s.ys)], marks=s.nonfinite)
     notes = [] if s.xs else ["No step recorded a finite loss."]
-    return figures.line(f"Loss{_marked(s)}", chart, notes) or _missing("Loss", "loss")
+    return figures.line(f"Loss{_marked(s)}", chart, notes) or figures.missing("Loss", "loss")
 
 
 def _grad_norm(series: RunSeries, figures: _Figures) -> str:
     s = series.grad_norm
     if not s:
-        return _missing("Gradient norm", "grad_norm")
+        return figures.missing("Gradient norm", "grad_norm")
     log = bool(s.ys) and min(s.ys) > 0 and max(s.ys) / min(s.ys) > LOG_SPAN
     chart = Chart("Total gradient norm per optimizer step", "gradient norm", [Line("total gradient norm", s.xs, s.ys)],
                   marks=s.nonfinite, log_y=log)
     notes = [] if s.xs else ["No step recorded a finite gradient norm."]
-    return figures.line(f"Gradient norm{_marked(s)}", chart, notes) or _missing("Gradient norm", "grad_norm")
+    return figures.line(f"Gradient norm{_marked(s)}", chart, notes) or figures.missing("Gradient norm", "grad_norm")
 
 
 def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
@@ -260,11 +278,16 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
                 lines.append(Line(f"leak: {float(byte_ev.values['slope_mib_per_step']):+.3g} MiB per step", *fit,
                                   dashed=True))
             notes.append(byte_ev.summary)
+        else:
+            measured = (report.run.measurements.get("memory", {}) if report.run is not None else {}).get(
+                f"{what}_slope_mib_per_step")
+            if isinstance(measured, (int, float)):
+                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step (no leak was found).")
         label = "RSS (process memory)" if what == "rss" else "CUDA memory"
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
     if not out:
-        out.append(_missing("Memory", "memory"))
+        out.append(figures.missing("Memory", "memory"))
     elif not series.cuda_allocated:
         out.append('<p class="note">CUDA memory: not measured — CUDA was not used by the script.</p>')
     for ev in holders:
@@ -307,7 +330,7 @@ def _step_time(series: RunSeries, figures: _Figures) -> str:
         chart = Chart("Time per optimizer step", "ms", [Line("step time (from one step to the next)", s.xs, s.ys)])
         out.append(figures.line("Step time", chart))
     else:
-        out.append(_missing("Step time", "step_time"))
+        out.append(figures.missing("Step time", "step_time"))
     split = series.split
     if split is not None:
         parts = [(name, ms) for name, ms in split.parts]
@@ -316,14 +339,14 @@ def _step_time(series: RunSeries, figures: _Figures) -> str:
         out.append(figures.bars(f"Where a step's time goes (steps {split.from_step}–{split.to_step})", parts, "ms",
                                 [note], stacked=True))
     else:
-        out.append(_missing("Step-time split (data / forward / backward / optimizer / other)", "split"))
+        out.append(figures.missing("Step-time split (data / forward / backward / optimizer / other)", "split"))
     return "\n".join(out)
 
 
 def _data_wait(series: RunSeries, figures: _Figures) -> str:
     s = series.data_wait
     if not s:
-        return _missing("Data wait", "data_wait")
+        return figures.missing("Data wait", "data_wait")
     chart = Chart("Time each optimizer step waited for its batches", "ms", [Line("data wait", s.xs, s.ys)])
     return figures.line("Data wait", chart)
 
@@ -332,7 +355,7 @@ def _lr(series: RunSeries, figures: _Figures) -> str:
     measured = [s for s in series.lr if s.xs]
     planned = [s for s in series.lr_planned if s.xs]
     if not measured and not planned:
-        return _missing("Learning rate", "lr")
+        return figures.missing("Learning rate", "lr")
     lines = [Line(f"measured, {s.name}", s.xs, s.ys) for s in measured]
     lines += [Line(f"planned: {s.name}", s.xs, s.ys, dashed=True) for s in planned]
     notes = []
@@ -347,8 +370,7 @@ def _lr(series: RunSeries, figures: _Figures) -> str:
 
 def _ranks(report: Report, series: RunSeries) -> str:
     """DDP: every rank's step times on one timeline, and each rank's own work per step side by side."""
-    figures = _Figures()
-    figures.count = 100  # ids apart from the per-step section's
+    figures = _Figures(report.run.probes if report.run is not None else [], first=100)  # ids apart from the others
     out = ['<section id="ranks"><h2>Ranks</h2>']
     lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1)
              for i, r in enumerate(series.ranks) if r.step_ms.xs]
@@ -487,17 +509,19 @@ FILES = (
 )
 
 
-def _files(series: RunSeries) -> str:
+def _files(series: RunSeries, base: str = "") -> str:
     rows = []
     for pattern, what in FILES:
         for name in series.files:
             if pattern.match(name):
-                rows.append(f'<li><a href="{escape(name)}">{escape(name)}</a> — {escape(what)}</li>')
+                href = f"{base}/{name}" if base else name
+                rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(what)}</li>')
     if not any(FILES[0][0].match(n) for n in series.files):
         rows.append('<li class="missing">Profiler trace: not recorded in this run (the profile probe writes it '
                     "after its 5-step window).</li>")
     if not any(FILES[1][0].match(n) for n in series.files):
         rows.append('<li class="missing">CUDA memory snapshot: not recorded (the memory probe writes one when the '
                     "script used CUDA, at an OOM or at the end).</li>")
+    where = "in its run directory" if not base else "where it was written, beside the run directory"
     return ('<section id="files"><h2>Files in the run directory</h2><p class="note">Links are relative: they open '
-            "while this page sits in its run directory.</p><ul>" + "".join(rows) + "</ul></section>")
+            f"while this page sits {where}.</p><ul>" + "".join(rows) + "</ul></section>")

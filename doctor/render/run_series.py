@@ -107,10 +107,11 @@ def as_number(value: Any) -> float | None:
     return None
 
 
-def read_run(run_dir: str | Path) -> RunSeries:
-    """Every per-step series of a run directory (rank 0 for the single-rank charts, every rank for the timeline)."""
+def read_run(run_dir: str | Path, events: dict[int, list[dict[str, Any]]] | None = None) -> RunSeries:
+    """Every per-step series of a run directory (rank 0 for the single-rank charts, every rank for the timeline).
+    `events`: what `read_events(run_dir)` returns, when the caller has read it already."""
     run_dir = Path(run_dir)
-    events = read_events(run_dir)
+    events = read_events(run_dir) if events is None else events
     ranks = sorted(events) or [0]
     rows = events.get(ranks[0], [])
     steps = [e for e in rows if e.get("kind") == "step" and isinstance(e.get("step"), int)]

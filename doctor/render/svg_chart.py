@@ -233,7 +233,7 @@ def bar_chart(title: str, bars: list[tuple[str, float]], unit: str, chart_id: st
     row_h = 26
     height = TOP + (row_h if stacked else row_h * len(bars)) + (BOTTOM if stacked else 12)
     label_w = 0 if stacked else 150
-    plot_w = WIDTH - LEFT - RIGHT - label_w
+    plot_w = WIDTH - LEFT - RIGHT - label_w - (0 if stacked else 90)  # room for the value after the longest bar
     title_id, desc_id = f"{chart_id}-title", f"{chart_id}-desc"
     words = "; ".join(f"{label} {fmt(value)} {unit}" + (f" ({value / total:.0%})" if stacked and total else "")
                       for label, value in bars)
