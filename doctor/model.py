@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA_VERSION = "1.2"  # 1.1: Location.cell (a notebook cell); 1.2: Report.fit (`torchdoctor fit`)
+SCHEMA_VERSION = "1.2"  # 1.1: Location.cell (a notebook cell); 1.2: Report.fit (`torchdoctor fit`), and
+# Evidence.values keys declared, typed and unit-named in rules/data/evidence.toml (static rules' code-text
+# keys step/count/target became step_call/accum_expr/target_expr; line, workers, epochs and the step counts
+# are numbers)
 
 SPECIALISTS: tuple[str, ...] = (
     "memory",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from torchdoctor.clip import clip
 from torchdoctor.model import Fix, FixReport, Location, Symptom
 from torchdoctor.rules import catalog
+from torchdoctor.rules.evidence import CHECK_ENV, require_declared
 
 
 def _same_file(path: str, target: str) -> bool:
@@ -56,6 +57,8 @@ class Case:
 
     def value(self, key: str, default=None):
         """The first value named `key` in the symptom's evidence."""
+        if os.environ.get(CHECK_ENV):
+            require_declared(key)
         for ev in self.symptom.evidence:
             if key in ev.values:
                 return ev.values[key]

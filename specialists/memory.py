@@ -203,7 +203,7 @@ def memory_growth(case: Case) -> Advice:
     where = case.at()
     slope = case.num("slope_mib_per_step")
     steps = case.num("steps_observed")
-    nodes = case.num("graph_nodes_growth_per_step", "graph_nodes_per_step")
+    nodes = case.num("graph_nodes_growth_per_step")
     measured = ""
     if slope is not None:
         measured = f" Live memory grows by about {mib(slope)} per step"
@@ -304,9 +304,9 @@ def fragmentation(case: Case) -> Advice:
 # The share of the peak each kind of memory has, as the memory probe reports it.
 _BREAKDOWN = (
     (("activations_gib",), "activations"),
-    (("optimizer_state_gib", "optimizer_gib"), "optimizer state"),
-    (("parameters_gib", "params_gib"), "parameters"),
-    (("gradients_gib", "grads_gib"), "gradients"),
+    (("optimizer_state_gib",), "optimizer state"),
+    (("parameters_gib",), "parameters"),
+    (("gradients_gib",), "gradients"),
 )
 
 
@@ -356,20 +356,19 @@ def high_memory(case: Case) -> Advice:
     )
 
 
-_SHM = {"dataloader-shm-limit", "dataloader-bus-error", "shm-open-failed"}
+# Messages of a full /dev/shm: the memory specialist owns their fixes (the file_system sharing strategy too).
+SHM_SIGNATURES = {"dataloader-shm-limit", "dataloader-bus-error", "shm-open-failed"}
 
 
 @SPECIALIST.handles("host-oom")
 def host_oom(case: Case) -> Advice:
-    if case.sources & _SHM:
+    if case.sources & SHM_SIGNATURES:
         return _shared_memory(case)
     rss = case.num("rss_gib")
-    host_total = case.num("host_total_gib")
     workers = case.num("num_workers")
     facts = ""
     if rss is not None:
         facts = f" The script's processes held {gib(rss)} of host RAM"
-        facts += f" of {gib(host_total)}" if host_total is not None else ""
         facts += f" with {count(workers, 'DataLoader worker')}." if workers is not None else "."
     pid = case.num("worker_pid")
     signal = case.text("signal")
