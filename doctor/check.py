@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torchdoctor.rules.static.engine import Result
 
 PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
-FORMATS = ("text", "json", "sarif", "github", "markdown")
+FORMATS = ("text", "json", "sarif", "github", "markdown", "html")
 
 
 class UsageError(Exception):
@@ -352,7 +352,7 @@ def run_check(request: CheckRequest) -> int:
     from torchdoctor.diagnosis import diagnose
     from torchdoctor.render import render
 
-    if request.fmt in ("text", "markdown", "json"):
+    if request.fmt in ("text", "markdown", "json", "html"):
         diagnose(report)  # sarif and github carry findings only
     render(report, request.fmt, details=request.details)
     return code

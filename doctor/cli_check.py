@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(help="Files and folders to check (.py and .ipynb); `-` reads standard input. Default: `.`"),
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help="text | json | sarif | github | markdown")
+            str, typer.Option("--format", "-f", help="text | json | sarif | github | markdown | html")
         ] = "text",
         select: Annotated[
             list[str] | None,

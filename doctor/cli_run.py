@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpu_memory: Annotated[
             str | None,
-            typer.Option("--gpu-memory", help="A memory budget for the fit verdict, e.g. 10GiB or 24GB."),
+            typer.Option("--gpu-memory", help="A memory budget for the fit verdict: a size (10GiB, 24GB: GB read as GiB, as cards are sold) or a card (3090, A100-80GB)."),
         ] = None,
         out: Annotated[
             str | None, typer.Option("--out", "-o", help="Run directory (default .torchdoctor/runs/<timestamp>/).")

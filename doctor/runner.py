@@ -206,6 +206,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     )
     diagnose(report, target_hint=plan.script)
     report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
+    report.artifacts["report_html"] = display_path(str(plan.run_dir / "report.html"), plan.cwd)
     report.timings = {"run_s": outcome.duration_s, "analysis_s": round(time.perf_counter() - started, 3)}
     first = found.measurements.get("steps", {}).get("first_step_s")
     if first is not None:
@@ -228,12 +229,33 @@ def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
         found.symptoms = [s for s in found.symptoms if s.id != "hang"]
 
 
-def write_report(report: Report, run_dir: Path) -> None:
+def write_report(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
     from torchdoctor.render import to_json
 
     tmp = run_dir / f"report.json.{os.getpid()}.tmp"
     tmp.write_text(to_json(report) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / "report.json")
+    write_html(report, run_dir, events)
+
+
+def write_html(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
+    """report.html next to report.json (render/html_page.py), then the manifest of every file the run wrote.
+
+    `events`: the run's evidence as the analysis read it (read again from run_dir when None). A failure here
+    costs the page only: report.json is already written, and the run's exit code stands.
+    """
+    try:
+        from torchdoctor.render.html_page import page
+
+        text = page(report, run_dir, events=events)
+        tmp = run_dir / f"report.html.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, run_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - the page is a view of report.json, never a reason to fail the run
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(f"torchdoctor: could not write report.html ({type(exc).__name__}: {exc}); "
+                         "report.json has the whole report\n")
     run_files.record(run_dir)  # what this run wrote, so that the next run into run_dir may replace it
 
 
@@ -260,7 +282,7 @@ def run_command(req: RunRequest) -> int:
         write_report(report, plan.run_dir)
         sys.stderr.write(f"torchdoctor: internal error while diagnosing: {type(exc).__name__}: {exc}\n")
         return exitcodes.INTERNAL
-    write_report(report, plan.run_dir)
+    write_report(report, plan.run_dir, run.events)
     from torchdoctor.render import render
 
     sys.stdout.flush()

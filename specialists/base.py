@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from torchdoctor.clip import clip
 from torchdoctor.model import Fix, FixReport, Location, Symptom
 from torchdoctor.rules import catalog
+from torchdoctor.rules.evidence import CHECK_ENV, require_declared
 
 
 def _same_file(path: str, target: str) -> bool:
@@ -56,6 +57,8 @@ class Case:
 
     def value(self, key: str, default=None):
         """The first value named `key` in the symptom's evidence."""
+        if os.environ.get(CHECK_ENV):
+            require_declared(key)
         for ev in self.symptom.evidence:
             if key in ev.values:
                 return ev.values[key]
@@ -170,9 +173,17 @@ class Case:
         return " ".join(parts)
 
     def fit_cmd(self, gpu_gib: float | None = None) -> str:
-        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known."""
+        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known, with
+        the arguments the script ran with when a run recorded them."""
         card = f" --gpu {gpu_gib:.0f}GB" if gpu_gib else ""
-        return f"torchdoctor fit {self.script}{card} -- <your script's arguments>"
+        args = self.value("script_args")
+        if args is None:
+            tail = " -- <your script's arguments>"
+        else:
+            import shlex
+
+            tail = f" -- {shlex.join(args)}" if args else ""
+        return f"torchdoctor fit {self.script}{card}{tail}"
 
     def check_cmd(self, select: str = "") -> str:
         return f"torchdoctor check {'--select ' + select + ' ' if select else ''}{self.script}"

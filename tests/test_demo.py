@@ -106,3 +106,12 @@ def test_every_path_the_demo_names_exists_after_it(demo):
             followed = cli(*command[1:], cwd=cwd)
             assert followed.returncode in (0, 1) and followed.stderr_text == "", followed.stderr_text
             assert "train_demo.py" in followed.stdout_text
+
+
+def test_the_demo_page_shows_both_doors_and_the_charts(demo):
+    from pathlib import Path
+
+    report = json.loads(demo[0].stdout_text)
+    page = Path(report["artifacts"]["report_html"]).read_text(encoding="utf-8")
+    assert "<title>torchdoctor demo train_demo.py</title>" in page and "Static findings" in page
+    assert "Loss per optimizer step" in page and "What holds the leak: `total_loss`" in page

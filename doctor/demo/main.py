@@ -92,11 +92,15 @@ def run_demo(fmt: str, details: bool = False) -> int:
         static = static_report(script)
         measured = run_report(script, Path("run"))
         report = combine(static, measured, SCRIPT.name, workdir)
+        from torchdoctor.runner import write_html
+
+        write_html(report, Path("run"))  # the page shows both doors, as the terminal does
     finally:
         os.chdir(here)
         # keep the patient (the next steps run it) and the run directory (trace, events, report.json)
         (workdir / "demo_checkpoint.pt").unlink(missing_ok=True)
     sys.stdout.flush()
     render(report, fmt, details=details)
-    sys.stderr.write(f"torchdoctor demo: {SCRIPT.name}, evidence and report.json kept in {workdir}\n")
+    sys.stderr.write(f"torchdoctor demo: {SCRIPT.name}, evidence and report.json kept in {workdir}; the report "
+                     f"with its charts: {workdir / 'run' / 'report.html'}\n")
     return exitcodes.OK

@@ -3,7 +3,8 @@
 text      rich panels on a terminal; plain text when piped or NO_COLOR is set
 json      the Report schema (`torchdoctor schema`)
 markdown  for a PR comment or an issue
-html      a fragment for Jupyter and `torchdoctor.watch()` (not a CLI format)
+html      check: a whole self-contained page (html_page.py, as report.html of a run);
+          a fragment for Jupyter (`to_html`)
 sarif     SARIF 2.1.0 (check only)
 github    GitHub workflow-command annotations (check only)
 """
@@ -80,6 +81,11 @@ def render(report: Report, fmt: str = "text", stream: TextIO | None = None, deta
         from torchdoctor.render.sarif import to_sarif
 
         stream.write(json.dumps(to_sarif(report), indent=2) + "\n")
+        return
+    if fmt == "html":
+        from torchdoctor.render.html_page import page
+
+        stream.write(page(report))
         return
     if fmt == "github":
         from torchdoctor.render.github import to_annotations

@@ -135,3 +135,8 @@ def _door(ev) -> str:
         loc = ev.location
         door += f" (cell {loc.cell}, line {loc.line})" if loc.cell else f" (line {loc.line})"
     return door
+
+
+# The pieces the HTML report's symptom cards reuse (render/html_page.py), so a fix report reads the same there.
+fix_report_section = _fix_report
+evidence_door = _door
