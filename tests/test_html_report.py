@@ -286,6 +286,34 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     assert _self_contained(text, DATA / name) == []
 
 
+def test_text_from_the_run_is_escaped_everywhere(tmp_path):
+    """A note, an environment value, a symptom's evidence and a holder's name come from the user's run: none of
+    them may become markup."""
+    from torchdoctor.model import Evidence, Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    with open(tmp_path / "steps.rank0.jsonl", "w") as fh:
+        for step in range(1, 21):
+            fh.write(json.dumps({"kind": "step", "step": step, "t": step * 0.1, "memory": {"rss_mib": 300 + step}})
+                     + "\n")
+    with open(tmp_path / "events.rank0.jsonl", "w") as fh:
+        for step in (5, 10, 15, 20):
+            fh.write(json.dumps({"kind": "holders", "probe": "memory", "step": step, "t": step * 0.1,
+                                 "holders": [{"name": evil, "kind": "list", "tensors": step, "mib": 0.1}]}) + "\n")
+    growth = catalog.make_symptom("memory-growth", evidence=[
+        Evidence(kind="probe", summary=evil, values={"variable": evil, "tensors_growth_per_step": 1.0})])
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=2.0, probes=["memory"])
+    report = Report(command="run", target=evil, run=info, symptoms=[growth], notes=[evil],
+                    environment={"variables": {"X": evil}, "torch": evil})
+    text = page(report, tmp_path)
+    assert _self_contained(text, tmp_path) == [] and "<script" not in text and "<img" not in text
+    assert text.count("&lt;script&gt;") >= 5 and "What holds the leak: `&lt;script&gt;" in text
+    for svg in re.findall(r"<svg .*?</svg>", text, re.S):
+        ET.fromstring(svg)  # still well-formed XML with the name inside
+
+
 def test_a_long_run_stays_small(tmp_path):
     """100,000 steps of every per-step number: the page thins each line and stays under the bound."""
     from torchdoctor.model import Report, RunInfo
