@@ -44,6 +44,7 @@ class CheckRequest:
     config: str | None = None
     jobs: int | None = None
     stdin_filename: str | None = None
+    details: bool = False  # text: the full report after the summary
 
 
 def split_codes(values: Iterable[str] | None) -> list[str]:
@@ -353,5 +354,5 @@ def run_check(request: CheckRequest) -> int:
 
     if request.fmt in ("text", "markdown", "json", "html"):
         diagnose(report)  # sarif and github carry findings only
-    render(report, request.fmt)
+    render(report, request.fmt, details=request.details)
     return code

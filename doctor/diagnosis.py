@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from torchdoctor.model import Report, Symptom
 from torchdoctor.router import route
+from torchdoctor.rules.evidence import CHECK_ENV
 
 
 def merge_symptoms(symptoms: Iterable[Symptom]) -> list[Symptom]:
@@ -55,4 +57,16 @@ def diagnose(report: Report, target_hint: str | None = None) -> Report:
         )
         for step in report.route
     ]
+    if os.environ.get(CHECK_ENV):
+        _check(report)
     return report
+
+
+def _check(report: Report) -> None:
+    """Debug mode: fail on evidence the registry does not declare, and on a report that contradicts itself."""
+    from torchdoctor.consistency import contradictions
+    from torchdoctor.rules.evidence import EvidenceError, report_problems
+
+    problems = report_problems(report.symptoms) + [str(c) for c in contradictions(report.to_dict())]
+    if problems:
+        raise EvidenceError(f"{CHECK_ENV}: " + "; ".join(problems))

@@ -42,6 +42,7 @@ from torchdoctor import exitcodes, run_files
 from torchdoctor.analysis import RunAnalysis, analyse
 from torchdoctor.analysis.evidence import RunEvidence, read_events
 from torchdoctor.analysis.outcome import decide
+from torchdoctor.clip import clip
 from torchdoctor.model import SEVERITY_RANK, Report, RunInfo
 from torchdoctor.probes.session import ENV
 from torchdoctor.probes.userframes import display_path
@@ -142,8 +143,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
 
 def leftover_notes(leftovers: list[dict]) -> list[str]:
     """One note for the processes torchdoctor had to end after the script, one for any it could not end."""
-    def named(rows: list[dict]) -> str:
-        return "; ".join(f"pid {r['pid']} ({_clip(r['command'])}" + (f", {r['ended_by']}" if r["ended_by"] else "")
+    def named(rows: list[dict]) -> str:  # one_line: a `python -c` command line holds newlines
+        return "; ".join(f"pid {r['pid']} ({clip(r['command'], 80, one_line=True)}" + (f", {r['ended_by']}" if r["ended_by"] else "")
                          + ")" for r in rows)
 
     ended = [r for r in leftovers if r["ended_by"]]
@@ -156,11 +157,6 @@ def leftover_notes(leftovers: list[dict]) -> list[str]:
         notes.append(f"{len(stuck)} process{'es' if len(stuck) > 1 else ''} of the script could not be ended "
                      f"and outlive{'' if len(stuck) > 1 else 's'} the run: {named(stuck)}.")
     return notes
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())  # a `python -c` command line holds newlines
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
@@ -296,7 +292,7 @@ def run_command(req: RunRequest) -> int:
                          f"{display_path(str(plan.run_dir / 'report.json'), plan.cwd)} (rank 0's node prints the "
                          "whole report)\n")
     else:
-        render(report, plan.fmt)
+        render(report, plan.fmt, details=plan.details)
     return exit_code(report, plan.fail_on)
 
 

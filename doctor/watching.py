@@ -213,15 +213,16 @@ class Watch:
             self.stop("completed", 0)
         return self._report
 
-    def render(self, fmt: str = "text", stream: TextIO | None = None) -> None:
-        """Print the report: text (terminal), json or markdown, as `torchdoctor run --format`."""
+    def render(self, fmt: str = "text", stream: TextIO | None = None, details: bool = False) -> None:
+        """Print the report: text (terminal), json or markdown, as `torchdoctor run --format`; text is the
+        summary, and the full report after it with `details` (as `run --details`)."""
         report = self.report()
         if report is None:
             (stream or sys.stderr).write(f"torchdoctor.watch(): nothing measured here: {self.skipped}\n")
             return
         from torchdoctor.render import render
 
-        render(report, fmt, stream)
+        render(report, fmt, stream, details=details)
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write the report to `path`: .json, .html (the run's page, as report.html) or .md by its suffix."""

@@ -65,7 +65,7 @@ def bad_backward(case: Case) -> Advice:
     if where:
         facts += f"; backward is defined at {where}"
     facts += "."
-    count_bad = case.value("wrong_count") is True or (expected is not None and got is not None and expected != got)
+    count_bad = (expected is not None and got is not None and expected != got)
     fixes = []
     if count_bad:
         fixes.append(_count_fix(case))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.model import Fix
 from torchdoctor.specialists.base import Advice, Case, Specialist
-from torchdoctor.specialists.units import count, listing, sci
+from torchdoctor.specialists.units import count, listing
 
 SPECIALIST = Specialist("checkpointing")
 
@@ -369,17 +369,12 @@ loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
 
 @SPECIALIST.handles("nondeterminism")
 def nondeterminism(case: Case) -> Advice:
-    diff = case.num("max_abs_diff")
-    step = case.step
     op = case.text("op")
     facts = "Results differ from run to run"
     if op:
         facts = f"`{op}` has no deterministic implementation, and deterministic algorithms were requested"
     elif "deterministic-cublas" in case.sources:
         facts = "Deterministic algorithms are on but CUBLAS_WORKSPACE_CONFIG is not set, so cuBLAS matmuls may differ run to run"
-    if diff is not None:
-        facts += f" (largest difference {sci(diff)}"
-        facts += f", first at step {step})" if step is not None else ")"
     facts += (
         ": unseeded randomness (Python, numpy, DataLoader workers) or non-deterministic kernels "
         "(atomics in scatter/index_add backward, cuDNN autotuning) are the usual sources."
@@ -508,6 +503,17 @@ def save_all_ranks(case: Case) -> Advice:
     )
 
 
+def _state_lost(optimizer: str | None) -> str:
+    """What a fresh optimizer of this class starts without, in words."""
+    if optimizer is None:
+        return "Adam's moments and step count (SGD's momentum)"
+    if "adam" in optimizer.lower():
+        return f"{optimizer}'s moment estimates and step count"
+    if optimizer == "SGD":
+        return "SGD's momentum buffers"
+    return f"{optimizer}'s per-parameter state"
+
+
 @SPECIALIST.handles("resume-optimizer-state-missing")
 def resume_optimizer_missing(case: Case) -> Advice:
     how = case.text("how")
@@ -518,14 +524,16 @@ def resume_optimizer_missing(case: Case) -> Advice:
     else:
         facts = (f"{where} restores the weights from a checkpoint that also holds optimizer state, which is never "
                  "loaded: the optimizer that steps starts empty.")
-    facts += " Adam's moments and step count (SGD's momentum) restart, so the first updates after the resume differ."
+    optimizer = case.text("stepping_optimizer")  # measured: the class of the optimizer that stepped
+    facts += f" {_state_lost(optimizer)} restart, so the first updates after the resume differ."
+    built = optimizer if optimizer and optimizer.isidentifier() else "AdamW"
     return Advice(
         facts,
         [
             Fix(
                 title="Build the optimizer once, then load its state into that same object",
                 snippet=(
-                    "optimizer = torch.optim.AdamW(model.parameters(), lr=lr)\n"
+                    f"optimizer = torch.optim.{built}(model.parameters(), lr=lr)\n"
                     "if checkpoint is not None:\n"
                     "    model.load_state_dict(checkpoint['model'])\n"
                     "    optimizer.load_state_dict(checkpoint['optimizer'])\n"

@@ -281,8 +281,12 @@ def unused_parameters(case: Case) -> Advice:
 @SPECIALIST.handles("sampler-epoch-not-set")
 def sampler_epoch(case: Case) -> Advice:
     epochs = case.num("epochs")
+    calls = case.num("set_epoch_calls")  # measured: set_epoch can run and still pass the same epoch every time
     where = case.at("The epoch loop")
-    facts = f"{where} never calls sampler.set_epoch(epoch)"
+    if calls:
+        facts = f"{where} calls sampler.set_epoch {count(calls, 'time')}, always with the same epoch"
+    else:
+        facts = f"{where} never calls sampler.set_epoch(epoch)"
     if epochs is not None:
         facts += f": the DistributedSampler produced the same order in all {count(epochs, 'epoch')}"
     facts += ": its shuffle is seeded by the epoch number, so without it every epoch repeats the same order."
@@ -290,7 +294,7 @@ def sampler_epoch(case: Case) -> Advice:
         facts,
         [
             Fix(
-                title="Call set_epoch at the start of every epoch",
+                title="Pass the loop's epoch number to set_epoch" if calls else "Call set_epoch at the start of every epoch",
                 snippet="for epoch in range(start_epoch, epochs):\n    sampler.set_epoch(epoch)\n    for x, y in loader:\n        ...",
                 why="The sampler shuffles with seed + epoch; all ranks use the same value, so shards stay disjoint.",
                 verify="The first batch's indices differ between epochs (and agree across ranks on the permutation).",
@@ -585,7 +589,7 @@ def cuda_device_not_set(case: Case) -> Advice:
         "cuda:0, so GPU 0 runs out of memory or NCCL sees duplicate GPUs and hangs or errors."
     )
     if case.rank is not None and case.num("other_rank") is not None:
-        device = case.text("device", "gpu")
+        device = case.text("device", "gpu_index")
         facts = (
             f"Ranks {case.rank} and {case.num('other_rank'):.0f} use the same GPU"
             + (f" ({device})" if device else "")

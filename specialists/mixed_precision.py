@@ -491,8 +491,8 @@ def missing_zero_grad(case: Case) -> Advice:
 @SPECIALIST.handles("zero-grad-every-micro-step")
 def zero_grad_every_micro_step(case: Case) -> Advice:
     where = case.at("The accumulation loop")
-    count = case.text("count") or "accum_steps"
-    step = case.text("step") or "optimizer.step()"
+    count = case.text("accum_expr") or "accum_steps"
+    step = case.text("step_call") or "optimizer.step()"
     return Advice(
         f"{where} clears the gradients on every micro-step while `{step}` runs once per {count}: each update "
         "applies the last micro-batch's gradients only, so the accumulation does nothing.",
@@ -516,8 +516,8 @@ def zero_grad_every_micro_step(case: Case) -> Advice:
 @SPECIALIST.handles("accumulation-not-applied")
 def accumulation_not_applied(case: Case) -> Advice:
     where = case.at("The training loop")
-    count = case.text("count") or "accum_steps"
-    step = case.text("step") or "optimizer.step()"
+    count = case.text("accum_expr") or "accum_steps"
+    step = case.text("step_call") or "optimizer.step()"
     return Advice(
         f"{where} divides the loss by `{count}` as gradient accumulation does, but `{step}` runs on every "
         f"micro-batch: no gradients accumulate, and every update is `{count}` times smaller than intended.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchdoctor.model import Fix
 from torchdoctor.specialists.base import Advice, Case, Specialist
-from torchdoctor.specialists.units import count, listing, pct
+from torchdoctor.specialists.units import count, listing
 
 SPECIALIST = Specialist("module-design")
 
@@ -315,7 +315,7 @@ def forward_direct(case: Case) -> Advice:
 
 @SPECIALIST.handles("missing-super-init")
 def missing_super(case: Case) -> Advice:
-    cls = case.text("class")
+    cls = case.text("variable")  # TD203 names the class
     where = case.at("The module's __init__")
     name = f"`{cls}`" if cls else "An nn.Module subclass"
     return Advice(
@@ -445,10 +445,7 @@ def _vectorise_fix(case: Case) -> Fix:
 @SPECIALIST.handles("slow-custom-layer")
 def slow_custom_layer(case: Case) -> Advice:
     name = case.text("module")
-    share = case.num("time_fraction")
     facts = f"The custom layer `{name}`" if name else "The custom layer"
-    if share is not None:
-        facts += f" takes {pct(share)} of the step"
     where = case.at()
     if where:
         facts += f" ({where})"

@@ -486,9 +486,8 @@ def _sdpa_fix(case: Case) -> Fix:
 @SPECIALIST.handles("slow-custom-layer")
 def slow_custom_layer(case: Case) -> Advice:
     name = case.text("module")
-    share = case.num("time_fraction")
     facts = f"The custom layer `{name}`" if name else "The custom layer"
-    facts += f" takes {pct(share)} of the step" if share is not None else " needs measuring"
+    facts += " needs measuring"
     facts += ": label it in the profiler to see which of its ops dominate."
     return Advice(
         facts,

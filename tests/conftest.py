@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Every report the suite builds, here or in a `torchdoctor` subprocess, is checked against the declared
+# evidence keys and the contradiction table (rules/evidence.py, doctor/consistency.py).
+os.environ.setdefault("TORCHDOCTOR_CHECK_EVIDENCE", "1")
 SHARED = ROOT.parent / "shared"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -57,3 +61,12 @@ def validate_report(report_schema):
         return obj
 
     return validate
+
+
+def repeated_lines(text: str) -> list[str]:
+    """The lines of a text output that occur more than once, leaving out blank lines and rules
+    (`-----`, `=====`, a box's edges): they are layout, not something said twice."""
+    from collections import Counter
+
+    said = [line.strip() for line in text.splitlines() if line.strip(" -=─│╭╮╰╯")]
+    return [line for line, n in Counter(said).items() if n > 1]

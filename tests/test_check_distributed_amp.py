@@ -110,7 +110,7 @@ def test_one_cycle_stepped_per_epoch_stays_in_warm_up():
     results = findings((RULES / "TD406" / "fire.py").read_text(), "TD406")
     (fixed,) = [r for r in results if r.values["variable"] == "fixed"]
     assert "20 scheduler steps where it plans 2,000: 1.0% of the schedule" in fixed.finding.message
-    assert (fixed.values["lr_steps_planned"], fixed.values["lr_steps_taken"]) == ("2000", "20")
+    assert (fixed.values["lr_steps_planned"], fixed.values["lr_steps_taken"]) == (2000, 20)  # numbers, as the schedule probe sends them
     optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=2000)
     for _ in range(20):

@@ -91,7 +91,7 @@ MEASURED = [
      ["2.00 GiB", "23.69 GiB", "1.21 GiB", "19.80 GiB"]),
     ("oom", "memory", {"requested_gib": 0.5, "reserved_unallocated_gib": 1.6}, ["1.60 GiB", "fragmentation"]),
     ("memory-growth", "memory", {"slope_mib_per_step": 12.5, "steps_observed": 30}, ["12.5 MiB per step", "30 steps"]),
-    ("high-memory", "memory", {"peak_gib": 13.2, "budget_gib": 10.0, "activations_gib": 9.0, "params_gib": 1.0},
+    ("high-memory", "memory", {"peak_gib": 13.2, "budget_gib": 10.0, "activations_gib": 9.0, "parameters_gib": 1.0},
      ["13.20 GiB", "10.00 GiB", "does not fit", "activations 9.00 GiB"]),
     ("fragmentation", "memory", {"reserved_unallocated_gib": 3.0, "reserved_gib": 20.0}, ["3.00 GiB", "20.00 GiB"]),
     ("host-oom", "memory", {"rss_gib": 30.0, "num_workers": 8}, ["30.00 GiB", "8 DataLoader workers"]),
@@ -131,13 +131,13 @@ MEASURED = [
      ["1 missing key", "`module.fc.weight`", "`module.` prefix"]),
     ("checkpoint-incomplete", "checkpointing", {"missing": ["optimizer", "scheduler"], "saved": ["model"]},
      ["`optimizer` and `scheduler`", "`model`"]),
-    ("nondeterminism", "checkpointing", {"max_abs_diff": 0.003, "step": 7}, ["0.003", "step 7"]),
+    ("nondeterminism", "checkpointing", {"op": "aten::index_add_"}, ["`aten::index_add_`"]),
     ("bad-custom-backward", "autograd", {"function": "MyGelu", "max_abs_error": 0.25}, ["`MyGelu`", "0.25"]),
     ("bad-custom-backward", "autograd", {"expected": 2, "got": 1}, ["1 gradient for 2 forward inputs"]),
     ("shape-mismatch", "module-design", {"mat1_shape": "64x512", "mat2_shape": "256x10"},
      ["(64, 512)", "256 input features", "in_features=512"]),
     ("shape-mismatch", "module-design", {"expected_channels": 3, "got_channels": 1}, ["3 input channels", "receives 1"]),
-    ("slow-custom-layer", "module-design", {"module": "MyAttention", "time_fraction": 0.45}, ["`MyAttention`", "45%"]),
+    ("slow-custom-layer", "module-design", {"module": "MyAttention"}, ["`MyAttention`"]),
 ]
 
 
@@ -149,8 +149,8 @@ def test_measured_values_are_quoted_with_units(sid, sp, values, expected):
 
 
 def test_measured_values_change_the_ranking_of_fixes():
-    activations = _report("high-memory", "memory", values={"peak_gib": 20.0, "activations_gib": 15.0, "optimizer_gib": 2.0})
-    optimizer = _report("high-memory", "memory", values={"peak_gib": 20.0, "activations_gib": 2.0, "optimizer_gib": 15.0})
+    activations = _report("high-memory", "memory", values={"peak_gib": 20.0, "activations_gib": 15.0, "optimizer_state_gib": 2.0})
+    optimizer = _report("high-memory", "memory", values={"peak_gib": 20.0, "activations_gib": 2.0, "optimizer_state_gib": 15.0})
     assert "autocast" in activations.fixes[0].title
     assert "optimizer state" in optimizer.fixes[0].title
 

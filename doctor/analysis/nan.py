@@ -161,7 +161,7 @@ def _grad_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
         values["nonfinite_parameters"] = event["nonfinite_parameters"]
     if event.get("what") == "parameters":
         summary = (f"`{parameter}` became non-finite in an optimizer update before step {step} while the "
-                   "gradients checked were finite: the update itself (learning rate, eps) or an unchecked step")
+                   "gradients that update applied were finite: the update itself (learning rate, eps) or an unchecked step")
     elif module and event.get("phase") == "forward":
         summary = (f"the loss of step {step} was finite but its gradients were not: the forward of "
                    f"{_where(module, event.get('module_type'))}")

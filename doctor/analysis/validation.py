@@ -40,7 +40,7 @@ def _with_grad(run: RunEvidence, rank: int, groups: list[dict[str, Any]], lim: d
     if not found or forwards < int(lim.get("min_eval_forwards", 1)):
         return
     first = found[0]
-    values: dict[str, Any] = {"forwards": forwards, "model": first.get("model"), "sites": len(found)}
+    values: dict[str, Any] = {"forwards": forwards, "model": first.get("model"), "site_count": len(found)}
     text = (f"{plural(forwards, 'forward pass', 'forward passes')} of {first.get('model')} recorded an autograd graph "
             "that no backward ever used (evaluation without torch.no_grad() or torch.inference_mode())")
     memory = latest(run, PROBE, "eval-memory", rank=rank)
@@ -132,7 +132,9 @@ def _measurements(summary: dict[str, Any] | None, groups: list[dict[str, Any]]) 
     if summary is None:
         return {}
     m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "us_per_forward", "models")}
-    m["summary"] = (f"{summary.get('forwards', 0)} top-level forwards of {plural(summary.get('models', 0), 'model')}: "
+    models = summary.get("models") or 0  # 0 when the run died inside its first forward (a CUDA OOM)
+    m["summary"] = (f"{plural(summary.get('forwards', 0), 'top-level forward')}"
+                    + (f" of {plural(models, 'model')}" if models else "") + ": "
                     f"{summary.get('trained', 0)} trained, {summary.get('eval_no_grad', 0)} evaluation without grad, "
                     f"{summary.get('eval_grad', 0)} evaluation with grad; {summary.get('us_per_forward', 0):.1f} µs "
                     "per forward")

@@ -50,7 +50,27 @@ def to_html(report: Report) -> str:
     return html.render(compose(report))
 
 
-def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> None:
+def render_blocks(blocks: list, fmt: str = "text", stream: TextIO | None = None) -> None:
+    """The one place that decides how document blocks are written: Markdown, rich panels on a
+    terminal, plain text otherwise (a pipe, NO_COLOR). Reports, `routes` and `explain` all come here."""
+    stream = stream or sys.stdout
+    if fmt == "markdown":
+        from torchdoctor.render import markdown
+
+        stream.write(markdown.render(blocks))
+    elif wants_rich(stream):
+        from torchdoctor.render import rich_text
+
+        rich_text.render(blocks, stream)
+    else:
+        from torchdoctor.render import plain
+
+        stream.write(plain.render(blocks))
+
+
+def render(report: Report, fmt: str = "text", stream: TextIO | None = None, details: bool = False) -> None:
+    """Write a report. Text is the summary, and the full report after it with `details`; Markdown is
+    always the full report (it is read later, in a PR or an issue, where nobody can ask for more)."""
     stream = stream or sys.stdout
     if fmt == "json":
         stream.write(to_json(report) + "\n")
@@ -74,16 +94,4 @@ def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> N
         return
     from torchdoctor.render.compose import compose
 
-    blocks = compose(report)
-    if fmt == "markdown":
-        from torchdoctor.render import markdown
-
-        stream.write(markdown.render(blocks))
-    elif wants_rich(stream):
-        from torchdoctor.render import rich_text
-
-        rich_text.render(blocks, stream)
-    else:
-        from torchdoctor.render import plain
-
-        stream.write(plain.render(blocks))
+    render_blocks(compose(report, details=details or fmt == "markdown"), fmt, stream)

@@ -108,9 +108,24 @@ def _validate(doc: RuleDoc) -> None:
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", doc.name):
         raise RuleError(f"{doc.code}: name {doc.name!r} is not kebab-case")
     catalog.symptom(doc.symptom)  # raises on an unknown id
+    _validate_fields(doc)
     expected = SPECIALIST_BY_DIGIT.get(doc.code[2])
     if expected is not None and doc.specialist != expected:
         raise RuleError(f"{doc.code}: the hundreds digit names {expected}, its family file says {doc.specialist!r}")
+
+
+def _validate_fields(doc: RuleDoc) -> None:
+    """Every placeholder of the message and fix is an evidence key this rule is declared to emit
+    (rules/data/evidence.toml): a typo fails here, when the rules load, not in a user's run."""
+    from torchdoctor.rules import evidence
+
+    declared = evidence.keys()
+    for field in sorted(evidence.template_fields(doc.message) | evidence.template_fields(doc.fix)):
+        key = declared.get(field)
+        if key is None:
+            raise RuleError(f"{doc.code}: template field {{{field}}} is not a declared evidence key (rules/data/evidence.toml)")
+        if not evidence.declares(key, "static", doc.code):
+            raise RuleError(f"{doc.code}: evidence.toml does not name static:{doc.code} as a producer of {field!r}")
 
 
 def get(code: str) -> Rule | None:

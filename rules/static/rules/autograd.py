@@ -115,8 +115,8 @@ def _count(index: Index, expr: ast.AST | None, fn: ast.AST, depth: int = 0) -> t
 
 
 def _falls_off_end(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A body that does work and ends without returning: not a stub (`pass`, `...`, a docstring) and not one that
-    raises (`raise NotImplementedError`)."""
+    """A body that does work and ends without returning: not a placeholder (`pass`, `...`, a docstring) and not
+    one that ends in a raise (NotImplementedError and the like)."""
     body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
     if not body or all(isinstance(st, ast.Pass) for st in body):
         return False
@@ -187,8 +187,8 @@ def backward_gradient_count(node: ast.ClassDef, ctx: Context) -> None:
         ctx.report(
             ret,
             variable=node.name,
-            expected=expected,
-            returned=str(count),
+            expected_inputs=expected,  # a number or a range ("2 to 4"): words for the message
+            returned=count,
             inputs=", ".join(names) or "(none)",
         )
 
@@ -366,7 +366,7 @@ def _checkpoint_without_use_reentrant(node: ast.Call, ctx: Context) -> None:
     if any(kw.arg in ("use_reentrant", None) for kw in node.keywords):
         return
     target = node.args[0] if node.args else None
-    ctx.report(node, variable=snippet(ctx, node.func), target=snippet(ctx, target, 40) if target is not None else "the function")
+    ctx.report(node, variable=snippet(ctx, node.func), target_expr=snippet(ctx, target, 40) if target is not None else "the function")
 
 
 # -- graph cuts inside forward ---------------------------------------------------------------------

@@ -693,7 +693,7 @@ def training_in_validation(node: ast.Module, ctx: Context) -> None:
         update = next((c for c in loop.calls if c in backward or c in steps), None)
         if update is not None:
             ctx.report(update, variable=loop.source, update=ctx.segment(update, 40),
-                       model=ctx.segment(mode.func.value, 40), line=str(mode.lineno))  # type: ignore[attr-defined]
+                       model=ctx.segment(mode.func.value, 40), line=mode.lineno)  # type: ignore[attr-defined]
 
 
 # -- TD607 -------------------------------------------------------------------------------------

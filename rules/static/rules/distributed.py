@@ -149,7 +149,7 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
             count = number(ctx, it.args[0], epoch_loop.node)
             if count is not None:
-                values["epochs"] = f"{count:.0f}"  # the specialist quotes it
+                values["epochs"] = round(count)  # the specialist quotes it
         ctx.report(call, **values)
 
 
@@ -480,10 +480,10 @@ def accumulation_without_no_sync(node: ast.Module, ctx: Context) -> None:
         values = dict(
             variable=ctx.segment(call, 50),
             model=model,
-            count=ctx.segment(acc.count, 40),
-            micro_steps=f"{n:.0f}" if n is not None else "",
-            allreduces_per_step=f"{n:.0f}" if n is not None else "",
+            accum_expr=ctx.segment(acc.count, 40),
         )
+        if n is not None and n == int(n):
+            values.update(micro_steps=int(n), allreduces_per_step=int(n))
         ctx.report(call, **values)
 
 
@@ -758,4 +758,4 @@ def grad_sync_set_after_forward(node: ast.Assign, ctx: Context) -> None:
     forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < here]
     backward = [c for c in loop.calls if c in set(ctx.index.backward_calls) and _position(c) > here]
     if forwards and backward:
-        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=str(forwards[-1].lineno))
+        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno)

@@ -429,7 +429,7 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
                 continue
         if any(index.function_of(u) is fn and _position(u) < _position(clip) for u in unscales):
             continue
-        ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step=ctx.segment(later[0], 50))
+        ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step_call=ctx.segment(later[0], 50))
 
 
 @rule("TD416", ast.Module)
@@ -451,7 +451,7 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
         if all(index.guarded_in_loop(r, loop, rare=True) for r in mine):
             first = min(mine, key=_position)
             ctx.report(call, variable=ctx.segment(call, 50), when="on every micro-step",
-                       step=ctx.segment(first, 50), step_when="on some of them (under a periodic condition)")
+                       step_call=ctx.segment(first, 50), step_when="on some of them (under a periodic condition)")
             continue
         opt = dotted(kwarg(call, "optimizer", 0)) or "?"
         key = (id(loop.node), f"{scaler}:{opt}")
@@ -459,7 +459,7 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
         if earlier is not None and not any(_position(earlier) < _position(r) < _position(call) for r in mine) \
                 and not _exclusive(index, earlier, call):
             ctx.report(call, variable=ctx.segment(call, 50), when=f"a second time in the iteration (line {earlier.lineno})",
-                       step=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
+                       step_call=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
         seen[key] = call
 
 
@@ -502,7 +502,7 @@ def backward_in_autocast(node: ast.Module, ctx: Context) -> None:
         if region is None or not _autocast_enabled(index, region):
             continue
         opened = region.call if region.call is not None else region.node
-        ctx.report(call, variable=ctx.segment(call, 50), autocast=ctx.segment(opened, 50), line=str(region.node.lineno))
+        ctx.report(call, variable=ctx.segment(call, 50), autocast=ctx.segment(opened, 50), line=region.node.lineno)
 
 
 # -- schedulers ----------------------------------------------------------------------------------
@@ -731,9 +731,9 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
                 usage += ", so it ends early in the schedule (often still in the warm-up)"
         values = dict(variable=s.name, scheduler=s.cls, usage=usage, stepped_per="epoch")
         if planned is not None:
-            values["lr_steps_planned"] = _count_text(planned).replace(",", "")
+            values["lr_steps_planned"] = round(planned)
         if e_num is not None:
-            values["lr_steps_taken"] = _count_text(e_num).replace(",", "")
+            values["lr_steps_taken"] = round(e_num)
         ctx.report(call, **values)
 
 
@@ -888,7 +888,7 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             if later:
                 first = min(later, key=_position)
                 shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
-                ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
+                ctx.report(call, variable=receiver, optimizer_step=shown, line=first.lineno)
             continue
         # Where this loop's iteration steps an optimizer: directly, through a training function of this
         # file, or in a nested training loop.
@@ -901,7 +901,7 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             continue
         first = min(later, key=_position)
         shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
-        ctx.report(call, variable=receiver, optimizer_step=shown, line=str(first.lineno))
+        ctx.report(call, variable=receiver, optimizer_step=shown, line=first.lineno)
 
 
 def _hands_training(index: Index, call: ast.Call) -> bool:
@@ -995,9 +995,10 @@ def accumulation_not_normalized(node: ast.Module, ctx: Context) -> None:
         for call in acc.backward:
             if _loss_divided(index, acc, call):
                 break
-            values = dict(variable=ctx.segment(call, 50), count=ctx.segment(count, 40))
+            values = dict(variable=ctx.segment(call, 50), accum_expr=ctx.segment(count, 40))
             n = number(ctx, count, call)
-            values["micro_steps"] = _count_text(n).replace(",", "") if n is not None else ""
+            if n is not None and n == int(n):
+                values["micro_steps"] = int(n)
             ctx.report(call, **values)
             break
 
@@ -1093,11 +1094,11 @@ def missing_zero_grad(node: ast.Module, ctx: Context) -> None:
             uncleared = _optimizer_left_uncleared(index, loop, here)
             if uncleared is not None:
                 ctx.report(uncleared, variable=ctx.segment(uncleared.func.value, 40),  # type: ignore[attr-defined]
-                           step=ctx.segment(uncleared, 40))
+                           step_call=ctx.segment(uncleared, 40))
             continue
         step = here[0]
         optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
-        ctx.report(loop.node, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+        ctx.report(loop.node, variable=ctx.segment(optimizer, 40), step_call=ctx.segment(step, 40))
     _missing_zero_grad_through_calls(ctx, backward, steps)
 
 
@@ -1129,7 +1130,7 @@ def _missing_zero_grad_through_calls(ctx: Context, backward: set[ast.Call], step
         if any(_clears_gradients(ctx, [lp.node]) for lp in loops) or _clears_gradients(ctx, [fn]):
             continue
         optimizer = step.args[0] if step.args else step.func.value  # type: ignore[attr-defined]
-        ctx.report(step, variable=ctx.segment(optimizer, 40), step=ctx.segment(step, 40))
+        ctx.report(step, variable=ctx.segment(optimizer, 40), step_call=ctx.segment(step, 40))
 
 
 def _reaches_backward(index: Index, fn: ast.AST, backward: set[ast.Call], depth: int) -> bool:
@@ -1247,8 +1248,8 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
         else:
             wiped = _zero_grad_calls(acc.loop)  # inside `for _ in range(n):` whose step comes after it
         for call in wiped:
-            ctx.report(call, variable=ctx.segment(call.func.value, 40), step=ctx.segment(acc.steps[0], 40),  # type: ignore[attr-defined]
-                       count=ctx.segment(acc.count, 40))
+            ctx.report(call, variable=ctx.segment(call.func.value, 40), step_call=ctx.segment(acc.steps[0], 40),  # type: ignore[attr-defined]
+                       accum_expr=ctx.segment(acc.count, 40))
     _zero_grad_every_call(ctx)
 
 
@@ -1272,8 +1273,8 @@ def _zero_grad_every_call(ctx: Context) -> None:
         for call in calls:
             if (isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad"
                     and not any(isinstance(a, ast.If) for a, _ in _between(index, call, fn))):
-                ctx.report(call, variable=ctx.segment(call.func.value, 40), step=ctx.segment(mine[0], 40),
-                           count=ctx.segment(guards[0], 40))  # type: ignore[arg-type]
+                ctx.report(call, variable=ctx.segment(call.func.value, 40), step_call=ctx.segment(mine[0], 40),
+                           accum_expr=ctx.segment(guards[0], 40))  # type: ignore[arg-type]
 
 
 def _fn_mod_guard(index: Index, node: ast.AST, fn: ast.AST) -> ast.expr | None:
@@ -1378,5 +1379,5 @@ def accumulation_not_applied(node: ast.Module, ctx: Context) -> None:
         for stmt in ast.walk(loop.node):
             divisor = _divided_for_accumulation(stmt)
             if divisor is not None and index.loop_of(stmt) is loop:
-                ctx.report(stmt, count=ctx.segment(divisor, 40), step=ctx.segment(here[0], 40))
+                ctx.report(stmt, accum_expr=ctx.segment(divisor, 40), step_call=ctx.segment(here[0], 40))
                 break

@@ -502,7 +502,7 @@ def persistent_workers_unset(node: ast.Module, ctx: Context) -> None:
             if not _positive_int(workers) or b.arg("persistent_workers") is not None:
                 continue
             reported.add(id(b.call))
-            ctx.report(b.call, variable=b.name, workers=str(workers.value))  # type: ignore[union-attr]
+            ctx.report(b.call, variable=b.name, workers=workers.value)  # type: ignore[union-attr]
 
 
 def _non_blocking(call: ast.Call) -> bool:
@@ -581,7 +581,7 @@ def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
         return  # `if epoch == warmup: model = torch.compile(model)` runs once
     target = kwarg(node, "model", 0)
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
-    ctx.report(node, variable=snippet(ctx, node, 50), target=snippet(ctx, target, 30) if target is not None else "model", loop=where)
+    ctx.report(node, variable=snippet(ctx, node, 50), target_expr=snippet(ctx, target, 30) if target is not None else "model", loop=where)
 
 
 def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
