@@ -266,6 +266,14 @@ def test_a_growing_rss_gets_the_leak_slope_drawn_over_it_and_the_holder_named(tm
     assert "What holds the leak: `history`" in text
 
 
+def test_a_crashed_run_names_its_exception_at_the_top(tmp_path_factory):
+    raises = shared_run(tmp_path_factory, "raises", "raises.py")  # shared with test_run_faults.py
+    text = (Path(raises.run_dir) / "report.html").read_text(encoding="utf-8")
+    top = text[:text.index('<section id="charts">')]
+    assert "The script crashed" in top and "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in top
+    assert f"at raises.py:{line_of('raises.py', 'return model(batch)')}" in top
+
+
 @pytest.mark.parametrize("name", ["leak", "healthy"])
 def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     """The CUDA charts, from what an H100 recorded (tests/data/gpu_h100): allocated and reserved per step."""

@@ -93,9 +93,9 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
         body += _cards(report, cwd)
         body.append("</section>")
     if report.run is not None:
-        from torchdoctor.render.run_summary import outcome_blocks, run_blocks
+        from torchdoctor.render.run_summary import run_blocks
 
-        blocks: list[Block] = outcome_blocks(report.run)  # how it ended, and the script's exception with its line
+        blocks: list[Block] = []
         for block in run_blocks(report):
             blocks += block.blocks if isinstance(block, Section) and block.title == "Run" else [block]
         # The artifacts are linked under "Files in the run directory"; the rest is the run's summary.
@@ -147,12 +147,15 @@ def _verdict(report: Report) -> str:
         text = "No symptoms found"
     numbers = ""
     if report.run is not None:
-        from torchdoctor.render.run_summary import key_numbers, outcome_line
+        from torchdoctor.render.run_summary import key_numbers, outcome_blocks, outcome_line
 
         text = f"{outcome_line(report.run)} {text}."
         shown = key_numbers(report.run)
         if shown:
             numbers = f'<p class="numbers">{escape(" · ".join(shown))}</p>'
+        error = outcome_blocks(report.run)[1:]  # the script's exception with its line, when it raised one
+        if error:
+            numbers = html.render(error) + numbers
     return f'<p class="verdict {worst or "ok"}">{escape(text)}</p>{numbers}'
 
 
