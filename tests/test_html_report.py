@@ -234,6 +234,9 @@ def test_the_page_draws_what_was_measured(run):
     line = line_of("html_report.py", "    total_loss += loss")
     assert f"What holds the leak: `total_loss` (html_report.py:{line})" in text
     assert "CUDA memory: not measured — CUDA was not used by the script." in text
+    # RSS barely moves while the graph grows: the page says where the leak is, never that there is none
+    assert "the leak was found in what a variable holds (below), not in this series" in text
+    assert "no memory growth was found" not in text
 
 
 def test_a_card_per_symptom_with_its_code_frame_evidence_and_fixes(run):

@@ -289,7 +289,9 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
             measured = (report.run.measurements.get("memory", {}) if report.run is not None else {}).get(
                 f"{what}_slope_mib_per_step")
             if isinstance(measured, (int, float)):
-                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step (no leak was found).")
+                why = ("the leak was found in what a variable holds (below), not in this series" if growth is not None
+                       else "no memory growth was found")
+                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step; {why}.")
         label = "RSS (process memory)" if what == "rss" else "CUDA memory"
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
