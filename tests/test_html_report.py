@@ -234,6 +234,9 @@ def test_the_page_draws_what_was_measured(run):
     line = line_of("html_report.py", "    total_loss += loss")
     assert f"What holds the leak: `total_loss` (html_report.py:{line})" in text
     assert "CUDA memory: not measured — CUDA was not used by the script." in text
+    # RSS barely moves while the graph grows: the page says where the leak is, never that there is none
+    assert "the leak was found in what a variable holds (below), not in this series" in text
+    assert "no memory growth was found" not in text
 
 
 def test_a_card_per_symptom_with_its_code_frame_evidence_and_fixes(run):
@@ -266,6 +269,14 @@ def test_a_growing_rss_gets_the_leak_slope_drawn_over_it_and_the_holder_named(tm
     assert "What holds the leak: `history`" in text
 
 
+def test_a_crashed_run_names_its_exception_at_the_top(tmp_path_factory):
+    raises = shared_run(tmp_path_factory, "raises", "raises.py")  # shared with test_run_faults.py
+    text = (Path(raises.run_dir) / "report.html").read_text(encoding="utf-8")
+    top = text[:text.index('<section id="charts">')]
+    assert "The script crashed" in top and "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in top
+    assert f"at raises.py:{line_of('raises.py', 'return model(batch)')}" in top
+
+
 @pytest.mark.parametrize("name", ["leak", "healthy"])
 def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     """The CUDA charts, from what an H100 recorded (tests/data/gpu_h100): allocated and reserved per step."""
@@ -284,6 +295,34 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     assert len(cuda.findall(f"{SVG}polyline")) == 2
     assert "Loss: not measured — no step recorded a loss" in text  # the nan probe ran, these steps have none
     assert _self_contained(text, DATA / name) == []
+
+
+def test_text_from_the_run_is_escaped_everywhere(tmp_path):
+    """A note, an environment value, a symptom's evidence and a holder's name come from the user's run: none of
+    them may become markup."""
+    from torchdoctor.model import Evidence, Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    with open(tmp_path / "steps.rank0.jsonl", "w") as fh:
+        for step in range(1, 21):
+            fh.write(json.dumps({"kind": "step", "step": step, "t": step * 0.1, "memory": {"rss_mib": 300 + step}})
+                     + "\n")
+    with open(tmp_path / "events.rank0.jsonl", "w") as fh:
+        for step in (5, 10, 15, 20):
+            fh.write(json.dumps({"kind": "holders", "probe": "memory", "step": step, "t": step * 0.1,
+                                 "holders": [{"name": evil, "kind": "list", "tensors": step, "mib": 0.1}]}) + "\n")
+    growth = catalog.make_symptom("memory-growth", evidence=[
+        Evidence(kind="probe", summary=evil, values={"variable": evil, "tensors_growth_per_step": 1.0})])
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=2.0, probes=["memory"])
+    report = Report(command="run", target=evil, run=info, symptoms=[growth], notes=[evil],
+                    environment={"variables": {"X": evil}, "torch": evil})
+    text = page(report, tmp_path)
+    assert _self_contained(text, tmp_path) == [] and "<script" not in text and "<img" not in text
+    assert text.count("&lt;script&gt;") >= 5 and "What holds the leak: `&lt;script&gt;" in text
+    for svg in re.findall(r"<svg .*?</svg>", text, re.S):
+        ET.fromstring(svg)  # still well-formed XML with the name inside
 
 
 def test_a_long_run_stays_small(tmp_path):

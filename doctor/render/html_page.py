@@ -145,11 +145,18 @@ def _verdict(report: Report) -> str:
         text = f"{len(report.findings)} static finding{'s' if len(report.findings) != 1 else ''}"
     else:
         text = "No symptoms found"
+    numbers = ""
     if report.run is not None:
-        from torchdoctor.render.run_summary import outcome_line
+        from torchdoctor.render.run_summary import key_numbers, outcome_blocks, outcome_line
 
         text = f"{outcome_line(report.run)} {text}."
-    return f'<p class="verdict {worst or "ok"}">{escape(text)}</p>'
+        shown = key_numbers(report.run)
+        if shown:
+            numbers = f'<p class="numbers">{escape(" · ".join(shown))}</p>'
+        error = outcome_blocks(report.run)[1:]  # the script's exception with its line, when it raised one
+        if error:
+            numbers = html.render(error) + numbers
+    return f'<p class="verdict {worst or "ok"}">{escape(text)}</p>{numbers}'
 
 
 def _anchor(s: Symptom, i: int) -> str:
@@ -282,7 +289,9 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
             measured = (report.run.measurements.get("memory", {}) if report.run is not None else {}).get(
                 f"{what}_slope_mib_per_step")
             if isinstance(measured, (int, float)):
-                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step (no leak was found).")
+                why = ("the leak was found in what a variable holds (below), not in this series" if growth is not None
+                       else "no memory growth was found")
+                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step; {why}.")
         label = "RSS (process memory)" if what == "rss" else "CUDA memory"
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
