@@ -129,7 +129,8 @@ def _report() -> Report:
             "nan": {"nonfinite_loss_steps": 0},
             "data": {"data_wait_fraction": 0.25},
         }),
-        artifacts={"run_dir": "run1", "events": "run1/events.rank0.jsonl", "report": "run1/report.json"},
+        artifacts={"run_dir": "run1", "events": "run1/events.rank0.jsonl", "report": "run1/report.json",
+                   "report_html": "run1/report.html"},
     )
 
 
@@ -144,7 +145,8 @@ def test_summary_ranks_errors_first_and_names_line_step_and_first_fix():
         "info slow-step Slow step",
     ]
     assert "3 symptoms (2 errors, 1 info); start with memory-growth at train.py:11." in text
-    assert "Full report: run1/report.json" in text and "Evidence: run1 (events)" in text
+    assert "Full report, with charts: run1/report.html" in text and "The report as JSON: run1/report.json" in text
+    assert "Evidence: run1 (events)" in text
     numbers = "20.1 ms per step (median) · CUDA peak 2048 MiB · loss 1.361 → nan · waiting for data 25.0% of the step"
     assert numbers in " ".join(text.split())  # wrapped at 100 columns
 

@@ -119,11 +119,13 @@ def _filled(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[l
 
 def _where(report: Report, details: bool) -> list[str]:
     lines = []
-    # the report files (report.json, and a page for people where one was written), then the evidence
-    reports = [v for k, v in report.artifacts.items() if k == "report" or v.endswith((".html", ".md"))]
-    if reports:
-        label = "The run's report" if report.command == "demo" else "Full report"  # the demo's check part is not in it
-        lines.append(f"{label}: {', '.join(sorted(reports, key=lambda v: v.endswith('.json')))}")
+    # the page for people where one was written (the demo's shows both doors), report.json, then the evidence
+    pages = [v for v in report.artifacts.values() if v.endswith(".html")]
+    lines += [f"Full report, with charts: {page}" for page in pages]
+    json_file = report.artifacts.get("report")
+    if json_file:
+        lines.append(f"{'The run' if report.command == 'demo' else 'The report'} as JSON: {json_file}")
+    reports = [*pages, json_file]
     run_dir = report.artifacts.get("run_dir")
     if run_dir:
         kept = [k for k, v in report.artifacts.items() if k != "run_dir" and v not in reports]
