@@ -136,6 +136,22 @@ def test_measured_values_read_as_numbers():
     assert (s.xs, s.ys, s.nonfinite) == ([1, 4], [1.0, 0.5], [2, 3])
 
 
+def test_the_pages_words_are_declared_for_every_empty_chart_and_every_linked_file():
+    """rules/data/report_html.toml: a key the page asks for that the table lacks fails here, not in a user's run."""
+    import torchdoctor.render.html_page as html_page
+    from torchdoctor.probes import PROBES
+    from torchdoctor.rules import catalog
+    from torchdoctor.run_files import OUR_FILES
+
+    words = catalog.load_toml("report_html.toml")
+    asked = set(re.findall(r'figures\.missing\("[^"]+", "([a-z_]+)"\)', Path(html_page.__file__).read_text()))
+    assert asked and asked == set(words["not_measured"])
+    assert all(row["probe"] in PROBES for row in words["not_measured"].values() if row["probe"])
+    for row in words["files"]:
+        example = re.sub(r"\\d\+", "0", row["pattern"].strip("^$")).replace("\\", "")
+        assert re.match(row["pattern"], example) and OUR_FILES.match(example), row  # a file a run writes
+
+
 # -- a real run ------------------------------------------------------------------------------------
 
 

@@ -33,17 +33,6 @@ HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tenso
 FRAME_CONTEXT = 3  # source lines either side of a symptom's line in its card
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this is drawn on a log scale (gradient norms)
 
-# When a chart has nothing to draw: the probe that measures it, and why it can be empty although that probe ran.
-NOT_MEASURED = {
-    "loss": ("nan", "no step recorded a loss (the probe reads the tensor `backward()` is called on)"),
-    "grad_norm": ("nan", "no step recorded a gradient norm"),
-    "memory": ("memory", "no step recorded the process RSS or the CUDA allocator"),
-    "step_time": ("", "fewer than two optimizer steps were recorded"),
-    "split": ("profile", "the run ended before the profiler's 5-step window (steps 6–10) closed"),
-    "data_wait": ("data", "the batches did not come from a torch DataLoader"),
-    "lr": ("nan", "no gradient check or scheduler.step() recorded a learning rate"),
-}
-
 CONTENTS = (("charts", "Per step"), ("ranks", "Ranks"), ("symptoms", "Symptoms"), ("run", "The run"),
             ("findings", "Static findings"), ("environment", "Environment"), ("files", "Files"))
 
@@ -189,7 +178,8 @@ class _Figures:
         self.count = first
 
     def missing(self, what: str, key: str) -> str:
-        probe, why = NOT_MEASURED[key]
+        row = _words()["not_measured"][key]
+        probe, why = row["probe"], row["why"]
         if probe and probe not in self.probes:
             why = f"the {probe} probe did not run (`--probe {probe}` adds it)"
         return f'<p class="missing">{escape(what)}: not measured — {escape(why)}.</p>'
@@ -503,34 +493,23 @@ def _environment(env: dict[str, Any]) -> str:
             + "".join(rows) + "</table></section>")
 
 
-# The run directory's files worth opening, by pattern: what each is and what opens it.
-FILES = (
-    (re.compile(r"^trace\.rank\d+\.json$"), "profiler trace: open it in Perfetto (ui.perfetto.dev, "
-                                             "“Open trace file”) or chrome://tracing"),
-    (re.compile(r"^memory_snapshot\.rank\d+\.pickle$"), "CUDA memory snapshot: drag it onto "
-                                                         "pytorch.org/memory_viz"),
-    (re.compile(r"^report\.json$"), "this report as JSON (`torchdoctor schema`)"),
-    (re.compile(r"^lr_curves\.csv$"), "the learning-rate curves, intended and as stepped"),
-    (re.compile(r"^stacks\.rank\d+\.txt$"), "every thread's stack when the run hung or was stopped"),
-    (re.compile(r"^crash\.rank\d+\.txt$"), "the stacks at a fatal signal"),
-    (re.compile(r"^steps\.rank\d+\.jsonl$"), "the per-step records these charts are drawn from"),
-    (re.compile(r"^events\.rank\d+\.jsonl$"), "every probe's events"),
-)
+def _words() -> dict[str, Any]:
+    """rules/data/report_html.toml: what an empty chart says, and the run directory's files."""
+    from torchdoctor.rules import catalog
+
+    return catalog.load_toml("report_html.toml")
 
 
 def _files(series: RunSeries, base: str = "") -> str:
     rows = []
-    for pattern, what in FILES:
-        for name in series.files:
-            if pattern.match(name):
-                href = f"{base}/{name}" if base else name
-                rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(what)}</li>')
-    if not any(FILES[0][0].match(n) for n in series.files):
-        rows.append('<li class="missing">Profiler trace: not recorded in this run (the profile probe writes it '
-                    "after its 5-step window).</li>")
-    if not any(FILES[1][0].match(n) for n in series.files):
-        rows.append('<li class="missing">CUDA memory snapshot: not recorded (the memory probe writes one when the '
-                    "script used CUDA, at an OOM or at the end).</li>")
+    for row in _words()["files"]:
+        pattern = re.compile(row["pattern"])
+        found = [name for name in series.files if pattern.match(name)]
+        for name in found:
+            href = f"{base}/{name}" if base else name
+            rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(row["what"])}</li>')
+        if not found and row.get("absent"):
+            rows.append(f'<li class="missing">{escape(row["absent"])}</li>')
     where = "in its run directory" if not base else "where it was written, beside the run directory"
     return ('<section id="files"><h2>Files in the run directory</h2><p class="note">Links are relative: they open '
             f"while this page sits {where}.</p><ul>" + "".join(rows) + "</ul></section>")
