@@ -204,3 +204,6 @@ def test_a_big_tree_stays_one_screen():
     assert all(row.startswith("error ") for row in rows[:15])  # the 15 errors first
     assert "  …p/package/module_10.py:20 +2  Title 10" in rows[0]  # 26 characters of the place, then the count
     assert "… and 5 symptoms (5 warnings): --details lists every one." in lines
+    out = io.StringIO()
+    render(Report(command="check", target="src", symptoms=symptoms), "markdown", out)
+    assert "| warning | symptom-9 |" in out.getvalue() and "--details" not in out.getvalue()

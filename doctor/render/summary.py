@@ -35,7 +35,7 @@ def summary_blocks(report: Report, details: bool) -> list[Block]:
     if report.reports:  # the first specialist on the route says what is wrong, in one or two sentences
         blocks.append(Text(report.reports[0].diagnosis))
     if ranked:
-        shown = ranked[:MAX_ROWS]
+        shown = ranked if details else ranked[:MAX_ROWS]  # with the full report there is no screen to fit
         header, rows = _filled(["severity", "symptom", "where", "first fix"], [symptom_row(s, report) for s in shown])
         table: list[Block] = [Table(header, rows, [s.severity for s in shown])]
         if len(ranked) > len(shown):
