@@ -300,17 +300,22 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     from torchdoctor.model import Report, RunInfo
     from torchdoctor.render.html_page import page
 
-    recorded = json.loads((DATA / name / "report.json").read_text())
+    run_dir = tmp_path / name
+    shutil.copytree(DATA / name, run_dir)
+    (run_dir / "memory_snapshot.rank0.pickle").write_bytes(b"")  # the CUDA snapshot the memory probe dumps
+    recorded = json.loads((run_dir / "report.json").read_text())
     info = RunInfo(exit_code=0, steps_completed=recorded["run"]["steps_completed"], stopped="completed",
                    duration_s=1.0, probes=recorded["run"]["probes"])
-    text = page(Report(command="run", target=f"{name}.py", run=info), DATA / name)
+    text = page(Report(command="run", target=f"{name}.py", run=info), run_dir)
     svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
     cuda = svgs["CUDA memory per optimizer step"]
     desc = cuda.find(f"{SVG}desc").text
     assert "CUDA allocated:" in desc and "CUDA reserved:" in desc
     assert len(cuda.findall(f"{SVG}polyline")) == 2
     assert "Loss: not measured — no step recorded a loss" in text  # the nan probe ran, these steps have none
-    assert _self_contained(text, DATA / name) == []
+    assert _self_contained(text, run_dir) == []
+    assert '<a href="memory_snapshot.rank0.pickle">' in text and "drag it onto pytorch.org/memory_viz" in text
+    assert "CUDA memory snapshot: not recorded" not in text
 
 
 def test_text_from_the_run_is_escaped_everywhere(tmp_path):
