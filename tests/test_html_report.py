@@ -382,6 +382,26 @@ def test_ddp_ranks_timeline_and_straggler(tmp_path_factory):
     assert _self_contained(text, Path(mistakes.run_dir)) == []
 
 
+def test_a_sixteen_rank_timeline_draws_the_fastest_median_slowest_and_the_straggler(tmp_path):
+    from torchdoctor.model import Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    for rank in range(16):
+        ms = 10.0 + rank + (30.0 if rank == 5 else 0.0)  # rank 5 is the slowest
+        with open(tmp_path / f"steps.rank{rank}.jsonl", "w") as fh:
+            for step in range(1, 21):
+                fh.write(json.dumps({"kind": "step", "step": step, "t": step * ms / 1e3}) + "\n")
+    straggler = catalog.make_symptom("straggler", rank=3)
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=1.0, ranks=16, probes=[])
+    text = page(Report(command="run", target="ddp.py", run=info, symptoms=[straggler]), tmp_path)
+    svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
+    desc = svgs["Time per optimizer step, per rank"].find(f"{SVG}desc").text
+    drawn = sorted(int(n) for n in re.findall(r"rank (\d+):", desc))
+    assert drawn == [0, 3, 5, 9]  # fastest, the straggler, slowest, median (sorted by speed: index 8 is rank 9)
+    assert "4 of 16 ranks drawn" in text
+
+
 # -- check --format html --------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from torchdoctor.render.svg_chart import Chart, Line, bar_chart, fmt, legend, li
 HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tensors_growth_per_step",
                  "mib": "holder_mib_per_step"}
 FRAME_CONTEXT = 3  # source lines either side of a symptom's line in its card
+MAX_RANK_LINES = 8  # ranks drawn one line each on the per-rank timeline; past this, a chosen few
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this is drawn on a log scale (gradient norms)
 
 CONTENTS = (("charts", "Per step"), ("ranks", "Ranks"), ("symptoms", "Symptoms"), ("run", "The run"),
@@ -371,13 +372,15 @@ def _ranks(report: Report, series: RunSeries) -> str:
     """DDP: every rank's step times on one timeline, and each rank's own work per step side by side."""
     figures = _Figures(report.run.probes if report.run is not None else [], first=100)  # ids apart from the others
     out = ['<section id="ranks"><h2>Ranks</h2>']
-    lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1)
-             for i, r in enumerate(series.ranks) if r.step_ms.xs]
+    stragglers = {f"rank {s.rank}" for s in report.symptoms if s.id == "straggler" and s.rank is not None}
+    timed = [r for r in series.ranks if r.step_ms.xs]
+    shown, note = _ranks_to_draw(timed, stragglers)
+    lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1) for i, r in enumerate(shown)]
     if lines:
-        out.append(figures.line("Step time per rank", Chart("Time per optimizer step, per rank", "ms", lines)))
+        out.append(figures.line("Step time per rank", Chart("Time per optimizer step, per rank", "ms", lines),
+                                [note] if note else None))
     else:
         out.append('<p class="missing">Step time per rank: not measured — no rank recorded two optimizer steps.</p>')
-    stragglers = {f"rank {s.rank}" for s in report.symptoms if s.id == "straggler" and s.rank is not None}
     own = [(f"rank {r.rank}", statistics.median(r.local_ms.ys)) for r in series.ranks if r.local_ms.ys]
     if own:
         note = ("The median over the run of each rank's own work per step (data and forward, before the gradient "
@@ -395,6 +398,19 @@ def _ranks(report: Report, series: RunSeries) -> str:
                                      "for DDP-wrapped models (`--probe distributed`)."], highlight=stragglers))
     out.append("</section>")
     return "\n".join(out)
+
+
+def _ranks_to_draw(ranks: list[Any], stragglers: set[str]) -> tuple[list[Any], str]:
+    """Every rank up to MAX_RANK_LINES; past that the stragglers, the slowest, the median and the fastest rank
+    (by median step time), so the chart stays readable on a multi-node job. The note says which were left out."""
+    if len(ranks) <= MAX_RANK_LINES:
+        return ranks, ""
+    by_speed = sorted(ranks, key=lambda r: statistics.median(r.step_ms.ys))
+    keep = {by_speed[0].rank, by_speed[len(by_speed) // 2].rank, by_speed[-1].rank}
+    keep |= {r.rank for r in ranks if f"rank {r.rank}" in stragglers}
+    shown = [r for r in ranks if r.rank in keep]
+    return shown, (f"{len(shown)} of {len(ranks)} ranks drawn: the fastest, the median and the slowest by median "
+                   "step time" + (", and the stragglers" if stragglers else "") + ".")
 
 
 # -- symptom cards --------------------------------------------------------------------------------
