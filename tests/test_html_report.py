@@ -136,6 +136,22 @@ def test_measured_values_read_as_numbers():
     assert (s.xs, s.ys, s.nonfinite) == ([1, 4], [1.0, 0.5], [2, 3])
 
 
+def test_the_pages_words_are_declared_for_every_empty_chart_and_every_linked_file():
+    """rules/data/report_html.toml: a key the page asks for that the table lacks fails here, not in a user's run."""
+    import torchdoctor.render.html_page as html_page
+    from torchdoctor.probes import PROBES
+    from torchdoctor.rules import catalog
+    from torchdoctor.run_files import OUR_FILES
+
+    words = catalog.load_toml("report_html.toml")
+    asked = set(re.findall(r'figures\.missing\("[^"]+", "([a-z_]+)"\)', Path(html_page.__file__).read_text()))
+    assert asked and asked == set(words["not_measured"])
+    assert all(row["probe"] in PROBES for row in words["not_measured"].values() if row["probe"])
+    for row in words["files"]:
+        example = re.sub(r"\\d\+", "0", row["pattern"].strip("^$")).replace("\\", "")
+        assert re.match(row["pattern"], example) and OUR_FILES.match(example), row  # a file a run writes
+
+
 # -- a real run ------------------------------------------------------------------------------------
 
 
@@ -284,17 +300,22 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     from torchdoctor.model import Report, RunInfo
     from torchdoctor.render.html_page import page
 
-    recorded = json.loads((DATA / name / "report.json").read_text())
+    run_dir = tmp_path / name
+    shutil.copytree(DATA / name, run_dir)
+    (run_dir / "memory_snapshot.rank0.pickle").write_bytes(b"")  # the CUDA snapshot the memory probe dumps
+    recorded = json.loads((run_dir / "report.json").read_text())
     info = RunInfo(exit_code=0, steps_completed=recorded["run"]["steps_completed"], stopped="completed",
                    duration_s=1.0, probes=recorded["run"]["probes"])
-    text = page(Report(command="run", target=f"{name}.py", run=info), DATA / name)
+    text = page(Report(command="run", target=f"{name}.py", run=info), run_dir)
     svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
     cuda = svgs["CUDA memory per optimizer step"]
     desc = cuda.find(f"{SVG}desc").text
     assert "CUDA allocated:" in desc and "CUDA reserved:" in desc
     assert len(cuda.findall(f"{SVG}polyline")) == 2
     assert "Loss: not measured — no step recorded a loss" in text  # the nan probe ran, these steps have none
-    assert _self_contained(text, DATA / name) == []
+    assert _self_contained(text, run_dir) == []
+    assert '<a href="memory_snapshot.rank0.pickle">' in text and "drag it onto pytorch.org/memory_viz" in text
+    assert "CUDA memory snapshot: not recorded" not in text
 
 
 def test_text_from_the_run_is_escaped_everywhere(tmp_path):
@@ -359,6 +380,26 @@ def test_ddp_ranks_timeline_and_straggler(tmp_path_factory):
     assert len(red) == 1 and f"Straggler (in red): rank {straggler['rank']}." in text
     assert "Memory: not measured — the memory probe did not run (`--probe memory` adds it)." in text
     assert _self_contained(text, Path(mistakes.run_dir)) == []
+
+
+def test_a_sixteen_rank_timeline_draws_the_fastest_median_slowest_and_the_straggler(tmp_path):
+    from torchdoctor.model import Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    for rank in range(16):
+        ms = 10.0 + rank + (30.0 if rank == 5 else 0.0)  # rank 5 is the slowest
+        with open(tmp_path / f"steps.rank{rank}.jsonl", "w") as fh:
+            for step in range(1, 21):
+                fh.write(json.dumps({"kind": "step", "step": step, "t": step * ms / 1e3}) + "\n")
+    straggler = catalog.make_symptom("straggler", rank=3)
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=1.0, ranks=16, probes=[])
+    text = page(Report(command="run", target="ddp.py", run=info, symptoms=[straggler]), tmp_path)
+    svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
+    desc = svgs["Time per optimizer step, per rank"].find(f"{SVG}desc").text
+    drawn = sorted(int(n) for n in re.findall(r"rank (\d+):", desc))
+    assert drawn == [0, 3, 5, 9]  # fastest, the straggler, slowest, median (sorted by speed: index 8 is rank 9)
+    assert "4 of 16 ranks drawn" in text
 
 
 # -- check --format html --------------------------------------------------------------------------------
