@@ -6,6 +6,10 @@ so they need no torch; the real hooks are exercised by the run tests.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -109,3 +113,44 @@ def test_watchdog_gives_start_up_its_allowance(tmp_path):
     assert sup._hang_limit() == 3.0
     slow = Supervisor([], {}, str(tmp_path), tmp_path, None, timeout_s=None, hang_timeout_s=120.0, startup_s=60.0)
     assert slow._hang_limit() == 120.0
+
+
+SLOW_FINISH = """
+import json, os, signal, sys, time
+path = sys.argv[1]
+def write(event):
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, separators=(",", ":")) + "\\n")
+write({"kind": "start", "pid": os.getpid()})
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    write({"kind": "finishing", "reason": "interrupted"})
+    time.sleep(float(sys.argv[2]))  # the probes' end-of-run work, slow on a loaded machine
+    write({"kind": "exit", "reason": "interrupted", "code": 130})
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_leaves_a_script_writing_its_last_evidence_to_finish(tmp_path):
+    """A first Ctrl-C is escalated to SIGTERM only for a script that goes on running, not for one whose probes
+    take longer than `interrupt_grace_s` to write their last evidence (the cause of a flaky interrupted run)."""
+    script = tmp_path / "slow_finish.py"
+    script.write_text(SLOW_FINISH)
+    events = tmp_path / "events.rank0.jsonl"
+    sup = Supervisor([sys.executable, str(script), str(events), "1.5"], dict(os.environ), str(tmp_path),
+                     tmp_path, None, timeout_s=30.0, hang_timeout_s=None, interrupt_grace_s=0.3, settle_s=0.1)
+
+    def ctrl_c_once_started() -> None:
+        for _ in range(200):
+            if events.exists() and events.stat().st_size:
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_started, daemon=True).start()
+    result = sup.run()
+    assert result.decided == "interrupted"
+    assert result.sent_signal == "SIGINT" and result.returncode == 130  # not SIGTERM after the grace period
+    assert [e["kind"] for e in read_events(tmp_path)[0]] == ["start", "finishing", "exit"]
