@@ -69,6 +69,17 @@ def test_train_mode_not_restored_is_named_at_the_call_that_ran_the_evaluation(tm
     assert not result.symptoms("eval-without-no-grad")
 
 
+def test_train_mode_not_restored_after_inline_evaluation_is_named_at_its_eval_call(tmp_path_factory,
+                                                                                  validate_report):
+    result = shared_run(tmp_path_factory, "eval-inline", "eval_inline_not_restored.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("eval-mode-missing")
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_inline_not_restored.py", "    model.eval()")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
+    assert f"after the model.eval() of line {line}" in found[0]["evidence"][0]["summary"]
+
+
 @pytest.mark.parametrize(("keep", "text", "variable", "how"), [
     ("outputs", 'outputs.append({"loss": loss', "outputs", "tensors_growth_per_step"),
     ("totals", "totals[name] = totals.get(name, 0) + value", "totals", "graph_nodes_growth_per_step"),
@@ -170,6 +181,20 @@ def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp
     values = found[0]["evidence"][0]["values"]
     assert values["stepped_per"] == "batch" and values["steps_taken"] == 80, values
     assert values["lr_spent_at_step"] == 28 and values["lr_final"] < 1e-20, values
+
+
+def test_a_cosine_sized_in_batches_and_stepped_per_epoch_is_scheduler_granularity(tmp_path_factory,
+                                                                                   validate_report):
+    result = shared_run(tmp_path_factory, "cosine-epoch", "cosine_epoch_sized_batches.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("scheduler-granularity")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("cosine_epoch_sized_batches.py", "    scheduler.step()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["stepped_per"] == "epoch" and values["steps_taken"] == 4 and values["total_steps"] == 12, values
+    built = [e for e in found[0]["evidence"] if "was built here" in e["summary"]]
+    assert built and built[0]["location"]["line"] == line_of("cosine_epoch_sized_batches.py", "scheduler = ")
+    assert "T_max=12" in built[0]["summary"]
 
 
 def test_a_loader_with_workers_built_every_epoch_is_dataloader_rebuilt(tmp_path_factory, validate_report):
