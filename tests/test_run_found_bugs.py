@@ -261,6 +261,23 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
 
 
+@pytest.mark.distributed
+def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assignment(tmp_path_factory,
+                                                                                     validate_report):
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, "ddp-replaced", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_replaced_param.py")
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    assert result.run["stopped"] == "completed", result.run  # the watch put Module.__setattr__ back (asserted)
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    assert len(found) == 1, result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["replaced_parameters"] == ["0.weight"] and values["checksum_spread"] > 0, values
+    assert found[0]["location"]["line"] == line_of("ddp_replaced_param.py", "net[0].weight = ")
+
+
 @pytest.mark.parametrize(("how", "text", "severity"), [
     ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
     ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
