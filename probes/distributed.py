@@ -99,7 +99,9 @@ class DistributedProbe(Probe):
         self.step_end = time.perf_counter()
 
     def before_step(self, step: int, optimizer: Any) -> None:
-        if self.active and step <= self.check_steps and self.models:
+        if not self.active:
+            return
+        if step <= self.check_steps and self.models:
             self._check_unused(step)
             self._check_replaced()
         if self.setattr_original is not None and step >= self.check_steps:
