@@ -137,7 +137,7 @@ def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tm
 
 
 @pytest.mark.parametrize(("shape", "text", "function"), [
-    ("module", "loss = criterion(model(x), y) if shape", "<module>"),
+    ("module", "                                torch.nn.Softmax(dim=1))", "<module>"),  # the layer, not model(x)
     ("criterion", "proba = torch.softmax(scores, dim=-1)", "matching_loss"),
     ("labels", "weights = F.softmax(scores, dim=1)", "label_attention"),
 ])
