@@ -261,6 +261,43 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
 
 
+@pytest.mark.parametrize(("how", "text"), [
+    ("constant", "adversarial = F.softplus(-disc(fake).detach()).mean()"),
+    ("item", "adversarial = F.softplus(-disc(fake)).mean().detach().item()"),
+])
+def test_a_loss_term_cut_off_by_detach_is_non_differentiable_at_the_detach(tmp_path_factory, validate_report, how,
+                                                                             text):
+    result = shared_run(tmp_path_factory, f"detached-{how}", "detached_terms.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("non-differentiable")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("detached_terms.py", text)
+    values = found[0]["evidence"][0]["values"]
+    assert values["parameters_reached"] == 4 and values["optimizer_parameters"] == 4, values  # the generator's
+
+
+def test_the_number_item_gives_for_a_detached_value_is_a_float_to_the_script():
+    import pickle
+
+    import torch
+
+    from torchdoctor.probes.detached import CutFloat, DetachedSummands
+
+    watch = DetachedSummands(torch, lambda kind, **fields: None)
+    model = torch.nn.Linear(3, 1)
+    watch.arm()
+    try:
+        value = model(torch.randn(2, 3)).sum().detach().item()
+        total = 1.0 + value
+        assert isinstance(total, CutFloat) and total == 1.0 + float(value)
+    finally:
+        watch.disarm()
+    assert torch.overrides._get_current_function_mode() is None  # the mode is gone with the watch
+    again = total + 1.0
+    assert type(again) is float and type(pickle.loads(pickle.dumps(total))) is float
+    assert repr(total) == repr(float(total)) and hash(total) == hash(float(total))
+
+
 @pytest.mark.distributed
 def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assignment(tmp_path_factory,
                                                                                      validate_report):
