@@ -72,6 +72,7 @@ class GradflowProbe(Probe):
         self.dense_loss = int(opt.get("dense_loss", 50))
         self.loss_every = int(opt.get("loss_every", 10))
         self.params: list[weakref.ref] = []
+        self.params_of: weakref.ref | None = None
         self.got: list[bool] = []
         self.checks = 0
         self.optimizers: list[weakref.ref] = []
@@ -176,9 +177,12 @@ class GradflowProbe(Probe):
             self._localised()
         if step > self.dense_checks and step % self.check_every:
             return
-        if not self.params:
+        if not self.params or self.params_of is not None and self.params_of() is not optimizer:
+            # the first primary optimizer's parameters, read again when another one takes over (a second phase)
             self.params = [weakref.ref(p) for g in optimizer.param_groups for p in g["params"]]
             self.got = [False] * len(self.params)
+            self.params_of = weakref.ref(optimizer)
+            self.checks, self.classified = 0, False
         got = self.got
         for i, ref in enumerate(self.params):
             if not got[i]:

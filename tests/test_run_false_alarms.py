@@ -158,6 +158,14 @@ def test_deliberate_stop_gradients_and_logged_values_are_not_cut_off_loss_terms(
     assert "non-differentiable" not in ids(result), result.report["symptoms"]
 
 
+def test_a_second_training_phase_with_its_own_optimizer_is_counted_and_healthy(tmp_path_factory, validate_report):
+    # the first phase's optimizer stays referenced by its scheduler: the second one takes over after 32 steps
+    result = shared_run(tmp_path_factory, "two-phase", "two_phase_optimizers.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 5 + 80 - 31, result.run
+    assert result.report["symptoms"] == [], result.report["symptoms"]
+
+
 def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_factory, validate_report):
     # opt_g steps, then the discriminator's backward runs while the generator's gradients are still there;
     # opt_g.zero_grad() clears them before the generator's own backward.

@@ -77,6 +77,32 @@ def test_a_new_optimizer_takes_over_when_the_first_is_gone(tmp_path):
     assert session.step == 2
 
 
+def _step(session: Session, optimizer: FakeOptimizer) -> None:
+    session._pre_hook(optimizer, (), {})
+    session._post_hook(optimizer, (), {})
+
+
+def test_an_optimizer_stepping_alone_while_the_first_is_idle_takes_over(tmp_path):
+    session = _session(tmp_path)
+    first, second = FakeOptimizer(), FakeOptimizer()  # the first stays referenced (a second training phase)
+    for _ in range(3):
+        _step(session, first)
+    for _ in range(session.takeover_steps + 9):
+        _step(session, second)
+    assert session.step == 3 + 10  # counted from the step that made it the primary one
+    assert [e["after_steps"] for e in _events(tmp_path) if e["kind"] == "primary-optimizer"] == [32]
+
+
+def test_a_critic_stepping_several_times_per_generator_step_never_takes_over(tmp_path):
+    session = _session(tmp_path)
+    generator, critic = FakeOptimizer(), FakeOptimizer()
+    for _ in range(40):
+        _step(session, generator)
+        for _ in range(5):
+            _step(session, critic)
+    assert session.step == 40 and not [e for e in _events(tmp_path) if e["kind"] == "primary-optimizer"]
+
+
 def test_steps_limit_raises_stoprun_after_recording_the_step(tmp_path):
     session = _session(tmp_path, 2, Recorder)
     opt = FakeOptimizer()
