@@ -63,6 +63,8 @@ class DetachedSummands:
         class DetachedWatch(TorchFunctionMode):
             def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 out = func(*args, **(kwargs or {}))
+                if not watch.armed:  # left on the stack under a mode the script pushed later: inert
+                    return out
                 try:
                     return watch._follow(func, args, out)
                 except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
@@ -78,14 +80,19 @@ class DetachedSummands:
             return
         self.armed = False
         _ARMED[0] = False
-        try:
-            self.mode.__exit__(None, None, None)
-        except Exception:  # noqa: BLE001 - another mode pushed on top of ours and never popped
-            pass
-        self.mode = None
+        self.tidy()
         self.marks = None
         self.origins = []
         self.pending = []
+
+    def tidy(self) -> None:
+        """Pop the mode when it is the innermost one; under a mode the script entered later (a `with
+        torch.device(...)` still open), popping would take the script's: ours stays inert until a later step."""
+        from torch.overrides import _get_current_function_mode
+
+        if self.mode is not None and _get_current_function_mode() is self.mode:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
 
     def _follow(self, func: Any, args: Any, out: Any) -> Any:
         tensor = self.torch.Tensor

@@ -111,6 +111,8 @@ class GradflowProbe(Probe):
             self.detached.on_step(optimizer, self.step)
             if self.step >= self.detached_armed_at + 2:
                 self.detached.disarm()
+        elif self.detached.mode is not None:
+            self.detached.tidy()
         elif not self.detached_done and self.step >= self.detached_step:
             self.detached_done = True
             if not self.compiles.calls:  # a compiled model would see the mode in its guards and recompile

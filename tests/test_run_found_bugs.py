@@ -298,6 +298,23 @@ def test_the_number_item_gives_for_a_detached_value_is_a_float_to_the_script():
     assert repr(total) == repr(float(total)) and hash(total) == hash(float(total))
 
 
+def test_the_detached_watch_never_pops_a_mode_the_script_entered_after_it():
+    import torch
+
+    from torchdoctor.probes.detached import DetachedSummands
+
+    watch = DetachedSummands(torch, lambda kind, **fields: None)
+    watch.arm()
+    device = torch.device("cpu")
+    device.__enter__()  # `with torch.device(...)` opened by the script inside the watched iteration
+    watch.disarm()
+    assert torch.overrides._get_current_function_mode() is device  # the script's mode is still the innermost
+    assert (torch.ones(2) + 1).tolist() == [2.0, 2.0]  # ours, left below it, passes ops through
+    device.__exit__(None, None, None)
+    watch.tidy()  # the next optimizer step pops ours
+    assert watch.mode is None and torch.overrides._get_current_function_mode() is None
+
+
 @pytest.mark.distributed
 def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assignment(tmp_path_factory,
                                                                                      validate_report):
