@@ -308,7 +308,8 @@ def test_the_detached_watch_never_pops_a_mode_the_script_entered_after_it():
     device = torch.device("cpu")
     device.__enter__()  # `with torch.device(...)` opened by the script inside the watched iteration
     watch.disarm()
-    assert torch.overrides._get_current_function_mode() is device  # the script's mode is still the innermost
+    inner = torch.overrides._get_current_function_mode()
+    assert type(inner).__name__ == "DeviceContext"  # the script's mode is still the innermost
     assert (torch.ones(2) + 1).tolist() == [2.0, 2.0]  # ours, left below it, passes ops through
     device.__exit__(None, None, None)
     watch.tidy()  # the next optimizer step pops ours
