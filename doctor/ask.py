@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from torchdoctor import exitcodes
+from torchdoctor.clip import clip
 from torchdoctor.model import Question, Report
 from torchdoctor.textinput import InputError, clean, decode, is_terminal, read_stdin
 
@@ -54,7 +55,7 @@ def build_report(text: str, answer: int | None = None, interactive: bool = False
             result = answered
     report = Report(
         command="ask",
-        target=_clip(text),
+        target=clip(text.strip(), 2000),
         symptoms=result.symptoms,
         contexts=result.contexts,
         question=result.question,
@@ -89,7 +90,7 @@ def prompt(question: Question) -> int | None:
     return None
 
 
-def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
+def run_ask(parts: list[str], fmt: str, answer: int | None, details: bool = False) -> int:
     from torchdoctor.render import render
 
     try:
@@ -99,10 +100,5 @@ def run_ask(parts: list[str], fmt: str, answer: int | None) -> int:
     except InputError as exc:
         sys.stderr.write(f"torchdoctor: {exc}\n")
         return exitcodes.USAGE
-    render(report, fmt)
+    render(report, fmt, details=details)
     return exitcodes.QUESTION if report.question is not None else exitcodes.OK
-
-
-def _clip(text: str, limit: int = 2000) -> str:
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torchdoctor.rules.static.engine import Result
 
 PARALLEL_MIN_FILES = 48  # below this, starting worker processes costs more than it saves
-FORMATS = ("text", "json", "sarif", "github", "markdown")
+FORMATS = ("text", "json", "sarif", "github", "markdown", "html")
 
 
 class UsageError(Exception):
@@ -44,6 +44,7 @@ class CheckRequest:
     config: str | None = None
     jobs: int | None = None
     stdin_filename: str | None = None
+    details: bool = False  # text: the full report after the summary
 
 
 def split_codes(values: Iterable[str] | None) -> list[str]:
@@ -351,7 +352,7 @@ def run_check(request: CheckRequest) -> int:
     from torchdoctor.diagnosis import diagnose
     from torchdoctor.render import render
 
-    if request.fmt in ("text", "markdown", "json"):
+    if request.fmt in ("text", "markdown", "json", "html"):
         diagnose(report)  # sarif and github carry findings only
-    render(report, request.fmt)
+    render(report, request.fmt, details=request.details)
     return code

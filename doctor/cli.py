@@ -27,6 +27,11 @@ app = typer.Typer(
 )
 
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help="text | json | markdown")]
+DetailsOpt = Annotated[
+    bool,
+    typer.Option("--details", help="Text: after the one-screen summary, print the full report (the evidence, code "
+                 "frames, every measured number and the specialists' fix reports). Markdown and JSON always hold it."),
+]
 
 
 def version_line() -> str:
@@ -85,12 +90,13 @@ def ask(
     answer: Annotated[
         int | None, typer.Option("--answer", "-a", help="Answer the clarifying question with choice N.")
     ] = None,
+    details: DetailsOpt = False,
 ) -> None:
     """Name the symptom in a description or an error message and print the fix reports."""
     from torchdoctor.ask import run_ask
 
     check_format(fmt)
-    raise typer.Exit(run_ask(text or [], fmt, answer))
+    raise typer.Exit(run_ask(text or [], fmt, answer, details))
 
 
 @app.command()
@@ -111,12 +117,12 @@ def schema() -> None:
 
 
 @app.command()
-def demo(fmt: FormatOpt = "text") -> None:
+def demo(fmt: FormatOpt = "text", details: DetailsOpt = False) -> None:
     """Diagnose the bundled example training script end to end."""
     from torchdoctor.demo.main import run_demo
 
     check_format(fmt)
-    raise typer.Exit(run_demo(fmt))
+    raise typer.Exit(run_demo(fmt, details))
 
 
 # Commands that live in their own modules, and the module of each.

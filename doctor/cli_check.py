@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from torchdoctor.cli import DetailsOpt  # the option every door shares
+
 
 def register(app: typer.Typer) -> None:
     """Add `check`, `rules` and `explain` to the app."""
@@ -20,7 +22,7 @@ def register(app: typer.Typer) -> None:
             typer.Argument(help="Files and folders to check (.py and .ipynb); `-` reads standard input. Default: `.`"),
         ] = None,
         fmt: Annotated[
-            str, typer.Option("--format", "-f", help="text | json | sarif | github | markdown")
+            str, typer.Option("--format", "-f", help="text | json | sarif | github | markdown | html")
         ] = "text",
         select: Annotated[
             list[str] | None,
@@ -45,6 +47,7 @@ def register(app: typer.Typer) -> None:
         stdin_filename: Annotated[
             str | None, typer.Option("--stdin-filename", help="The file name to report for `-` (standard input).")
         ] = None,
+        details: DetailsOpt = False,
     ) -> None:
         """Check training scripts and notebooks with static rules; exit 1 on findings at or above --fail-on."""
         from torchdoctor.check import CheckRequest, run_check, split_codes
@@ -59,6 +62,7 @@ def register(app: typer.Typer) -> None:
             config=config,
             jobs=jobs,
             stdin_filename=stdin_filename,
+            details=details,
         )
         raise typer.Exit(run_check(request))
 

@@ -7,6 +7,8 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
+from torchdoctor.cli import DetailsOpt  # the option every door shares
+
 HELP = """Run a training script under probes and diagnose it from measurements.
 
 The script runs as under `python SCRIPT ARGS` (same argv, working directory,
@@ -147,7 +149,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gpu_memory: Annotated[
             str | None,
-            typer.Option("--gpu-memory", help="A memory budget for the fit verdict, e.g. 10GiB or 24GB."),
+            typer.Option("--gpu-memory", help="A memory budget for the fit verdict: a size (10GiB, 24GB: GB read as GiB, as cards are sold) or a card (3090, A100-80GB)."),
         ] = None,
         out: Annotated[
             str | None, typer.Option("--out", "-o", help="Run directory (default .torchdoctor/runs/<timestamp>/).")
@@ -190,6 +192,7 @@ def register(app: typer.Typer) -> None:
         ddp_debug: Annotated[bool, typer.Option("--ddp-debug", help="Set TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank: "
                                                  "collectives are checked across ranks (slower).",
                                                  rich_help_panel="Distributed")] = False,
+        details: DetailsOpt = False,
     ) -> None:
         import os
         import sys
@@ -224,5 +227,6 @@ def register(app: typer.Typer) -> None:
             nproc_per_node=nproc_per_node,
             rendezvous=rendezvous,
             ddp_debug=ddp_debug,
+            details=details,
         )
         raise typer.Exit(run_command(request))

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA_VERSION = "1.2"  # 1.1: Location.cell (a notebook cell); 1.2: Evidence.values keys declared, typed
-# and unit-named in rules/data/evidence.toml (static rules' code-text keys step/count/target became
-# step_call/accum_expr/target_expr; line, workers, epochs and the step counts are numbers)
+SCHEMA_VERSION = "1.2"  # 1.1: Location.cell (a notebook cell); 1.2: Report.fit (`torchdoctor fit`), and
+# Evidence.values keys declared, typed and unit-named in rules/data/evidence.toml (static rules' code-text
+# keys step/count/target became step_call/accum_expr/target_expr; line, workers, epochs and the step counts
+# are numbers)
 
 SPECIALISTS: tuple[str, ...] = (
     "memory",
@@ -52,7 +53,11 @@ class _Serialisable:
     """
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return {
+            f.name: _plain(getattr(self, f.name))
+            for f in fields(self)  # type: ignore[arg-type]
+            if f.metadata.get("json", True)
+        }
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))  # type: ignore[arg-type]
@@ -146,6 +151,9 @@ class FixReport(_Serialisable):
     evidence: list[str] = field(default_factory=list)
     fixes: list[Fix] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
+    # symptom id -> title of the fix its handler wrote first: the summary's fix in a phrase. The fixes
+    # are deduplicated across symptoms, so their order alone cannot say which fix is whose. Not in the JSON.
+    leads: dict[str, str] = field(default_factory=dict, metadata={"json": False})
 
 
 @dataclass(repr=False, eq=False)
@@ -218,7 +226,7 @@ class RunInfo(_Serialisable):
 class Report(_Serialisable):
     """Everything a door found; every renderer reads only this."""
 
-    command: str  # ask | check | run | demo
+    command: str  # ask | check | run | fit | demo
     target: str | None = None
     symptoms: list[Symptom] = field(default_factory=list)
     contexts: list[str] = field(default_factory=list)
@@ -231,6 +239,7 @@ class Report(_Serialisable):
     artifacts: dict[str, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    fit: dict[str, Any] | None = None  # `torchdoctor fit`: the estimate (schema $defs/fit)
     schema_version: str = SCHEMA_VERSION
     tool: dict[str, str] = field(default_factory=lambda: {"name": "torchdoctor", "version": _version()})
 

@@ -71,19 +71,6 @@ def print_routes(fmt: str) -> None:
         ]
         sys.stdout.write(json.dumps(table, indent=2) + "\n")
         return
-    blocks = routes_blocks()
-    if fmt == "markdown":
-        from torchdoctor.render import markdown
+    from torchdoctor.render import render_blocks
 
-        sys.stdout.write(markdown.render(blocks))
-        return
-    from torchdoctor.render import wants_rich
-
-    if wants_rich(sys.stdout):
-        from torchdoctor.render import rich_text
-
-        rich_text.render(blocks, sys.stdout)
-    else:
-        from torchdoctor.render import plain
-
-        sys.stdout.write(plain.render(blocks))
+    render_blocks(routes_blocks(), fmt, sys.stdout)

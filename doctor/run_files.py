@@ -22,12 +22,12 @@ MANIFEST_VERSION = 1
 # session's events, steps, stacks and crash stacks, the memory probe's snapshot, the profile probe's trace,
 # the watchdog's heartbeat counter, which the supervisor deletes when the run ends),
 # the parent's own files (the schedule analysis's lr_curves.csv, a notebook's converted script:
-# doctor/notebook.py) and the report with its temporary copy (runner.write_report).
+# doctor/notebook.py) and the report, as JSON and as HTML, with their temporary copies (runner.write_report).
 RANK_FILES = ("events.jsonl", "steps.jsonl", "stacks.txt", "crash.txt", "memory_snapshot.pickle", "trace.json",
               "heartbeat.bin")
-RUN_FILES = ("report.json", "lr_curves.csv", SCRIPT_NAME)
+RUN_FILES = ("report.json", "report.html", "lr_curves.csv", SCRIPT_NAME)
 OUR_FILES = re.compile(
-    "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.json\.\d+\.tmp"] + [
+    "^(" + "|".join([re.escape(name) for name in RUN_FILES] + [r"report\.(json|html)\.\d+\.tmp"] + [
         re.escape(stem) + r"\.rank\d+\." + re.escape(suffix)
         for stem, _, suffix in (name.partition(".") for name in RANK_FILES)]) + ")$"
 )

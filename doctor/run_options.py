@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -51,6 +50,7 @@ class RunRequest:
     nproc_per_node: str | None = None  # launch through torchrun with N processes on this node
     rendezvous: list[str] = field(default_factory=list)  # torchrun's rendezvous options, passed through
     ddp_debug: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank
+    details: bool = False  # text: the full report after the summary
 
 
 @dataclass
@@ -73,6 +73,7 @@ class RunPlan:
     ddp_debug: bool = False
     notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
     label: str | None = None  # in-process sessions (torchdoctor.watch): what the report names as the target
+    details: bool = False  # text: the full report after the summary
 
     @property
     def child_cwd(self) -> str:
@@ -135,23 +136,17 @@ class RunPlan:
         return config
 
 
-_UNITS = {
-    "": 1.0, "b": 2**-30, "k": 2**-20, "kb": 1e3 / 2**30, "kib": 2**-20, "m": 2**-10, "mb": 1e6 / 2**30,
-    "mib": 2**-10, "g": 1.0, "gb": 1e9 / 2**30, "gib": 1.0, "t": 2**10, "tb": 1e12 / 2**30, "tib": 2**10,
-}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
-
-
 def parse_size_gib(text: str) -> float:
-    """'10GiB', '10 GB', '8000MiB', '12' (GiB) -> GiB. GB/MB are decimal, GiB/MiB binary."""
-    m = _SIZE.match(text)
-    unit = m.group(2).lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise UsageError(f"--gpu-memory {text!r} is not a size; write it like 10GiB, 24GB or 8000MiB")
-    value = float(m.group(1)) * _UNITS[unit]
-    if value <= 0:
-        raise UsageError("--gpu-memory must be larger than 0")
-    return value
+    """`--gpu-memory`: a card (`3090`, `A100-80GB`) or a size (`10GiB`, `24GB`, `8000MiB`, `12`) -> GiB.
+    Read as `fit --gpu` reads it (doctor/fit/gpus.py): GB and GiB alike, as GPU memory is sold."""
+    from torchdoctor.fit import gpus
+
+    named = gpus.card(text)
+    size = named["bytes"] if named is not None else gpus.size_bytes(text)
+    if size is None:
+        raise UsageError(f"--gpu-memory {text!r} is not a size or a known GPU; write it like 10GiB, 24GB, "
+                         "8000MiB or 3090")
+    return size / 2**30
 
 
 def _probes(selected: list[str]) -> list[str]:
@@ -332,6 +327,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         launch=launch,
         ddp_debug=req.ddp_debug,
         notebook=notebook,
+        details=req.details,
     )
 
 

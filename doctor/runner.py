@@ -42,6 +42,7 @@ from torchdoctor import exitcodes, run_files
 from torchdoctor.analysis import RunAnalysis, analyse
 from torchdoctor.analysis.evidence import RunEvidence, read_events
 from torchdoctor.analysis.outcome import decide
+from torchdoctor.clip import clip
 from torchdoctor.model import SEVERITY_RANK, Report, RunInfo
 from torchdoctor.probes.session import ENV
 from torchdoctor.probes.userframes import display_path
@@ -142,8 +143,8 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
 
 def leftover_notes(leftovers: list[dict]) -> list[str]:
     """One note for the processes torchdoctor had to end after the script, one for any it could not end."""
-    def named(rows: list[dict]) -> str:
-        return "; ".join(f"pid {r['pid']} ({_clip(r['command'])}" + (f", {r['ended_by']}" if r["ended_by"] else "")
+    def named(rows: list[dict]) -> str:  # one_line: a `python -c` command line holds newlines
+        return "; ".join(f"pid {r['pid']} ({clip(r['command'], 80, one_line=True)}" + (f", {r['ended_by']}" if r["ended_by"] else "")
                          + ")" for r in rows)
 
     ended = [r for r in leftovers if r["ended_by"]]
@@ -156,11 +157,6 @@ def leftover_notes(leftovers: list[dict]) -> list[str]:
         notes.append(f"{len(stuck)} process{'es' if len(stuck) > 1 else ''} of the script could not be ended "
                      f"and outlive{'' if len(stuck) > 1 else 's'} the run: {named(stuck)}.")
     return notes
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())  # a `python -c` command line holds newlines
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_info(plan: RunPlan, run: RunEvidence, **measured: Any) -> RunInfo:
@@ -210,6 +206,7 @@ def build_report(plan: RunPlan, run: RunEvidence) -> Report:
     )
     diagnose(report, target_hint=plan.script)
     report.artifacts["report"] = display_path(str(plan.run_dir / "report.json"), plan.cwd)
+    report.artifacts["report_html"] = display_path(str(plan.run_dir / "report.html"), plan.cwd)
     report.timings = {"run_s": outcome.duration_s, "analysis_s": round(time.perf_counter() - started, 3)}
     first = found.measurements.get("steps", {}).get("first_step_s")
     if first is not None:
@@ -232,12 +229,33 @@ def _across_ranks(run: RunEvidence, found: RunAnalysis) -> None:
         found.symptoms = [s for s in found.symptoms if s.id != "hang"]
 
 
-def write_report(report: Report, run_dir: Path) -> None:
+def write_report(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
     from torchdoctor.render import to_json
 
     tmp = run_dir / f"report.json.{os.getpid()}.tmp"
     tmp.write_text(to_json(report) + "\n", encoding="utf-8")
     os.replace(tmp, run_dir / "report.json")
+    write_html(report, run_dir, events)
+
+
+def write_html(report: Report, run_dir: Path, events: dict[int, list[dict[str, Any]]] | None = None) -> None:
+    """report.html next to report.json (render/html_page.py), then the manifest of every file the run wrote.
+
+    `events`: the run's evidence as the analysis read it (read again from run_dir when None). A failure here
+    costs the page only: report.json is already written, and the run's exit code stands.
+    """
+    try:
+        from torchdoctor.render.html_page import page
+
+        text = page(report, run_dir, events=events)
+        tmp = run_dir / f"report.html.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, run_dir / "report.html")
+    except Exception as exc:  # noqa: BLE001 - the page is a view of report.json, never a reason to fail the run
+        if os.environ.get("TORCHDOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(f"torchdoctor: could not write report.html ({type(exc).__name__}: {exc}); "
+                         "report.json has the whole report\n")
     run_files.record(run_dir)  # what this run wrote, so that the next run into run_dir may replace it
 
 
@@ -264,7 +282,7 @@ def run_command(req: RunRequest) -> int:
         write_report(report, plan.run_dir)
         sys.stderr.write(f"torchdoctor: internal error while diagnosing: {type(exc).__name__}: {exc}\n")
         return exitcodes.INTERNAL
-    write_report(report, plan.run_dir)
+    write_report(report, plan.run_dir, run.events)
     from torchdoctor.render import render
 
     sys.stdout.flush()
@@ -274,7 +292,7 @@ def run_command(req: RunRequest) -> int:
                          f"{display_path(str(plan.run_dir / 'report.json'), plan.cwd)} (rank 0's node prints the "
                          "whole report)\n")
     else:
-        render(report, plan.fmt)
+        render(report, plan.fmt, details=plan.details)
     return exit_code(report, plan.fail_on)
 
 

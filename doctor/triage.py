@@ -28,6 +28,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
+from torchdoctor.clip import clip
 from torchdoctor.model import Choice, Evidence, Location, Question, Symptom
 from torchdoctor.rules import catalog
 
@@ -724,7 +725,7 @@ def read_errors(text: str) -> tuple[list[Symptom], list[str], str | None]:
     symptoms, contexts = _symptoms_of(hits)
     if log.ranks and "distributed" not in contexts:
         contexts.append("distributed")
-    return symptoms, contexts, (_clip(hits[0].line) if hits else None)
+    return symptoms, contexts, (clip(hits[0].line, 400) if hits else None)
 
 
 def _symptoms_of(hits: list[Hit]) -> tuple[list[Symptom], list[str]]:
@@ -739,7 +740,7 @@ def _symptoms_of(hits: list[Hit]) -> tuple[list[Symptom], list[str]]:
             evidence = Evidence(
                 kind="error",
                 summary=hit.sig.summary,
-                quote=_clip(hit.line),
+                quote=clip(hit.line, 400),
                 values=dict(reading.values),
                 source=hit.sig.id,
             )
@@ -752,10 +753,6 @@ def _symptoms_of(hits: list[Hit]) -> tuple[list[Symptom], list[str]]:
                 known.evidence.append(evidence)
         contexts.extend(c for c in reading.contexts if c not in contexts)
     return list(symptoms.values()), contexts
-
-
-def _clip(line: str, limit: int = 400) -> str:
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def log_contexts(log: Log) -> list[str]:
@@ -985,7 +982,7 @@ def triage(text: str) -> Triage:
         extra = [s for s in described if s.id not in known]
         for s in extra:
             s.confidence = round(s.confidence * 0.6, 2)
-        return Triage("error", error_symptoms + extra, contexts, None, _clip(hits[0].line))
+        return Triage("error", error_symptoms + extra, contexts, None, clip(hits[0].line, 400))
     if described:
         return Triage("description", described, contexts)
     return Triage("ambiguous", [], contexts, pick_question(found, contexts))

@@ -156,7 +156,7 @@ class Watch:
                 report.notes.append(f"The framework counted {own} optimizer steps and the probes {seen}: an "
                                     "optimizer step outside torch.optim's hooks, or a step the framework skipped "
                                     "(a GradScaler's inf/NaN skip), makes them differ.")
-        runner.write_report(report, plan.run_dir)
+        runner.write_report(report, plan.run_dir, run.events)
         return report
 
     def __enter__(self) -> Watch:
@@ -213,25 +213,31 @@ class Watch:
             self.stop("completed", 0)
         return self._report
 
-    def render(self, fmt: str = "text", stream: TextIO | None = None) -> None:
-        """Print the report: text (terminal), json or markdown, as `torchdoctor run --format`."""
+    def render(self, fmt: str = "text", stream: TextIO | None = None, details: bool = False) -> None:
+        """Print the report: text (terminal), json or markdown, as `torchdoctor run --format`; text is the
+        summary, and the full report after it with `details` (as `run --details`)."""
         report = self.report()
         if report is None:
             (stream or sys.stderr).write(f"torchdoctor.watch(): nothing measured here: {self.skipped}\n")
             return
         from torchdoctor.render import render
 
-        render(report, fmt, stream)
+        render(report, fmt, stream, details=details)
 
     def write(self, path: str | os.PathLike) -> Path:
-        """Write the report to `path`: .json, .html or .md by its suffix."""
-        from torchdoctor.render import to_html, to_json, to_markdown
+        """Write the report to `path`: .json, .html (the run's page, as report.html) or .md by its suffix."""
+        from torchdoctor.render import to_json, to_markdown
+        from torchdoctor.render.html_page import page
 
         report = self.report()
         if report is None:
             raise RuntimeError(f"torchdoctor.watch(): no report: {self.skipped}")
         target = Path(path)
-        writers = {".json": to_json, ".html": to_html, ".htm": to_html, ".md": to_markdown}
+
+        def to_page(report: Report) -> str:
+            return page(report, self.run_dir, written_to=target.resolve().parent)
+
+        writers = {".json": to_json, ".html": to_page, ".htm": to_page, ".md": to_markdown}
         if target.suffix.lower() not in writers:
             raise ValueError(f"torchdoctor.watch(): write a .json, .html or .md file, not {target.name!r}")
         target.write_text(writers[target.suffix.lower()](report) + "\n", encoding="utf-8")

@@ -404,6 +404,17 @@ class NanProbe(Probe):
         except (KeyError, IndexError, TypeError, ValueError, RuntimeError):
             return None
 
+    def _group_lrs(self) -> list[float] | None:
+        """Every parameter group's learning rate, when the optimizer has several (report.html draws each)."""
+        opt = self._optimizer() if self._optimizer is not None else None
+        groups = getattr(opt, "param_groups", None)
+        if not groups or len(groups) < 2:
+            return None
+        try:
+            return [float(g["lr"]) for g in groups[:16]]
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            return None
+
     def _find_optimizer(self) -> Any:
         """Before the first optimizer step: the optimizer that holds our parameters (error path only)."""
         import gc
@@ -535,7 +546,9 @@ class NanProbe(Probe):
                     seen = True
                 i += 1
             layers.append(_sig(math.sqrt(sq)) if seen else None)
-        self.emit("grad-norms", at_step=step, total=_sig(total), layers=layers, lr=self._lr(search=False))
+        groups = self._group_lrs()
+        extra = {"group_lrs": groups} if groups else {}
+        self.emit("grad-norms", at_step=step, total=_sig(total), layers=layers, lr=self._lr(search=False), **extra)
 
     def _nonfinite_grads(self, step: int, pairs: list[tuple[int, Any]], norms: list[float]) -> None:
         bad = [i for (i, _), n in zip(pairs, norms, strict=True) if not math.isfinite(n)]

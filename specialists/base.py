@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from torchdoctor.clip import clip
 from torchdoctor.model import Fix, FixReport, Location, Symptom
 from torchdoctor.rules import catalog
 from torchdoctor.rules.evidence import CHECK_ENV, require_declared
@@ -172,9 +173,17 @@ class Case:
         return " ".join(parts)
 
     def fit_cmd(self, gpu_gib: float | None = None) -> str:
-        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known."""
+        """`torchdoctor fit` for the user's script, on the card that ran out when its size is known, with
+        the arguments the script ran with when a run recorded them."""
         card = f" --gpu {gpu_gib:.0f}GB" if gpu_gib else ""
-        return f"torchdoctor fit {self.script}{card} -- <your script's arguments>"
+        args = self.value("script_args")
+        if args is None:
+            tail = " -- <your script's arguments>"
+        else:
+            import shlex
+
+            tail = f" -- {shlex.join(args)}" if args else ""
+        return f"torchdoctor fit {self.script}{card}{tail}"
 
     def check_cmd(self, select: str = "") -> str:
         return f"torchdoctor check {'--select ' + select + ' ' if select else ''}{self.script}"
@@ -255,6 +264,8 @@ class Specialist:
             evidence=[_describe(ev) for s in ordered for ev in s.evidence],
             fixes=fixes,
             next_steps=next_steps,
+            # not strict: asked with no symptom, the one advice is the general view and `ordered` is empty
+            leads={s.id: a.fixes[0].title for s, a in zip(ordered, advices, strict=False) if a.fixes},
         )
 
 
@@ -296,13 +307,8 @@ def _describe(ev) -> str:
     where = f"{ev.location}: " if ev.location is not None and ev.location.line else ""
     text = f"{where}{ev.summary}"
     if ev.quote and ev.quote not in ev.summary:
-        text += f' — "{_clip(ev.quote)}"'
+        text += f' — "{clip(ev.quote, 160, one_line=True)}"'
     return text
-
-
-def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # The topic symptom each specialist falls back on when asked without symptoms.

@@ -123,6 +123,8 @@ def out_of_memory(case: Case) -> Advice:
         numbers = f" The measured peak before the failure was {gib(peak)}."
     if case.step is not None:
         numbers += f" It failed at step {case.step}."
+    measured = _measured_before(case, total)
+    numbers += measured
     fragmented = reserved_free is not None and requested is not None and reserved_free >= requested
     fixes: list[Fix] = []
     if "cpu-alloc-failed" in case.sources:
@@ -136,7 +138,8 @@ def out_of_memory(case: Case) -> Advice:
     else:
         diagnosis = (
             "The step needs more device memory than is free." + numbers
-            + " Find out whether parameters, optimizer state or activations dominate before cutting the batch."
+            + ("" if measured else
+               " Find out whether parameters, optimizer state or activations dominate before cutting the batch.")
         )
         if case.step is not None and case.step > 1:
             diagnosis += " Failing only after the first steps points at growth (a leak) or at the first optimizer step allocating its state."
@@ -154,6 +157,25 @@ def out_of_memory(case: Case) -> Advice:
         "On CUDA, record the allocator's history and open the snapshot at pytorch.org/memory_viz:\n" + _SNAPSHOT,
     ]
     return Advice(diagnosis, fixes, next_steps)
+
+
+def _measured_before(case: Case, card: float | None) -> str:
+    """The breakdown a run measured on an earlier step, scaled to the card that ran out."""
+    parts = [(label, case.num(f"measured_{key}_gib")) for label, key in
+             (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer state", "optimizer_state"),
+              ("activations", "activations"))]
+    known = [f"{label} {gib(value)}" for label, value in parts if value is not None]
+    if not known:
+        return ""
+    batch = case.num("measured_batch_size")
+    text = " Measured on an earlier step: " + ", ".join(known) + (f" at batch {batch:.0f}" if batch else "") + "."
+    fits = case.num("batch_that_fits")
+    spare = case.num("spare_fraction") or 0.0
+    if fits is not None and card is not None:
+        text += (f" Scaled to this {gib(card)} card, with activations growing with the batch, about "
+                 f"{fits:.0f} samples per step fit with {spare:.0%} to spare.") if fits else (
+                 f" Parameters, gradients and optimizer state alone leave no room on this {gib(card)} card.")
+    return text
 
 
 def _host_allocation(case: Case, requested: float | None) -> Advice:

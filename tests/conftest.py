@@ -57,3 +57,12 @@ def validate_report(report_schema):
         return obj
 
     return validate
+
+
+def repeated_lines(text: str) -> list[str]:
+    """The lines of a text output that occur more than once, leaving out blank lines and rules
+    (`-----`, `=====`, a box's edges): they are layout, not something said twice."""
+    from collections import Counter
+
+    said = [line.strip() for line in text.splitlines() if line.strip(" -=─│╭╮╰╯")]
+    return [line for line, n in Counter(said).items() if n > 1]

@@ -121,7 +121,7 @@ def run_on_terminal(args: list[str], keystrokes: list[bytes], timeout: float = 6
 
 
 def test_terminal_asks_interactively_and_continues_with_the_answer():
-    rc, out = run_on_terminal(["ask", VAGUE], [b"2\n"])
+    rc, out = run_on_terminal(["ask", "--details", VAGUE], [b"2\n"])
     assert rc == exitcodes.OK, out
     assert "What is broken" in out and "1. " in out and "Choose 1-5" in out
     assert "Debugging" in out  # the report for the chosen area followed
@@ -129,7 +129,7 @@ def test_terminal_asks_interactively_and_continues_with_the_answer():
 
 
 def test_terminal_reasks_after_a_bad_answer():
-    rc, out = run_on_terminal(["ask", "optimize my model"], [b"banana\n", b"1\n"])
+    rc, out = run_on_terminal(["ask", "--details", "optimize my model"], [b"banana\n", b"1\n"])
     assert rc == exitcodes.OK, out
     assert "Please type a number from 1 to 4" in out
     assert "Performance profiling" in out

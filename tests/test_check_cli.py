@@ -73,8 +73,21 @@ def run_json(*args, cwd, input=None):
     return proc, json.loads(proc.stdout_text)
 
 
-def test_text_report_groups_by_file_with_frames_then_fix_reports(project):
+def test_text_summary_names_each_symptom_with_its_line_and_first_fix(project):
     proc = cli("check", "train.py", cwd=project)
+    assert proc.returncode == 1, proc.stderr_text
+    out = proc.stdout_text
+    assert "Checked 1 file: 1 error, 1 warning." in out
+    rows = [line.split(None, 3) for line in out.splitlines() if line.startswith(("error ", "warning "))]
+    assert [row[:3] for row in rows] == [["error", "memory-growth", "train.py:14"],
+                                         ["warning", "forward-called-directly", "train.py:15"]]
+    assert rows[0][3].startswith("Accumulate Python numbers")  # the memory specialist's first fix
+    assert "  > 14 |" not in out and "Tensor operations and memory" not in out  # behind --details
+    assert "`--details` prints the findings with their code frames" in out
+
+
+def test_text_report_groups_by_file_with_frames_then_fix_reports(project):
+    proc = cli("check", "--details", "train.py", cwd=project)
     assert proc.returncode == 1, proc.stderr_text
     out = proc.stdout_text
     assert "train.py — 2 findings" in out
@@ -245,6 +258,8 @@ def test_notebook_cells_map_lines_and_skip_magics(tmp_path):
     td202 = next(f for f in report["findings"] if f["code"] == "TD202")
     assert td202["frame"] == {"first_line": 1, "lines": ["model = nn.Linear(2, 2)", "out = model.forward(torch.ones(2))"]}
     text = cli("check", "explore.ipynb", cwd=tmp_path).stdout_text
+    assert "explore.ipynb:cell 4:2" in text  # the summary's row
+    text = cli("check", "--details", "explore.ipynb", cwd=tmp_path).stdout_text
     assert "explore.ipynb:cell 4:2:7  TD202" in text
 
 

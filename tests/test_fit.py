@@ -84,11 +84,13 @@ def test_a_script_that_cannot_run_under_fake_tensors_names_its_line():
     assert "blocked.py:9" in str(info.value)
 
 
-def test_cli_hard_coded_cuda_script_gets_an_answer_per_card():
+def test_cli_hard_coded_cuda_script_gets_an_answer_per_card(validate_report):
     proc = _cli(str(FIXTURES / "mlp_cuda.py"), "--gpu", "3090", "--gpu", "10GB", "--no-what-if", "--format", "json",
                 "--", "--batch-size", "32")
     assert proc.returncode == 0, proc.stderr
-    fit = json.loads(proc.stdout)["fit"]
+    report = validate_report(proc.stdout)  # the usual Report, its estimate in `fit`
+    assert report["command"] == "fit" and report["target"].endswith("mlp_cuda.py")
+    fit = report["fit"]
     assert [g["name"] for g in fit["gpus"]] == ["RTX-3090", "10 GB"]
     assert all(g["fits"] and g["max_batch_size"] > 32 for g in fit["gpus"])
     assert fit["batch_size"] == 32 and fit["batch_arg"] == "batch_size"

@@ -34,6 +34,12 @@ def test_piped_output_is_plain_text(report):
     render(report, "text", out)
     text = out.getvalue()
     assert not ANSI.search(text)
+    assert "nan-loss" in text and "--details" in text
+    assert "Fix 1:" not in text  # the fix reports are behind --details
+    out = io.StringIO()
+    render(report, "text", out, details=True)
+    text = out.getvalue()
+    assert not ANSI.search(text)
     assert "Route" in text and "debugging" in text
     assert "Fix 1:" in text
 

@@ -216,15 +216,16 @@ def test_exit_code_precedence(stopped, code, severities, fail_on, expected):
 
 @pytest.mark.parametrize(
     "text,gib",
-    [("10GiB", 10.0), ("10 gib", 10.0), ("12", 12.0), ("8000MiB", 8000 / 1024), ("24GB", 24e9 / 2**30),
-     ("1.5TiB", 1536.0), ("512M", 0.5)],
+    [("10GiB", 10.0), ("10 gib", 10.0), ("12", 12.0), ("8000MiB", 8000 / 1024), ("24GB", 24.0),
+     ("1.5TiB", 1536.0), ("512M", 0.5), ("3090", 25_441_665_024 / 2**30), ("A100-80GB", 85_051_572_224 / 2**30)],
 )
 def test_sizes(text, gib):
     assert parse_size_gib(text) == pytest.approx(gib)
 
 
-@pytest.mark.parametrize("text", ["ten", "10XB", "-1GiB", "0"])
+@pytest.mark.parametrize("text", ["ten", "10XB", "-1GiB", "0", "potato"])
 def test_bad_sizes(text):
+    # a size that `fit --gpu` would not take is refused by `run --gpu-memory` too: one grammar
     with pytest.raises(UsageError):
         parse_size_gib(text)
 
@@ -400,3 +401,39 @@ def test_a_fatal_signal_without_a_dump_is_still_a_native_crash(tmp_path):
     crash = next(s for s in found.symptoms if s.id == "native-crash")
     assert crash.location is None and crash.evidence[0].values["signal"] == "SIGABRT"
     assert crash.evidence[0].summary == "The process died of SIGABRT after 3 optimizer steps"
+
+
+def test_an_oom_after_the_breakdown_step_offers_fit_with_the_run_s_own_numbers(tmp_path):
+    """Issue 18: after a run's CUDA OOM the memory specialist offers `torchdoctor fit` with the arguments
+    the script ran with, and the breakdown measured on an earlier step, scaled to the card that ran out."""
+    from torchdoctor.diagnosis import diagnose
+
+    steps = [{"kind": "step", "step": s, "t": s * 0.1, "memory": {"rss_mib": 900.0}} for s in range(1, 5)]
+    breakdown = {"kind": "breakdown", "probe": "memory", "step": 3, "parameters_mib": 2048.0,
+                 "gradients_mib": 2048.0, "optimizer_state_mib": 4096.0, "activations_mib": 5324.8,
+                 "batch_size": 32, "device": "cuda:0"}
+    oom = {"kind": "oom", "probe": "memory", "step": 4, "error_type": "OutOfMemoryError", "rss_mib": 900.0,
+           "peak_rss_mib": 950.0, "cuda": _cuda_stats(allocated=9 * GiB, reserved=9 * GiB + GiB // 2, total=10 * GiB)}
+    evidence = _evidence(tmp_path, [*steps, breakdown, oom], stopped="crashed")
+    evidence.events[0][0]["argv"] = ["train.py", "--batch-size", "32", "--name", "run one"]
+    found = analyse(evidence)
+    symptom = next(s for s in found.symptoms if s.id == "oom")
+    values = symptom.evidence[0].values
+    assert values["script_args"] == ["--batch-size", "32", "--name", "run one"]
+    assert values["measured_activations_gib"] == pytest.approx(5.2) and values["measured_batch_size"] == 32
+    # 8 GiB of parameters, gradients and Adam state; 0.9 × 10 GiB leaves 1 GiB at 0.1625 GiB a sample
+    assert values["batch_that_fits"] == 6
+    report = diagnose(Report(command="run", target="train.py", symptoms=[symptom]))
+    memory = next(r for r in report.reports if r.specialist == "memory")
+    assert "Measured on an earlier step: parameters 2.00 GiB" in memory.diagnosis
+    assert "about 6 samples per step fit with 10% to spare" in memory.diagnosis
+    assert any("torchdoctor fit train.py --gpu 10GB -- --batch-size 32 --name 'run one'" in s
+               for s in memory.next_steps), memory.next_steps
+
+
+def test_an_oom_before_any_breakdown_names_no_measured_parts(tmp_path):
+    oom = {"kind": "oom", "probe": "memory", "step": 0, "error_type": "OutOfMemoryError", "rss_mib": 900.0,
+           "peak_rss_mib": 950.0, "cuda": _cuda_stats(allocated=9 * GiB, reserved=9 * GiB, total=10 * GiB)}
+    found = analyse(_evidence(tmp_path, [oom], stopped="crashed"))
+    values = next(s for s in found.symptoms if s.id == "oom").evidence[0].values
+    assert not any(k.startswith("measured_") for k in values) and "batch_that_fits" not in values

@@ -144,7 +144,8 @@ def test_out_must_be_a_directory(tmp_path):
 
 # Names a run writes (torchdoctor.run_files.OUR_FILES): the user's own file of such a name is never replaced.
 LOOKALIKES = ["report.json", "lr_curves.csv", "stacks.rank0.txt", "trace.rank0.json", "events.rank0.jsonl",
-              "crash.rank0.txt", "steps.rank3.jsonl", "memory_snapshot.rank1.pickle", "report.json.4242.tmp"]
+              "crash.rank0.txt", "steps.rank3.jsonl", "memory_snapshot.rank1.pickle", "report.json.4242.tmp",
+              "report.html", "report.html.4242.tmp"]
 
 
 @pytest.mark.parametrize("name", LOOKALIKES)

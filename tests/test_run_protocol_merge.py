@@ -70,7 +70,7 @@ def test_static_findings_nothing_measured_stay_a_note(tmp_path_factory):
 @pytest.mark.slow
 def test_merged_evidence_in_the_terminal_and_projection_at_steps(tmp_path):
     proc = cli("run", "proto_sched_epoch.py", "--out", str(tmp_path), "--probe", "schedule", "--steps", "25",
-               cwd=RUN_FIXTURES)
+               "--details", cwd=RUN_FIXTURES)
     assert proc.returncode == 1, proc.stderr_text[-2000:]
     text = proc.stdout_text
     block = text.split("scheduler-granularity —", 1)[1].split("Route", 1)[0]
@@ -89,7 +89,8 @@ def test_merged_evidence_in_markdown(tmp_path):
                cwd=RUN_FIXTURES)
     assert proc.returncode == 0, proc.stderr_text[-2000:]
     md = proc.stdout_text
-    block = md.split("eval-without-no-grad", 1)[1].split("eval-mode-missing", 1)[0]
+    details = md.split("## Details", 1)[1]  # Markdown holds the full report after the summary
+    block = details.split("eval-without-no-grad", 1)[1].split("eval-mode-missing", 1)[0]
     assert "measured: 6 forward passes of Sequential recorded an autograd graph" in block
     assert "in the source (line 18):" in block and "[TD102]" in block
 

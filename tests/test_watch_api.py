@@ -75,6 +75,8 @@ def test_a_leak_in_the_block_is_found_at_its_line(tmp_path, validate_report):
     assert len(growth) == 1 and growth[0]["severity"] == "error", report["symptoms"]
     assert growth[0]["location"]["line"] == line_of("leak_loop.py", "losses.append(loss)")
     assert report["reports"] and report["reports"][0]["specialist"] == "memory"
+    page = (out / "report.html").read_text(encoding="utf-8")  # a watch() block writes the run's page too
+    assert "What holds the leak: `losses`" in page and "Loss per optimizer step" in page
 
 
 @pytest.mark.slow
@@ -266,7 +268,9 @@ def test_one_session_at_a_time_and_reports_in_every_format(tmp_path):
     assert html.startswith('<div class="torchdoctor-report"') and "3 optimizer steps" in html
     assert session.report()._repr_html_() == html
     assert json.loads(session.write(tmp_path / "r.json").read_text())["run"]["steps_completed"] == 3
-    assert "<section" in session.write(tmp_path / "r.html").read_text()
+    page = session.write(tmp_path / "r.html").read_text()  # the run's whole page, its file links from tmp_path
+    assert page.startswith("<!DOCTYPE html>") and "Loss per optimizer step" in page
+    assert '<a href="run/steps.rank0.jsonl">' in page and (tmp_path / "run" / "report.html").is_file()
     assert "3 optimizer steps" in session.write(tmp_path / "r.md").read_text()
     with pytest.raises(ValueError, match="write a .json, .html or .md file"):
         session.write(tmp_path / "r.txt")

@@ -585,7 +585,17 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
             f"differs by {spread:.3g}; apart at {len(apart)} of {len(compared)} compared steps)")
     where = None
     rank = min(run.ranks)
-    if unsynced:
+    replaced = next((e for r in run.ranks for e in run.of_kind("ddp-replaced-parameter", PROBE, r)), None)
+    if replaced is not None:
+        names = replaced.get("parameters") or []
+        values.update(replaced_parameters=names)
+        site = replaced.get("site")
+        text += (f": parameter {_listing(names[:4])} of the DDP model is not the one DDP was built with"
+                 + (f" (line {site.get('line')} assigned a new nn.Parameter after wrapping)" if site else "")
+                 + ", so its gradient hooks are on the old parameter and the new one's gradient is never "
+                 "all-reduced: each rank steps it on its own gradient")
+        where = _site(run, site) if site else None
+    elif unsynced:
         rank = min(unsynced)
         event = unsynced[rank][0]
         values.update(unsynced_steps=len(unsynced[rank]), first_unsynced_step=event.get("at_step"),

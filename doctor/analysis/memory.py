@@ -445,10 +445,33 @@ def _oom(run: RunEvidence, rank: int, out: Analysis) -> None:
             summary += f": {allocated:.2f} GiB allocated by tensors, {reserved:.2f} GiB reserved by the allocator"
         else:
             summary += f": process RSS {event.get('rss_mib', 0):.0f} MiB (peak {event.get('peak_rss_mib', 0):.0f} MiB)"
+        values.update(_before_the_oom(run, rank, values.get("total_gib")))
         out.symptoms.append(
             run.symptom("oom", probe=PROBE, summary=summary, values={k: v for k, v in values.items() if v is not None},
                         location=where, step=step, rank=rank)
         )
+
+
+def _before_the_oom(run: RunEvidence, rank: int, card_gib: float | None) -> dict[str, Any]:
+    """What the specialist needs to offer `torchdoctor fit` for this very run: the script's own
+    arguments, and the breakdown measured on an earlier step (when the run got that far), with the
+    batch it scales to on the card that ran out."""
+    extra: dict[str, Any] = {}
+    argv = (run.start(rank) or {}).get("argv") or []
+    if len(argv) > 1:
+        extra["script_args"] = [str(a) for a in argv[1:]]
+    peak = peak_estimate(run, rank)
+    if peak is None:
+        return extra
+    for key in ("parameters_gib", "gradients_gib", "optimizer_state_gib", "activations_gib", "batch_size"):
+        if peak.get(key) is not None:
+            extra[f"measured_{key}"] = peak[key]
+    if card_gib:
+        near = float(run.limits("memory").get("near_budget_fraction", 0.9))
+        fits = batch_that_fits(peak, card_gib, near)
+        if fits is not None:
+            extra.update(batch_that_fits=fits, spare_fraction=round(1 - near, 4))
+    return extra
 
 
 def fragmentation_of(stats: dict[str, Any], lim: dict[str, Any], which: str = "current") -> dict[str, float] | None:

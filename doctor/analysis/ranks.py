@@ -51,6 +51,7 @@ from torchdoctor.analysis.evidence import Outcome, RunEvidence
 from torchdoctor.analysis.outcome import FATAL
 from torchdoctor.analysis.outcome import decide as decide_single
 from torchdoctor.analysis.stacks import Thread, parse
+from torchdoctor.clip import clip
 from torchdoctor.probes.userframes import is_user_file
 
 FAILURES = ("exception", "exit-nonzero", "crash", "killed")
@@ -92,7 +93,7 @@ class RankEnd:
     def describe(self) -> str:
         """'exited with code 1 after `ValueError: …`', 'died of SIGSEGV', …"""
         if self.kind == "exception":
-            return f"raised `{_clip(self.error or 'an exception')}`"
+            return f"raised `{clip(self.error or 'an exception', 200)}`"
         if self.kind == "exit-nonzero":
             return f"exited with code {self.code}"
         if self.kind in ("crash", "killed", "finished-then-died"):
@@ -186,7 +187,7 @@ def lost_to_remote(end: RankEnd, remote: list[int]) -> str:
     where = (f"rank {remote[0]} runs on another node" if len(remote) == 1
              else f"ranks {_listing(remote)} run on other nodes")
     return (f"Rank {end.rank} lost its connection to another rank after {steps} (it raised "
-            f"`{_clip(end.error or 'an exception')}`): {where}, where the failure began; that node's report "
+            f"`{clip(end.error or 'an exception', 200)}`): {where}, where the failure began; that node's report "
             "names the rank that failed first and its line")
 
 
@@ -312,11 +313,6 @@ def _listing(items: list[Any]) -> str:
 
 def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 
 # -- where a live rank waits (from its faulthandler stack) ------------------------------

@@ -50,11 +50,16 @@ def combine(static: Report, measured: Report, script_name: str, workdir: Path | 
     so they work from the user's own folder (the demo runs in a temporary one)."""
     from torchdoctor.diagnosis import diagnose
 
+    # `run` reads the script with check's rules too, and keeps each finding its measurements confirm as
+    # static evidence (analysis/static.py): taking check's symptoms for those as well listed every
+    # confirmed finding twice. Only the findings the run did not carry are added.
+    carried = [ev for s in measured.symptoms for ev in s.evidence if ev.kind == "static"]
+    static_only = [s for s in static.symptoms if not any(ev in carried for ev in s.evidence)]
     report = Report(
         command="demo",
         target=script_name,
         findings=static.findings,
-        symptoms=[*static.symptoms, *measured.symptoms],
+        symptoms=[*static_only, *measured.symptoms],
         contexts=sorted({*static.contexts, *measured.contexts}),
         run=measured.run,
         environment=measured.environment,
@@ -73,7 +78,7 @@ def combine(static: Report, measured: Report, script_name: str, workdir: Path | 
     return report
 
 
-def run_demo(fmt: str) -> int:
+def run_demo(fmt: str, details: bool = False) -> int:
     from torchdoctor.render import render
 
     workdir = Path(tempfile.mkdtemp(prefix="torchdoctor-demo-"))
@@ -87,11 +92,15 @@ def run_demo(fmt: str) -> int:
         static = static_report(script)
         measured = run_report(script, Path("run"))
         report = combine(static, measured, SCRIPT.name, workdir)
+        from torchdoctor.runner import write_html
+
+        write_html(report, Path("run"))  # the page shows both doors, as the terminal does
     finally:
         os.chdir(here)
         # keep the patient (the next steps run it) and the run directory (trace, events, report.json)
         (workdir / "demo_checkpoint.pt").unlink(missing_ok=True)
     sys.stdout.flush()
-    render(report, fmt)
-    sys.stderr.write(f"torchdoctor demo: {SCRIPT.name}, evidence and report.json kept in {workdir}\n")
+    render(report, fmt, details=details)
+    sys.stderr.write(f"torchdoctor demo: {SCRIPT.name}, evidence and report.json kept in {workdir}; the report "
+                     f"with its charts: {workdir / 'run' / 'report.html'}\n")
     return exitcodes.OK

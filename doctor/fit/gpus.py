@@ -8,11 +8,32 @@ from typing import Any
 
 from torchdoctor.rules import catalog
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(gib|gb|g)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+# GPU memory is counted in binary units whatever the label: a card sold as "24 GB" has 24 GiB
+# (an RTX 3090 reports 25,769,803,776 bytes), so GB and GiB, MB and MiB read alike here. `run
+# --gpu-memory` and `fit --gpu` share this grammar so that "24GB" is one size in both.
+_UNIT_EXP = {"": 30, "g": 30, "gb": 30, "gib": 30, "m": 20, "mb": 20, "mib": 20, "t": 40, "tb": 40, "tib": 40}
 
 
 class UnknownGpu(ValueError):
     pass
+
+
+def size_bytes(text: str) -> int | None:
+    """'24GB', '10GiB', '8000MiB', '12' (GiB) -> bytes, binary units (see _UNIT_EXP); None when not a
+    size. Zero and negative sizes are not sizes."""
+    m = _SIZE.match(text)
+    if m is None or m.group(2).lower() not in _UNIT_EXP:
+        return None
+    value = int(float(m.group(1)) * 2 ** _UNIT_EXP[m.group(2).lower()])
+    return value if value > 0 else None
+
+
+def card(name: str) -> dict[str, Any] | None:
+    """The catalogue card a user named (`3090`, `A100-80GB`), or None."""
+    key = name.strip().lower()
+    return next((c for c in table()["gpu"] if c["name"].lower() == key or key in [a.lower() for a in c["aliases"]]),
+                None)
 
 
 def table() -> dict[str, Any]:
@@ -33,17 +54,14 @@ def resolve(names: list[str]) -> list[dict[str, Any]]:
         names = list(data["default"])
     out = []
     for name in names:
-        key = name.strip().lower()
-        card = next((c for c in cards if c["name"].lower() == key or key in [a.lower() for a in c["aliases"]]), None)
-        if card is not None:
-            out.append(_with_context(card, data))
+        named = card(name)
+        if named is not None:
+            out.append(_with_context(named, data))
             continue
-        size = _SIZE.match(name)
+        size = size_bytes(name)
         if size is None:
             known = ", ".join(c["name"] for c in cards)
             raise UnknownGpu(f"unknown GPU {name!r}: give a size (24GB, 10GiB) or one of {known}")
-        # A card sold as "24 GB" reports 24 GiB of memory (the vendors' GB are GiB).
-        amount = float(size.group(1))
-        out.append(_with_context({"name": f"{amount:g} GB", "aliases": [], "bytes": int(amount * 2**30),
+        out.append(_with_context({"name": f"{size / 2**30:g} GB", "aliases": [], "bytes": size,
                                   "major": 8, "minor": 0}, data))
     return out

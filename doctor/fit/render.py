@@ -39,7 +39,11 @@ def fit_object(est: Estimate) -> dict[str, Any]:
 
 
 def as_json(est: Estimate) -> str:
-    return json.dumps({"command": "fit", "target": est.script, "fit": fit_object(est)}, indent=2) + "\n"
+    """The usual Report (`torchdoctor schema`) with its `fit` object."""
+    from torchdoctor.model import Report
+
+    report = Report(command="fit", target=est.script, fit=fit_object(est))
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
 def as_text(est: Estimate) -> str:

@@ -3,7 +3,8 @@
 text      rich panels on a terminal; plain text when piped or NO_COLOR is set
 json      the Report schema (`torchdoctor schema`)
 markdown  for a PR comment or an issue
-html      a fragment for Jupyter and `torchdoctor.watch()` (not a CLI format)
+html      check: a whole self-contained page (html_page.py, as report.html of a run);
+          a fragment for Jupyter (`to_html`)
 sarif     SARIF 2.1.0 (check only)
 github    GitHub workflow-command annotations (check only)
 """
@@ -49,26 +50,10 @@ def to_html(report: Report) -> str:
     return html.render(compose(report))
 
 
-def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> None:
+def render_blocks(blocks: list, fmt: str = "text", stream: TextIO | None = None) -> None:
+    """The one place that decides how document blocks are written: Markdown, rich panels on a
+    terminal, plain text otherwise (a pipe, NO_COLOR). Reports, `routes` and `explain` all come here."""
     stream = stream or sys.stdout
-    if fmt == "json":
-        stream.write(to_json(report) + "\n")
-        return
-    if fmt == "sarif":
-        import json
-
-        from torchdoctor.render.sarif import to_sarif
-
-        stream.write(json.dumps(to_sarif(report), indent=2) + "\n")
-        return
-    if fmt == "github":
-        from torchdoctor.render.github import to_annotations
-
-        stream.write(to_annotations(report))
-        return
-    from torchdoctor.render.compose import compose
-
-    blocks = compose(report)
     if fmt == "markdown":
         from torchdoctor.render import markdown
 
@@ -81,3 +66,32 @@ def render(report: Report, fmt: str = "text", stream: TextIO | None = None) -> N
         from torchdoctor.render import plain
 
         stream.write(plain.render(blocks))
+
+
+def render(report: Report, fmt: str = "text", stream: TextIO | None = None, details: bool = False) -> None:
+    """Write a report. Text is the summary, and the full report after it with `details`; Markdown is
+    always the full report (it is read later, in a PR or an issue, where nobody can ask for more)."""
+    stream = stream or sys.stdout
+    if fmt == "json":
+        stream.write(to_json(report) + "\n")
+        return
+    if fmt == "sarif":
+        import json
+
+        from torchdoctor.render.sarif import to_sarif
+
+        stream.write(json.dumps(to_sarif(report), indent=2) + "\n")
+        return
+    if fmt == "html":
+        from torchdoctor.render.html_page import page
+
+        stream.write(page(report))
+        return
+    if fmt == "github":
+        from torchdoctor.render.github import to_annotations
+
+        stream.write(to_annotations(report))
+        return
+    from torchdoctor.render.compose import compose
+
+    render_blocks(compose(report, details=details or fmt == "markdown"), fmt, stream)

@@ -1,17 +1,32 @@
-"""Report -> document blocks, shared by the plain, rich and Markdown formats."""
+"""Report -> document blocks, shared by the plain, rich, Markdown and HTML formats.
+
+The summary comes first (render/summary.py); with `details` the full report follows it: every
+probe's numbers, the findings with their code frames, the symptoms with their evidence, the route and
+the specialists' fix reports.
+"""
 
 from __future__ import annotations
 
+from torchdoctor.clip import clip
 from torchdoctor.model import Fix, FixReport, Report, Symptom
 from torchdoctor.render.document import Block, Bullets, Code, Heading, Section, Text
 
-EFFECT = ("most effective first",)
+
+def compose(report: Report, details: bool = True) -> list[Block]:
+    from torchdoctor.render.summary import summary_blocks
+
+    blocks: list[Block] = [Heading(_title(report)), *summary_blocks(report, details)]
+    if report.question is not None:
+        blocks.append(_question(report))
+        return blocks
+    if details and (report.run is not None or report.findings or report.symptoms):
+        blocks.append(Heading("Details", level=2))
+        blocks += detail_blocks(report)
+    return blocks
 
 
-def compose(report: Report) -> list[Block]:
-    blocks: list[Block] = [Heading(_title(report))]
-    for note in report.notes:
-        blocks.append(Text(note, "dim"))
+def detail_blocks(report: Report) -> list[Block]:
+    blocks: list[Block] = []
     if report.run is not None:
         from torchdoctor.render.run_summary import run_blocks
 
@@ -20,9 +35,6 @@ def compose(report: Report) -> list[Block]:
         from torchdoctor.render.findings import findings_blocks
 
         blocks += findings_blocks(report)
-    if report.question is not None:
-        blocks.append(_question(report))
-        return blocks
     if report.symptoms:
         blocks.append(_symptoms(report.symptoms))
     if report.route:
@@ -34,8 +46,6 @@ def compose(report: Report) -> list[Block]:
         )
     for n, fix_report in enumerate(report.reports, 1):
         blocks.append(_fix_report(n, fix_report))
-    if not report.symptoms and not report.findings and report.question is None:
-        blocks.append(Text("No symptoms found.", "ok"))
     return blocks
 
 
@@ -66,20 +76,19 @@ def _symptoms(symptoms: list[Symptom]) -> Section:
         for ev in shown:
             line = ev.summary
             if ev.quote and ev.kind in ("error", "text") and ev.quote not in line:
-                line = line.rstrip(".") + f': "{_clip(ev.quote)}"'
+                line = line.rstrip(".") + f': "{clip(ev.quote, 160, one_line=True)}"'
             if doors:
                 line = f"{_door(ev)}: {line}"
             given_away.append(line)
         if given_away:
             blocks.append(Bullets(given_away))
-    return Section("Symptoms", blocks)
+    return Section("Evidence", blocks)
 
 
 def _fix_report(n: int, fr: FixReport) -> Section:
-    blocks: list[Block] = [Text(fr.diagnosis, "bold")]
-    if fr.evidence:
-        blocks.append(Text("Evidence", "dim"))
-        blocks.append(Bullets(_unique(fr.evidence)[:6]))
+    # The evidence behind it is shown once, per symptom, above (its `evidence` stays in the JSON): two
+    # specialists sharing a symptom printed the same lines twice. The first diagnosis is the summary's.
+    blocks: list[Block] = [] if n == 1 else [Text(fr.diagnosis, "bold")]
     for i, fix in enumerate(fr.fixes, 1):
         blocks += _fix(i, fix)
     if fr.next_steps:
@@ -128,10 +137,6 @@ def _door(ev) -> str:
     return door
 
 
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-
-
-def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+# The pieces the HTML report's symptom cards reuse (render/html_page.py), so a fix report reads the same there.
+fix_report_section = _fix_report
+evidence_door = _door

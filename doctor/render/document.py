@@ -48,10 +48,20 @@ class Frame:
 
 
 @dataclass(repr=False, eq=False)
+class Table:
+    """Rows of short cells, one line each; the last column gives way (is cut) when a line would be too
+    wide. `styles` holds one style per row (a severity or ""), for the first cell."""
+
+    header: list[str]
+    rows: list[list[str]]
+    styles: list[str] = field(default_factory=list)
+
+
+@dataclass(repr=False, eq=False)
 class Section:
     title: str
     blocks: list = field(default_factory=list)
     style: str = ""  # a severity or "" for a specialist panel
 
 
-Block = Heading | Text | Bullets | Code | Frame | Section
+Block = Heading | Text | Bullets | Code | Frame | Table | Section

@@ -25,7 +25,8 @@ def findings_blocks(report: Report) -> list[Block]:
             # The plain and Markdown renderers prefix "error:"/"warning:" from the style; info says so itself.
             prefix = "info: " if f.severity == "info" else ""
             children.append(Text(f"{prefix}{_where(f)}  {f.code} {f.name}: {f.message}", f.severity))
-            if n < MAX_FRAMES_PER_FILE and f.frame and f.frame.get("lines"):
+            same_line = n > 0 and (findings[n - 1].cell, findings[n - 1].line) == (f.cell, f.line)  # framed just above
+            if n < MAX_FRAMES_PER_FILE and f.frame and f.frame.get("lines") and not same_line:
                 label = f"{f.path} (cell {f.cell})" if f.cell else f.path
                 children.append(Frame(label, f.frame["first_line"], list(f.frame["lines"]), f.line))
             children.append(Text(f"Fix: {f.fix}", "dim"))

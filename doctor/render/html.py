@@ -1,4 +1,4 @@
-"""HTML: a self-contained fragment for Jupyter (`Report._repr_html_`) and `session.write("report.html")`.
+"""HTML: a self-contained fragment for Jupyter (`Report._repr_html_`), and the symptom cards of report.html.
 
 Reads the same blocks as the other text formats (compose.py), so it says the
 same things in the same order. Every piece of text is escaped; no script, no

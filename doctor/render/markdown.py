@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Text
+from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Table, Text
 
 
 def render(blocks: list[Block]) -> str:
@@ -47,6 +47,11 @@ def _emit(block: Block, out: list[str], level: int) -> None:
     elif isinstance(block, Code):
         fence = _fence(block.code)
         out += [f"{fence}{block.language}", block.code, fence, ""]
+    elif isinstance(block, Table):
+        out.append("| " + " | ".join(block.header) + " |")
+        out.append("|" + " --- |" * len(block.header))
+        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in block.rows]
+        out.append("")
     elif isinstance(block, Frame):
         fence = _fence("\n".join(block.lines))
         out.append(f"`{block.path}:{block.mark_line}`")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Text
+from torchdoctor.clip import clip
+from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Table, Text
 
 WIDTH = 100
 
@@ -27,6 +28,8 @@ def _emit(block: Block, out: list[str], indent: str) -> None:
     if isinstance(block, Heading):
         out += [block.text, "=" * min(len(block.text), WIDTH), ""]
     elif isinstance(block, Section):
+        if out and out[-1]:
+            out.append("")  # a section opens a new paragraph
         out += [f"{indent}{block.title}", f"{indent}{'-' * min(len(block.title), WIDTH)}"]
         for child in block.blocks:
             _emit(child, out, indent)
@@ -45,9 +48,26 @@ def _emit(block: Block, out: list[str], indent: str) -> None:
                 out += [f"{indent}  {' ' * len(mark)}  {line}" for line in rest.splitlines()]
     elif isinstance(block, Code):
         out += [f"{indent}    {line}" for line in block.code.splitlines()]
+    elif isinstance(block, Table):
+        out += [indent + line for line in table_lines(block, WIDTH - len(indent))]
     elif isinstance(block, Frame):
         width = len(str(block.first_line + len(block.lines)))
         for offset, line in enumerate(block.lines):
             number = block.first_line + offset
             mark = ">" if number == block.mark_line else " "
             out.append(f"{indent}  {mark} {number:>{width}} | {line}")
+
+
+def table_lines(table: Table, width: int) -> list[str]:
+    """The rows as aligned columns, one line each (no header: the section title says what they are)."""
+    if not table.rows:
+        return []
+    columns = len(table.rows[0])
+    widths = [max(len(row[i]) for row in table.rows) for i in range(columns - 1)]
+    lead = sum(w + 2 for w in widths)
+    room = max(width - lead, 24)  # past this the line runs over rather than cut the last cell to nothing
+    lines = []
+    for row in table.rows:
+        cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)] + [clip(row[-1], room)]
+        lines.append("  ".join(cells).rstrip())
+    return lines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Text
+from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Table, Text
 
 _STYLES = {
     "bold": "bold",
@@ -57,6 +57,19 @@ def _renderable(block: Block):
             theme="ansi_dark",
             background_color="default",
         )
+    if isinstance(block, Table):
+        from rich.table import Table as RichTable
+
+        table = RichTable(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0), expand=True)
+        for i in range(len(block.header)):
+            if i == len(block.header) - 1:  # the last column gives way: cut, as in plain text
+                table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+            else:  # the others keep their width: an id or a file:line cut short says nothing
+                table.add_column(no_wrap=True, min_width=max((len(row[i]) for row in block.rows), default=0))
+        for n, row in enumerate(block.rows):
+            style = _STYLES.get(block.styles[n] if n < len(block.styles) else "", "")
+            table.add_row(RichText(row[0], style=style), *row[1:])
+        return table
     if isinstance(block, Section):
         border = {"error": "red", "warning": "yellow"}.get(block.style, "blue")
         return Panel(Group(*[_renderable(b) for b in block.blocks]), title=escape(block.title), title_align="left", border_style=border)

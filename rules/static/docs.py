@@ -109,20 +109,7 @@ def print_explanation(code: str, fmt: str = "text", stream: TextIO | None = None
         fields = ("code", "name", "severity", "specialist", "symptom", "summary", "message", "fix", "why", "bad", "good")
         stream.write(json.dumps({f: getattr(doc, f) for f in fields}, indent=2) + "\n")
         return exitcodes.OK
-    blocks = explanation_blocks(doc)
-    if fmt == "markdown":
-        from torchdoctor.render import markdown
+    from torchdoctor.render import render_blocks
 
-        stream.write(markdown.render(blocks))
-        return exitcodes.OK
-    from torchdoctor.render import wants_rich
-
-    if wants_rich(stream):
-        from torchdoctor.render import rich_text
-
-        rich_text.render(blocks, stream)
-    else:
-        from torchdoctor.render import plain
-
-        stream.write(plain.render(blocks))
+    render_blocks(explanation_blocks(doc), fmt, stream)
     return exitcodes.OK

@@ -115,8 +115,8 @@ def _count(index: Index, expr: ast.AST | None, fn: ast.AST, depth: int = 0) -> t
 
 
 def _falls_off_end(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A body that does work and ends without returning: not a stub (`pass`, `...`, a docstring) and not one that
-    raises (`raise NotImplementedError`)."""
+    """A body that does work and ends without returning: not a placeholder (`pass`, `...`, a docstring) and not
+    one that ends in a raise (NotImplementedError and the like)."""
     body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
     if not body or all(isinstance(st, ast.Pass) for st in body):
         return False
