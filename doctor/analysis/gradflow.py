@@ -80,7 +80,7 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
             "of the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
     values = {"step": event.get("at_step"), "parameters_reached": event.get("parameters_reached"),
               "optimizer_parameters": event.get("optimizer_parameters"), "detached_from": event.get("node"),
-              "sites": len(events)}
+              "site_count": len(events)}
     out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values, location=where,
                                     step=event.get("at_step"), rank=rank))
 
