@@ -9,7 +9,8 @@ workers and, under torchrun, to every rank: lifetime.py):
 
 - first Ctrl-C: SIGINT to the group (the script sees KeyboardInterrupt and the
   probes write their last evidence); a script still running `interrupt_grace_s`
-  later (it ignores or swallows SIGINT) is stopped as on a timeout: SIGTERM,
+  later (it ignores or swallows SIGINT; not one whose probes are still doing
+  their end-of-run work) is stopped as on a timeout: SIGTERM,
   then SIGKILL after the grace period; second Ctrl-C: SIGKILL to the group.
   Once interrupted, the run is `interrupted`, never a hang or a timeout.
   SIGTERM or SIGHUP to torchdoctor: SIGTERM to the group, then SIGKILL after
@@ -232,7 +233,9 @@ class Supervisor:
                     self.stop_requested = None
                     self._terminate()
                 elif self.interrupted_at is not None:
-                    if now - self.interrupted_at >= self.interrupt_grace_s:  # the script did not stop on SIGINT
+                    # The script did not stop on SIGINT. One that did and whose probes are writing their last
+                    # evidence (slow on a loaded machine) is left to finish: a second Ctrl-C or --timeout ends it.
+                    if now - self.interrupted_at >= self.interrupt_grace_s and not self.tail.only_finishing():
                         self.interrupted_at = None
                         self._terminate()
                 elif self.timeout_s and now - started > self.timeout_s:

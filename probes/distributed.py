@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 import weakref
 from typing import Any
@@ -74,6 +75,12 @@ class DistributedProbe(Probe):
         self.next_checksum = 1
         self.max_unsynced = int(self.options.get("max_unsynced_events", 4))
         self.unsynced_sent = 0
+        # A parameter of the wrapped model replaced by a new one after DDP was built: DDP's gradient hooks stay on
+        # the old one, so the new one's gradient is never all-reduced. Module.__setattr__ is watched from the first
+        # DDP construction until step `unused_check_steps` only (where a parameter was assigned), then restored.
+        self.setattr_original: Any = None
+        self.assigned: dict[int, dict[str, Any]] = {}  # id(new parameter) -> the user's line that assigned it
+        self.replaced_sent: set[int] = set()
         self._reset_step()
         from torchdoctor.probes.patches import backward_watch
         backward_watch(torch).subscribe(self, self._backward)
@@ -92,8 +99,13 @@ class DistributedProbe(Probe):
         self.step_end = time.perf_counter()
 
     def before_step(self, step: int, optimizer: Any) -> None:
-        if self.active and step <= self.check_steps and self.models:
+        if not self.active:
+            return
+        if step <= self.check_steps and self.models:
             self._check_unused(step)
+            self._check_replaced()
+        if self.setattr_original is not None and step >= self.check_steps:
+            self._stop_replace_watch()
 
     def after_step(self, step: int, optimizer: Any) -> dict[str, Any] | None:
         if not self.active:
@@ -247,6 +259,7 @@ class DistributedProbe(Probe):
     def _ddp_created(self, ddp: Any) -> None:
         if not self.models:
             self._watch_unwrap(type(ddp))
+            self._start_replace_watch()
         self.models.append(weakref.ref(ddp))
         module = ddp.module
         self.emit(
@@ -281,6 +294,48 @@ class DistributedProbe(Probe):
                 static_graph=bool(getattr(ddp, "static_graph", False)),
                 **_owner_forward(ddp.module, unused[0]),
             )
+
+    def _start_replace_watch(self) -> None:
+        from torchdoctor.probes.patches import user_site
+        from torchdoctor.probes.sites import as_dict
+
+        probe = self
+        module_class = torch.nn.Module
+        parameter_class = torch.nn.Parameter
+        original = module_class.__setattr__
+        self.setattr_original = original
+
+        def __setattr__(module: Any, name: str, value: Any) -> None:  # noqa: N807 - the method it wraps
+            if isinstance(value, parameter_class) and len(probe.assigned) < 64:
+                site = user_site(sys._getframe(1))
+                if site is not None:
+                    probe.assigned[id(value)] = {**(as_dict(site) or {}), "name": name}
+            original(module, name, value)
+
+        __setattr__.__wrapped__ = original  # type: ignore[attr-defined]
+        module_class.__setattr__ = transparent(__setattr__)
+
+    def _stop_replace_watch(self) -> None:
+        if self.setattr_original is not None and "__setattr__" in vars(torch.nn.Module):
+            torch.nn.Module.__setattr__ = self.setattr_original
+        self.setattr_original = None
+        self.assigned.clear()
+
+    def _check_replaced(self) -> None:
+        """Parameters of a DDP model that are not the ones DDP registered its gradient hooks on."""
+        for number, ref in enumerate(self.models, 1):
+            ddp = ref()
+            registered = getattr(ddp, "_module_parameters", None)
+            if ddp is None or registered is None or number in self.replaced_sent:
+                continue
+            known = {id(p) for p in registered}
+            replaced = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad and id(p) not in known]
+            if not replaced:
+                continue
+            self.replaced_sent.add(number)
+            site = next((self.assigned[id(p)] for _, p in replaced if id(p) in self.assigned), None)
+            self.emit("ddp-replaced-parameter", model=number, parameters=[n for n, _ in replaced][:50],
+                      count=len(replaced), site=site)
 
     def _watched_forward(self, forward: Any, ddp: Any, args: tuple, kwargs: dict) -> Any:
         """One DDP forward under a TorchFunctionMode that notes .expand() of the model's parameters."""

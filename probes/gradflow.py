@@ -46,9 +46,10 @@ import weakref
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.detached import DetachedSummands
 from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
-from torchdoctor.probes.patches import backward_watch, user_site
+from torchdoctor.probes.patches import backward_watch, compile_watch, user_site
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import as_dict, here
 from torchdoctor.probes.transparent import transparent
@@ -71,6 +72,7 @@ class GradflowProbe(Probe):
         self.dense_loss = int(opt.get("dense_loss", 50))
         self.loss_every = int(opt.get("loss_every", 10))
         self.params: list[weakref.ref] = []
+        self.params_of: weakref.ref | None = None
         self.got: list[bool] = []
         self.checks = 0
         self.optimizers: list[weakref.ref] = []
@@ -84,6 +86,12 @@ class GradflowProbe(Probe):
         self.softmax_samples = int(opt.get("softmax_samples", 4))
         self.softmax_every = int(opt.get("softmax_every", 100))
         self.softmax_sites = SoftmaxSites(torch)
+        # a loss term cut off by detach()/.data (probes/detached.py): one step watched, after step detached_step
+        self.detached = DetachedSummands(torch, self.emit)
+        self.detached_step = int(opt.get("detached_step", 3))
+        self.detached_done = False
+        self.detached_armed_at = 0
+        self.compiles = compile_watch(torch)
         self.softmax_pending: dict[str, Any] | None = None
         self.softmax_done = False
         self.watch = forward_watch(torch, self)
@@ -95,11 +103,28 @@ class GradflowProbe(Probe):
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if len(self.optimizers) < 8 and not any(r() is optimizer for r in self.optimizers):
             self.optimizers.append(weakref.ref(optimizer))
+        if not self.enabled:
+            return
+        if self.detached.armed:
+            # every optimizer's step judges the backwards before it; the watch ends two primary steps later, so
+            # that a whole iteration is seen whichever of several optimizers is the primary one
+            self.detached.on_step(optimizer, self.step)
+            if self.step >= self.detached_armed_at + 2:
+                self.detached.disarm()
+        elif self.detached.mode is not None:
+            self.detached.tidy()
+        elif not self.detached_done and self.step >= self.detached_step:
+            self.detached_done = True
+            if not self.compiles.calls:  # a compiled model would see the mode in its guards and recompile
+                self.detached_armed_at = self.step
+                self.detached.arm()
 
     # -- the loss -------------------------------------------------------------------------------------
 
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
+        if self.detached.armed:
+            self.detached.on_backward(tensors)
         n = self.backwards
         if (n <= self.softmax_samples or not n % self.softmax_every or self.softmax_sites.armed) \
                 and not self.softmax_done:
@@ -154,9 +179,12 @@ class GradflowProbe(Probe):
             self._localised()
         if step > self.dense_checks and step % self.check_every:
             return
-        if not self.params:
+        if not self.params or self.params_of is not None and self.params_of() is not optimizer:
+            # the first primary optimizer's parameters, read again when another one takes over (a second phase)
             self.params = [weakref.ref(p) for g in optimizer.param_groups for p in g["params"]]
             self.got = [False] * len(self.params)
+            self.params_of = weakref.ref(optimizer)
+            self.checks, self.classified = 0, False
         got = self.got
         for i, ref in enumerate(self.params):
             if not got[i]:
@@ -297,6 +325,7 @@ class GradflowProbe(Probe):
     # -- the end ----------------------------------------------------------------------------------------
 
     def finish(self, reason: str) -> None:
+        self.detached.disarm()
         if self.softmax_sites.armed:  # the script ended within the watched step
             self.softmax_sites.disarm()
             self._softmax_found(None)

@@ -19,15 +19,23 @@ of nodes are never reached), and returns the softmax node or None.
 mistake, it wraps `torch.softmax`, `torch.nn.functional.softmax`,
 `Tensor.softmax` and `torch.exp`/`Tensor.exp` until the next backward (one
 step), remembering the node each call created and where; `site_of(node)`
-then answers. Nothing is wrapped outside that one step.
+then answers. Nothing is wrapped outside that one step but `nn.Softmax`'s
+constructor, which notes where each softmax module is built (no per-step
+cost): a softmax module inside a container (`nn.Sequential(..., nn.Softmax())`)
+runs from torch's frames only, and its line is the one that put it there.
 """
 
 from __future__ import annotations
 
+import sys
+import weakref
 from collections import deque
 from typing import Any
 
-from torchdoctor.probes.sites import here
+from torchdoctor.probes.patches import user_site
+from torchdoctor.probes.sites import as_dict, here
+from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import is_library_file
 
 MAX_NODES = 200
 SHAPE_ONLY = {
@@ -102,6 +110,43 @@ class SoftmaxSites:
         self.sites: list[tuple[Any, dict[str, Any] | None]] = []
         self._saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, owned: in owner's own dict)
         self.armed = False  # a plain attribute: read on every backward
+        self.built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # nn.Softmax module -> its line
+        self._softmax_forward = torch.nn.Softmax.forward.__code__
+        self._watch_construction(torch.nn.Softmax)
+
+    def _watch_construction(self, cls: Any) -> None:
+        built = self.built
+        original = cls.__init__
+
+        def __init__(module: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it wraps
+            original(module, *args, **kwargs)
+            if len(built) < 64:
+                site = user_site(sys._getframe(1))
+                if site is not None:
+                    built[module] = as_dict(site)
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        cls.__init__ = transparent(__init__)
+
+    def _module_site(self, frame: Any) -> dict[str, Any] | None:
+        """A softmax made by an nn.Softmax module called from a library container (Sequential): the line that built
+        the module. None when the module's caller is the user's own forward (that call is the line)."""
+        for _ in range(8):
+            if frame is None:
+                return None
+            if frame.f_code is self._softmax_forward:
+                module = frame.f_locals.get("self")
+                caller = frame.f_back
+                while caller is not None and caller.f_code.co_name in ("_call_impl", "_wrapped_call_impl"):
+                    caller = caller.f_back
+                if caller is None or not is_library_file(caller.f_code.co_filename):
+                    return None
+                try:
+                    return self.built.get(module)
+                except TypeError:
+                    return None
+            frame = frame.f_back
+        return None
 
     def arm(self) -> None:
         if self._saved:
@@ -129,11 +174,13 @@ class SoftmaxSites:
     def _wrap(self, original: Any) -> Any:
         sites = self.sites
 
+        module_site = self._module_site
+
         def watched(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
             node = getattr(out, "grad_fn", None)
             if node is not None and len(sites) < 256:
-                sites.append((node, here()))
+                sites.append((node, module_site(sys._getframe(1)) or here()))
             return out
 
         watched.__wrapped__ = original  # type: ignore[attr-defined]

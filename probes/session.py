@@ -83,6 +83,12 @@ class Session:
         self._pre: list[Probe] = []
         self._post: list[Probe] = []
         self._primary: weakref.ref | None = None
+        # Another optimizer that steps this many times in a row while the primary one is idle takes over (a second
+        # training phase while the first phase's optimizer is still referenced, by its scheduler for instance).
+        # Well above the steps a GAN critic takes per generator step (n_critic = 5).
+        self.takeover_steps = int(config.get("primary_takeover_steps", 32))
+        self._other: weakref.ref | None = None
+        self._other_steps = 0
         self._hooked = False
         self._ended = False
         self._pending: tuple[int, Any] | None = None  # a step(closure) whose pre-step probes wait for it
@@ -253,8 +259,29 @@ class Session:
             return True
         return current is optimizer
 
+    def _count_other(self, optimizer: Any) -> None:
+        """Before each optimizer step: a run of steps of one other optimizer while the primary is idle."""
+        current = self._primary() if self._primary is not None else None
+        if current is None or current is optimizer:
+            self._other_steps = 0
+            return
+        other = self._other() if self._other is not None else None
+        if other is optimizer:
+            self._other_steps += 1
+        else:
+            try:
+                self._other = weakref.ref(optimizer)
+            except TypeError:
+                return
+            self._other_steps = 1
+        if self._other_steps >= self.takeover_steps:
+            self._primary, self._other, self._other_steps = self._other, None, 0
+            self.emit("primary-optimizer", optimizer=type(optimizer).__name__, after_steps=self.takeover_steps)
+
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         heartbeat.beat()  # any optimizer's step is training activity, the primary's or not
+        if not self._ended:
+            self._count_other(optimizer)
         if self._ended or not self._pre or not self._is_primary(optimizer):
             return None
         step = self.step + 1

@@ -57,6 +57,7 @@ from torchdoctor.probes.base import Probe
 from torchdoctor.probes.forwards import forward_watch, owns_parameters
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.sites import as_dict
+from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import is_library_file
 
 MIB = 2**20
@@ -121,6 +122,23 @@ class ValidationProbe(Probe):
         self.watch = forward_watch(torch, self)
         self.watch.subscribe(self, self._start, self._end)
         backward_watch(torch).subscribe(self, self._backward)
+        # Where each model was last put in eval mode: when evaluation runs inline in the training loop, that
+        # model.eval() is the line a model left in eval mode comes from. Module.eval is called once per phase
+        # (not recursively: it calls train(False)), so wrapping it costs nothing per step.
+        self.eval_calls: dict[int, tuple[str, int, str] | None] = {}
+        torch.nn.Module.eval = self._wrap_eval(torch.nn.Module.eval)
+
+    def _wrap_eval(self, original: Any) -> Any:
+        probe = self
+
+        def eval(module: Any) -> Any:  # noqa: A001 - it stands for Module.eval
+            if probe.enabled and len(probe.eval_calls) < 256:
+                probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
+            return original(module)
+
+        eval.__wrapped__ = original  # type: ignore[attr-defined]
+        eval.__doc__ = original.__doc__
+        return transparent(eval)
 
     # -- per forward ---------------------------------------------------------------------------
 
@@ -363,6 +381,7 @@ class ValidationProbe(Probe):
                 site=as_dict(rec.site),
                 eval_site=as_dict(self.last_eval_site.get(rec.model)),
                 call_site=as_dict(_evaluation_call(self.last_eval_stack.get(rec.model), rec.stack)),
+                eval_call_site=as_dict(self.eval_calls.get(rec.model)),
                 modules=names[:8],
                 droppers=len(names),
             )

@@ -135,7 +135,7 @@ def collective_mismatch(case: Case) -> Advice:
         me = f"rank {case.rank}" if case.rank is not None else "one rank"
         other = f"rank {case.num('other_rank'):.0f}" if case.num("other_rank") is not None else "another rank"
         seq, other_seq = case.num("seq_num"), case.num("other_seq_num")
-        shape, other_shape = case.text("tensor_shape"), case.text("other_tensor_shape")
+        shape, other_shape = case.dims("tensor_shape"), case.dims("other_tensor_shape")
         calls = [
             f"{me} runs {op}" + (f" #{seq:.0f}" if seq is not None else "") + (f" on {shape}" if shape else ""),
             f"{other} runs {other_op}" + (f" #{other_seq:.0f}" if other_seq is not None else "")

@@ -11,10 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# Every report the suite builds, here or in a `torchdoctor` subprocess, is checked against the declared
-# evidence keys and the contradiction table (rules/evidence.py, doctor/consistency.py).
-os.environ.setdefault("TORCHDOCTOR_CHECK_EVIDENCE", "1")
 SHARED = ROOT.parent / "shared"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -136,6 +136,22 @@ def test_measured_values_read_as_numbers():
     assert (s.xs, s.ys, s.nonfinite) == ([1, 4], [1.0, 0.5], [2, 3])
 
 
+def test_the_pages_words_are_declared_for_every_empty_chart_and_every_linked_file():
+    """rules/data/report_html.toml: a key the page asks for that the table lacks fails here, not in a user's run."""
+    import torchdoctor.render.html_page as html_page
+    from torchdoctor.probes import PROBES
+    from torchdoctor.rules import catalog
+    from torchdoctor.run_files import OUR_FILES
+
+    words = catalog.load_toml("report_html.toml")
+    asked = set(re.findall(r'figures\.missing\("[^"]+", "([a-z_]+)"\)', Path(html_page.__file__).read_text()))
+    assert asked and asked == set(words["not_measured"])
+    assert all(row["probe"] in PROBES for row in words["not_measured"].values() if row["probe"])
+    for row in words["files"]:
+        example = re.sub(r"\\d\+", "0", row["pattern"].strip("^$")).replace("\\", "")
+        assert re.match(row["pattern"], example) and OUR_FILES.match(example), row  # a file a run writes
+
+
 # -- a real run ------------------------------------------------------------------------------------
 
 
@@ -234,6 +250,9 @@ def test_the_page_draws_what_was_measured(run):
     line = line_of("html_report.py", "    total_loss += loss")
     assert f"What holds the leak: `total_loss` (html_report.py:{line})" in text
     assert "CUDA memory: not measured — CUDA was not used by the script." in text
+    # RSS barely moves while the graph grows: the page says where the leak is, never that there is none
+    assert "the leak was found in what a variable holds (below), not in this series" in text
+    assert "no memory growth was found" not in text
 
 
 def test_a_card_per_symptom_with_its_code_frame_evidence_and_fixes(run):
@@ -266,6 +285,14 @@ def test_a_growing_rss_gets_the_leak_slope_drawn_over_it_and_the_holder_named(tm
     assert "What holds the leak: `history`" in text
 
 
+def test_a_crashed_run_names_its_exception_at_the_top(tmp_path_factory):
+    raises = shared_run(tmp_path_factory, "raises", "raises.py")  # shared with test_run_faults.py
+    text = (Path(raises.run_dir) / "report.html").read_text(encoding="utf-8")
+    top = text[:text.index('<section id="charts">')]
+    assert "The script crashed" in top and "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in top
+    assert f"at raises.py:{line_of('raises.py', 'return model(batch)')}" in top
+
+
 @pytest.mark.parametrize("name", ["leak", "healthy"])
 def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     """The CUDA charts, from what an H100 recorded (tests/data/gpu_h100): allocated and reserved per step."""
@@ -273,17 +300,50 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     from torchdoctor.model import Report, RunInfo
     from torchdoctor.render.html_page import page
 
-    recorded = json.loads((DATA / name / "report.json").read_text())
+    run_dir = tmp_path / name
+    shutil.copytree(DATA / name, run_dir)
+    (run_dir / "memory_snapshot.rank0.pickle").write_bytes(b"")  # the CUDA snapshot the memory probe dumps
+    recorded = json.loads((run_dir / "report.json").read_text())
     info = RunInfo(exit_code=0, steps_completed=recorded["run"]["steps_completed"], stopped="completed",
                    duration_s=1.0, probes=recorded["run"]["probes"])
-    text = page(Report(command="run", target=f"{name}.py", run=info), DATA / name)
+    text = page(Report(command="run", target=f"{name}.py", run=info), run_dir)
     svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
     cuda = svgs["CUDA memory per optimizer step"]
     desc = cuda.find(f"{SVG}desc").text
     assert "CUDA allocated:" in desc and "CUDA reserved:" in desc
     assert len(cuda.findall(f"{SVG}polyline")) == 2
     assert "Loss: not measured — no step recorded a loss" in text  # the nan probe ran, these steps have none
-    assert _self_contained(text, DATA / name) == []
+    assert _self_contained(text, run_dir) == []
+    assert '<a href="memory_snapshot.rank0.pickle">' in text and "drag it onto pytorch.org/memory_viz" in text
+    assert "CUDA memory snapshot: not recorded" not in text
+
+
+def test_text_from_the_run_is_escaped_everywhere(tmp_path):
+    """A note, an environment value, a symptom's evidence and a holder's name come from the user's run: none of
+    them may become markup."""
+    from torchdoctor.model import Evidence, Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    with open(tmp_path / "steps.rank0.jsonl", "w") as fh:
+        for step in range(1, 21):
+            fh.write(json.dumps({"kind": "step", "step": step, "t": step * 0.1, "memory": {"rss_mib": 300 + step}})
+                     + "\n")
+    with open(tmp_path / "events.rank0.jsonl", "w") as fh:
+        for step in (5, 10, 15, 20):
+            fh.write(json.dumps({"kind": "holders", "probe": "memory", "step": step, "t": step * 0.1,
+                                 "holders": [{"name": evil, "kind": "list", "tensors": step, "mib": 0.1}]}) + "\n")
+    growth = catalog.make_symptom("memory-growth", evidence=[
+        Evidence(kind="probe", summary=evil, values={"variable": evil, "tensors_growth_per_step": 1.0})])
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=2.0, probes=["memory"])
+    report = Report(command="run", target=evil, run=info, symptoms=[growth], notes=[evil],
+                    environment={"variables": {"X": evil}, "torch": evil})
+    text = page(report, tmp_path)
+    assert _self_contained(text, tmp_path) == [] and "<script" not in text and "<img" not in text
+    assert text.count("&lt;script&gt;") >= 5 and "What holds the leak: `&lt;script&gt;" in text
+    for svg in re.findall(r"<svg .*?</svg>", text, re.S):
+        ET.fromstring(svg)  # still well-formed XML with the name inside
 
 
 def test_a_long_run_stays_small(tmp_path):
@@ -320,6 +380,26 @@ def test_ddp_ranks_timeline_and_straggler(tmp_path_factory):
     assert len(red) == 1 and f"Straggler (in red): rank {straggler['rank']}." in text
     assert "Memory: not measured — the memory probe did not run (`--probe memory` adds it)." in text
     assert _self_contained(text, Path(mistakes.run_dir)) == []
+
+
+def test_a_sixteen_rank_timeline_draws_the_fastest_median_slowest_and_the_straggler(tmp_path):
+    from torchdoctor.model import Report, RunInfo
+    from torchdoctor.render.html_page import page
+    from torchdoctor.rules import catalog
+
+    for rank in range(16):
+        ms = 10.0 + rank + (30.0 if rank == 5 else 0.0)  # rank 5 is the slowest
+        with open(tmp_path / f"steps.rank{rank}.jsonl", "w") as fh:
+            for step in range(1, 21):
+                fh.write(json.dumps({"kind": "step", "step": step, "t": step * ms / 1e3}) + "\n")
+    straggler = catalog.make_symptom("straggler", rank=3)
+    info = RunInfo(exit_code=0, steps_completed=20, stopped="completed", duration_s=1.0, ranks=16, probes=[])
+    text = page(Report(command="run", target="ddp.py", run=info, symptoms=[straggler]), tmp_path)
+    svgs = {svg.find(f"{SVG}title").text: svg for svg in map(ET.fromstring, re.findall(r"<svg .*?</svg>", text, re.S))}
+    desc = svgs["Time per optimizer step, per rank"].find(f"{SVG}desc").text
+    drawn = sorted(int(n) for n in re.findall(r"rank (\d+):", desc))
+    assert drawn == [0, 3, 5, 9]  # fastest, the straggler, slowest, median (sorted by speed: index 8 is rank 9)
+    assert "4 of 16 ranks drawn" in text
 
 
 # -- check --format html --------------------------------------------------------------------------------

@@ -300,7 +300,7 @@ def test_unused_parameters_are_named_and_ddps_error_is_captured(unused, healthy,
     for symptom in found.values():
         v = values(symptom)
         assert v["unused_parameters"] == ["aux_head.weight", "aux_head.bias"]
-        assert v["find_unused_parameters"] is False and v["steps"] == [1]
+        assert v["find_unused_parameters"] is False and v["at_steps"] == [1]  # step numbers; `steps` is a count elsewhere
         sources = {ev["source"] for ev in symptom["evidence"]}
         assert sources == {"distributed", "ddp-unfinished-reduction"}  # the probe and DDP's own error, merged
     assert "Expected to have finished reduction" in unused.run["error"]["message"]

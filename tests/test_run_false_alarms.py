@@ -150,6 +150,22 @@ def test_gradients_cleared_by_hand_are_no_missing_zero_grad(tmp_path_factory, va
     assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
 
 
+@pytest.mark.parametrize("how", ["simsiam", "straight-through", "td-target", "logging"])
+def test_deliberate_stop_gradients_and_logged_values_are_not_cut_off_loss_terms(tmp_path_factory, validate_report,
+                                                                                 how):
+    result = shared_run(tmp_path_factory, f"detached-{how}", "detached_terms.py", "--fail-on", "error", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "non-differentiable" not in ids(result), result.report["symptoms"]
+
+
+def test_a_second_training_phase_with_its_own_optimizer_is_counted_and_healthy(tmp_path_factory, validate_report):
+    # the first phase's optimizer stays referenced by its scheduler: the second one takes over after 32 steps
+    result = shared_run(tmp_path_factory, "two-phase", "two_phase_optimizers.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["steps_completed"] == 5 + 80 - 31, result.run
+    assert result.report["symptoms"] == [], result.report["symptoms"]
+
+
 def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_factory, validate_report):
     # opt_g steps, then the discriminator's backward runs while the generator's gradients are still there;
     # opt_g.zero_grad() clears them before the generator's own backward.

@@ -69,6 +69,17 @@ def test_train_mode_not_restored_is_named_at_the_call_that_ran_the_evaluation(tm
     assert not result.symptoms("eval-without-no-grad")
 
 
+def test_train_mode_not_restored_after_inline_evaluation_is_named_at_its_eval_call(tmp_path_factory,
+                                                                                  validate_report):
+    result = shared_run(tmp_path_factory, "eval-inline", "eval_inline_not_restored.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("eval-mode-missing")
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_inline_not_restored.py", "    model.eval()")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
+    assert f"after the model.eval() of line {line}" in found[0]["evidence"][0]["summary"]
+
+
 @pytest.mark.parametrize(("keep", "text", "variable", "how"), [
     ("outputs", 'outputs.append({"loss": loss', "outputs", "tensors_growth_per_step"),
     ("totals", "totals[name] = totals.get(name, 0) + value", "totals", "graph_nodes_growth_per_step"),
@@ -126,7 +137,7 @@ def test_a_float16_overflow_under_autocast_is_found_in_the_layer_not_the_loss(tm
 
 
 @pytest.mark.parametrize(("shape", "text", "function"), [
-    ("module", "loss = criterion(model(x), y) if shape", "<module>"),
+    ("module", "                                torch.nn.Softmax(dim=1))", "<module>"),  # the layer, not model(x)
     ("criterion", "proba = torch.softmax(scores, dim=-1)", "matching_loss"),
     ("labels", "weights = F.softmax(scores, dim=1)", "label_attention"),
 ])
@@ -170,6 +181,20 @@ def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp
     values = found[0]["evidence"][0]["values"]
     assert values["stepped_per"] == "batch" and values["steps_taken"] == 80, values
     assert values["lr_spent_at_step"] == 28 and values["lr_final"] < 1e-20, values
+
+
+def test_a_cosine_sized_in_batches_and_stepped_per_epoch_is_scheduler_granularity(tmp_path_factory,
+                                                                                   validate_report):
+    result = shared_run(tmp_path_factory, "cosine-epoch", "cosine_epoch_sized_batches.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("scheduler-granularity")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("cosine_epoch_sized_batches.py", "    scheduler.step()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["stepped_per"] == "epoch" and values["steps_taken"] == 4 and values["total_steps"] == 12, values
+    built = [e for e in found[0]["evidence"] if "was built here" in e["summary"]]
+    assert built and built[0]["location"]["line"] == line_of("cosine_epoch_sized_batches.py", "scheduler = ")
+    assert "T_max=12" in built[0]["summary"]
 
 
 def test_a_loader_with_workers_built_every_epoch_is_dataloader_rebuilt(tmp_path_factory, validate_report):
@@ -234,6 +259,78 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
     assert values["checksum_spread"] > 0
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
+
+
+@pytest.mark.parametrize(("how", "text"), [
+    ("constant", "adversarial = F.softplus(-disc(fake).detach()).mean()"),
+    ("item", "adversarial = F.softplus(-disc(fake)).mean().detach().item()"),
+])
+def test_a_loss_term_cut_off_by_detach_is_non_differentiable_at_the_detach(tmp_path_factory, validate_report, how,
+                                                                             text):
+    result = shared_run(tmp_path_factory, f"detached-{how}", "detached_terms.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("non-differentiable")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("detached_terms.py", text)
+    values = found[0]["evidence"][0]["values"]
+    assert values["parameters_reached"] == 4 and values["optimizer_parameters"] == 4, values  # the generator's
+
+
+def test_the_number_item_gives_for_a_detached_value_is_a_float_to_the_script():
+    import pickle
+
+    import torch
+
+    from torchdoctor.probes.detached import CutFloat, DetachedSummands
+
+    watch = DetachedSummands(torch, lambda kind, **fields: None)
+    model = torch.nn.Linear(3, 1)
+    watch.arm()
+    try:
+        value = model(torch.randn(2, 3)).sum().detach().item()
+        total = 1.0 + value
+        assert isinstance(total, CutFloat) and total == 1.0 + float(value)
+    finally:
+        watch.disarm()
+    assert torch.overrides._get_current_function_mode() is None  # the mode is gone with the watch
+    again = total + 1.0
+    assert type(again) is float and type(pickle.loads(pickle.dumps(total))) is float
+    assert repr(total) == repr(float(total)) and hash(total) == hash(float(total))
+
+
+def test_the_detached_watch_never_pops_a_mode_the_script_entered_after_it():
+    import torch
+
+    from torchdoctor.probes.detached import DetachedSummands
+
+    watch = DetachedSummands(torch, lambda kind, **fields: None)
+    watch.arm()
+    device = torch.device("cpu")
+    device.__enter__()  # `with torch.device(...)` opened by the script inside the watched iteration
+    watch.disarm()
+    inner = torch.overrides._get_current_function_mode()
+    assert type(inner).__name__ == "DeviceContext"  # the script's mode is still the innermost
+    assert (torch.ones(2) + 1).tolist() == [2.0, 2.0]  # ours, left below it, passes ops through
+    device.__exit__(None, None, None)
+    watch.tidy()  # the next optimizer step pops ours
+    assert watch.mode is None and torch.overrides._get_current_function_mode() is None
+
+
+@pytest.mark.distributed
+def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assignment(tmp_path_factory,
+                                                                                     validate_report):
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, "ddp-replaced", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_replaced_param.py")
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    assert result.run["stopped"] == "completed", result.run  # the watch put Module.__setattr__ back (asserted)
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    assert len(found) == 1, result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    assert values["replaced_parameters"] == ["0.weight"] and values["checksum_spread"] > 0, values
+    assert found[0]["location"]["line"] == line_of("ddp_replaced_param.py", "net[0].weight = ")
 
 
 @pytest.mark.parametrize(("how", "text", "severity"), [

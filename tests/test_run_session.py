@@ -6,6 +6,10 @@ so they need no torch; the real hooks are exercised by the run tests.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,6 +77,32 @@ def test_a_new_optimizer_takes_over_when_the_first_is_gone(tmp_path):
     assert session.step == 2
 
 
+def _step(session: Session, optimizer: FakeOptimizer) -> None:
+    session._pre_hook(optimizer, (), {})
+    session._post_hook(optimizer, (), {})
+
+
+def test_an_optimizer_stepping_alone_while_the_first_is_idle_takes_over(tmp_path):
+    session = _session(tmp_path)
+    first, second = FakeOptimizer(), FakeOptimizer()  # the first stays referenced (a second training phase)
+    for _ in range(3):
+        _step(session, first)
+    for _ in range(session.takeover_steps + 9):
+        _step(session, second)
+    assert session.step == 3 + 10  # counted from the step that made it the primary one
+    assert [e["after_steps"] for e in _events(tmp_path) if e["kind"] == "primary-optimizer"] == [32]
+
+
+def test_a_critic_stepping_several_times_per_generator_step_never_takes_over(tmp_path):
+    session = _session(tmp_path)
+    generator, critic = FakeOptimizer(), FakeOptimizer()
+    for _ in range(40):
+        _step(session, generator)
+        for _ in range(5):
+            _step(session, critic)
+    assert session.step == 40 and not [e for e in _events(tmp_path) if e["kind"] == "primary-optimizer"]
+
+
 def test_steps_limit_raises_stoprun_after_recording_the_step(tmp_path):
     session = _session(tmp_path, 2, Recorder)
     opt = FakeOptimizer()
@@ -109,3 +139,44 @@ def test_watchdog_gives_start_up_its_allowance(tmp_path):
     assert sup._hang_limit() == 3.0
     slow = Supervisor([], {}, str(tmp_path), tmp_path, None, timeout_s=None, hang_timeout_s=120.0, startup_s=60.0)
     assert slow._hang_limit() == 120.0
+
+
+SLOW_FINISH = """
+import json, os, signal, sys, time
+path = sys.argv[1]
+def write(event):
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, separators=(",", ":")) + "\\n")
+write({"kind": "start", "pid": os.getpid()})
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    write({"kind": "finishing", "reason": "interrupted"})
+    time.sleep(float(sys.argv[2]))  # the probes' end-of-run work, slow on a loaded machine
+    write({"kind": "exit", "reason": "interrupted", "code": 130})
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_leaves_a_script_writing_its_last_evidence_to_finish(tmp_path):
+    """A first Ctrl-C is escalated to SIGTERM only for a script that goes on running, not for one whose probes
+    take longer than `interrupt_grace_s` to write their last evidence (the cause of a flaky interrupted run)."""
+    script = tmp_path / "slow_finish.py"
+    script.write_text(SLOW_FINISH)
+    events = tmp_path / "events.rank0.jsonl"
+    sup = Supervisor([sys.executable, str(script), str(events), "1.5"], dict(os.environ), str(tmp_path),
+                     tmp_path, None, timeout_s=30.0, hang_timeout_s=None, interrupt_grace_s=0.3, settle_s=0.1)
+
+    def ctrl_c_once_started() -> None:
+        for _ in range(200):
+            if events.exists() and events.stat().st_size:
+                break
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_started, daemon=True).start()
+    result = sup.run()
+    assert result.decided == "interrupted"
+    assert result.sent_signal == "SIGINT" and result.returncode == 130  # not SIGTERM after the grace period
+    assert [e["kind"] for e in read_events(tmp_path)[0]] == ["start", "finishing", "exit"]

@@ -343,10 +343,10 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
 def test_recommended_custom_function_passes_gradcheck():
     import torch
 
-    from torchdoctor.specialists import autograd
+    from torchdoctor.specialists import advice
 
     scope = {"torch": torch}
-    exec(autograd._FUNCTION.split("\nout = ")[0], scope)
+    exec(advice.snippet("autograd", "function").split("\nout = ")[0], scope)  # rules/data/advice.toml
     x = torch.randn(5, dtype=torch.double, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: scope["ScaledTanh"].apply(t, 2.0), (x,))
 

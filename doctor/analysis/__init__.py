@@ -12,7 +12,9 @@ streams (`RunEvidence`, analysis/evidence.py) and calls `analyse(run)`:
 Every analyser is a function `analyse(run: RunEvidence) -> Analysis`.
 Thresholds come from rules/data/thresholds.toml via `run.limits(name)`;
 symptoms are built with `run.symptom(id, probe=…, summary=…, values=…)`
-(values carry their unit in the key: `slope_mib_per_step`, `peak_gib`).
+(values carry their unit in the key: `slope_mib_per_step`, `peak_gib`; every key is
+declared with its type, unit and `probe:<name>` producer in rules/data/evidence.toml, and
+tests/test_evidence.py and TORCHDOCTOR_CHECK_EVIDENCE=1 fail on one that is not).
 One analyser failing (a bug) costs its own findings, never the report: it
 becomes a note (set TORCHDOCTOR_DEBUG=1 to raise instead).
 """

@@ -218,7 +218,7 @@ def _mismatch(run: RunEvidence, rank: int, restores: list[dict[str, Any]], out: 
                 probe=PROBE,
                 summary=text,
                 values={"missing_keys": e.get("missing_keys", []), "unexpected_keys": e.get("unexpected_keys", []),
-                        "missing": missing, "unexpected": unexpected, "prefix": e.get("prefix"), "strict": False,
+                        "missing_count": missing, "unexpected_count": unexpected, "prefix": e.get("prefix"), "strict": False,
                         "model_keys": e.get("model_keys")},
                 location=location(run, e.get("site")),
                 step=e.get("at_step"),

@@ -359,11 +359,18 @@ def rendezvous_wait(run: RunEvidence) -> Symptom | None:
         summary += f", waiting for the job's other nodes to join (--nnodes {nnodes}"
         summary += f", this node's rank {meet['node_rank']})" if meet.get("node_rank") else ")"
     host, _, port = (endpoint or "").rpartition(":")
-    values: dict[str, Any] = {"seconds": round(seconds, 2), "nnodes": nnodes, "node_rank": meet.get("node_rank"),
+    node_rank = meet.get("node_rank")
+    values: dict[str, Any] = {"seconds": round(seconds, 2), "nnodes": nnodes,
+                              "node_rank": int(node_rank) if str(node_rank).isdigit() else None,
                               "endpoint": endpoint, "waiting_for_nodes": many}
     if host and port.isdigit():
         values.update(host=host, port=int(port))
     return run.symptom("distributed-init-failed", probe=PROBE, summary=summary, values=values, severity="error")
+
+
+def _dims(shape: str | None) -> list[int]:
+    """'[4, 1]' (as DDP's debug check prints a shape) -> [4, 1]: shapes travel as numbers."""
+    return [int(d) for d in re.findall(r"-?\d+", shape or "")]
 
 
 def _ddp_debug_mismatch(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
@@ -385,11 +392,11 @@ def _ddp_debug_mismatch(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom
                      + at)
     for rank, item in sorted(seen.items()):
         others = [(r, o) for r, o in sorted(seen.items()) if r != rank]
-        values = {**facts, "op_type": item["op"], "seq_num": item["seq"], "tensor_shape": item["shape"],
+        values = {**facts, "op_type": item["op"], "seq_num": item["seq"], "tensor_shape": _dims(item["shape"]),
                   "ranks": sorted(seen), "calls": calls, "debug": "TORCH_DISTRIBUTED_DEBUG=DETAIL"}
         if others:
             values.update(other_rank=others[0][0], other_op_type=others[0][1]["op"],
-                          other_seq_num=others[0][1]["seq"], other_tensor_shape=others[0][1]["shape"])
+                          other_seq_num=others[0][1]["seq"], other_tensor_shape=_dims(others[0][1]["shape"]))
         frame = item["frame"]
         where = run.location(frame["path"], frame.get("line"), frame.get("function")) if frame.get("path") else None
         out.append(run.symptom("collective-mismatch", probe=PROBE, rank=rank, location=where, values=values,
@@ -484,7 +491,7 @@ def _unused_parameters(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]
         steps = sorted({int(e.get("step", 0)) + 1 for e in events})
         find_unused = bool(events[0].get("find_unused_parameters"))
         values = {**facts, "unused_parameters": names, "count": len(names), "ranks": sorted(by_rank),
-                  "steps": steps, "steps_checked": min(checked, max(run.steps_completed(rank), 1)),
+                  "at_steps": steps, "steps_checked": min(checked, max(run.steps_completed(rank), 1)),
                   "find_unused_parameters": find_unused, "static_graph": bool(events[0].get("static_graph")),
                   "module": events[0].get("function")}
         when = f"after the backward of step {_listing(steps)}"
@@ -515,7 +522,7 @@ def _saves(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         files = {e.get("file") for events in ranks.values() for e in events}
         same = len({ranks[r][0].get("file") for r in ranks}) == 1
         values = {**facts, "ranks_saving": len(ranks), "world_size": run.world_size, "path": event.get("file"),
-                  "same_file": same, "ranks": sorted(ranks), "calls": sum(len(v) for v in ranks.values())}
+                  "same_file": same, "ranks": sorted(ranks), "save_calls": sum(len(v) for v in ranks.values())}
         summary = (f"torch.save ran on rank {_listing(sorted(ranks))} at the same line"
                    + (f", every rank writing {event.get('file')}" if same else f", into {len(files)} files"))
         out.append(run.symptom("save-on-all-ranks", probe=PROBE, rank=first_rank, step=event.get("step"),
@@ -578,7 +585,17 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
             f"differs by {spread:.3g}; apart at {len(apart)} of {len(compared)} compared steps)")
     where = None
     rank = min(run.ranks)
-    if unsynced:
+    replaced = next((e for r in run.ranks for e in run.of_kind("ddp-replaced-parameter", PROBE, r)), None)
+    if replaced is not None:
+        names = replaced.get("parameters") or []
+        values.update(replaced_parameters=names)
+        site = replaced.get("site")
+        text += (f": parameter {_listing(names[:4])} of the DDP model is not the one DDP was built with"
+                 + (f" (line {site.get('line')} assigned a new nn.Parameter after wrapping)" if site else "")
+                 + ", so its gradient hooks are on the old parameter and the new one's gradient is never "
+                 "all-reduced: each rank steps it on its own gradient")
+        where = _site(run, site) if site else None
+    elif unsynced:
         rank = min(unsynced)
         event = unsynced[rank][0]
         values.update(unsynced_steps=len(unsynced[rank]), first_unsynced_step=event.get("at_step"),

@@ -34,6 +34,7 @@ def analyse(run: RunEvidence) -> Analysis:
                     f"({', '.join(params['frozen_in_optimizer'][:4])}): frozen on purpose, they cost nothing."
                 )
         _softmax_before_loss(run, rank, out)
+        _detached_summand(run, rank, out)
         summary = latest(run, PROBE, "gradflow-summary", rank=rank)
         if summary is not None:
             _constant_loss(run, rank, summary, lim, out)
@@ -64,6 +65,24 @@ def _softmax_before_loss(run: RunEvidence, rank: int, out: Analysis) -> None:
         run.symptom("softmax-before-loss", probe=PROBE, summary=text, values=values,
                     location=location(run, where or event.get("backward_site")), rank=rank)
     )
+
+
+def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A term of the loss made a constant by detach()/.data, cut from parameters the next optimizer step updates."""
+    events = run.of_kind("detached-summand", PROBE, rank)
+    if not events:
+        return
+    event = events[0]
+    where = location(run, event.get("site"))
+    text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a detached tensor "
+            f"(detach()/.data{f' on line {where.line}' if where and where.line else ''}) and added to the loss as a "
+            f"constant: the graph it was cut from reaches {plural(event.get('parameters_reached', 0), 'parameter')} "
+            "of the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
+    values = {"step": event.get("at_step"), "parameters_reached": event.get("parameters_reached"),
+              "optimizer_parameters": event.get("optimizer_parameters"), "detached_from": event.get("node"),
+              "sites": len(events)}
+    out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values, location=where,
+                                    step=event.get("at_step"), rank=rank))
 
 
 def _not_in_optimizer(run: RunEvidence, rank: int, params: dict[str, Any], out: Analysis) -> None:

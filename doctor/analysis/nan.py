@@ -113,7 +113,7 @@ def _input_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Sympto
     location = None
     if event.get("loader_path") and event.get("loader_line"):
         location = run.location(event["loader_path"], event["loader_line"])
-        values["loader"] = event.get("loader")
+        values["loader_index"] = event.get("loader")
     return run.symptom("nonfinite-input", probe=PROBE, summary=summary, values=_clean(values), location=location,
                        step=step, rank=rank)
 

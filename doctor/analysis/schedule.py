@@ -163,6 +163,9 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
             # `used` of it, at most `sized` times it: an epoch-sized schedule cut short by early stopping has
             # taken far more optimizer steps than its length) while the scheduler took under `used` of it.
             judged = steps < used * length and used * length <= opt_steps <= sized * length
+            # Or sized in batches of one epoch (T_max=len(loader)) and stepped once per epoch: the plan is exactly
+            # the optimizer steps between two scheduler steps, and the run used under `used` of it.
+            judged = judged or (k == length and steps < used * length)
         else:
             # Stopped early (--steps, a crash): only kinds documented as per-batch, and only while the optimizer
             # has not yet gone far past the plan (then the plan was evidently counted in epochs).
@@ -261,8 +264,9 @@ def _collapsed(run: RunEvidence, rank: int, created: dict[str, Any], state: dict
                f"from {curve[0]:.3g} to {curve[spent]:.3g} (under {ratio:g}× its start) by step {spent} of {steps} "
                f"and ended at {curve[-1]:.3g} — a period sized in epochs applied per batch; the rest of the run "
                "trained with a learning rate of practically zero")
+    built = _built_at(run, created, where)
     return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
-                       step=run.steps_completed(rank), rank=rank), None
+                       step=run.steps_completed(rank), rank=rank, evidence=[built] if built else None), None
 
 
 def _at(curve: list[Any], i: int) -> float | None:
@@ -289,9 +293,28 @@ def _with_curves(run: RunEvidence, rank: int, created: dict[str, Any], values: d
             )
         )
         table = {"index": created["index"], "kind": created["scheduler"], "intended": intended, "projected": projected}
+    built = _built_at(run, created, where)
+    if built is not None:
+        evidence.append(built)
     symptom = run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
                           step=run.steps_completed(rank), rank=rank, evidence=evidence)
     return symptom, table
+
+
+def _built_at(run: RunEvidence, created: dict[str, Any], where: Any) -> Evidence | None:
+    """The line that built the scheduler, when it is not the line that steps it: a length or period in the wrong
+    unit is fixed there (T_max=epochs, step_size=epochs // 2), a wrong stepping place at `where`."""
+    built = location(run, created.get("site"))
+    if built is None or (where is not None and (built.path, built.line) == (where.path, where.line)):
+        return None
+    config = created.get("config") or {}
+    shape = ", ".join(f"{key}={value}" for key, value in config.items() if isinstance(value, (int, float))
+                      and not isinstance(value, bool))
+    return Evidence(kind="probe", source=PROBE, location=built,
+                    summary=f"{created['scheduler']}({shape}) was built here" if shape else
+                    f"{created['scheduler']} was built here",
+                    values={"scheduler": created["scheduler"], **{k: v for k, v in config.items()
+                                                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}})
 
 
 def sparkline(values: list[float], low: float | None = None, high: float | None = None, width: int = 32) -> str:

@@ -109,10 +109,13 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
         call = r.get("call_site")
         text = (f"training resumed at step {r.get('at_step')} with {modules} of {r.get('model')} still in eval mode: "
                 + (f"model.train() was not called after the evaluation that line {call.get('line')} runs (in "
-                   f"{call.get('function')})" if call else "model.train() was not called after evaluation"))
+                   f"{call.get('function')})" if call else
+                   f"model.train() was not called after the model.eval() of line {r['eval_call_site'].get('line')}"
+                   if r.get("eval_call_site") else "model.train() was not called after evaluation"))
         # Where model.train() belongs: after the call that ran the evaluation (validate(), eval_net(...)), not at
         # the evaluation's own forward, which is right to run in eval mode.
-        at = location(run, call or r.get("eval_site") or r.get("site"))
+        # Inline evaluation: the model.eval() call that put it in eval mode, else the evaluation's forward.
+        at = location(run, call or r.get("eval_call_site") or r.get("eval_site") or r.get("site"))
         if call:
             values["evaluation_call"] = True
         if training:

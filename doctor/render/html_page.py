@@ -31,18 +31,8 @@ from torchdoctor.render.svg_chart import Chart, Line, bar_chart, fmt, legend, li
 HOLDER_GROWTH = {"graph_nodes": "graph_nodes_growth_per_step", "tensors": "tensors_growth_per_step",
                  "mib": "holder_mib_per_step"}
 FRAME_CONTEXT = 3  # source lines either side of a symptom's line in its card
+MAX_RANK_LINES = 8  # ranks drawn one line each on the per-rank timeline; past this, a chosen few
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this is drawn on a log scale (gradient norms)
-
-# When a chart has nothing to draw: the probe that measures it, and why it can be empty although that probe ran.
-NOT_MEASURED = {
-    "loss": ("nan", "no step recorded a loss (the probe reads the tensor `backward()` is called on)"),
-    "grad_norm": ("nan", "no step recorded a gradient norm"),
-    "memory": ("memory", "no step recorded the process RSS or the CUDA allocator"),
-    "step_time": ("", "fewer than two optimizer steps were recorded"),
-    "split": ("profile", "the run ended before the profiler's 5-step window (steps 6–10) closed"),
-    "data_wait": ("data", "the batches did not come from a torch DataLoader"),
-    "lr": ("nan", "no gradient check or scheduler.step() recorded a learning rate"),
-}
 
 CONTENTS = (("charts", "Per step"), ("ranks", "Ranks"), ("symptoms", "Symptoms"), ("run", "The run"),
             ("findings", "Static findings"), ("environment", "Environment"), ("files", "Files"))
@@ -145,11 +135,18 @@ def _verdict(report: Report) -> str:
         text = f"{len(report.findings)} static finding{'s' if len(report.findings) != 1 else ''}"
     else:
         text = "No symptoms found"
+    numbers = ""
     if report.run is not None:
-        from torchdoctor.render.run_summary import outcome_line
+        from torchdoctor.render.run_summary import key_numbers, outcome_blocks, outcome_line
 
         text = f"{outcome_line(report.run)} {text}."
-    return f'<p class="verdict {worst or "ok"}">{escape(text)}</p>'
+        shown = key_numbers(report.run)
+        if shown:
+            numbers = f'<p class="numbers">{escape(" · ".join(shown))}</p>'
+        error = outcome_blocks(report.run)[1:]  # the script's exception with its line, when it raised one
+        if error:
+            numbers = html.render(error) + numbers
+    return f'<p class="verdict {worst or "ok"}">{escape(text)}</p>{numbers}'
 
 
 def _anchor(s: Symptom, i: int) -> str:
@@ -182,7 +179,8 @@ class _Figures:
         self.count = first
 
     def missing(self, what: str, key: str) -> str:
-        probe, why = NOT_MEASURED[key]
+        row = _words()["not_measured"][key]
+        probe, why = row["probe"], row["why"]
         if probe and probe not in self.probes:
             why = f"the {probe} probe did not run (`--probe {probe}` adds it)"
         return f'<p class="missing">{escape(what)}: not measured — {escape(why)}.</p>'
@@ -282,7 +280,9 @@ def _memory(report: Report, series: RunSeries, figures: _Figures) -> str:
             measured = (report.run.measurements.get("memory", {}) if report.run is not None else {}).get(
                 f"{what}_slope_mib_per_step")
             if isinstance(measured, (int, float)):
-                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step (no leak was found).")
+                why = ("the leak was found in what a variable holds (below), not in this series" if growth is not None
+                       else "no memory growth was found")
+                notes.append(f"Slope after the warm-up steps: {measured:+.3g} MiB per step; {why}.")
         label = "RSS (process memory)" if what == "rss" else "CUDA memory"
         chart = Chart(f"{label} per optimizer step", "MiB", lines)
         out.append(figures.line(label, chart, notes))
@@ -372,13 +372,15 @@ def _ranks(report: Report, series: RunSeries) -> str:
     """DDP: every rank's step times on one timeline, and each rank's own work per step side by side."""
     figures = _Figures(report.run.probes if report.run is not None else [], first=100)  # ids apart from the others
     out = ['<section id="ranks"><h2>Ranks</h2>']
-    lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1)
-             for i, r in enumerate(series.ranks) if r.step_ms.xs]
+    stragglers = {f"rank {s.rank}" for s in report.symptoms if s.id == "straggler" and s.rank is not None}
+    timed = [r for r in series.ranks if r.step_ms.xs]
+    shown, note = _ranks_to_draw(timed, stragglers)
+    lines = [Line(f"rank {r.rank}", r.step_ms.xs, r.step_ms.ys, dashed=i % 2 == 1) for i, r in enumerate(shown)]
     if lines:
-        out.append(figures.line("Step time per rank", Chart("Time per optimizer step, per rank", "ms", lines)))
+        out.append(figures.line("Step time per rank", Chart("Time per optimizer step, per rank", "ms", lines),
+                                [note] if note else None))
     else:
         out.append('<p class="missing">Step time per rank: not measured — no rank recorded two optimizer steps.</p>')
-    stragglers = {f"rank {s.rank}" for s in report.symptoms if s.id == "straggler" and s.rank is not None}
     own = [(f"rank {r.rank}", statistics.median(r.local_ms.ys)) for r in series.ranks if r.local_ms.ys]
     if own:
         note = ("The median over the run of each rank's own work per step (data and forward, before the gradient "
@@ -396,6 +398,19 @@ def _ranks(report: Report, series: RunSeries) -> str:
                                      "for DDP-wrapped models (`--probe distributed`)."], highlight=stragglers))
     out.append("</section>")
     return "\n".join(out)
+
+
+def _ranks_to_draw(ranks: list[Any], stragglers: set[str]) -> tuple[list[Any], str]:
+    """Every rank up to MAX_RANK_LINES; past that the stragglers, the slowest, the median and the fastest rank
+    (by median step time), so the chart stays readable on a multi-node job. The note says which were left out."""
+    if len(ranks) <= MAX_RANK_LINES:
+        return ranks, ""
+    by_speed = sorted(ranks, key=lambda r: statistics.median(r.step_ms.ys))
+    keep = {by_speed[0].rank, by_speed[len(by_speed) // 2].rank, by_speed[-1].rank}
+    keep |= {r.rank for r in ranks if f"rank {r.rank}" in stragglers}
+    shown = [r for r in ranks if r.rank in keep]
+    return shown, (f"{len(shown)} of {len(ranks)} ranks drawn: the fastest, the median and the slowest by median "
+                   "step time" + (", and the stragglers" if stragglers else "") + ".")
 
 
 # -- symptom cards --------------------------------------------------------------------------------
@@ -494,34 +509,23 @@ def _environment(env: dict[str, Any]) -> str:
             + "".join(rows) + "</table></section>")
 
 
-# The run directory's files worth opening, by pattern: what each is and what opens it.
-FILES = (
-    (re.compile(r"^trace\.rank\d+\.json$"), "profiler trace: open it in Perfetto (ui.perfetto.dev, "
-                                             "“Open trace file”) or chrome://tracing"),
-    (re.compile(r"^memory_snapshot\.rank\d+\.pickle$"), "CUDA memory snapshot: drag it onto "
-                                                         "pytorch.org/memory_viz"),
-    (re.compile(r"^report\.json$"), "this report as JSON (`torchdoctor schema`)"),
-    (re.compile(r"^lr_curves\.csv$"), "the learning-rate curves, intended and as stepped"),
-    (re.compile(r"^stacks\.rank\d+\.txt$"), "every thread's stack when the run hung or was stopped"),
-    (re.compile(r"^crash\.rank\d+\.txt$"), "the stacks at a fatal signal"),
-    (re.compile(r"^steps\.rank\d+\.jsonl$"), "the per-step records these charts are drawn from"),
-    (re.compile(r"^events\.rank\d+\.jsonl$"), "every probe's events"),
-)
+def _words() -> dict[str, Any]:
+    """rules/data/report_html.toml: what an empty chart says, and the run directory's files."""
+    from torchdoctor.rules import catalog
+
+    return catalog.load_toml("report_html.toml")
 
 
 def _files(series: RunSeries, base: str = "") -> str:
     rows = []
-    for pattern, what in FILES:
-        for name in series.files:
-            if pattern.match(name):
-                href = f"{base}/{name}" if base else name
-                rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(what)}</li>')
-    if not any(FILES[0][0].match(n) for n in series.files):
-        rows.append('<li class="missing">Profiler trace: not recorded in this run (the profile probe writes it '
-                    "after its 5-step window).</li>")
-    if not any(FILES[1][0].match(n) for n in series.files):
-        rows.append('<li class="missing">CUDA memory snapshot: not recorded (the memory probe writes one when the '
-                    "script used CUDA, at an OOM or at the end).</li>")
+    for row in _words()["files"]:
+        pattern = re.compile(row["pattern"])
+        found = [name for name in series.files if pattern.match(name)]
+        for name in found:
+            href = f"{base}/{name}" if base else name
+            rows.append(f'<li><a href="{escape(href)}">{escape(name)}</a> — {escape(row["what"])}</li>')
+        if not found and row.get("absent"):
+            rows.append(f'<li class="missing">{escape(row["absent"])}</li>')
     where = "in its run directory" if not base else "where it was written, beside the run directory"
     return ('<section id="files"><h2>Files in the run directory</h2><p class="note">Links are relative: they open '
             f"while this page sits {where}.</p><ul>" + "".join(rows) + "</ul></section>")

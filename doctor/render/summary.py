@@ -75,8 +75,15 @@ def _counted(symptoms: list[Symptom]) -> str:
 
 
 def symptom_row(s: Symptom, report: Report) -> list[str]:
-    """severity, symptom id, the user's file:line (or the step), the fix in a phrase."""
-    return [s.severity, s.id, where(s), lead_fix(s, report)]
+    """severity, symptom id (with the rule codes behind it), the user's file:line (or the step), the fix
+    in a phrase."""
+    return [s.severity, s.id + rule_codes(s), where(s), lead_fix(s, report)]
+
+
+def rule_codes(s: Symptom) -> str:
+    """' TD401' or ' TD401,TD402': the codes a user passes to --ignore, `explain` or a suppression comment."""
+    codes = sorted({ev.source for ev in s.evidence if ev.kind == "static" and ev.source})
+    return f" {','.join(codes)}" if codes else ""
 
 
 def where(s: Symptom) -> str:

@@ -37,7 +37,12 @@ Adding a rule (ruff-style: a small unit with its docs and two fixtures)
    version: installed, or `torch-version` in [tool.torchdoctor]) and
    `ctx.report(node, **values)`. The values fill the rule's message and fix
    templates and travel as the symptom's evidence values, so name the
-   user's variable `variable=` (the specialists read it).
+   user's variable `variable=` (the specialists read it). Every value's key
+   is declared in rules/data/evidence.toml with its type and `static:TD103`
+   among its producers; a template field that is not fails when the rules
+   load. Numbers go as numbers (`line=node.lineno`, not `str(...)`), and a
+   key means one thing everywhere (code text of a step call is `step_call`,
+   because a probe's `step` is a step number).
 
 2. The docs, as data, in `rules/static/rules/<family>.toml` (the file starts
    with `specialist = "<id>"`, the specialist the hundreds digit names)::

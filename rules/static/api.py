@@ -157,9 +157,14 @@ class Context:
 
     def report(self, node: ast.AST, **values: object) -> None:
         assert self.rule is not None
-        # JSON scalars travel as they are (specialists test `is True`, compare numbers); the rest as text
-        kept = {k: v if isinstance(v, (str, bool, int, float)) else str(v) for k, v in values.items()}
+        # JSON scalars and lists of names travel as they are (specialists test `is True`, compare numbers,
+        # list names); the rest as text. Every key is declared in rules/data/evidence.toml.
+        kept = {k: v if isinstance(v, (str, bool, int, float)) or _names(v) else str(v) for k, v in values.items()}
         self.hits.append(Hit(self.rule, node, kept))
+
+
+def _names(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def split_lines(text: str) -> list[str]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import importlib.util
 import json
 import re
@@ -1042,17 +1043,32 @@ def _toml_value(v: object) -> str:
     return json.dumps(str(v), ensure_ascii=True)  # a JSON string is a valid TOML basic string
 
 
+def generator_digest() -> str:
+    """What the table is a function of, besides torch's source: this module's own code."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def entries_digest(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+
 def render_toml(table: dict[str, object]) -> str:
-    lines = [
+    body: list[str] = []
+    for entry in table["deprecated"]:  # type: ignore[attr-defined]
+        body += ["", "[[deprecated]]"]
+        body += [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v != ""]
+    text = "\n".join(body) + "\n"
+    # The two digests let the test skip a minute of regeneration when neither torch, nor this generator,
+    # nor the entries changed since the last run (tests/test_deprecations.py).
+    head = [
         "# Deprecated and removed torch names, generated from the installed torch's source by",
         "#     python -m torchdoctor.rules.static.deprecations",
         "# Do not edit by hand: regenerate (tests/test_deprecations.py compares this file with a fresh run).",
         f"torch = {_toml_value(table['torch'])}",
+        f"generator = {_toml_value(generator_digest())}",
+        f"entries = {_toml_value(entries_digest(text))}",
     ]
-    for entry in table["deprecated"]:  # type: ignore[attr-defined]
-        lines += ["", "[[deprecated]]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v != ""]
-    return "\n".join(lines) + "\n"
+    return "\n".join(head) + "\n" + text
 
 
 def main(argv: list[str] | None = None) -> int:

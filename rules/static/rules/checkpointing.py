@@ -257,7 +257,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     ctx.report(
         node,
         variable=snippet(ctx, obj, 40) if obj is not None else "...",
-        missing=", ".join(parts),
+        missing=parts,
         missing_text=_join(missing),
         loop=where,
         suggestion=suggestion,

@@ -1,0 +1,244 @@
+"""A loss term cut off by `.detach()` / `.data`: a constant added to a loss that still trains.
+
+`loss = rec_loss + adv_loss` where `adv_loss` was computed from `D(fake).detach()`: the sum still has a
+gradient (from `rec_loss`), every parameter still gets one, so the gradient-flow check sees nothing — but the
+adversarial term is a constant and trains nothing. What makes it a mistake and not a deliberate stop-gradient
+(SimSiam's `z.detach()`, a straight-through estimator, a TD target) is the shape: the detached value becomes a
+scalar with no graph that is *added* (or subtracted) to a scalar that has one, and the graph it was cut from
+reaches parameters that the optimizer stepping right after that backward updates. A detached tensor that
+meets the model in a product, a cosine or a loss function (a target) is left alone.
+
+For about one iteration (`DetachedSummands.arm`, from the first optimizer step after the primary's step
+`detached_step` to two primary steps later; never when `torch.compile` was called, whose guards would see the
+mode) a TorchFunctionMode follows values: the output of
+`detach()` / `.data` of a tensor with a graph is marked with the user's line; an op on a marked value whose
+output has no graph keeps the mark (a constant derived from it), and so does the number `.item()` gives for
+one (`CutFloat`, a float that carries the mark through arithmetic during the step); an addition of a marked one-element constant
+to a tensor with a graph marks the result as holding a cut-off term, and that mark follows every op. A
+backward of a marked loss is judged at the next optimizer step: does the graph the detach cut reach that
+optimizer's parameters? Then `detached-summand` is written with the detach's line.
+
+Cost: one step under the mode (a dictionary lookup per tensor argument of each op); nothing otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from torchdoctor.probes.sites import here
+
+ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
+MAX_NODES = 4000
+MAX_ORIGINS = 32
+
+
+class DetachedSummands:
+    """Follows detached values through one step and reports a loss whose summand was cut from its graph."""
+
+    def __init__(self, torch: Any, emit: Callable[..., None]) -> None:
+        self.torch = torch
+        self.emit = emit
+        self.armed = False
+        self.mode: Any = None
+        self.marks: Any = None  # tensor -> ("const" | "mixed", frozenset of origin indices)
+        self.origins: list[dict[str, Any]] = []  # {"site", "node"}: the detach's line, the graph it cut
+        self.pending: list[frozenset[int]] = []  # origins of the backwards since the last optimizer step
+        self.reported: set[tuple[Any, Any]] = set()
+
+    # -- the step under watch ------------------------------------------------------------------------
+
+    def arm(self) -> None:
+        if self.armed:
+            return
+        from torch.overrides import TorchFunctionMode
+        from torch.utils.weak import WeakTensorKeyDictionary
+
+        watch = self
+        self.marks = WeakTensorKeyDictionary()
+        self.origins = []
+        self.pending = []
+
+        class DetachedWatch(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if not watch.armed:  # left on the stack under a mode the script pushed later: inert
+                    return out
+                try:
+                    return watch._follow(func, args, out)
+                except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
+                    return out
+
+        self.mode = DetachedWatch()
+        self.mode.__enter__()
+        self.armed = True
+        _ARMED[0] = True
+
+    def disarm(self) -> None:
+        if not self.armed:
+            return
+        self.armed = False
+        _ARMED[0] = False
+        self.tidy()
+        self.marks = None
+        self.origins = []
+        self.pending = []
+
+    def tidy(self) -> None:
+        """Pop the mode when it is the innermost one; under a mode the script entered later (a `with
+        torch.device(...)` still open), popping would take the script's: ours stays inert until a later step."""
+        from torch.overrides import _get_current_function_mode
+
+        if self.mode is not None and _get_current_function_mode() is self.mode:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+
+    def _follow(self, func: Any, args: Any, out: Any) -> Any:
+        tensor = self.torch.Tensor
+        name = getattr(func, "__name__", "")
+        if name in ("detach", "__get__") and args and isinstance(args[0], tensor) and isinstance(out, tensor):
+            # Tensor.detach() or the .data getter of a tensor with a graph (not a leaf's: p.data is an update)
+            source = args[0]
+            if name == "__get__" and getattr(func, "__self__", None) is not None \
+                    and getattr(func.__self__, "__name__", "") != "data":
+                return out
+            if source.grad_fn is not None and len(self.origins) < MAX_ORIGINS:
+                self.origins.append({"site": here(), "node": source.grad_fn})
+                self.marks[out] = ("const", frozenset([len(self.origins) - 1]))
+            return out
+        if name in ("item", "__float__") and isinstance(out, float) and args and isinstance(args[0], tensor):
+            # `.detach().item()`: the cut-off value goes on as a Python number; it keeps its mark for this step
+            mark = self.marks.get(args[0])
+            if mark is not None:
+                return CutFloat.of(out, mark[1])
+            return out
+        if not isinstance(out, tensor):
+            return out
+        const: set[int] = set()
+        mixed: set[int] = set()
+        scalar_const = False
+        for arg in args:
+            if isinstance(arg, CutFloat):
+                const |= arg.origins
+                scalar_const = True
+                continue
+            if not isinstance(arg, tensor):
+                continue
+            mark = self.marks.get(arg)
+            if mark is None:
+                continue
+            if mark[0] == "mixed":
+                mixed |= mark[1]
+            else:
+                const |= mark[1]
+                scalar_const = scalar_const or arg.numel() == 1
+        if not const and not mixed:
+            return out
+        if not out.requires_grad:
+            self.marks[out] = ("const", frozenset(const | mixed))
+            return out
+        if const and scalar_const and name in ADDITIONS and out.numel() == 1:
+            mixed |= const  # a constant term added to a loss that has a graph
+        if mixed:
+            self.marks[out] = ("mixed", frozenset(mixed))
+        return out
+
+    # -- judged at the optimizer step --------------------------------------------------------------
+
+    def on_backward(self, tensors: Any) -> None:
+        root = tensors if isinstance(tensors, self.torch.Tensor) else None
+        if root is None or self.marks is None:
+            return
+        mark = self.marks.get(root)
+        if mark is not None and mark[0] == "mixed":
+            self.pending.append(mark[1])
+
+    def on_step(self, optimizer: Any, step: int) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        for index in sorted(set().union(*pending)):
+            origin = self.origins[index]
+            site = origin.get("site")
+            key = (site or {}).get("path"), (site or {}).get("line")
+            if key in self.reported:
+                continue
+            reached = _parameters_reached(origin["node"], params)
+            if reached:
+                self.reported.add(key)
+                self.emit("detached-summand", site=site, at_step=step, parameters_reached=reached,
+                          optimizer_parameters=len(params), node=origin["node"].name())
+
+
+_ARMED = [False]  # read by CutFloat's arithmetic: marks are kept only during the watched step
+
+
+class CutFloat(float):
+    """The Python number `.item()` gave for a detached value during the watched step, with the detach's mark.
+
+    It is a float in every way the script can see (value, repr, hash, isinstance, pickling as a plain float);
+    arithmetic keeps the mark only while the step is watched, so a running total soon is a plain float again."""
+
+    origins: frozenset[int]
+
+    @classmethod
+    def of(cls, value: float, origins: frozenset[int]) -> CutFloat:
+        made = cls(value)
+        made.origins = origins
+        return made
+
+    def __reduce__(self) -> tuple[Any, tuple[float]]:
+        return float, (float(self),)
+
+    def _keep(self, value: Any) -> Any:
+        if _ARMED[0] and type(value) is float:
+            return CutFloat.of(value, self.origins)
+        return value
+
+    def __add__(self, other: Any) -> Any:
+        return self._keep(float.__add__(self, other))
+
+    def __radd__(self, other: Any) -> Any:
+        return self._keep(float.__radd__(self, other))
+
+    def __sub__(self, other: Any) -> Any:
+        return self._keep(float.__sub__(self, other))
+
+    def __rsub__(self, other: Any) -> Any:
+        return self._keep(float.__rsub__(self, other))
+
+    def __mul__(self, other: Any) -> Any:
+        return self._keep(float.__mul__(self, other))
+
+    def __rmul__(self, other: Any) -> Any:
+        return self._keep(float.__rmul__(self, other))
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._keep(float.__truediv__(self, other))
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._keep(float.__rtruediv__(self, other))
+
+    def __neg__(self) -> Any:
+        return self._keep(float.__neg__(self))
+
+
+def _parameters_reached(node: Any, params: set[int]) -> int:
+    """How many of `params` the graph from `node` reaches (breadth first, at most MAX_NODES nodes)."""
+    seen: set[int] = set()
+    found: set[int] = set()
+    queue = deque([node])
+    while queue and len(seen) < MAX_NODES:
+        current = queue.popleft()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        variable = getattr(current, "variable", None)
+        if variable is not None and id(variable) in params:
+            found.add(id(variable))
+        for child, _ in getattr(current, "next_functions", ()):
+            if child is not None:
+                queue.append(child)
+    return len(found)

@@ -1,0 +1,41 @@
+"""Constant advice as data: the fixes of rules/data/advice.toml, built into `Fix` objects.
+
+A fix whose title, snippet, why and verify do not depend on the evidence is data; the specialist's
+code decides which fixes apply, in which order, and which line each is pinned to. One specialist
+moved so far (autograd); the others keep their Fix literals until they move.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from torchdoctor.model import Fix, Location
+
+REQUIRED = ("title", "why", "verify")
+FIELDS = (*REQUIRED, "snippet", "snippet_name", "applies_when")
+
+
+@cache
+def table() -> dict[str, Any]:
+    from torchdoctor.rules.catalog import load_toml
+
+    return load_toml("advice.toml")
+
+
+def fixes(specialist: str) -> dict[str, dict[str, Any]]:
+    """Every fix of one specialist: id -> its fields, as written."""
+    return {k: v for k, v in table().get(specialist, {}).items()}
+
+
+def snippet(specialist: str, name: str) -> str:
+    """A snippet several fixes (or a next step) of one specialist share."""
+    return table()["snippet"][specialist][name]
+
+
+def fix(specialist: str, fix_id: str, location: Location | None = None) -> Fix:
+    """The fix `fix_id` of `specialist`, pinned to `location` when the evidence names the user's line."""
+    row = table()[specialist][fix_id]
+    code = snippet(specialist, row["snippet_name"]) if "snippet_name" in row else row.get("snippet")
+    return Fix(title=row["title"], why=row["why"], verify=row["verify"], snippet=code,
+               applies_when=row.get("applies_when"), location=location)
