@@ -12,6 +12,7 @@ from torchdoctor.rules.static.patterns import (
     is_probabilities,
     is_softmax_call,
     latest_value,
+    zero_reachable,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
@@ -578,6 +579,60 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
     if probs is not inner:
         return  # `log(softmax(x) + eps)` / a clamp: finite, and the common fix; precision-first, not flagged
     ctx.report(node, variable=snippet(ctx, inner, 50))
+
+
+# -- log of a value that can be 0 ----------------------------------------------------------------
+
+_LOG_FUNCTIONS = frozenset({"torch.log", "torch.log2", "torch.log10"})
+
+
+def _in_loss_code(index: Index, node: ast.AST) -> bool:
+    """The log is part of a loss: its function or class is named for one (`_neg_loss`, `FocalLoss.forward`),
+    or its statement binds a name that is (`pos_loss = torch.log(pred) * ...`)."""
+    fn = index.function_of(node)
+    if fn is not None and "loss" in fn.name.lower():
+        return True
+    info = index.class_of(node)
+    if info is not None and "loss" in info.name.lower():
+        return True
+    stmt = index.statement_of(node)
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+        stmt, ast.AugAssign | ast.AnnAssign) else []
+    return any("loss" in (dotted(t) or "").lower() for t in targets)
+
+
+@rule("TD609", ast.Module)
+def log_of_zero(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    calls = [*index.calls_to(*sorted(_LOG_FUNCTIONS)), *index.method_calls("log")]
+    reported: set[ast.AST | None] = set()  # one finding per function: its logs share one cause
+    for call in sorted(set(calls), key=lambda c: (c.lineno, c.col_offset)):
+        fn = index.function_of(call)
+        if fn in reported:
+            continue
+        if _log_of_zero(call, ctx):
+            reported.add(fn)
+
+
+def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
+    index = ctx.index
+    func = node.func
+    q = index.resolve(func)
+    if q in _LOG_FUNCTIONS:
+        inner = kwarg(node, "input", 0)
+    elif isinstance(func, ast.Attribute) and func.attr == "log" and q is None and not node.args and not node.keywords:
+        inner = func.value
+    else:
+        return False
+    if inner is None or not _in_loss_code(index, node):
+        return False
+    if is_softmax_call(index, inner) is not None:
+        return False  # log(softmax(x)): TD604 says it, with its own fix
+    why = zero_reachable(index, inner, node)
+    if why is None:
+        return False
+    ctx.report(node, variable=snippet(ctx, node, 50), why=why)
+    return True
 
 
 # -- BCE on sigmoid --------------------------------------------------------------------------
