@@ -214,7 +214,24 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             return None
         return probabilities_origin(index, value, value, depth + 1, position)
     if isinstance(expr, ast.Call):
-        return model_softmax(index, expr.func, position, depth)
+        found = model_softmax(index, expr.func, position, depth)
+        if found is None and position is None and index.is_submodule(expr.func):
+            # `self.cd4(x, nn.Sequential(self.fc4, self.softmax))`: a wrapper layer (concrete dropout, a
+            # checkpointing or residual wrapper) that applies the layer it is handed returns that layer's output.
+            found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a)) is not None), None)
+        return found
+    return None
+
+
+def softmax_layer(index: Index, expr: ast.AST | None) -> ast.AST | None:
+    """The softmax layer a layer expression ends in: `nn.Softmax(1)`, `self.softmax` (assigned one), or an
+    `nn.Sequential(...)` whose last element is one."""
+    if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Softmax":
+        return expr
+    if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, {"torch.nn.Softmax"}):
+        return expr
+    if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Sequential" and expr.args:
+        return softmax_layer(index, expr.args[-1])
     return None
 
 

@@ -711,8 +711,14 @@ def _detached_operand(node: ast.AST) -> ast.AST | None:
 def generator_loss_on_detached_output(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     for call in index.nodes(ast.Call):
-        if not isinstance(call.func, ast.Name | ast.Attribute) or not call.args:  # type: ignore[attr-defined]
+        if not isinstance(call.func, ast.Name | ast.Attribute):  # type: ignore[attr-defined]
             continue
+        scored = _detached_operand(call)
+        if isinstance(scored, ast.Call) and isinstance(scored.func, ast.Name | ast.Attribute):
+            # `pred_fake = netd(fake).detach()`: the score itself cut from the graph
+            fake = next((a for a in scored.args if isinstance(a, ast.Name)), None)
+            if fake is not None and _generator_loss_on_detached(scored, call, fake, ctx):
+                continue
         for arg in call.args:  # type: ignore[attr-defined]
             fake = _detached_operand(arg)
             if fake is not None and _generator_loss_on_detached(call, arg, fake, ctx):  # type: ignore[arg-type]

@@ -751,6 +751,64 @@ def training_in_validation(node: ast.Module, ctx: Context) -> None:
                        model=ctx.segment(mode.func.value, 40), line=str(mode.lineno))  # type: ignore[attr-defined]
 
 
+# -- TD610 -------------------------------------------------------------------------------------
+
+
+def _none_test(test: ast.AST) -> tuple[str, bool] | None:
+    """(name, True when the body runs with it set) for `x is not None`, `x`, `x is None`, `not x`."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None and isinstance(test.ops[0], ast.Is | ast.IsNot):
+        name = dotted(test.left)
+        return (name, isinstance(test.ops[0], ast.IsNot)) if name else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        name = dotted(test.operand)
+        return (name, False) if name else None
+    name = dotted(test)
+    return (name, True) if name else None
+
+
+def _step_guard(index: Index, step: ast.Call, fn: ast.AST) -> tuple[ast.If, str] | None:
+    """The `if opt is not None:` (in `fn`) that the optimizer step sits under, testing the stepped optimizer
+    itself: the function is written to run without one."""
+    func = step.func
+    stepped = {dotted(func.value)} | {dotted(a) for a in step.args[:1]}  # type: ignore[attr-defined]
+    stepped |= {n.rpartition(".")[0] for n in list(stepped) if n and n.endswith(".optimizer")}  # `self.opt.optimizer`
+    child: ast.AST = step
+    for anc in index.ancestors(step):
+        if anc is fn:
+            return None
+        if isinstance(anc, ast.If):
+            tested = _none_test(anc.test)
+            if tested is not None and tested[0] in stepped:
+                in_body = child in anc.body
+                if in_body == tested[1] and not (anc.orelse if in_body else anc.body):
+                    return anc, tested[0]
+        child = anc
+    return None
+
+
+@rule("TD610", ast.Module)
+def backward_without_optimizer(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    steps_by_fn: dict[ast.AST, list[ast.Call]] = {}
+    for step in index.step_calls:
+        fn = index.function_of(step)
+        if fn is not None:
+            steps_by_fn.setdefault(fn, []).append(step)
+    for call in index.backward_calls:
+        fn = index.function_of(call)
+        steps = steps_by_fn.get(fn) if fn is not None else None
+        if not steps or index.guarded_in_function(call):
+            continue
+        guards = [_step_guard(index, s, fn) for s in steps]
+        if any(g is None for g in guards):
+            continue  # some step runs whatever: the backward has its update
+        guard, name = guards[0]  # type: ignore[misc]
+        if call.lineno > guard.lineno:
+            continue
+        ctx.report(call, variable=ctx.segment(call, 40), optimizer=name, line=str(guard.lineno))
+
+
 # -- TD607 -------------------------------------------------------------------------------------
 
 
