@@ -134,6 +134,19 @@ def _used_binding(index: Index, kind: str, method: str) -> str | None:
     return None
 
 
+def _handed_to_training(index: Index, kind: str) -> str | None:
+    """A `kind` object the training loop hands to the code that trains (`train_one_epoch(..., loss_scaler, ...)`)
+    or calls itself (`loss_scaler(loss, optimizer)`, timm's NativeScaler): it is in use even when its own methods
+    are called in another file."""
+    for loop in index.training_loops():
+        for call in loop.all_calls():
+            for expr in [call.func, *call.args, *(k.value for k in call.keywords)]:
+                b = index.binding(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+                if b is not None and b.kind == kind:
+                    return dotted(expr)
+    return None
+
+
 def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
     """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
     for anc in index.ancestors(node):
@@ -172,15 +185,23 @@ def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST
 def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     # Saves written in the loop itself come first: when a group of saves is one finding, it points at one of them.
-    saves = sorted(index.calls_to("torch.save"), key=lambda c: index.training_loop_of(c) is None)
+    saves = sorted(_save_calls(index), key=lambda c: index.training_loop_of(c) is None)
     for call in saves:
         _checkpoint_without_training_state(call, ctx)
 
 
+def _save_calls(index: Index) -> list[ast.Call]:
+    """`torch.save(obj, f)`, and the wrappers that pass the same arguments to it on the main process
+    (`utils.save_on_master({...}, path)`, vocabulary.toml save_wrappers)."""
+    calls = list(index.calls_to("torch.save"))
+    wrappers = index.names["save_wrappers"]
+    calls += [c for key, found in index.calls_by_name.items() if key.rsplit(".", 1)[-1] in wrappers
+              for c in found if c.args]
+    return list(dict.fromkeys(calls))
+
+
 def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
-    if index.callee(node) != "torch.save":
-        return
     found = _training_loop_for_save(index, node)
     if found is None:
         return
@@ -208,8 +229,9 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
     fn = index.function_of(node)
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
+    all_saves = set(_save_calls(index))
     for other in companions:
-        if other is node or index.callee(other) != "torch.save":
+        if other is node or other not in all_saves:
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
         if found_other is None:
@@ -234,7 +256,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
-    scaler = _used_binding(index, "scaler", "scale")
+    scaler = _used_binding(index, "scaler", "scale") or _handed_to_training(index, "scaler")
     if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")

@@ -61,6 +61,7 @@ _MODEL_NAME = re.compile(r"(?:^|_)(?:model|net|network|backbone)s?$|model$", re.
 _LOADER_NAME = re.compile(r"loader|(?:^|_)dl$|^dl_", re.I)
 _OPTIMIZER_NAME = re.compile(r"(?:^|_)(?:optim|optimizer|optimiser|opt)s?(?:_|$)|optimizer", re.I)
 _SCALER_NAME = re.compile(r"scaler$", re.I)
+_SCALER_CLASS = re.compile(r"^(?:Native|Grad|Amp|Loss)Scaler")
 # The parts of an adversarial setup, by their usual names: `netG`, `net_d`, `G`, `D`, `gen`, `discriminator`.
 _PART_NAME = re.compile(r"^(?:net_?[gd]|[gd]|gen|disc|critic)$|generator|discriminator", re.I)
 _MODULE_METHODS = ("parameters", "named_parameters", "train", "eval", "zero_grad", "state_dict", "requires_grad_")
@@ -209,7 +210,8 @@ class Bindings:
             return Binding(name, "sampler", q, stmt, value)
         if q in n["scheduler_factories"] or any(q.startswith(p) for p in n["scheduler_prefixes"]):
             return Binding(name, "scheduler", q, stmt, value)
-        if q in n["scalers"]:
+        if q in n["scalers"] or _SCALER_CLASS.search(q.rsplit(".", 1)[-1]):
+            # timm's NativeScaler, MAE/ConvNeXt's NativeScalerWithGradNormCount: a GradScaler behind a call
             return Binding(name, "scaler", q, stmt, value)
         if q in n["autocast"]:
             return Binding(name, "autocast", q, stmt, value)
