@@ -7,7 +7,16 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import Index, Loop, dotted, is_constant, kwarg, looks_like_model
+from torchdoctor.rules.static.index import (
+    Index,
+    Loop,
+    dotted,
+    is_constant,
+    is_eval_word,
+    kwarg,
+    last_name,
+    looks_like_model,
+)
 from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
@@ -147,6 +156,23 @@ def _handed_to_training(index: Index, kind: str) -> str | None:
     return None
 
 
+def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bool:
+    """Weights written for an evaluation, not to resume from: the save is made by an evaluation function
+    (`def do_test(cfg, model, it): torch.save({"teacher": sd}, eval_path)`), or the file is handed to one right
+    after (`torch.save(q.state_dict(), model_path)`, then `evaluate(model_path, ...)`)."""
+    fn = index.function_of(node)
+    if fn is not None and is_eval_word(getattr(fn, "name", "")) and fn not in index.training_functions:
+        return True
+    name = dotted(path) if isinstance(path, ast.Name | ast.Attribute) else None
+    if name is None or fn is None:
+        return False
+    for call in index.calls_in(fn):
+        if call.lineno > node.lineno and is_eval_word(last_name(call.func)) \
+                and any(dotted(a) == name for a in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
+
+
 def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
     """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
     for anc in index.ancestors(node):
@@ -212,6 +238,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     if path is not None and "best" in ast.unparse(path).lower():
         return
     if _best_model_export(index, node, loop) or (anchor is not node and _best_model_export(index, anchor, loop)):
+        return
+    if _evaluation_export(index, node, path):
         return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
@@ -564,7 +592,33 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return
     if _matched_to_own_keys(index, kwarg(node, "state_dict", 0), node, dotted(func.value)):
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
+    if _checks_own_keys(index, node, dotted(func.value)):
+        return  # the function compares the checkpoint's keys with the model's before loading
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+_OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})
+
+
+def _checks_own_keys(index: Index, node: ast.Call, model: str | None) -> bool:
+    """Earlier in the load's function, the model's own keys are read (`model_dict = net.state_dict()`,
+    `for n, p in self.transformer.named_parameters():`) and keys are tested for membership (`if key not in
+    model_dict: continue`, `if n not in state_dict: state_dict[n] = p`): what strict=False lets through was
+    decided here, key by key."""
+    fn = index.function_of(node)
+    if fn is None or model is None:
+        return False
+    root = model.split(".")[0] if not model.startswith("self.") else ".".join(model.split(".")[:2])
+    reads = membership = False
+    for sub in ast.walk(fn):
+        if getattr(sub, "lineno", node.lineno) >= node.lineno:
+            continue
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _OWN_KEYS:
+            owner = dotted(sub.func.value) or ""
+            reads = reads or owner == model or owner == root or owner.startswith(root + ".")
+        elif isinstance(sub, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in sub.ops):
+            membership = True
+    return reads and membership
 
 
 def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, model: str | None, depth: int = 0) -> bool:
