@@ -143,7 +143,15 @@ class CheckpointProbe(Probe):
         probe = self
 
         def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(obj, f, *args, **kwargs)
+            # A module saved whole (torch.save(model)) is pickled with its hook dictionaries: the probes' hooks
+            # (bound to probes that hold the run's mapped files) must not be in them, nor in the file.
+            kept = _without_our_hooks(obj, probe.torch)
+            try:
+                result = original(obj, f, *args, **kwargs)
+            finally:
+                for registry, items in kept:
+                    registry.clear()
+                    registry.update(items)
             if probe._inside == 0:
                 probe._guard(probe._saved, obj, f)
             return result
@@ -513,3 +521,31 @@ def _buffer_target() -> str:
                 return os.path.basename(os.fspath(value).rstrip("/"))
         frame = frame.f_back
     return "an in-memory buffer"
+
+
+def _without_our_hooks(obj: Any, torch: Any) -> list[tuple[dict, list]]:
+    """Remove the probes' hooks from the modules in `obj` (itself, or one level of a dict/list/tuple); returns
+    each changed hook dictionary with its items as they were, to be put back in the same order."""
+    from torchdoctor.probes.forwards import _is_ours
+    from torchdoctor.probes.restore import _INSTANCE_HOOKS
+
+    module_type = torch.nn.Module
+    if isinstance(obj, module_type):
+        roots = [obj]
+    elif isinstance(obj, dict):
+        roots = [v for v in list(obj.values())[:64] if isinstance(v, module_type)]
+    elif isinstance(obj, (list, tuple)):
+        roots = [v for v in obj[:64] if isinstance(v, module_type)]
+    else:
+        return []
+    kept: list[tuple[dict, list]] = []
+    for root in roots:
+        for module in root.modules():
+            state = getattr(module, "__dict__", {})
+            for attr in _INSTANCE_HOOKS:
+                registry = state.get(attr)
+                if isinstance(registry, dict) and any(_is_ours(h) for h in registry.values()):
+                    kept.append((registry, list(registry.items())))
+                    for key in [k for k, h in registry.items() if _is_ours(h)]:
+                        del registry[key]
+    return kept

@@ -18,7 +18,8 @@ to a tensor with a graph marks the result as holding a cut-off term, and that ma
 backward of a marked loss is judged at the next optimizer step: does the graph the detach cut reach that
 optimizer's parameters? Then `detached-summand` is written with the detach's line.
 
-Cost: one step under the mode (a dictionary lookup per tensor argument of each op); nothing otherwise.
+Cost: one iteration under the mode (a dictionary lookup per tensor argument of each op once something was
+detached), only when a step takes under `detached_max_step_s`; nothing otherwise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.sites import here
 
 ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
@@ -65,11 +67,15 @@ class DetachedSummands:
                 out = func(*args, **(kwargs or {}))
                 if not watch.armed:  # left on the stack under a mode the script pushed later: inert
                     return out
+                watch.ops += 1
+                if not watch.ops % 256:
+                    beat()  # ops running are training activity: a long forward under the mode is no hang
                 try:
                     return watch._follow(func, args, out)
                 except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
                     return out
 
+        self.ops = 0
         self.mode = DetachedWatch()
         self.mode.__enter__()
         self.armed = True
@@ -113,8 +119,8 @@ class DetachedSummands:
             if mark is not None:
                 return CutFloat.of(out, mark[1])
             return out
-        if not isinstance(out, tensor):
-            return out
+        if not isinstance(out, tensor) or not self.origins:
+            return out  # nothing detached yet: nothing to follow
         const: set[int] = set()
         mixed: set[int] = set()
         scalar_const = False

@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import time
 import weakref
 from typing import Any
 
@@ -91,6 +92,8 @@ class GradflowProbe(Probe):
         self.detached_step = int(opt.get("detached_step", 3))
         self.detached_done = False
         self.detached_armed_at = 0
+        self.detached_last: tuple[int, float] | None = None
+        self.detached_max_step_s = float(opt.get("detached_max_step_s", 1.0))
         self.compiles = compile_watch(torch)
         self.softmax_pending: dict[str, Any] | None = None
         self.softmax_done = False
@@ -114,8 +117,15 @@ class GradflowProbe(Probe):
         elif self.detached.mode is not None:
             self.detached.tidy()
         elif not self.detached_done and self.step >= self.detached_step:
+            now = time.perf_counter()
+            if self.detached_last is None or self.step == self.detached_last[0]:
+                self.detached_last = (self.step, now)  # the watch waits for one whole step's duration
+                return
+            step_s = (now - self.detached_last[1]) / max(1, self.step - self.detached_last[0])
             self.detached_done = True
-            if not self.compiles.calls:  # a compiled model would see the mode in its guards and recompile
+            # never with torch.compile (its guards would see the mode and recompile), nor on a step so slow that
+            # an iteration under the mode would take long
+            if not self.compiles.calls and step_s < self.detached_max_step_s:
                 self.detached_armed_at = self.step
                 self.detached.arm()
 

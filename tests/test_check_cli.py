@@ -78,10 +78,10 @@ def test_text_summary_names_each_symptom_with_its_line_and_first_fix(project):
     assert proc.returncode == 1, proc.stderr_text
     out = proc.stdout_text
     assert "Checked 1 file: 1 error, 1 warning." in out
-    rows = [line.split(None, 3) for line in out.splitlines() if line.startswith(("error ", "warning "))]
-    assert [row[:3] for row in rows] == [["error", "memory-growth", "train.py:14"],
-                                         ["warning", "forward-called-directly", "train.py:15"]]
-    assert rows[0][3].startswith("Accumulate Python numbers")  # the memory specialist's first fix
+    rows = [line.split(None, 4) for line in out.splitlines() if line.startswith(("error ", "warning "))]
+    assert [row[:4] for row in rows] == [["error", "memory-growth", "TD101", "train.py:14"],
+                                         ["warning", "forward-called-directly", "TD202", "train.py:15"]]
+    assert rows[0][4].startswith("Accumulate Python numbers")  # the memory specialist's first fix
     assert "  > 14 |" not in out and "Tensor operations and memory" not in out  # behind --details
     assert "`--details` prints the findings with their code frames" in out
 

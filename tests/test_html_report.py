@@ -318,6 +318,22 @@ def test_cuda_memory_from_the_h100_evidence(name, tmp_path):
     assert "CUDA memory snapshot: not recorded" not in text
 
 
+def test_the_learning_rate_goes_on_after_the_gradient_checks_stop_recording(tmp_path):
+    """The nan probe's grad-norms events stop after its event budget; the scheduler's record covers the run."""
+    with open(tmp_path / "events.rank0.jsonl", "w") as fh:
+        for step in range(1, 201):
+            fh.write(json.dumps({"kind": "grad-norms", "probe": "nan", "step": step, "at_step": step, "t": step,
+                                 "total": 1.0, "lr": 0.1, "group_lrs": [0.1, 0.01]}) + "\n")
+        fh.write(json.dumps({"kind": "scheduler-end", "probe": "schedule", "step": 1000, "t": 1000.0,
+                             "lrs": [[s, 0.1 * 0.99 ** (s // 100)] for s in range(100, 1001, 100)]}) + "\n")
+    lr = read_run(tmp_path).lr
+    assert [s.name for s in lr] == ["group 0", "group 1", "group 0 (after each scheduler.step())"]
+    assert lr[0].xs[-1] == 200 and lr[2].xs[-1] == 1000
+    (tmp_path / "events.rank0.jsonl").write_text(json.dumps(
+        {"kind": "scheduler-end", "probe": "schedule", "step": 10, "t": 1.0, "lrs": [[5, 0.1], [10, 0.05]]}) + "\n")
+    assert [s.name for s in read_run(tmp_path).lr] == ["group 0 (after each scheduler.step())"]
+
+
 def test_text_from_the_run_is_escaped_everywhere(tmp_path):
     """A note, an environment value, a symptom's evidence and a holder's name come from the user's run: none of
     them may become markup."""

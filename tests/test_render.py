@@ -113,3 +113,15 @@ def test_cli_import_does_not_import_torch():
     code = "import sys, torchdoctor.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_jupyter_fragment_shows_the_summary_rows(report):
+    """`Report._repr_html_` (Jupyter, watch sessions) renders the summary's table: one row per symptom, the
+    severity coloured, every cell escaped."""
+    from torchdoctor.render import to_html
+
+    html = to_html(report)
+    assert "<table>" in html and "<th" in html
+    for symptom in report.symptoms:
+        assert f"<td>{symptom.id}" in html, symptom.id
+    assert html.count("<tr>") == len(report.symptoms) + 1  # the header and one row each

@@ -166,6 +166,15 @@ def test_a_second_training_phase_with_its_own_optimizer_is_counted_and_healthy(t
     assert result.report["symptoms"] == [], result.report["symptoms"]
 
 
+def test_a_model_saved_whole_while_the_probes_time_it_is_saved_without_their_hooks(tmp_path_factory,
+                                                                                  validate_report):
+    # the profile window (steps 6-10) is still open: its forward hooks are on the model when it is pickled
+    result = shared_run(tmp_path_factory, "save-whole-model", "save_whole_model.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["stopped"] == "completed", result.stderr[-2000:]
+    assert "saved RNNModel hooks 0 torchdoctor in the file False" in result.stderr + result.stdout, result.stderr[-2000:]
+
+
 def test_a_gan_whose_other_loss_runs_first_after_a_step_zeroes_in_time(tmp_path_factory, validate_report):
     # opt_g steps, then the discriminator's backward runs while the generator's gradients are still there;
     # opt_g.zero_grad() clears them before the generator's own backward.

@@ -6,6 +6,7 @@ session inside this test process to prove that it leaves torch as it found it.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -275,3 +276,8 @@ def test_one_session_at_a_time_and_reports_in_every_format(tmp_path):
     with pytest.raises(ValueError, match="write a .json, .html or .md file"):
         session.write(tmp_path / "r.txt")
     assert session.report().run.probes == ["memory", "nan"]
+    summary, full = io.StringIO(), io.StringIO()
+    session.render(stream=summary)
+    session.render(stream=full, details=True)  # as `run --details`: every probe's numbers after the summary
+    assert "3 optimizer steps" in summary.getvalue() and "Measured by each probe" not in summary.getvalue()
+    assert full.getvalue().startswith(summary.getvalue().split("\nMore\n")[0]) and "Measured by each probe" in full.getvalue()

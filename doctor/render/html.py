@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Text
+from torchdoctor.render.document import Block, Bullets, Code, Frame, Heading, Section, Table, Text
 
 _COLOURS = {"error": "#b00020", "warning": "#a15c00", "info": "#1a5fb4", "ok": "#26a269", "dim": "#666"}
 
@@ -45,6 +45,15 @@ def _emit(block: Block, out: list[str], level: int) -> None:
         tag = "ol" if block.numbered else "ul"
         items = "".join(f"<li>{escape(item).replace(chr(10), '<br>')}</li>" for item in block.items)
         out.append(f"<{tag}>{items}</{tag}>")
+    elif isinstance(block, Table):
+        head = "".join(f'<th style="text-align: left; padding-right: 1em">{escape(h)}</th>' for h in block.header)
+        rows = []
+        for i, row in enumerate(block.rows):
+            style = block.styles[i] if i < len(block.styles) else ""
+            colour = f' style="color: {_COLOURS[style]}"' if style in _COLOURS else ""
+            cells = [f"<td{colour if j == 0 else ''}>{escape(cell)}</td>" for j, cell in enumerate(row)]
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
     elif isinstance(block, Code):
         out.append(f'<pre style="background: #f6f6f6; padding: 0.5em"><code>{escape(block.code)}</code></pre>')
     elif isinstance(block, Frame):

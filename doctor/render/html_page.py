@@ -359,8 +359,11 @@ def _lr(series: RunSeries, figures: _Figures) -> str:
     lines = [Line(f"measured, {s.name}", s.xs, s.ys) for s in measured]
     lines += [Line(f"planned: {s.name}", s.xs, s.ys, dashed=True) for s in planned]
     notes = []
-    if measured and len(measured) == 1 and "group 0" in measured[0].name:
+    if measured and all(s.name.startswith("group 0 ") for s in measured):
         notes.append("The learning rate of the first parameter group; the others were not measured.")
+    if len(measured) > 1 and "scheduler.step()" in measured[-1].name:
+        notes.append("The gradient checks record the learning rate for a limited number of steps (the nan "
+                     "probe's event budget); the first group's after each scheduler.step() covers the whole run.")
     if planned:
         notes.append("Planned curves (dashed): the scheduler replayed as it was built, and as the script steps it "
                      "(lr_curves.csv).")

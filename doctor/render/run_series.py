@@ -165,31 +165,30 @@ def _grad_norm(steps: list[dict[str, Any]]) -> Series:
 
 def _measured_lr(rows: list[dict[str, Any]]) -> list[Series]:
     """The learning rate the optimizer really had at each gradient check (the nan probe's `grad-norms` events):
-    every parameter group's when there are several, else the first group's; without those, the first group's
-    after each `scheduler.step()` (the schedule probe)."""
+    every parameter group's when there are several, else the first group's. Those events stop after the nan
+    probe's `max_events`; the first group's after each `scheduler.step()` (the schedule probe's `scheduler-end`)
+    covers the whole run, and is added where it goes on past the last check."""
     groups: list[Series] = []
+    first = Series("group 0 (at each gradient check)")
     for e in rows:
         if e.get("kind") != "grad-norms" or not isinstance(e.get("at_step"), int):
             continue
+        first.add(e["at_step"], e.get("lr"))
         for i, value in enumerate(e.get("group_lrs") or []):
             while len(groups) <= i:
                 groups.append(Series(f"group {len(groups)}"))
             groups[i].add(e["at_step"], value)
-    if groups:
-        return groups
-    first = Series("group 0 (at each gradient check)")
-    for e in rows:
-        if e.get("kind") == "grad-norms" and isinstance(e.get("at_step"), int):
-            first.add(e["at_step"], e.get("lr"))
-    if first:
-        return [first]
+    checked = groups or ([first] if first else [])
     stepped = Series("group 0 (after each scheduler.step())")
     for e in rows:
         if e.get("kind") == "scheduler-end" and isinstance(e.get("lrs"), list):
             for pair in e["lrs"]:
                 if isinstance(pair, list) and len(pair) == 2:
                     stepped.add(pair[0], pair[1])
-    return [stepped] if stepped else []
+    last_check = max((s.xs[-1] for s in checked if s.xs), default=None)
+    if stepped.xs and (last_check is None or stepped.xs[-1] > last_check):
+        checked.append(stepped)
+    return checked
 
 
 def _planned_lr(path: Path) -> list[Series]:

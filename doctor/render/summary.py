@@ -31,7 +31,7 @@ def summary_blocks(report: Report, details: bool) -> list[Block]:
     if report.question is not None:
         return blocks  # the question is the whole answer (compose adds it)
     ranked = rank(report.symptoms)
-    blocks.append(Text(verdict(ranked), "bold"))
+    blocks.append(Text(verdict(ranked), "bold" if ranked else "ok"))
     if report.reports:  # the first specialist on the route says what is wrong, in one or two sentences
         blocks.append(Text(report.reports[0].diagnosis))
     if ranked:

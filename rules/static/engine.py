@@ -383,9 +383,14 @@ def project_findings(units: dict[str, Unit | None], results: list[FileResult], c
     if not files:
         return []
     where = {r.path: r.read_path or r.path for r in results}
+    # One cause, one finding: a project hit the file's own analysis already made (a model and the loop that
+    # trains it in one file, joined by the project pass too) is not reported twice.
+    seen = {(r.path, x.finding.code, x.finding.line) for r in results for x in r.results}
     out: list[Result] = []
     for code, hits in sorted(project.run(files, codes).items()):
         for hit in hits:
+            if (hit.path, code, hit.line) in seen:
+                continue
             unit = units.get(hit.path)
             if unit is None:
                 try:

@@ -214,7 +214,24 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             return None
         return probabilities_origin(index, value, value, depth + 1, position)
     if isinstance(expr, ast.Call):
-        return model_softmax(index, expr.func, position, depth)
+        found = model_softmax(index, expr.func, position, depth)
+        if found is None and position is None and index.is_submodule(expr.func):
+            # `self.cd4(x, nn.Sequential(self.fc4, self.softmax))`: a wrapper layer (concrete dropout, a
+            # checkpointing or residual wrapper) that applies the layer it is handed returns that layer's output.
+            found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a)) is not None), None)
+        return found
+    return None
+
+
+def softmax_layer(index: Index, expr: ast.AST | None) -> ast.AST | None:
+    """The softmax layer a layer expression ends in: `nn.Softmax(1)`, `self.softmax` (assigned one), or an
+    `nn.Sequential(...)` whose last element is one."""
+    if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Softmax":
+        return expr
+    if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, {"torch.nn.Softmax"}):
+        return expr
+    if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Sequential" and expr.args:
+        return softmax_layer(index, expr.args[-1])
     return None
 
 
@@ -353,4 +370,75 @@ def requires_grad_in_chain(expr: ast.AST | None) -> bool:
             expr = expr.func.value
         else:
             return False
+    return False
+
+
+# -- values that can reach 0 exactly -----------------------------------------------------------
+
+SQUASHING = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit", *SOFTMAX})
+# Calls that keep a value away from 0 (a floor, a clamp) or compute the log safely themselves.
+_FLOORS = frozenset({"clamp", "clip", "clamp_min", "clamp_", "clip_", "clamp_min_", "maximum", "max", "fmax"})
+# Calls that keep the value as it is for this question (shape, dtype, reductions of a probability tensor).
+_SAME_VALUE = frozenset({"squeeze", "unsqueeze", "view", "reshape", "flatten", "float", "double", "contiguous",
+                         "to", "gather", "index_select", "masked_select", "permute", "transpose", "type_as"})
+
+
+def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> str | None:
+    """Why `expr` can be exactly 0, as a short phrase, or None when nothing says so (or a clamp or an
+    epsilon keeps it away from 0). A value in [0, 1] reaches 0 in float32: a sigmoid or softmax output
+    underflows (a logit below about -104) and its complement `1 - p` is 0 once p rounds to 1 (a logit
+    above about 17). So: a sigmoid/softmax output, `1 - p`, and `torch.where(c, p, 1 - p)` (the focal-loss
+    p_t), followed through the function's own assignments."""
+    if expr is None or depth > DEPTH:
+        return None
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return zero_reachable(index, value, value, depth + 1) if value is not None else None
+    if isinstance(expr, ast.Subscript):
+        return zero_reachable(index, expr.value, at, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Sub) and isinstance(expr.left, ast.Constant) and expr.left.value == 1 \
+                and not _floored(index, expr.right, depth):
+            return "a complement `1 - p`, which is 0 once p rounds to 1"
+        if isinstance(expr.op, ast.Mult | ast.Pow):
+            return zero_reachable(index, expr.left, at, depth + 1)
+        return None  # `p + eps`, `p - q`, `p / n`: not asked further
+    if not isinstance(expr, ast.Call):
+        return None
+    func = expr.func
+    q = index.resolve(func)
+    if q in SQUASHING or isinstance(func, ast.Attribute) and q is None and func.attr in ("sigmoid", "softmax"):
+        return "a sigmoid/softmax output, which underflows to 0 (and rounds to 1)"
+    if q == "torch.where" and len(expr.args) == 3:
+        for branch in expr.args[1:]:
+            found = zero_reachable(index, branch, at, depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(func, ast.Attribute) and q is None and func.attr in _SAME_VALUE:
+        return zero_reachable(index, func.value, at, depth + 1)
+    return None
+
+
+def _floored(index: Index, expr: ast.AST, depth: int) -> bool:
+    """`p.clamp(eps, 1 - eps)`, `torch.clamp(p, ...)`, `p - eps`: kept away from the bounds, also through the
+    function's own assignments (`pred = pred.clamp(1e-4, 1 - 1e-4)` a line above)."""
+    for _ in range(DEPTH):
+        if isinstance(expr, ast.Name):
+            value = latest_value(index, expr.id, expr)
+            if value is None:
+                return False
+            expr = value
+            continue
+        if isinstance(expr, ast.BinOp):
+            return True  # `p - eps`, `p * (1 - 2 * eps) + eps`: arithmetic that moves it off the bounds
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            name = func.attr if isinstance(func, ast.Attribute) else (index.resolve(func) or "").rsplit(".", 1)[-1]
+            if name in _FLOORS:
+                return True
+            if isinstance(func, ast.Attribute) and func.attr in _SAME_VALUE:
+                expr = func.value
+                continue
+        return False
     return False

@@ -4,6 +4,7 @@ activation checkpointing's use_reentrant, and graph cuts inside a module's forwa
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from torchdoctor.rules.static.api import Context, rule
@@ -680,3 +681,108 @@ def backward_ignores_grad_output(node: ast.ClassDef, ctx: Context) -> None:
         return  # the incoming gradient reaches the result (or at least is read)
     if any(not _all_none(r.value) for r in _returns(backward)):
         ctx.report(backward, variable=node.name, grads=", ".join(grads))  # the signature names what is dropped
+
+
+# -- a generator's loss computed on its detached output ------------------------------------------
+
+# A loss named for the generator: `g_loss`, `G_loss1`, `loss_G`, `errG`, `gen_loss`, `generator_adv_loss`.
+_GENERATOR_NAME = re.compile(r"(?:^|_)(?:g|gen|generator)(?:_|\d|$)|^errg|loss_?g(?:en)?(?:\d|_|$)", re.I)
+_LOSS_WORD = re.compile(r"loss|err|adv|cost", re.I)
+# ... and not the discriminator's (`losses_disc_f_g`: the discriminator's loss on the generated samples).
+_DISCRIMINATOR_NAME = re.compile(r"disc|critic|(?:^|_)d(?:_|\d|$)|^errd|loss_?d(?:\d|_|$)", re.I)
+
+
+def _generator_loss_name(name: str | None) -> bool:
+    return bool(name) and bool(_GENERATOR_NAME.search(name)) and bool(_LOSS_WORD.search(name)) \
+        and not _DISCRIMINATOR_NAME.search(name)  # type: ignore[arg-type]
+
+
+def _detached_operand(node: ast.AST) -> ast.AST | None:
+    """`fake.detach()` / `fake.data`: the tensor cut from its graph, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
+            and not node.args and not node.keywords:
+        return node.func.value
+    if isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load):
+        return node.value
+    return None
+
+
+@rule("TD807", ast.Module)
+def generator_loss_on_detached_output(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    for call in index.nodes(ast.Call):
+        if not isinstance(call.func, ast.Name | ast.Attribute):  # type: ignore[attr-defined]
+            continue
+        scored = _detached_operand(call)
+        if isinstance(scored, ast.Call) and isinstance(scored.func, ast.Name | ast.Attribute):
+            # `pred_fake = netd(fake).detach()`: the score itself cut from the graph
+            fake = next((a for a in scored.args if isinstance(a, ast.Name)), None)
+            if fake is not None and _generator_loss_on_detached(scored, call, fake, ctx):
+                continue
+        for arg in call.args:  # type: ignore[attr-defined]
+            fake = _detached_operand(arg)
+            if fake is not None and _generator_loss_on_detached(call, arg, fake, ctx):  # type: ignore[arg-type]
+                break
+
+
+def _generator_loss_on_detached(call: ast.Call, arg: ast.AST, fake: ast.AST, ctx: Context) -> bool:
+    """`d_fake = self.d(fake.detach())` then `G_loss = mse(d_fake, ones)`: the discriminator scores a copy of the
+    generator's output cut from its graph, and that score is the generator's loss: it reaches D's weights only."""
+    index = ctx.index
+    if not isinstance(fake, ast.Name) or not index.is_submodule(call.func):
+        return False
+    made = latest_model_output(index, fake)
+    if made is None or dotted(made.func) == dotted(call.func):
+        return False  # not another model's output (or the same model's: a target network, an EMA teacher)
+    fn = index.function_of(call)
+    stmt = index.statement_of(call)
+    if fn is None or stmt is None:
+        return False
+    loss = _tainted_generator_loss(index, fn, stmt)
+    if loss is None:
+        return False
+    ctx.report(arg, variable=ctx.segment(arg, 40), generator=ctx.segment(made.func, 30),
+               scorer=ctx.segment(call.func, 30), loss=loss)
+    return True
+
+
+def latest_model_output(index: Index, name: ast.Name) -> ast.Call | None:
+    """The model call that last assigned `name` in its function (`fake = self.g(z)`), if that is what it holds."""
+    values = index.definitions(name.id, name)
+    value = values[-1] if values else None
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("view", "reshape", "squeeze", "unsqueeze", "float", "to", "contiguous"):
+        value = value.func.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and index.is_submodule(value.func):
+        return value
+    return None
+
+
+def _tainted_generator_loss(index: Index, fn: ast.AST, start: ast.stmt) -> str | None:
+    """Follow the value of `start` forward through the function's assignments (in source order, a name rebound
+    from something else drops out): the first name it flows into that names the generator's loss."""
+    tainted: set[str] = set()
+    here = (start.lineno, start.col_offset)
+    statements = sorted(
+        (s for s in ast.walk(fn) if isinstance(s, ast.Assign | ast.AugAssign | ast.AnnAssign) and s.value is not None
+         and (s.lineno, s.col_offset) >= here),
+        key=lambda s: (s.lineno, s.col_offset),
+    )
+    for stmt in statements:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = [dotted(t) for t in targets for t in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        if stmt is start:
+            reads = True
+        else:
+            reads = any(isinstance(n, ast.Name | ast.Attribute) and dotted(n) in tainted
+                        for n in ast.walk(stmt.value))  # type: ignore[arg-type]
+        for name in names:
+            if name is None:
+                continue
+            if reads:
+                if _generator_loss_name(name):
+                    return name
+                tainted.add(name)
+            elif not isinstance(stmt, ast.AugAssign):
+                tainted.discard(name)
+    return None

@@ -7,7 +7,16 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import Index, Loop, dotted, is_constant, kwarg, looks_like_model
+from torchdoctor.rules.static.index import (
+    Index,
+    Loop,
+    dotted,
+    is_constant,
+    is_eval_word,
+    kwarg,
+    last_name,
+    looks_like_model,
+)
 from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
@@ -134,6 +143,36 @@ def _used_binding(index: Index, kind: str, method: str) -> str | None:
     return None
 
 
+def _handed_to_training(index: Index, kind: str) -> str | None:
+    """A `kind` object the training loop hands to the code that trains (`train_one_epoch(..., loss_scaler, ...)`)
+    or calls itself (`loss_scaler(loss, optimizer)`, timm's NativeScaler): it is in use even when its own methods
+    are called in another file."""
+    for loop in index.training_loops():
+        for call in loop.all_calls():
+            for expr in [call.func, *call.args, *(k.value for k in call.keywords)]:
+                b = index.binding(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+                if b is not None and b.kind == kind:
+                    return dotted(expr)
+    return None
+
+
+def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bool:
+    """Weights written for an evaluation, not to resume from: the save is made by an evaluation function
+    (`def do_test(cfg, model, it): torch.save({"teacher": sd}, eval_path)`), or the file is handed to one right
+    after (`torch.save(q.state_dict(), model_path)`, then `evaluate(model_path, ...)`)."""
+    fn = index.function_of(node)
+    if fn is not None and is_eval_word(getattr(fn, "name", "")) and fn not in index.training_functions:
+        return True
+    name = dotted(path) if isinstance(path, ast.Name | ast.Attribute) else None
+    if name is None or fn is None:
+        return False
+    for call in index.calls_in(fn):
+        if call.lineno > node.lineno and is_eval_word(last_name(call.func)) \
+                and any(dotted(a) == name for a in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
+
+
 def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
     """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
     for anc in index.ancestors(node):
@@ -172,15 +211,23 @@ def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST
 def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     # Saves written in the loop itself come first: when a group of saves is one finding, it points at one of them.
-    saves = sorted(index.calls_to("torch.save"), key=lambda c: index.training_loop_of(c) is None)
+    saves = sorted(_save_calls(index), key=lambda c: index.training_loop_of(c) is None)
     for call in saves:
         _checkpoint_without_training_state(call, ctx)
 
 
+def _save_calls(index: Index) -> list[ast.Call]:
+    """`torch.save(obj, f)`, and the wrappers that pass the same arguments to it on the main process
+    (`utils.save_on_master({...}, path)`, vocabulary.toml save_wrappers)."""
+    calls = list(index.calls_to("torch.save"))
+    wrappers = index.names["save_wrappers"]
+    calls += [c for key, found in index.calls_by_name.items() if key.rsplit(".", 1)[-1] in wrappers
+              for c in found if c.args]
+    return list(dict.fromkeys(calls))
+
+
 def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
-    if index.callee(node) != "torch.save":
-        return
     found = _training_loop_for_save(index, node)
     if found is None:
         return
@@ -191,6 +238,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     if path is not None and "best" in ast.unparse(path).lower():
         return
     if _best_model_export(index, node, loop) or (anchor is not node and _best_model_export(index, anchor, loop)):
+        return
+    if _evaluation_export(index, node, path):
         return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
@@ -208,8 +257,9 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
     fn = index.function_of(node)
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
+    all_saves = set(_save_calls(index))
     for other in companions:
-        if other is node or index.callee(other) != "torch.save":
+        if other is node or other not in all_saves:
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
         if found_other is None:
@@ -234,7 +284,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
-    scaler = _used_binding(index, "scaler", "scale")
+    scaler = _used_binding(index, "scaler", "scale") or _handed_to_training(index, "scaler")
     if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
@@ -542,7 +592,33 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return
     if _matched_to_own_keys(index, kwarg(node, "state_dict", 0), node, dotted(func.value)):
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
+    if _checks_own_keys(index, node, dotted(func.value)):
+        return  # the function compares the checkpoint's keys with the model's before loading
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+_OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})
+
+
+def _checks_own_keys(index: Index, node: ast.Call, model: str | None) -> bool:
+    """Earlier in the load's function, the model's own keys are read (`model_dict = net.state_dict()`,
+    `for n, p in self.transformer.named_parameters():`) and keys are tested for membership (`if key not in
+    model_dict: continue`, `if n not in state_dict: state_dict[n] = p`): what strict=False lets through was
+    decided here, key by key."""
+    fn = index.function_of(node)
+    if fn is None or model is None:
+        return False
+    root = model.split(".")[0] if not model.startswith("self.") else ".".join(model.split(".")[:2])
+    reads = membership = False
+    for sub in ast.walk(fn):
+        if getattr(sub, "lineno", node.lineno) >= node.lineno:
+            continue
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _OWN_KEYS:
+            owner = dotted(sub.func.value) or ""
+            reads = reads or owner == model or owner == root or owner.startswith(root + ".")
+        elif isinstance(sub, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in sub.ops):
+            membership = True
+    return reads and membership
 
 
 def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, model: str | None, depth: int = 0) -> bool:

@@ -12,6 +12,7 @@ from torchdoctor.rules.static.patterns import (
     is_probabilities,
     is_softmax_call,
     latest_value,
+    zero_reachable,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
@@ -580,6 +581,60 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=snippet(ctx, inner, 50))
 
 
+# -- log of a value that can be 0 ----------------------------------------------------------------
+
+_LOG_FUNCTIONS = frozenset({"torch.log", "torch.log2", "torch.log10"})
+
+
+def _in_loss_code(index: Index, node: ast.AST) -> bool:
+    """The log is part of a loss: its function or class is named for one (`_neg_loss`, `FocalLoss.forward`),
+    or its statement binds a name that is (`pos_loss = torch.log(pred) * ...`)."""
+    fn = index.function_of(node)
+    if fn is not None and "loss" in fn.name.lower():
+        return True
+    info = index.class_of(node)
+    if info is not None and "loss" in info.name.lower():
+        return True
+    stmt = index.statement_of(node)
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+        stmt, ast.AugAssign | ast.AnnAssign) else []
+    return any("loss" in (dotted(t) or "").lower() for t in targets)
+
+
+@rule("TD609", ast.Module)
+def log_of_zero(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    calls = [*index.calls_to(*sorted(_LOG_FUNCTIONS)), *index.method_calls("log")]
+    reported: set[ast.AST | None] = set()  # one finding per function: its logs share one cause
+    for call in sorted(set(calls), key=lambda c: (c.lineno, c.col_offset)):
+        fn = index.function_of(call)
+        if fn in reported:
+            continue
+        if _log_of_zero(call, ctx):
+            reported.add(fn)
+
+
+def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
+    index = ctx.index
+    func = node.func
+    q = index.resolve(func)
+    if q in _LOG_FUNCTIONS:
+        inner = kwarg(node, "input", 0)
+    elif isinstance(func, ast.Attribute) and func.attr == "log" and q is None and not node.args and not node.keywords:
+        inner = func.value
+    else:
+        return False
+    if inner is None or not _in_loss_code(index, node):
+        return False
+    if is_softmax_call(index, inner) is not None:
+        return False  # log(softmax(x)): TD604 says it, with its own fix
+    why = zero_reachable(index, inner, node)
+    if why is None:
+        return False
+    ctx.report(node, variable=snippet(ctx, node, 50), why=why)
+    return True
+
+
 # -- BCE on sigmoid --------------------------------------------------------------------------
 
 
@@ -694,6 +749,64 @@ def training_in_validation(node: ast.Module, ctx: Context) -> None:
         if update is not None:
             ctx.report(update, variable=loop.source, update=ctx.segment(update, 40),
                        model=ctx.segment(mode.func.value, 40), line=mode.lineno)  # type: ignore[attr-defined]
+
+
+# -- TD610 -------------------------------------------------------------------------------------
+
+
+def _none_test(test: ast.AST) -> tuple[str, bool] | None:
+    """(name, True when the body runs with it set) for `x is not None`, `x`, `x is None`, `not x`."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
+            and test.comparators[0].value is None and isinstance(test.ops[0], ast.Is | ast.IsNot):
+        name = dotted(test.left)
+        return (name, isinstance(test.ops[0], ast.IsNot)) if name else None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        name = dotted(test.operand)
+        return (name, False) if name else None
+    name = dotted(test)
+    return (name, True) if name else None
+
+
+def _step_guard(index: Index, step: ast.Call, fn: ast.AST) -> tuple[ast.If, str] | None:
+    """The `if opt is not None:` (in `fn`) that the optimizer step sits under, testing the stepped optimizer
+    itself: the function is written to run without one."""
+    func = step.func
+    stepped = {dotted(func.value)} | {dotted(a) for a in step.args[:1]}  # type: ignore[attr-defined]
+    stepped |= {n.rpartition(".")[0] for n in list(stepped) if n and n.endswith(".optimizer")}  # `self.opt.optimizer`
+    child: ast.AST = step
+    for anc in index.ancestors(step):
+        if anc is fn:
+            return None
+        if isinstance(anc, ast.If):
+            tested = _none_test(anc.test)
+            if tested is not None and tested[0] in stepped:
+                in_body = child in anc.body
+                if in_body == tested[1] and not (anc.orelse if in_body else anc.body):
+                    return anc, tested[0]
+        child = anc
+    return None
+
+
+@rule("TD610", ast.Module)
+def backward_without_optimizer(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    steps_by_fn: dict[ast.AST, list[ast.Call]] = {}
+    for step in index.step_calls:
+        fn = index.function_of(step)
+        if fn is not None:
+            steps_by_fn.setdefault(fn, []).append(step)
+    for call in index.backward_calls:
+        fn = index.function_of(call)
+        steps = steps_by_fn.get(fn) if fn is not None else None
+        if not steps or index.guarded_in_function(call):
+            continue
+        guards = [_step_guard(index, s, fn) for s in steps]
+        if any(g is None for g in guards):
+            continue  # some step runs whatever: the backward has its update
+        guard, name = guards[0]  # type: ignore[misc]
+        if call.lineno > guard.lineno:
+            continue
+        ctx.report(call, variable=ctx.segment(call, 40), optimizer=name, line=str(guard.lineno))
 
 
 # -- TD607 -------------------------------------------------------------------------------------

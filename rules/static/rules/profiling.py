@@ -13,8 +13,9 @@ from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
-# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, or any `torch.cuda.` API use.
-GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.""")
+# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, any `torch.cuda.` API use, or the
+# "nccl" process-group backend (NCCL runs on GPUs only: a torchrun script that says nothing else about CUDA).
+GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.|["']nccl["']""")
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(

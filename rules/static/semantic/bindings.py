@@ -61,6 +61,10 @@ _MODEL_NAME = re.compile(r"(?:^|_)(?:model|net|network|backbone)s?$|model$", re.
 _LOADER_NAME = re.compile(r"loader|(?:^|_)dl$|^dl_", re.I)
 _OPTIMIZER_NAME = re.compile(r"(?:^|_)(?:optim|optimizer|optimiser|opt)s?(?:_|$)|optimizer", re.I)
 _SCALER_NAME = re.compile(r"scaler$", re.I)
+_SCALER_CLASS = re.compile(r"^(?:Native|Grad|Amp|Loss)Scaler")
+# The parts of an adversarial setup, by their usual names: `netG`, `net_d`, `G`, `D`, `gen`, `discriminator`.
+_PART_NAME = re.compile(r"^(?:net_?[gd]|[gd]|gen|disc|critic)$|generator|discriminator", re.I)
+_MODULE_METHODS = ("parameters", "named_parameters", "train", "eval", "zero_grad", "state_dict", "requires_grad_")
 
 def looks_like_model(name: str | None) -> bool:
     return bool(name) and bool(_MODEL_NAME.search(name.rsplit(".", 1)[-1]))
@@ -126,6 +130,39 @@ class Bindings:
                 return False  # `self.eval_model(...)`: a method of the class, not a model attribute
         return looks_like_model(dotted(expr))
 
+    def is_submodule(self, expr: ast.AST | None) -> bool:
+        """`self.g` inside an nn.Module (or LightningModule) whose methods assign it a built object: a module
+        binding, or a call of a capitalised class (`self.g = Generator(...)`, the class imported from another
+        file of the project). What a module keeps under `self.` and calls is one of its parts."""
+        if self.is_model(expr):
+            return True
+        name = dotted(expr)
+        if name is not None and (_PART_NAME.search(name.rsplit(".", 1)[-1]) or self._used_as_module(name)):
+            return True
+        if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+            return False
+        info = self.class_of(expr)
+        if info is None or not info.is_module or info.method(expr.attr) is not None:
+            return False
+        for assign in self.self_assignments(info, None):
+            if assign.attr != expr.attr or not isinstance(assign.value, ast.Call):
+                continue
+            b = self._classify(assign.value, f"self.{assign.attr}", assign.stmt)
+            if b is not None:
+                return b.kind == "module"
+            if (last_name(assign.value.func) or "")[:1].isupper():
+                return True
+        return False
+
+    def _used_as_module(self, name: str) -> bool:
+        """Duck typing: somewhere in the file the name answers a module's own methods (`netD.parameters()`,
+        `G.train()`, `critic.zero_grad()`, `D.state_dict()`)."""
+        for method in _MODULE_METHODS:
+            for call in self.method_calls(method):
+                if dotted(call.func.value) == name:  # type: ignore[attr-defined]
+                    return True
+        return False
+
     def _classify(self, value: ast.AST, name: str, stmt: ast.AST, depth: int = 0) -> Binding | None:
         if depth > 8:
             return None
@@ -173,7 +210,8 @@ class Bindings:
             return Binding(name, "sampler", q, stmt, value)
         if q in n["scheduler_factories"] or any(q.startswith(p) for p in n["scheduler_prefixes"]):
             return Binding(name, "scheduler", q, stmt, value)
-        if q in n["scalers"]:
+        if q in n["scalers"] or _SCALER_CLASS.search(q.rsplit(".", 1)[-1]):
+            # timm's NativeScaler, MAE/ConvNeXt's NativeScalerWithGradNormCount: a GradScaler behind a call
             return Binding(name, "scaler", q, stmt, value)
         if q in n["autocast"]:
             return Binding(name, "autocast", q, stmt, value)

@@ -91,7 +91,7 @@ class Loops:
         backward += self.calls_to("torch.autograd.backward")
         self.backward_calls = sorted(backward, key=_position)
         self.step_calls = [c for c in self.method_calls("step") if self.is_optimizer_step(c)]
-        for call in self.backward_calls + self.step_calls:
+        for call in self.backward_calls + self.step_calls + self.training_step_calls():
             fn = self.function_of(call)
             if fn is not None:
                 self.training_functions.add(fn)
@@ -108,6 +108,14 @@ class Loops:
                     if fn is not None and fn not in self.training_functions:
                         self.training_functions.add(fn)
                         changed = True
+
+    def training_step_calls(self) -> list[ast.Call]:
+        """`model.optimize_parameters(step)`, `trainer.train_step(batch)`: a whole step run by an object of
+        another module (not a method of this file, which the file's own backward and step calls answer for)."""
+        out = []
+        for method in self.names["training_step_methods"]:
+            out += [c for c in self.method_calls(method) if self.local_target(c) is None]
+        return out
 
     def loop_of(self, node: ast.AST) -> Loop | None:
         """The innermost loop whose body (or `while` test) holds `node`, within the same function."""
@@ -296,6 +304,7 @@ class Loops:
         backward = set(self.backward_calls)
         steps = set(self.step_calls)
         local_targets = dict(self._local_function_calls())
+        external_steps = set(self.training_step_calls())
         for loop in self.loops.values():
             loop.calls.sort(key=_position)
             for call in loop.calls:
@@ -304,7 +313,7 @@ class Loops:
                 elif call in steps:
                     loop.has_step = True
                 target = local_targets.get(call)
-                if target is not None and target in self.training_functions:
+                if target is not None and target in self.training_functions or call in external_steps:
                     loop.calls_training = True
                 elif target is None and self._hands_model_and_optimizer(call):
                     loop.calls_training = True  # `train_one_epoch(model, criterion, loader, optimizer, ...)` of engine.py
