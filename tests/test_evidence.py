@@ -99,10 +99,13 @@ def test_every_signature_group_is_a_declared_key_of_its_type():
 def test_every_rule_template_field_is_declared_for_that_rule():
     from torchdoctor.rules.static import registry
 
-    for rule in registry.rules().values():  # registry._validate_fields raises on a bad field when the rules load
-        fields = evidence.template_fields(rule.doc.message) | evidence.template_fields(rule.doc.fix)
-        for field in fields:
-            assert evidence.declares(evidence.keys()[field], "static", rule.code), (rule.code, field)
+    wrong = []
+    for rule in registry.rules().values():  # under TORCHDOCTOR_CHECK_EVIDENCE=1 the rules' load checks this too
+        try:
+            registry._validate_fields(rule.doc)
+        except registry.RuleError as exc:
+            wrong.append(str(exc))
+    assert not wrong, "\n".join(wrong)
 
 
 def test_a_template_typo_fails_when_the_rules_load():

@@ -806,7 +806,7 @@ def backward_without_optimizer(node: ast.Module, ctx: Context) -> None:
         guard, name = guards[0]  # type: ignore[misc]
         if call.lineno > guard.lineno:
             continue
-        ctx.report(call, variable=ctx.segment(call, 40), optimizer=name, line=str(guard.lineno))
+        ctx.report(call, variable=ctx.segment(call, 40), optimizer=name, line=guard.lineno)
 
 
 # -- TD607 -------------------------------------------------------------------------------------
