@@ -339,6 +339,7 @@ class GradflowProbe(Probe):
         if self.softmax_sites.armed:  # the script ended within the watched step
             self.softmax_sites.disarm()
             self._softmax_found(None)
+        self.softmax_sites.close()
         if not self.classified and self.checks:
             self.classified = True
             self._classify()

@@ -117,6 +117,7 @@ class SoftmaxSites:
     def _watch_construction(self, cls: Any) -> None:
         built = self.built
         original = cls.__init__
+        self._construction = (cls, original, "__init__" in vars(cls))
 
         def __init__(module: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it wraps
             original(module, *args, **kwargs)
@@ -127,6 +128,17 @@ class SoftmaxSites:
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         cls.__init__ = transparent(__init__)
+        self._construction_wrapper = cls.__init__
+
+    def close(self) -> None:
+        """Put nn.Softmax's constructor back (a `watch()` block, a test: the process goes on without us)."""
+        self.disarm()
+        cls, original, owned = self._construction
+        if vars(cls).get("__init__") is self._construction_wrapper:
+            if owned:
+                cls.__init__ = original
+            else:
+                delattr(cls, "__init__")
 
     def _module_site(self, frame: Any) -> dict[str, Any] | None:
         """A softmax made by an nn.Softmax module called from a library container (Sequential): the line that built

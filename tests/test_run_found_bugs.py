@@ -160,6 +160,13 @@ def test_the_softmax_watch_leaves_torch_as_it_found_it():
     from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
 
     before = (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor))
+    import warnings
+
+    from torchdoctor.probes.restore import Ledger
+
+    softmax_init, warn = torch.nn.Softmax.__init__, warnings.warn
+    ledger = Ledger()  # what a watch() block does around its probes
+    ledger.snapshot()
     sites = SoftmaxSites(torch)
     sites.arm()
     scores = torch.randn(3, 4, requires_grad=True)
@@ -170,6 +177,11 @@ def test_the_softmax_watch_leaves_torch_as_it_found_it():
     assert op == "log_softmax" and sites.site_of(node)["function"] == "test_the_softmax_watch_leaves_torch_as_it_found_it"
     assert (torch.softmax, F.softmax, torch.exp, "exp" in vars(torch.Tensor), "softmax" in vars(torch.Tensor)) == before
     assert find_double_softmax(F.cross_entropy(scores, torch.tensor([0, 1, 2]))) is None
+    assert torch.nn.Softmax.__init__ is not softmax_init  # the construction watch stays until the probe closes
+    sites.close()
+    assert torch.nn.Softmax.__init__ is softmax_init
+    assert ledger.restore() == []  # the warnings hook the wrappers installed goes too
+    assert warnings.warn is warn  # a later test or watch() block finds the process untouched
 
 
 def test_a_steplr_sized_in_epochs_stepped_per_batch_is_scheduler_granularity(tmp_path_factory, validate_report):
