@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import FIXTURES, cli
 
 FRAMEWORKS = FIXTURES / "frameworks"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def _script(name: str, out: Path, *args: str) -> subprocess.CompletedProcess:

@@ -143,6 +143,7 @@ def _titles(report: dict, specialist: str) -> list[str]:
     return [f["title"] for r in report["reports"] if r["specialist"] == specialist for f in r["fixes"]]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_diverging_lightning_fit_is_found_and_advised_in_lightnings_terms(tmp_path, validate_report):
     pytest.importorskip("lightning", reason="lightning is an optional extra")
@@ -155,6 +156,7 @@ def test_a_diverging_lightning_fit_is_found_and_advised_in_lightnings_terms(tmp_
     assert "Lightning: Return the scheduler with \"interval\": \"step\" from configure_optimizers" in titles
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_nan_under_the_trainer_is_found_and_advised_in_the_trainers_terms(tmp_path, validate_report):
     pytest.importorskip("transformers", reason="transformers is an optional extra")

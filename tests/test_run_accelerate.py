@@ -114,6 +114,7 @@ def _run(tmp_path, *line: str, timeout: float = 300):
     return proc, json.loads(proc.stdout_text)
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_accelerate_launch_counts_the_real_steps_and_finds_nothing_in_a_healthy_loop(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
@@ -127,6 +128,7 @@ def test_accelerate_launch_counts_the_real_steps_and_finds_nothing_in_a_healthy_
     assert _alarms(report) == [], report["symptoms"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_run_m_accelerate_commands_launch_counts_the_steps(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
@@ -140,6 +142,7 @@ def test_run_m_accelerate_commands_launch_counts_the_steps(tmp_path, validate_re
     assert not [s for s in report["symptoms"] if s["id"] == "nothing-measured"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_leak_under_accelerate_launch_is_found_at_its_line(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
@@ -153,6 +156,7 @@ def test_a_leak_under_accelerate_launch_is_found_at_its_line(tmp_path, validate_
     assert proc.returncode == 1
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_a_schedule_mistake_under_accelerate_is_found_at_the_users_line_in_accelerates_terms(tmp_path,
                                                                                              validate_report):
@@ -169,6 +173,7 @@ def test_a_schedule_mistake_under_accelerate_is_found_at_the_users_line_in_accel
     assert titles[:2] == ["Accelerate: Prepare the scheduler with the optimizer", "Step per-epoch schedules once per epoch"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_accelerates_accumulation_and_a_second_division_are_found_at_the_backward_line(tmp_path, validate_report):
     pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
@@ -187,6 +192,7 @@ def test_accelerates_accumulation_and_a_second_division_are_found_at_the_backwar
     assert titles[0].startswith("Accelerate: Accumulate with Accelerator(gradient_accumulation_steps=N)"), titles
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_accelerate_processes_each_run_the_probes(tmp_path, validate_report):
@@ -202,6 +208,7 @@ def test_two_accelerate_processes_each_run_the_probes(tmp_path, validate_report)
     assert _alarms(report) == [], report["symptoms"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_gradients_without_an_optimizer_step_are_a_warning_not_no_symptoms(tmp_path, validate_report):
     out = tmp_path / "run"

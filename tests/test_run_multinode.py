@@ -28,7 +28,7 @@ from torchdoctor import exitcodes
 from torchdoctor.analysis.evidence import read_events
 from torchdoctor.analysis.ranks import wall_time
 
-pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.heavy]
 
 SCRIPT = "ddp_multinode.py"
 

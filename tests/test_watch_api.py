@@ -280,4 +280,6 @@ def test_one_session_at_a_time_and_reports_in_every_format(tmp_path):
     session.render(stream=summary)
     session.render(stream=full, details=True)  # as `run --details`: every probe's numbers after the summary
     assert "3 optimizer steps" in summary.getvalue() and "Measured by each probe" not in summary.getvalue()
+    # in Python the pointer names the argument, not the CLI's option
+    assert "`session.render(details=True)` prints" in summary.getvalue() and "--details" not in summary.getvalue()
     assert full.getvalue().startswith(summary.getvalue().split("\nMore\n")[0]) and "Measured by each probe" in full.getvalue()

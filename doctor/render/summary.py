@@ -131,5 +131,8 @@ def _where(report: Report, details: bool) -> list[str]:
         kept = [k for k, v in report.artifacts.items() if k != "run_dir" and v not in reports]
         lines.append(f"Evidence: {run_dir}" + (f" ({', '.join(kept)})" if kept else ""))
     if not details and (report.symptoms or report.findings or report.reports or report.run is not None):
-        lines.append(f"`--details` prints {DETAILS.get(report.command, DETAILS_DEFAULT)} here.")
+        # a watch() block's report is read in Python, where the option is an argument (doctor/watching.py)
+        in_python = (report.target or "").startswith("torchdoctor.watch()")
+        how = "`session.render(details=True)`" if in_python else "`--details`"
+        lines.append(f"{how} prints {DETAILS.get(report.command, DETAILS_DEFAULT)} here.")
     return lines
