@@ -22,7 +22,7 @@ from tests.test_run_support import RUN_FIXTURES, RunResult, assert_sound, run_on
 from torchdoctor import exitcodes
 from torchdoctor.analysis.evidence import read_events
 
-pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.heavy]
 
 DISTRIBUTED_IDS = {"ddp-hang", "collective-mismatch", "rank-crashed", "unused-parameters", "sampler-epoch-not-set",
                    "save-on-all-ranks", "accumulation-without-no-sync", "expand-in-forward", "straggler", "nccl-error",

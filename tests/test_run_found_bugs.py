@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_run_support import assert_sound, line_of, shared_run
+from tests.test_run_support import assert_sound, diagnosed, line_of, shared_run
 from torchdoctor import exitcodes
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp
     result = shared_run(tmp_path_factory, "zero-grad-two-optimizers", "zero_grad_two_optimizers.py",
                         "--fail-on", "warning")
     assert_sound(result, validate_report, exitcodes.OK)
-    assert result.report["symptoms"] == []
+    assert diagnosed(result) == [], result.report["symptoms"]
 
 
 def test_an_lbfgs_closure_zeroing_inside_its_step_is_no_micro_step_zeroing(tmp_path_factory, validate_report):
