@@ -36,7 +36,7 @@ def load_toml(name: str) -> dict[str, Any]:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
 
-    return cached(name, [path], parse)
+    return cached(name.replace("/", "."), [path], parse)  # the cache is one flat folder
 
 
 @cache

@@ -1,8 +1,9 @@
-"""Constant advice as data: the fixes of rules/data/advice.toml, built into `Fix` objects.
+"""Constant advice as data: the fixes of rules/data/advice/<specialist>.toml, built into `Fix` objects.
 
 A fix whose title, snippet, why and verify do not depend on the evidence is data; the specialist's
 code decides which fixes apply, in which order, and which line each is pinned to. One specialist
-moved so far (autograd); the others keep their Fix literals until they move.
+per file, so specialists move (and are edited) independently; those not moved yet keep their Fix
+literals until they do.
 """
 
 from __future__ import annotations
@@ -16,11 +17,24 @@ REQUIRED = ("title", "why", "verify")
 FIELDS = (*REQUIRED, "snippet", "snippet_name", "applies_when")
 
 
+def files() -> list[str]:
+    """The advice files, relative to rules/data, in a fixed order."""
+    from torchdoctor.rules.catalog import DATA
+
+    return sorted(f"advice/{p.name}" for p in (DATA / "advice").glob("*.toml"))
+
+
 @cache
 def table() -> dict[str, Any]:
+    """Every specialist's fixes, and [snippet.<specialist>] merged across the files."""
     from torchdoctor.rules.catalog import load_toml
 
-    return load_toml("advice.toml")
+    merged: dict[str, Any] = {"snippet": {}}
+    for name in files():
+        data = load_toml(name)
+        merged["snippet"].update(data.get("snippet", {}))
+        merged.update({k: v for k, v in data.items() if k != "snippet"})
+    return merged
 
 
 def fixes(specialist: str) -> dict[str, dict[str, Any]]:

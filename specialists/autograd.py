@@ -1,6 +1,6 @@
 """Custom autograd functions: torch.autograd.Function, custom backward passes, gradcheck, graph cuts.
 
-The fixes themselves are data (rules/data/advice.toml, [autograd.*]); this module decides which apply,
+The fixes themselves are data (rules/data/advice/autograd.toml); this module decides which apply,
 in which order, and which line each is pinned to.
 """
 

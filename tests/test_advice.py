@@ -1,4 +1,4 @@
-"""Constant advice as data (rules/data/advice.toml): every fix the code names exists, every fix there is used."""
+"""Constant advice as data (rules/data/advice/<specialist>.toml): every fix the code names exists, every fix there is used."""
 
 from __future__ import annotations
 

@@ -346,7 +346,7 @@ def test_recommended_custom_function_passes_gradcheck():
     from torchdoctor.specialists import advice
 
     scope = {"torch": torch}
-    exec(advice.snippet("autograd", "function").split("\nout = ")[0], scope)  # rules/data/advice.toml
+    exec(advice.snippet("autograd", "function").split("\nout = ")[0], scope)  # rules/data/advice/<specialist>.toml
     x = torch.randn(5, dtype=torch.double, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: scope["ScaledTanh"].apply(t, 2.0), (x,))
 
