@@ -8,13 +8,14 @@ literals until they do.
 
 from __future__ import annotations
 
+import string
 from functools import cache
 from typing import Any
 
 from torchdoctor.model import Fix, Location
 
 REQUIRED = ("title", "why", "verify")
-FIELDS = (*REQUIRED, "snippet", "snippet_name", "applies_when")
+FIELDS = (*REQUIRED, "snippet", "snippet_name", "applies_when", "template")
 
 
 def files() -> list[str]:
@@ -47,9 +48,32 @@ def snippet(specialist: str, name: str) -> str:
     return table()["snippet"][specialist][name]
 
 
-def fix(specialist: str, fix_id: str, location: Location | None = None) -> Fix:
-    """The fix `fix_id` of `specialist`, pinned to `location` when the evidence names the user's line."""
+TEMPLATED = ("title", "why", "verify", "snippet", "applies_when")
+
+
+def placeholders(specialist: str, fix_id: str) -> set[str]:
+    """The `{name}` fields a templated fix's text leaves to the evidence (its snippet included).
+
+    Only a row with `template = true` is formatted (there `{{` is a brace); any other row is used as
+    written, so the dict literals in its snippet need no escaping.
+    """
+    row = table()[specialist][fix_id]
+    if not row.get("template"):
+        return set()
+    texts = [row.get(k) for k in TEMPLATED] + [snippet(specialist, row["snippet_name"]) if "snippet_name" in row else None]
+    return {name for text in texts if text for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def fix(specialist: str, fix_id: str, location: Location | None = None, **fields: object) -> Fix:
+    """The fix `fix_id` of `specialist`, pinned to `location` when the evidence names the user's line.
+
+    A row marked `template = true` takes its `{name}` fields as keywords (the numbers and names the
+    evidence gives); tests/test_advice.py checks that every call passes exactly the fields it names.
+    """
     row = table()[specialist][fix_id]
     code = snippet(specialist, row["snippet_name"]) if "snippet_name" in row else row.get("snippet")
-    return Fix(title=row["title"], why=row["why"], verify=row["verify"], snippet=code,
-               applies_when=row.get("applies_when"), location=location)
+    texts = {"title": row["title"], "why": row["why"], "verify": row["verify"], "snippet": code,
+             "applies_when": row.get("applies_when")}
+    if row.get("template"):
+        texts = {k: v.format(**fields) if v else v for k, v in texts.items()}
+    return Fix(**texts, location=location)

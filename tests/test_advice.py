@@ -15,15 +15,39 @@ SPECIALISTS = Path(__file__).resolve().parents[1] / "specialists"
 MOVED = tuple(name.removeprefix("advice/").removesuffix(".toml") for name in advice.files())
 
 
-def _named_in_code() -> set[tuple[str, str]]:
-    named = set()
+def _calls() -> list[tuple[str, str, set[str], str]]:
+    """Every `advice.fix("<specialist>", "<id>", ..., field=...)` in the specialists: its keywords and where."""
+    calls = []
     for path in SPECIALISTS.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fix"
                     and getattr(node.func.value, "id", None) == "advice"):
                 specialist, fix_id = (a.value for a in node.args[:2])  # type: ignore[attr-defined]
-                named.add((specialist, fix_id))
-    return named
+                fields = {k.arg for k in node.keywords if k.arg and k.arg != "location"}
+                calls.append((specialist, fix_id, fields, f"{path.name}:{node.lineno}"))
+    return calls
+
+
+def _named_in_code() -> set[tuple[str, str]]:
+    return {(specialist, fix_id) for specialist, fix_id, _, _ in _calls()}
+
+
+def test_every_call_passes_exactly_the_fields_its_fix_names():
+    for specialist, fix_id, fields, where in _calls():
+        wanted = advice.placeholders(specialist, fix_id)
+        assert fields == wanted, f"{where}: advice.fix({specialist!r}, {fix_id!r}) passes {sorted(fields)}, the text names {sorted(wanted)}"
+
+
+def test_a_template_is_filled_and_a_plain_fix_keeps_its_braces(monkeypatch):
+    data = {"snippet": {"t": {}}, "t": {
+        "templated": {"template": True, "title": "Lower the batch to {batch}", "why": "peak {peak_gib:.1f} GiB", "verify": "fits",
+                      "snippet": "cfg = {{'batch': {batch}}}"},
+        "plain": {"title": "Use a dict", "why": "w", "verify": "v", "snippet": "cfg = {'a': 1}"}}}
+    monkeypatch.setattr(advice, "table", lambda: data)
+    assert advice.placeholders("t", "templated") == {"batch", "peak_gib"}
+    fix = advice.fix("t", "templated", batch=8, peak_gib=9.25)
+    assert (fix.title, fix.why, fix.snippet) == ("Lower the batch to 8", "peak 9.2 GiB", "cfg = {'batch': 8}")
+    assert advice.fix("t", "plain").snippet == "cfg = {'a': 1}" and advice.placeholders("t", "plain") == set()
 
 
 def test_every_fix_the_code_names_is_in_the_data_and_every_fix_there_is_named():
