@@ -256,7 +256,10 @@ class Watch:
         if report is None:
             state = "running" if self._session is not None else (self.skipped or "not started")
             return f"<p>torchdoctor.watch(): {state}</p>"
-        return report._repr_html_()
+        from torchdoctor.render.html_page import charts_fragment
+
+        # The summary, then the same per-step charts as the run's report.html (loss, memory, step time, ...).
+        return report._repr_html_() + charts_fragment(report, self.run_dir)
 
 
 def watch(steps: int | None = None, probes: list[str] | tuple[str, ...] | str | None = None,

@@ -267,7 +267,11 @@ def test_one_session_at_a_time_and_reports_in_every_format(tmp_path):
         _train(torch, model, 3)
     html = session._repr_html_()
     assert html.startswith('<div class="torchdoctor-report"') and "3 optimizer steps" in html
-    assert session.report()._repr_html_() == html
+    # in a notebook cell the summary is followed by the run's per-step charts, drawn from its run directory
+    summary, charts = html.split('<div class="torchdoctor-charts">')
+    assert session.report()._repr_html_() == summary
+    assert "Loss per optimizer step" in charts and charts.count("<svg") >= 2 and "<script" not in charts
+    assert "body {" not in charts  # the notebook's own page keeps its styles
     assert json.loads(session.write(tmp_path / "r.json").read_text())["run"]["steps_completed"] == 3
     page = session.write(tmp_path / "r.html").read_text()  # the run's whole page, its file links from tmp_path
     assert page.startswith("<!DOCTYPE html>") and "Loss per optimizer step" in page

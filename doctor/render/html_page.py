@@ -120,6 +120,27 @@ def page(report: Report, run_dir: str | Path | None = None, cwd: str | None = No
     )
 
 
+# In a notebook the fragment sits inside Jupyter's own page: only the charts' own rules, scoped to the fragment,
+# so the notebook's styles are left alone.
+FRAGMENT_CSS = (".torchdoctor-charts svg.chart { max-width: 100%; height: auto; display: block; } "
+                ".torchdoctor-charts figcaption { font-weight: 600; } "
+                ".torchdoctor-charts .missing, .torchdoctor-charts .note { color: #555; font-size: 0.9em; } "
+                ".torchdoctor-charts .key { margin-right: 1.2em; white-space: nowrap; } "
+                ".torchdoctor-charts .swatch { display: inline-block; width: 1.6em; vertical-align: middle; "
+                "margin-right: 0.4em; }")
+
+
+def charts_fragment(report: Report, run_dir: str | Path | None) -> str:
+    """The per-step charts of report.html as a fragment for a notebook cell (`watch()`'s `_repr_html_`).
+
+    Empty when the run directory is gone: the summary above it still stands, and report.json says the rest.
+    """
+    if run_dir is None or not Path(run_dir).is_dir():
+        return ""
+    charts = _charts(report, read_run(run_dir))
+    return f'<div class="torchdoctor-charts"><style>{FRAGMENT_CSS}</style>\n{charts}\n</div>'
+
+
 def _title(report: Report) -> str:
     return f"torchdoctor {report.command} {report.target}" if report.target else f"torchdoctor {report.command}"
 
