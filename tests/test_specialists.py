@@ -315,7 +315,7 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
 
     import torch
 
-    from torchdoctor.specialists import checkpointing
+    from torchdoctor.specialists import advice
 
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -326,14 +326,14 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
     scheduler.step()
     scaler = torch.amp.GradScaler("cpu")
     scope = {"torch": torch, "random": random}
-    exec(checkpointing._SAVE, scope)  # defines save_checkpoint
+    exec(advice.snippet("checkpointing", "save"), scope)  # defines save_checkpoint
     path = str(tmp_path / "ckpt.pt")
     scope["save_checkpoint"](path, model, optimizer, scheduler, scaler, 3, 30)
     model2 = torch.nn.Linear(4, 2)
     optimizer2 = torch.optim.AdamW(model2.parameters(), lr=0.1)
     scheduler2 = torch.optim.lr_scheduler.OneCycleLR(optimizer2, max_lr=0.1, total_steps=10)
     scope.update(path=path, model=model2, optimizer=optimizer2, scheduler=scheduler2, scaler=torch.amp.GradScaler("cpu"))
-    exec(checkpointing._RESUME, scope)  # torch.load(..., weights_only=True)
+    exec(advice.snippet("checkpointing", "resume"), scope)  # torch.load(..., weights_only=True)
     assert scope["start_epoch"] == 4
     assert torch.equal(model2.weight, model.weight)
     assert optimizer2.state_dict()["state"], "optimizer state was not restored"
