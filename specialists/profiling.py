@@ -7,6 +7,7 @@ in which order, and which line each is pinned to.
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.rules import catalog
 from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, ms, pct
@@ -166,14 +167,16 @@ def low_gpu_util(case: Case) -> Advice:
     if wait is not None:
         facts += f", and {pct(wait)} of the step is spent waiting for data"
     facts += "."
+    # data first when the wait alone would make the step dataloader-bound (thresholds.toml [data])
+    data_bound = wait is not None and wait >= catalog.load_toml("thresholds.toml")["data"]["wait_fraction"]
     fixes = []
-    if wait is not None and wait >= 0.2:
+    if data_bound:
         fixes.append(_loader_fix(case, case.num("num_workers")))
     fixes += [
         advice.fix("profiling", "larger-batch"),
         _compile_fix(),
     ]
-    if not (wait is not None and wait >= 0.2):
+    if not data_bound:
         fixes.append(_loader_fix(case, case.num("num_workers")))
     return Advice(facts, fixes, [_profile_step(case)])
 
