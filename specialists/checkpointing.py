@@ -101,7 +101,9 @@ def state_dict_mismatch(case: Case) -> Advice:
         fixes.append(
             advice.fix("checkpointing", "strip-prefix", location=case.location, strip=strip)
             if not reverse
-            else advice.fix("checkpointing", "load-into-wrapped", location=case.location, strip=strip)
+            # the model is wrapped, the checkpoint is not: the wrapper's attribute holds the module to load into
+            else advice.fix("checkpointing", "load-into-wrapped", location=case.location, strip=strip,
+                            attribute=strip.rstrip("."))
         )
         fixes.append(advice.fix("checkpointing", "save-unwrapped"))
     else:

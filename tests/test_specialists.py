@@ -310,6 +310,23 @@ def test_unsafe_load_explains_what_to_do_with_full_checkpoints():
 # -- the advice works: run the code it recommends --------------------------
 
 
+def test_a_plain_checkpoint_loads_into_the_compiled_model_it_is_advised_for():
+    import torch
+
+    plain = torch.nn.Linear(4, 2)
+    compiled = torch.compile(torch.nn.Linear(4, 2))  # keys `_orig_mod.weight`: the model carries the prefix
+    fr = _report("state-dict-mismatch", "checkpointing",
+                 values={"missing_keys": ["_orig_mod.weight", "_orig_mod.bias"], "unexpected_keys": ["weight", "bias"]})
+    fix = fr.fixes[0]
+    assert fix.title == "Load into the module inside the wrapper, `model._orig_mod`"
+    scope = {"model": compiled, "state": plain.state_dict()}
+    exec(fix.snippet, scope)  # strict load_state_dict into the wrapped module
+    assert torch.equal(compiled._orig_mod.weight, plain.weight)
+    ddp = _report("state-dict-mismatch", "checkpointing",
+                  values={"missing_keys": ["module.fc.weight"], "unexpected_keys": ["fc.weight"]})
+    assert ddp.fixes[0].snippet.startswith("model.module.load_state_dict(state)")
+
+
 def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
     import random
 
