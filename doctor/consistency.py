@@ -4,7 +4,9 @@ The checks are data (`rules/data/contradictions.toml`): a measurement (a symptom
 present, an evidence value above a number, equal to or matching a text) and
 the wording that must not appear beside it. This module only evaluates them,
 on a Report's JSON form, so a recorded `report.json` is checked the same way as
-a report built in this process.
+a report built in this process. Whether the fixes fit the training framework the
+report found (Lightning, the Trainer, Accelerate) is checked against
+rules/data/frameworks.toml too (`framework_misfits`).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Found:
         return f"{self.check}: {self.specialist} says {self.words!r}"
 
 
-_CONDITIONS = {"symptom", "key", "above", "equals", "matches", "not_matches", "context"}
+_CONDITIONS = {"symptom", "key", "above", "equals", "matches", "not_matches", "context", "not_context"}
 
 
 @cache
@@ -52,6 +54,8 @@ def checks() -> tuple[Contradiction, ...]:
             raise ValueError(f"contradiction {row['id']}: unknown condition(s) {sorted(unknown)}")
         if set(measured) & {"above", "equals", "matches", "not_matches"} and "key" not in measured:
             raise ValueError(f"contradiction {row['id']}: a value condition needs `key`")
+        if not isinstance(measured.get("not_context", []), list):
+            raise ValueError(f"contradiction {row['id']}: not_context is a list of contexts")
         where = row.get("where", "advice")
         if where not in ("advice", "all"):
             raise ValueError(f"contradiction {row['id']}: where must be advice or all")
@@ -89,7 +93,10 @@ def measured(report: dict[str, Any], m: dict[str, Any]) -> bool:
         ids = {s.get("id") for s in report.get("symptoms") or []}
         if not ids & set(m["symptom"]):
             return False
-    if "context" in m and m["context"] not in (report.get("contexts") or []):
+    contexts = report.get("contexts") or []
+    if "context" in m and m["context"] not in contexts:
+        return False
+    if "not_context" in m and set(m["not_context"]) & set(contexts):
         return False
     if "key" in m:
         return any(_value_holds(v, m) for v in _values(report, m["key"]))
@@ -129,4 +136,40 @@ def contradictions(report: dict[str, Any]) -> list[Found]:
             m = check.says.search(text)
             if m:
                 found.append(Found(check.id, specialist, m.group(0)))
+    return found + framework_misfits(report)
+
+
+FRAMEWORK_FORM = "training with "  # how specialists/frameworks.py marks a framework's form of a fix
+
+
+def framework_misfits(report: dict[str, Any]) -> list[Found]:
+    """Advice that does not fit the framework the report measured (rules/data/frameworks.toml).
+
+    Two checks, in code because they read the order of the fixes rather than their words:
+    `framework-form-missing`, a plain-PyTorch fix for a change the framework makes with its own
+    setting (a GradScaler under Lightning's precision=) with no framework form of that change before it in
+    the same fix report; `other-framework-form`, the form of a framework the report did not find.
+    """
+    from torchdoctor.specialists.frameworks import framework_of, table
+
+    framework = framework_of(report.get("contexts") or [])
+    found: list[Found] = []
+    for fix_report in report.get("reports") or []:
+        specialist = fix_report.get("specialist", "")
+        given: set[str] = set()  # the titles of the framework forms given so far in this fix report
+        for fix in fix_report.get("fixes") or []:
+            title = fix.get("title") or ""
+            when = fix.get("applies_when") or ""
+            if when.startswith(FRAMEWORK_FORM):
+                if framework is None or when.removeprefix(FRAMEWORK_FORM) != framework["label"]:
+                    found.append(Found("other-framework-form", specialist, title))
+                given.add(title)
+                continue
+            if framework is None:
+                continue
+            text = f"{title}\n{fix.get('snippet') or ''}"
+            forms = {f"{framework['label']}: {knob[framework['id']]['title']}" for knob in table().get("knob", [])
+                     if framework["id"] in knob and any(m in text for m in knob["matches"])}
+            if forms and not forms & given:
+                found.append(Found("framework-form-missing", specialist, title))
     return found

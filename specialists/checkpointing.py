@@ -1,44 +1,18 @@
-"""Checkpointing and reproducibility: complete checkpoints, safe loading, state_dict keys, determinism."""
+"""Checkpointing and reproducibility: complete checkpoints, safe loading, state_dict keys, determinism.
+
+The fixes themselves are data (rules/data/advice/checkpointing.toml); this module decides which
+apply, in which order, and which line each is pinned to.
+"""
 
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, listing
 
 SPECIALIST = Specialist("checkpointing")
 
-# Everything here loads with torch.load's default weights_only=True: tensors,
-# dicts, lists, numbers, strings and tuples of them (no numpy arrays).
-_SAVE = """\
-import os, random
-
-def save_checkpoint(path, model, optimizer, scheduler, scaler, epoch, step):
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "scaler": scaler.state_dict(),
-        "epoch": epoch,
-        "step": step,
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all(),
-                "python": random.getstate()},
-    }
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)   # atomic: a crash mid-save never leaves a truncated checkpoint"""
-
-_RESUME = """\
-ckpt = torch.load(path, map_location="cpu", weights_only=True)
-model.load_state_dict(ckpt["model"])
-optimizer.load_state_dict(ckpt["optimizer"])   # after the model is on its device
-scheduler.load_state_dict(ckpt["scheduler"])
-scaler.load_state_dict(ckpt["scaler"])
-torch.set_rng_state(ckpt["rng"]["torch"])
-torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
-random.setstate(ckpt["rng"]["python"])
-start_epoch = ckpt["epoch"] + 1"""
 
 _WHAT_FOR = {
     "optimizer": "Adam's moment estimates restart from zero",
@@ -69,21 +43,8 @@ def incomplete(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Save the whole training state, atomically",
-                snippet=_SAVE,
-                why="Resuming is only equivalent to not stopping when every stateful object comes back; writing to a "
-                "temporary file and renaming it keeps the previous checkpoint intact if the job dies mid-save.",
-                verify="Train N steps, save, resume, train M more: the loss matches an uninterrupted N+M run.",
-                location=case.location,
-            ),
-            Fix(
-                title="Resume every piece, in order",
-                snippet=_RESUME,
-                why="The optimizer's state tensors are moved to its parameters' device on load, so build and move "
-                "the model first; map_location='cpu' avoids loading onto the GPU the file was saved from.",
-                verify="optimizer.state_dict()['state'] is non-empty right after resuming; the LR equals the saved one.",
-            ),
+            advice.fix("checkpointing", "save-full-state", location=case.location),
+            advice.fix("checkpointing", "resume-in-order"),
         ],
         [f"`{case.run_cmd(extra='--steps 20')}` records what each torch.save call actually holds."],
     )
@@ -138,61 +99,16 @@ def state_dict_mismatch(case: Case) -> Advice:
     if prefix:
         strip = prefix
         fixes.append(
-            Fix(
-                title=f"Load into the unwrapped model, or strip `{strip}` from the keys",
-                snippet=(
-                    "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
-                    "state = torch.load(path, map_location='cpu', weights_only=True)\n"
-                    f"consume_prefix_in_state_dict_if_present(state, '{strip}')\n"
-                    "model.load_state_dict(state)   # strict: every key must now match"
-                    if not reverse
-                    else "model.module.load_state_dict(state)   # load into the wrapped module, not the wrapper"
-                ),
-                why="The parameters are the same; only the names differ by the wrapper's attribute.",
-                verify="load_state_dict(strict=True) returns no missing or unexpected keys.",
-                location=case.location,
-            )
+            advice.fix("checkpointing", "strip-prefix", location=case.location, strip=strip)
+            if not reverse
+            # the model is wrapped, the checkpoint is not: the wrapper's attribute holds the module to load into
+            else advice.fix("checkpointing", "load-into-wrapped", location=case.location, strip=strip,
+                            attribute=strip.rstrip("."))
         )
-        fixes.append(
-            Fix(
-                title="Save the unwrapped module's state_dict from now on",
-                snippet="raw = model.module if hasattr(model, 'module') else model   # DDP\n"
-                "raw = getattr(raw, '_orig_mod', raw)                            # torch.compile\n"
-                "torch.save(raw.state_dict(), path)",
-                why="Checkpoints then load into a plain model, with or without DDP or compile.",
-                verify="Keys in the saved file have no `module.` / `_orig_mod.` prefix.",
-            )
-        )
+        fixes.append(advice.fix("checkpointing", "save-unwrapped"))
     else:
-        fixes.append(
-            Fix(
-                title="Compare key sets and shapes to find the real difference",
-                snippet=(
-                    "state = torch.load(path, map_location='cpu', weights_only=True)\n"
-                    "own = model.state_dict()\n"
-                    "print('missing:', sorted(own.keys() - state.keys())[:10])\n"
-                    "print('unexpected:', sorted(state.keys() - own.keys())[:10])\n"
-                    "print('resized:', [k for k in own.keys() & state.keys() if own[k].shape != state[k].shape])"
-                ),
-                why="Renamed attributes show as missing+unexpected pairs; a new head shows as resized.",
-                verify="The three lists explain every difference.",
-                location=case.location,
-            )
-        )
-        fixes.append(
-            Fix(
-                title="For fine-tuning, load the matching part deliberately",
-                snippet=(
-                    "own = model.state_dict()\n"
-                    "keep = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}\n"
-                    "result = model.load_state_dict(keep, strict=False)\n"
-                    "print('left at init:', result.missing_keys)   # check it is only the new head"
-                ),
-                why="strict=False is safe only when you print and check what it skipped.",
-                verify="result.missing_keys lists only the layers you replaced.",
-                applies_when="The architecture differs on purpose (a new classification head).",
-            )
-        )
+        fixes.append(advice.fix("checkpointing", "compare-keys", location=case.location))
+        fixes.append(advice.fix("checkpointing", "load-matching-part"))
     return Advice(
         facts,
         fixes,
@@ -227,33 +143,9 @@ def unsafe_load(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Load explicitly: weights_only=True and map_location",
-                snippet="state = torch.load(path, map_location='cpu', weights_only=True)",
-                why="Safe against malicious pickles; 'cpu' (or the local device) makes the file load anywhere.",
-                verify="The load works on a machine with a different GPU count, and without a GPU.",
-                location=case.location,
-            ),
-            Fix(
-                title="Allow exactly the extra types your checkpoint holds",
-                snippet=(
-                    "print(torch.serialization.get_unsafe_globals_in_checkpoint(path))  # what weights_only rejects\n"
-                    "torch.serialization.add_safe_globals([TrainConfig])               # your own, trusted classes\n"
-                    "state = torch.load(path, map_location='cpu', weights_only=True)"
-                ),
-                why="A full training checkpoint that stores a config object or numpy values fails under "
-                "weights_only=True; allow-listing those classes keeps the safe loader. Better still, store such "
-                "values as tensors or plain Python types.",
-                verify="The load succeeds without weights_only=False.",
-                applies_when="A weights_only load fails with 'Unsupported global' for a class you wrote or trust.",
-            ),
-            Fix(
-                title="weights_only=False only for files you produced yourself",
-                snippet="state = torch.load(path, map_location='cpu', weights_only=False)  # trusted, self-made file only",
-                why="It restores arbitrary pickled objects, which is also how a malicious file runs code.",
-                verify="The file comes from your own training run or a source you trust.",
-                applies_when="Never for downloaded or shared checkpoints.",
-            ),
+            advice.fix("checkpointing", "explicit-safe-load", location=case.location),
+            advice.fix("checkpointing", "allow-listed-types"),
+            advice.fix("checkpointing", "weights-only-false-own-files"),
         ],
         [f"`{case.check_cmd(case.rule_code('TD7'))}` lists every torch.load and how it is called."],
     )
@@ -270,11 +162,9 @@ def _weights_only_failed(case: Case, unsupported: str | None, where: str) -> Adv
         )
         module = unsupported.rsplit(".", 1)[0] if "." in unsupported else None
         allow = (
-            (f"from {module} import {cls}\n" if module else "")
-            + f"torch.serialization.add_safe_globals([{cls}])   # only a class you trust\n"
-            "state = torch.load(path, map_location='cpu')\n\n"
-            f"# or only around this load:\nwith torch.serialization.safe_globals([{cls}]):\n"
-            "    state = torch.load(path, map_location='cpu')"
+            advice.fix("checkpointing", "allow-list-class", location=case.location, cls=cls, module=module)
+            if module
+            else advice.fix("checkpointing", "allow-list-unqualified-class", location=case.location, cls=cls)
         )
     else:
         facts = (
@@ -282,37 +172,13 @@ def _weights_only_failed(case: Case, unsupported: str | None, where: str) -> Adv
             "safe loader refuses, or is not a PyTorch checkpoint at all (a truncated download, an HTML page or a "
             "Git LFS pointer also fails this way)."
         )
-        allow = (
-            "print(torch.serialization.get_unsafe_globals_in_checkpoint(path))  # what the safe loader refuses\n"
-            "torch.serialization.add_safe_globals([TrainConfig])                # each class you trust\n"
-            "state = torch.load(path, map_location='cpu')"
-        )
+        allow = advice.fix("checkpointing", "allow-list-unknown-classes", location=case.location)
     fixes = [
-            Fix(
-                title=f"Allow-list {f'`{cls}`' if cls else 'the classes the checkpoint holds'} and keep the safe loader",
-                snippet=allow,
-                why="add_safe_globals (or the safe_globals context manager) lets weights_only=True rebuild exactly the "
-                "types you name, and nothing else.",
-                verify="torch.load succeeds without weights_only=False.",
-                location=case.location,
-            ),
-            Fix(
-                title="weights_only=False, only for a file you trust",
-                snippet="state = torch.load(path, map_location='cpu', weights_only=False)  # your own or a trusted file only",
-                why="It unpickles arbitrary objects, which is also how a malicious checkpoint runs code.",
-                verify="The file comes from your own training run or a source you trust.",
-                applies_when="Never for downloaded or shared checkpoints you cannot vouch for.",
-            ),
+        allow,
+        advice.fix("checkpointing", "weights-only-false-trusted"),
     ]
     if cls is None:  # no class named: the file itself may not be a checkpoint
-        fixes.append(
-            Fix(
-                title="Check that the file is a checkpoint",
-                snippet="import os, zipfile\nprint(os.path.getsize(path), zipfile.is_zipfile(path))  # a torch.save file is a zip",
-                why="'Unsupported operand' or a tiny file usually means an incomplete download or a Git LFS pointer.",
-                verify="The size matches the published file and is_zipfile is True.",
-            )
-        )
+        fixes.append(advice.fix("checkpointing", "check-file-is-checkpoint"))
     return Advice(facts, fixes, [f"`{case.check_cmd(case.rule_code('TD7'))}` lists every torch.load and how it is called."])
 
 
@@ -332,39 +198,10 @@ def whole_model(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Save the state_dict; rebuild the model from code",
-                snippet="torch.save(model.state_dict(), path)\n\n"
-                "model = Net(**config)\nmodel.load_state_dict(torch.load(path, map_location='cpu', weights_only=True))",
-                why="A state_dict is tensors keyed by name: loadable safely, and independent of the class's module path.",
-                verify="The checkpoint loads with weights_only=True in a fresh process.",
-                location=case.location,
-            ),
+            advice.fix("checkpointing", "save-state-dict", location=case.location),
         ],
         [f"`{case.check_cmd(case.rule_code('TD7'))}` finds torch.save calls on module objects."],
     )
-
-
-_SEED = """\
-import random
-import numpy as np
-
-def seed_everything(seed: int) -> torch.Generator:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)            # also seeds every CUDA device
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return g
-
-def seed_worker(worker_id):
-    worker_seed = torch.initial_seed() % 2**32
-    np.random.seed(worker_seed)
-    random.seed(worker_seed)
-
-g = seed_everything(0)
-loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=4,
-                    worker_init_fn=seed_worker, generator=g)"""
 
 
 @SPECIALIST.handles("nondeterminism")
@@ -382,26 +219,8 @@ def nondeterminism(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Seed every random source, including DataLoader workers",
-                snippet=_SEED,
-                why="Each worker has its own numpy/random state; the generator fixes the shuffle order.",
-                verify="Two runs on the same machine give identical losses for the first steps.",
-                location=case.location,
-            ),
-            Fix(
-                title="Require deterministic kernels",
-                snippet=(
-                    "import os\n"
-                    "os.environ['CUBLAS_WORKSPACE_CONFIG'] = ':4096:8'   # before the first cuBLAS call\n"
-                    "torch.use_deterministic_algorithms(True)          # raises on ops without a deterministic version\n"
-                    "torch.backends.cudnn.benchmark = False"
-                ),
-                why="Some CUDA kernels (atomics) sum in varying order; deterministic mode picks reproducible ones or "
-                "raises naming the op. cuBLAS needs the workspace setting for reproducible matmuls.",
-                verify="Two runs give bit-identical losses; an op without a deterministic kernel raises a RuntimeError naming it.",
-                applies_when="Costs some speed; exact reproducibility holds on the same hardware and software versions only.",
-            ),
+            advice.fix("checkpointing", "seed-everything", location=case.location),
+            advice.fix("checkpointing", "deterministic-kernels"),
         ],
         [f"`{case.run_cmd('env')}` reports determinism flags, cudnn.benchmark and the relevant environment variables."],
     )
@@ -422,26 +241,9 @@ def corrupt(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Check what the file actually is",
-                snippet="head -c 200 checkpoint.pt | xxd | head   # a real checkpoint is a zip: it starts with 'PK'",
-                why="Pointer files, HTML error pages and truncated copies all fail torch.load with confusing messages.",
-                verify="The file starts with PK and its size matches the original.",
-            ),
-            Fix(
-                title="Write checkpoints atomically",
-                snippet="tmp = path + '.tmp'\ntorch.save(state, tmp)\nos.replace(tmp, path)",
-                why="A job killed mid-save leaves a truncated file under the real name; a rename is all-or-nothing.",
-                verify="After killing a run during a save, the previous checkpoint still loads.",
-                location=case.location,
-            ),
-            Fix(
-                title="Fetch the real file behind an LFS pointer",
-                snippet="git lfs install\ngit lfs pull",
-                why="A clone without git-lfs checks out small text pointers in place of large files.",
-                verify="The file size is the model's size, not ~130 bytes.",
-                applies_when="The checkpoint comes from a git repository that uses Git LFS.",
-            ),
+            advice.fix("checkpointing", "inspect-file"),
+            advice.fix("checkpointing", "atomic-write", location=case.location),
+            advice.fix("checkpointing", "git-lfs-pull"),
         ],
         [f"`{case.check_cmd('TD7')}` checks how checkpoints are written and loaded."],
     )
@@ -453,25 +255,9 @@ def checkpoint_setup(case: Case) -> Advice:
         "A checkpoint you can resume from holds the model, optimizer, scheduler and scaler state, the epoch/step "
         "and the RNG states; save it atomically and load it with weights_only=True and map_location.",
         [
-            Fix(
-                title="Save the whole training state, atomically",
-                snippet=_SAVE,
-                why="Weights alone give a model to evaluate, not a run to continue.",
-                verify="Resume after N steps and compare with an uninterrupted run: the losses match.",
-            ),
-            Fix(
-                title="Resume every piece, in order",
-                snippet=_RESUME,
-                why="Loading the optimizer before the model is on its device, or forgetting the scheduler, silently "
-                "changes the run.",
-                verify="The learning rate and step counter after resuming equal the saved ones.",
-            ),
-            Fix(
-                title="For weights you publish, save the state_dict alone",
-                snippet="torch.save(model.state_dict(), 'model.pt')",
-                why="A plain state_dict loads with weights_only=True anywhere, independent of your training code.",
-                verify="torch.load('model.pt', weights_only=True) works in a fresh process.",
-            ),
+            advice.fix("checkpointing", "save-full-state-setup"),
+            advice.fix("checkpointing", "resume-in-order-setup"),
+            advice.fix("checkpointing", "publish-state-dict"),
         ],
         [f"`{case.check_cmd('TD7')}` checks every torch.save and torch.load call."],
     )
@@ -484,20 +270,8 @@ def save_all_ranks(case: Case) -> Advice:
         f"From the checkpoint side: {where[:1].lower() + where[1:]} writes from every rank; with DDP one rank's "
         "state is the whole state.",
         [
-            Fix(
-                title="Write on rank 0 only, then barrier",
-                snippet="if dist.get_rank() == 0:\n    torch.save(state, path)\ndist.barrier()",
-                why="Replicas are identical; one writer avoids torn files.",
-                verify="One checkpoint file per save; it loads with weights_only=True.",
-                location=case.location,
-            ),
-            Fix(
-                title="Sharded models: save with torch.distributed.checkpoint, from every rank",
-                snippet="import torch.distributed.checkpoint as dcp\ndcp.save({'model': model.state_dict()}, checkpoint_id=ckpt_dir)",
-                why="With FSDP each rank holds a different shard, so every rank must write its part; DCP coordinates it.",
-                verify="dcp.load restores the model on the same or a different number of ranks.",
-                applies_when="FSDP / tensor-parallel models only; for DDP save on rank 0.",
-            ),
+            advice.fix("checkpointing", "save-on-rank-zero", location=case.location),
+            advice.fix("checkpointing", "distributed-checkpoint"),
         ],
         [f"`{case.check_cmd(case.rule_code('TD3'))}` checks that saves are guarded by a rank check."],
     )
@@ -530,20 +304,7 @@ def resume_optimizer_missing(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Build the optimizer once, then load its state into that same object",
-                snippet=(
-                    f"optimizer = torch.optim.{built}(model.parameters(), lr=lr)\n"
-                    "if checkpoint is not None:\n"
-                    "    model.load_state_dict(checkpoint['model'])\n"
-                    "    optimizer.load_state_dict(checkpoint['optimizer'])\n"
-                    "# no second optimizer after this point"
-                ),
-                why="load_state_dict fills the object it is called on; an optimizer built afterwards knows nothing "
-                "of it.",
-                verify="`len(optimizer.state)` is non-zero before the first step after the resume.",
-                location=case.location,
-            )
+            advice.fix("checkpointing", "load-into-stepping-optimizer", location=case.location, built=built)
         ],
         [f"`{case.run_cmd('checkpoint')}` records what each load restored."],
     )
@@ -556,12 +317,7 @@ def general(case: Case) -> Advice:
         f"From the checkpointing side of {symptom}: make the run resumable and reproducible so the problem can be "
         "replayed from the step before it appears.",
         [
-            Fix(
-                title="Save the whole training state, atomically",
-                snippet=_SAVE,
-                why="A complete checkpoint just before the failing step lets you replay it in seconds.",
-                verify="Resuming from the checkpoint reproduces the same loss at the next step.",
-            )
+            advice.fix("checkpointing", "save-full-state-to-replay")
         ],
         [f"`{case.check_cmd('TD7')}` checks every torch.save and torch.load call."],
     )

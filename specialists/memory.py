@@ -1,102 +1,41 @@
-"""Tensor operations and memory: OOM, leaks, peaks, fragmentation, host RAM."""
+"""Tensor operations and memory: OOM, leaks, peaks, fragmentation, host RAM.
+
+The fixes themselves are data (rules/data/advice/memory.toml); this module decides which apply,
+in which order, and which line each is pinned to.
+"""
 
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, gib, mib
 
 SPECIALIST = Specialist("memory")
 
-_SNAPSHOT = """\
-torch.cuda.memory._record_memory_history(max_entries=100_000)
-# ... run the steps that reach the peak ...
-torch.cuda.memory._dump_snapshot("oom_snapshot.pickle")  # open at pytorch.org/memory_viz"""
-
 
 def _fragmentation_fix(case: Case) -> Fix:
-    return Fix(
-        title="Let the caching allocator grow segments instead of fragmenting",
-        snippet=f"PYTORCH_ALLOC_CONF=expandable_segments:True python {case.script}",
-        why=(
-            "Memory reserved by PyTorch but not allocated is held in blocks too small for the "
-            "request; expandable segments map more memory into an existing segment instead of "
-            "carving fixed-size ones."
-        ),
-        verify="The OOM message's 'reserved by PyTorch but unallocated' figure drops, and the run passes the step.",
-        applies_when=(
-            "CUDA only; set it in the environment before the first CUDA allocation. PYTORCH_ALLOC_CONF is "
-            "the current name; the older PYTORCH_CUDA_ALLOC_CONF is still read."
-        ),
-    )
+    return advice.fix("memory", "expandable-segments", script=case.script)
 
 
 def _checkpointing_fix() -> Fix:
-    return Fix(
-        title="Trade compute for activation memory with activation checkpointing",
-        snippet=(
-            "from torch.utils.checkpoint import checkpoint\n\n"
-            "def forward(self, x):\n"
-            "    for block in self.blocks:\n"
-            "        x = checkpoint(block, x, use_reentrant=False)\n"
-            "    return x"
-        ),
-        why="Activations inside checkpointed blocks are recomputed in backward instead of stored (about one extra forward of compute).",
-        verify="torch.cuda.max_memory_allocated() after one step is lower than before.",
-        applies_when="Activations, not parameters or optimizer state, dominate the peak (deep nets, long sequences).",
-    )
+    return advice.fix("memory", "activation-checkpointing")
 
 
 def _bf16_fix() -> Fix:
-    return Fix(
-        title="Run the forward pass under bfloat16 autocast",
-        snippet=(
-            "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
-            "    loss = criterion(model(x), y)\n"
-            "loss.backward()"
-        ),
-        why="Activations saved for backward are stored in 16 bits, roughly halving activation memory; bf16 needs no GradScaler.",
-        verify="Peak memory per step drops; the loss curve matches the fp32 run within noise.",
-        applies_when="bf16 needs an Ampere-or-newer GPU (torch.cuda.is_bf16_supported()).",
-    )
+    return advice.fix("memory", "bf16-autocast")
 
 
 def _accumulation_fix() -> Fix:
-    return Fix(
-        title="Keep the batch, halve the micro-batch: gradient accumulation",
-        snippet=(
-            "accum = 2\nfor i, (x, y) in enumerate(loader):  # loader with batch_size // accum\n"
-            "    loss = criterion(model(x), y) / accum\n    loss.backward()\n"
-            "    if (i + 1) % accum == 0:\n        optimizer.step()\n        optimizer.zero_grad()"
-        ),
-        why="Peak activation memory scales with the micro-batch; the effective batch and the gradients stay the same.",
-        verify="The step that failed now passes; the loss curve matches the larger batch.",
-    )
+    return advice.fix("memory", "gradient-accumulation")
 
 
 def _optimizer_state_fix() -> Fix:
-    return Fix(
-        title="Shrink optimizer state: fused AdamW, or a sharded / 8-bit optimizer",
-        snippet=(
-            "optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)\n"
-            "# several GPUs: shard the state instead of replicating it\n"
-            "from torch.distributed.optim import ZeroRedundancyOptimizer\n"
-            "optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=lr)"
-        ),
-        why="Adam keeps two fp32 tensors per parameter (8 bytes per parameter); ZeRO splits them across ranks.",
-        verify="The optimizer-state share of the peak drops (torchdoctor's memory probe prints the split).",
-        applies_when="Optimizer state is a large share of the peak (large models, small activations).",
-    )
+    return advice.fix("memory", "shrink-optimizer-state")
 
 
 def _inference_fix(case: Case | None = None) -> Fix:
-    return Fix(
-        title="Run validation without building autograd graphs",
-        snippet="model.eval()\nwith torch.inference_mode():\n    for x, y in val_loader:\n        ...\nmodel.train()",
-        why="Under grad mode every validation forward keeps its activations alive for a backward that never comes.",
-        verify="Validation peak memory falls to roughly the size of one forward pass.",
-        location=case.location if case is not None else None,
-    )
+    return advice.fix("memory", "inference-mode-validation", location=case.location if case is not None else None)
 
 
 @SPECIALIST.handles("oom")
@@ -154,7 +93,7 @@ def out_of_memory(case: Case) -> Advice:
         "activation checkpointing or sharding would change, each measured.",
         f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak and splits it into parameters, "
         "gradients, optimizer state and activations; add `--gpu-memory 10GiB` for a fit verdict.",
-        "On CUDA, record the allocator's history and open the snapshot at pytorch.org/memory_viz:\n" + _SNAPSHOT,
+        "On CUDA, record the allocator's history and open the snapshot at pytorch.org/memory_viz:\n" + advice.snippet("memory", "snapshot"),
     ]
     return Advice(diagnosis, fixes, next_steps)
 
@@ -184,14 +123,7 @@ def _host_allocation(case: Case, requested: float | None) -> Advice:
         f"The CPU allocator could not get an allocation{size} from host RAM: a tensor this large does not fit in "
         "what the machine (or the container's memory limit) has left.",
         [
-            Fix(
-                title="Load data lazily instead of materialising it in RAM",
-                snippet="data = np.load('features.npy', mmap_mode='r')   # pages are read on access\n"
-                "x = torch.from_numpy(np.ascontiguousarray(data[i]))",
-                why="A memory-mapped array keeps only the pages in use resident.",
-                verify="Process RSS stays well below the machine's memory.",
-                location=case.location,
-            ),
+            advice.fix("memory", "load-lazily", location=case.location),
             _accumulation_fix(),
         ],
         [f"`{case.run_cmd('memory', extra='--steps 5')}` records the process RSS per step."],
@@ -219,14 +151,7 @@ def memory_growth(case: Case) -> Advice:
         # a container of plain tensors (no graph): it grows by what is appended, not by graphs
         diagnosis = f"{where} keeps adding tensors to `{name}` every step, and nothing ever frees them.{measured}"
         fixes = [
-            Fix(
-                title=f"Keep numbers, or a bounded window, in `{name}`",
-                snippet=f"{name}.append(value.item())            # a float, not a tensor\n"
-                f"# or keep only the last N:\nfrom collections import deque\n{name} = deque(maxlen=1000)",
-                why="Each appended tensor stays alive as long as the container does, so memory grows linearly with steps.",
-                verify="RSS (or torch.cuda.memory_allocated()) stays flat after the first steps.",
-                location=case.location,
-            )
+            advice.fix("memory", "bounded-container", location=case.location, name=name)
         ]
         return Advice(
             diagnosis,
@@ -241,27 +166,9 @@ def memory_growth(case: Case) -> Advice:
             + measured
         )
     fixes = [
-        Fix(
-            title=f"Accumulate Python numbers, not graph-holding tensors ({name})",
-            snippet=f"{name} += loss.item()      # a float: the graph is freed after backward\n"
-            f"# or, to stay on the device without syncing every step:\n{name} += loss.detach()",
-            why="`loss` references the whole autograd graph of its step; adding it to a running total chains every step's graph together.",
-            verify="Per-step memory (torch.cuda.memory_allocated() or the run probe's census) stays flat after the first steps.",
-            location=case.location,
-        ),
-        Fix(
-            title="Detach anything kept for logging or metrics",
-            snippet="history.append(outputs.detach().cpu())",
-            why="Lists of outputs, losses or hidden states kept across steps hold their graphs unless detached.",
-            verify="The number of live tensors stops growing step over step.",
-        ),
-        Fix(
-            title="Carry recurrent state without its history",
-            snippet="hidden = hidden.detach()  # truncated backprop through time",
-            why="A hidden state passed from one batch to the next links all batches into one ever-growing graph.",
-            verify="Backward time per step stays constant instead of growing.",
-            applies_when="Only for RNN-style models that carry state across batches.",
-        ),
+        advice.fix("memory", "accumulate-numbers-not-graphs", location=case.location, name=name),
+        advice.fix("memory", "detach-kept-tensors"),
+        advice.fix("memory", "detach-recurrent-state"),
     ]
     return Advice(
         diagnosis,
@@ -288,16 +195,9 @@ def fragmentation(case: Case) -> Advice:
         "have fragmented its segments.",
         [
             _fragmentation_fix(case),
-            Fix(
-                title="Make shapes more regular",
-                snippet="# pad or bucket variable-length batches to a few fixed lengths\n"
-                "x = torch.nn.functional.pad(x, (0, bucket_len - x.shape[-1]))",
-                why="Tensors of ever-changing size leave holes of sizes no later request fits.",
-                verify="The gap between torch.cuda.memory_reserved() and memory_allocated() stays small.",
-                applies_when="Variable sequence lengths or image sizes.",
-            ),
+            advice.fix("memory", "regular-shapes"),
         ],
-        ["Record a memory snapshot and look for many small free blocks between live ones:\n" + _SNAPSHOT],
+        ["Record a memory snapshot and look for many small free blocks between live ones:\n" + advice.snippet("memory", "snapshot")],
     )
 
 
@@ -378,20 +278,8 @@ def host_oom(case: Case) -> Advice:
         "Host RAM ran out: the OOM killer ended a process (often a DataLoader worker); each worker holds a copy of "
         "whatever the Dataset keeps in Python objects." + facts,
         [
-            Fix(
-                title="Keep dataset storage in arrays or tensors, not Python lists of objects",
-                snippet="self.samples = torch.tensor(samples)  # or a numpy array / memory-mapped file",
-                why="Forked workers share pages copy-on-write, but touching Python objects updates their refcounts "
-                "and copies the pages: lists of objects end up duplicated in every worker.",
-                verify="RSS per worker (psutil or top) stays flat instead of climbing over the epoch.",
-                location=case.location,
-            ),
-            Fix(
-                title="Use fewer workers or a smaller prefetch",
-                snippet="DataLoader(ds, batch_size=64, num_workers=4, prefetch_factor=2)",
-                why="Every worker holds prefetch_factor batches and its own copy of touched data.",
-                verify="Peak host memory drops by about one worker's share per worker removed.",
-            ),
+            advice.fix("memory", "dataset-in-arrays", location=case.location),
+            advice.fix("memory", "fewer-workers"),
         ],
         [f"`{case.run_cmd('memory', 'data')}` records process RSS per step and each DataLoader's settings."],
     )
@@ -402,26 +290,9 @@ def _shared_memory(case: Case) -> Advice:
         "DataLoader workers pass batches to the main process through shared memory (/dev/shm), and it is too small: "
         "containers often mount only 64 MiB there.",
         [
-            Fix(
-                title="Give the container more shared memory",
-                snippet=f"docker run --shm-size=8g ... python {case.script}",
-                why="Each in-flight batch of each worker lives in /dev/shm until the main process takes it.",
-                verify="`df -h /dev/shm` inside the container shows the new size; the workers no longer die.",
-                applies_when="Inside Docker or Kubernetes (there: an emptyDir volume with medium: Memory on /dev/shm).",
-            ),
-            Fix(
-                title="Or share tensors through files instead of shared-memory segments",
-                snippet="import torch.multiprocessing\ntorch.multiprocessing.set_sharing_strategy('file_system')",
-                why="The file_system strategy avoids per-tensor shm file descriptors (also the 'too many open files' error).",
-                verify="The loader runs a full epoch without bus errors.",
-                location=case.location,
-            ),
-            Fix(
-                title="Hold fewer batches in flight",
-                snippet="DataLoader(ds, batch_size=64, num_workers=2, prefetch_factor=2)",
-                why="Shared memory in use is about num_workers x prefetch_factor batches.",
-                verify="No bus error / shm error over an epoch.",
-            ),
+            advice.fix("memory", "container-shm-size", script=case.script),
+            advice.fix("memory", "file-system-sharing", location=case.location),
+            advice.fix("memory", "fewer-batches-in-flight"),
         ],
         [f"`{case.run_cmd('data', extra='--steps 20')}` records each DataLoader's workers and prefetch."],
     )
@@ -434,14 +305,7 @@ def empty_cache(case: Case) -> Advice:
         f"torch.cuda.empty_cache() in {where} returns cached blocks to the driver every step, so the next step must "
         "cudaMalloc them again: slower, and it frees no memory that tensors still use.",
         [
-            Fix(
-                title="Remove empty_cache() from the loop",
-                snippet="for x, y in loader:\n    ...  # no empty_cache() inside the loop\n"
-                "torch.cuda.empty_cache()  # once after training, only if another process needs the memory",
-                why="The caching allocator reuses freed blocks; emptying the cache only hides memory from nvidia-smi.",
-                verify="Step time drops; torch.cuda.memory_allocated() is unchanged.",
-                location=case.location,
-            )
+            advice.fix("memory", "remove-empty-cache", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD1'))}` lists every such call."],
     )
@@ -468,15 +332,7 @@ def checkpoint_memory(case: Case) -> Advice:
         "variant, which always recomputes whole blocks and, when no input of a block requires grad, returns an "
         "output without a graph, so the block's parameters silently get no gradients.",
         [
-            Fix(
-                title="Pass use_reentrant=False",
-                snippet="x = checkpoint(block, x, use_reentrant=False)",
-                why="The non-reentrant variant stops recomputing as soon as the needed activations exist, records "
-                "the graph so parameters get gradients even when the inputs do not require grad, and supports "
-                "torch.autograd.grad and nested backward.",
-                verify="No use_reentrant warning; peak memory with checkpointing is below the peak without it.",
-                location=case.location,
-            )
+            advice.fix("memory", "use-reentrant-false", location=case.location)
         ],
         [f"`{case.run_cmd('memory', extra='--steps 5')}` measures the peak with and without the change."],
     )

@@ -1,35 +1,17 @@
-"""Module and model design: nn.Module structure, registration, forward design, shapes, devices."""
+"""Module and model design: nn.Module structure, registration, forward design, shapes, devices.
+
+The fixes themselves are data (rules/data/advice/module-design.toml); this module decides which
+apply, in which order, and which line each is pinned to.
+"""
 
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, listing
 
 SPECIALIST = Specialist("module-design")
-
-_SKELETON = """\
-class Classifier(nn.Module):
-    \"\"\"x: (batch, channels, height, width) -> logits: (batch, num_classes)\"\"\"
-
-    def __init__(self, num_classes: int, width: int = 64):
-        super().__init__()                      # first: sets up parameter/submodule registries
-        self.features = nn.Sequential(
-            nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-        )
-        self.head = nn.Linear(width, num_classes)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(m: nn.Module) -> None:
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-            nn.init.zeros_(m.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.features(x).flatten(1)         # (batch, width)
-        return self.head(h)                     # logits; the loss lives outside the model"""
 
 
 def _shape(dims: list[int]) -> str:
@@ -85,35 +67,15 @@ def shape_mismatch(case: Case) -> Advice:
         facts += f" in `{module}`"
     if where:
         facts += f" at {where}"
-    detail, in_features = _shape_facts(case)
+    detail, known = _shape_facts(case)
     facts += detail
+    in_features = known if known is not None else "in_features"  # the snippet names the argument when unknown
     return Advice(
         facts,
         [
-            Fix(
-                title="Match the layer to its input (or infer it)",
-                snippet=(
-                    f"self.head = nn.Linear({in_features if in_features is not None else 'in_features'}, num_classes)\n"
-                    "# or let PyTorch infer in_features on the first forward:\n"
-                    "self.head = nn.LazyLinear(num_classes)"
-                ),
-                why="A Linear's in_features must equal the last dimension of its input; after conv stacks it is "
-                "channels x height x width of the flattened map.",
-                verify="A dummy forward `model(torch.zeros(2, *input_shape))` runs and returns (2, num_classes).",
-                location=case.location,
-            ),
-            Fix(
-                title="Flatten only the feature dimensions",
-                snippet="h = torch.flatten(h, start_dim=1)   # keeps the batch dimension\n# not h.view(-1) or h.view(-1, 512)",
-                why="view(-1, n) silently folds the batch into the features when n is wrong.",
-                verify="h.shape[0] equals the batch size after flattening.",
-            ),
-            Fix(
-                title="Assert shapes at module boundaries",
-                snippet="b, c, hgt, wdt = x.shape\nassert c == self.in_channels, f'expected {self.in_channels} channels, got {c}'",
-                why="A named assertion fails at the boundary with both numbers, not three layers later.",
-                verify="Wrong inputs fail with the assertion's message.",
-            ),
+            advice.fix("module-design", "match-layer-to-input", location=case.location, in_features=in_features),
+            advice.fix("module-design", "flatten-features"),
+            advice.fix("module-design", "assert-shapes"),
         ],
         [
             "Print every submodule's output shape for one dummy batch:\n"
@@ -141,40 +103,9 @@ def _unequal_samples(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Pad each batch to its longest sample in a collate_fn",
-                snippet=(
-                    "from torch.nn.utils.rnn import pad_sequence\n\n"
-                    "def pad_collate(batch):                      # module level, so workers can pickle it\n"
-                    "    xs, ys = zip(*batch)\n"
-                    "    lengths = torch.tensor([len(x) for x in xs])\n"
-                    "    xs = pad_sequence(xs, batch_first=True, padding_value=0)\n"
-                    "    return xs, lengths, torch.stack(ys)\n\n"
-                    "loader = DataLoader(dataset, batch_size=32, collate_fn=pad_collate)"
-                ),
-                why="Padding to the longest sample of each batch keeps every sample; pass the lengths (or a mask) "
-                "so the model and the loss ignore the padding.",
-                verify="for batch in loader: runs over a whole epoch, and the padded positions are masked out.",
-                location=case.location,
-            ),
-            Fix(
-                title="Keep per-sample targets of varying size as a list",
-                snippet=(
-                    "def detection_collate(batch):\n"
-                    "    images, targets = zip(*batch)\n"
-                    "    return torch.stack(images), list(targets)   # boxes per image stay separate"
-                ),
-                why="Targets with a different count per sample (boxes, keypoints) should not be stacked at all.",
-                verify="The loss receives one target tensor per image.",
-                applies_when="The mismatched dimension is a count of objects, not a length or a size.",
-            ),
-            Fix(
-                title="Or make the samples one size in the dataset",
-                snippet="transform = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])",
-                why="Images (or crops) of one fixed size stack with the default collate_fn.",
-                verify="Every dataset[i][0].shape is the same.",
-                applies_when="Resizing or cropping does not lose what the model needs.",
-            ),
+            advice.fix("module-design", "pad-collate", location=case.location),
+            advice.fix("module-design", "list-targets"),
+            advice.fix("module-design", "one-size-samples"),
         ],
         ["Print the shapes of a few samples: `print([tuple(dataset[i][0].shape) for i in range(8)])`."],
     )
@@ -197,15 +128,7 @@ def unregistered(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Use the registering containers",
-                snippet="self.layers = nn.ModuleList([Block(d) for _ in range(n)])\n"
-                "self.heads = nn.ModuleDict({'cls': nn.Linear(d, 10), 'box': nn.Linear(d, 4)})\n"
-                "self.scales = nn.ParameterList([nn.Parameter(torch.ones(d)) for _ in range(n)])",
-                why="ModuleList/ModuleDict/ParameterList register their contents as children of the module.",
-                verify="sum(p.numel() for p in model.parameters()) includes them; they appear in model.state_dict().",
-                location=case.location,
-            )
+            advice.fix("module-design", "registering-containers", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds modules and parameters held in lists or dicts."],
     )
@@ -227,20 +150,8 @@ def frozen(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Unfreeze them and build the optimizer over what trains",
-                snippet="for p in model.encoder.parameters():\n    p.requires_grad_(True)\n"
-                "optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)",
-                why="Parameters unfrozen after the optimizer was created are not in its param groups and never update.",
-                verify="Every parameter that should train appears in optimizer.param_groups and has a .grad after backward.",
-                location=case.location,
-            ),
-            Fix(
-                title="Check for a cut in the forward",
-                snippet="loss.backward()\nprint([n for n, p in model.named_parameters() if p.requires_grad and p.grad is None])",
-                why="Parameters whose outputs pass through .detach() or .item() before the loss get no gradient.",
-                verify="The printed list is empty.",
-            ),
+            advice.fix("module-design", "unfreeze-and-rebuild-optimizer", location=case.location),
+            advice.fix("module-design", "find-graph-cut"),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 5')}` lists parameters without gradients after backward."],
     )
@@ -253,42 +164,9 @@ def freeze_layers(case: Case) -> Advice:
         "trains, and its BatchNorm layers stop updating their running statistics (requires_grad alone does not "
         "stop those).",
         [
-            Fix(
-                title="Freeze the backbone and optimise only what trains",
-                snippet=(
-                    "for p in model.backbone.parameters():\n"
-                    "    p.requires_grad_(False)\n"
-                    "optimizer = torch.optim.AdamW((p for p in model.parameters() if p.requires_grad), lr=lr)"
-                ),
-                why="Frozen parameters get no .grad and no optimizer state (less memory); an optimizer built over "
-                "model.parameters() would still apply weight decay to them.",
-                verify="sum(p.numel() for p in model.parameters() if p.requires_grad) counts only the head.",
-                location=case.location,
-            ),
-            Fix(
-                title="Keep frozen BatchNorm layers in eval mode",
-                snippet=(
-                    "class Finetuned(nn.Module):\n"
-                    "    def train(self, mode: bool = True):\n"
-                    "        super().train(mode)\n"
-                    "        self.backbone.eval()   # running mean/var stay as pretrained\n"
-                    "        return self"
-                ),
-                why="model.train() puts every BatchNorm back in training mode, where it keeps updating its running "
-                "statistics even with requires_grad=False.",
-                verify="backbone BatchNorm running_mean is unchanged after an epoch.",
-            ),
-            Fix(
-                title="Unfreeze later with its own learning rate",
-                snippet=(
-                    "for p in model.backbone.parameters():\n"
-                    "    p.requires_grad_(True)\n"
-                    "optimizer.add_param_group({'params': list(model.backbone.parameters()), 'lr': lr / 10})"
-                ),
-                why="Parameters unfrozen after the optimizer was built are not in its param groups until added.",
-                verify="len(optimizer.param_groups) grows by one and the backbone's weights change after a step.",
-                applies_when="Gradual unfreezing after the head has trained for a while.",
-            ),
+            advice.fix("module-design", "freeze-backbone", location=case.location),
+            advice.fix("module-design", "frozen-batchnorm-eval"),
+            advice.fix("module-design", "unfreeze-later"),
         ],
         ["Print what trains: `print([n for n, p in model.named_parameters() if p.requires_grad])`."],
     )
@@ -301,13 +179,7 @@ def forward_direct(case: Case) -> Advice:
         f"{where} calls .forward() directly: that skips nn.Module.__call__, and with it every forward pre/post hook "
         "(FSDP's parameter gathering, pruning and quantisation hooks, torchdoctor's own probes).",
         [
-            Fix(
-                title="Call the module, not its forward",
-                snippet="out = model(x)          # not model.forward(x)",
-                why="__call__ runs the hooks around forward; forward alone is only the computation.",
-                verify="Registered hooks fire (e.g. a forward hook's print appears).",
-                location=case.location,
-            )
+            advice.fix("module-design", "call-the-module", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds .forward( calls from outside the module."],
     )
@@ -322,13 +194,7 @@ def missing_super(case: Case) -> Advice:
         f"{name} ({where}) does not call super().__init__(): assigning a submodule or parameter raises "
         "'cannot assign module before Module.__init__() call', and nothing gets registered.",
         [
-            Fix(
-                title="Call super().__init__() first in __init__",
-                snippet="class Net(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n        self.fc = nn.Linear(d, d)",
-                why="Module.__init__ creates the dictionaries that hold parameters, buffers, submodules and hooks.",
-                verify="Constructing the module works and list(model.parameters()) is not empty.",
-                location=case.location,
-            )
+            advice.fix("module-design", "super-init-first", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` checks every nn.Module subclass."],
     )
@@ -343,14 +209,7 @@ def unregistered_buffer(case: Case) -> Advice:
         f"{where} stores {what} as a plain tensor attribute: model.to(device) does not move it (a device mismatch "
         "on GPU) and state_dict() does not save it.",
         [
-            Fix(
-                title="Register it as a buffer",
-                snippet="self.register_buffer('mask', torch.tril(torch.ones(t, t)))                 # saved with the model\n"
-                "self.register_buffer('cache', torch.zeros(d), persistent=False)  # moved, but not saved",
-                why="Buffers move with .to()/.cuda()/.half() and (if persistent) are part of state_dict, without being trained.",
-                verify="After model.cuda(), the tensor is on the GPU; it appears in model.state_dict() when persistent.",
-                location=case.location,
-            )
+            advice.fix("module-design", "register-buffer", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds tensor attributes assigned in __init__."],
     )
@@ -363,33 +222,14 @@ def softmax_loss(case: Case) -> Advice:
         f"{where} applies softmax before a loss that expects logits (CrossEntropyLoss applies log_softmax itself): "
         "the loss sees softmax twice and its gradients shrink.",
         [
-            Fix(
-                title="Return logits from forward; apply softmax only for predictions",
-                snippet="def forward(self, x):\n    return self.head(self.body(x))      # logits\n\n"
-                "loss = F.cross_entropy(model(x), y)\nprobs = model(x).softmax(dim=-1)   # inference only",
-                why="Keeping the loss on logits is both correct and numerically stable.",
-                verify="The loss at initialisation is about ln(num_classes) and training accuracy rises.",
-                location=case.location,
-            )
+            advice.fix("module-design", "return-logits", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds softmax outputs passed to CrossEntropyLoss."],
     )
 
 
 def _sdpa_fix(case: Case) -> Fix:
-    return Fix(
-        title="Replace the hand-written attention with F.scaled_dot_product_attention",
-        snippet=(
-            "q, k, v = (t.view(b, s, heads, d // heads).transpose(1, 2) for t in (q, k, v))  # (b, heads, s, hd)\n"
-            "out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p if self.training else 0.0, is_causal=True)\n"
-            "out = out.transpose(1, 2).reshape(b, s, d)"
-        ),
-        why="One call computes softmax(q kᵀ / sqrt(d)) v with Flash or memory-efficient kernels when available; "
-        "it never materialises the (s x s) score matrix and applies the 1/sqrt(d) scale for you.",
-        verify="Outputs match the manual version (torch.testing.assert_close in float32); attention memory drops for long sequences.",
-        location=case.location,
-        applies_when="Pass dropout only in training (dropout_p=0.0 in eval): SDPA does not look at self.training.",
-    )
+    return advice.fix("module-design", "sdpa", location=case.location)
 
 
 @SPECIALIST.handles("manual-attention")
@@ -409,37 +249,15 @@ def model_structure(case: Case) -> Advice:
         "Structure a model as nn.Module subclasses: submodules created in __init__ (after super().__init__()), "
         "shapes documented in forward, weights initialised once, and the loss kept outside the model.",
         [
-            Fix(
-                title="A module skeleton with the usual pieces in place",
-                snippet=_SKELETON,
-                why="Registration makes parameters visible to optimizers, .to(), state_dict and DDP; the loss outside "
-                "keeps the model reusable for inference.",
-                verify="A dummy forward returns the documented shape; the parameter count matches your estimate.",
-            ),
-            Fix(
-                title="Test each module with a tiny batch before training",
-                snippet="def test_classifier_shapes():\n    m = Classifier(num_classes=10)\n"
-                "    assert m(torch.zeros(2, 3, 32, 32)).shape == (2, 10)",
-                why="Shape and registration bugs show up in milliseconds instead of after data loading.",
-                verify="The test passes in well under a second.",
-            ),
+            advice.fix("module-design", "module-skeleton"),
+            advice.fix("module-design", "tiny-batch-test"),
         ],
         [f"`{case.check_cmd('TD2')}` checks module structure: registration, super().__init__, buffers, loss inputs."],
     )
 
 
 def _vectorise_fix(case: Case) -> Fix:
-    return Fix(
-        title="Vectorise the layer: no Python loops over batch items, heads or positions",
-        snippet=(
-            "# slow: out = torch.stack([self.proj(x[i]) for i in range(x.shape[0])])\n"
-            "out = self.proj(x)                                        # one batched call\n"
-            "scores = torch.einsum('bhqd,bhkd->bhqk', q, k)          # batched contractions"
-        ),
-        why="Each Python iteration dispatches its own small kernels; batched ops do the same work in one launch.",
-        verify="The layer's time in the profiler falls roughly by the loop length.",
-        location=case.location,
-    )
+    return advice.fix("module-design", "vectorise-layer", location=case.location)
 
 
 @SPECIALIST.handles("slow-custom-layer")
@@ -454,20 +272,8 @@ def slow_custom_layer(case: Case) -> Advice:
         facts,
         [
             _vectorise_fix(case),
-            Fix(
-                title="Use the built-in fused ops",
-                snippet="y = F.layer_norm(x, (d,), self.weight, self.bias)\n"
-                "y = F.gelu(x)\nout = F.scaled_dot_product_attention(q, k, v)",
-                why="Built-in ops run one optimised kernel where a hand-written formula runs several.",
-                verify="Outputs match (torch.testing.assert_close); the layer gets faster.",
-            ),
-            Fix(
-                title="Keep forward free of host syncs and new CPU tensors",
-                snippet="idx = torch.arange(s, device=x.device)   # not torch.arange(s).to(x.device) each call\n"
-                "# avoid x.item(), x.tolist(), print(x) and `if x.any():` in forward",
-                why="Each sync stalls the GPU queue; each CPU tensor costs a host-to-device copy per call.",
-                verify="The profiler shows no aten::item / cudaMemcpy inside the layer.",
-            ),
+            advice.fix("module-design", "builtin-fused-ops"),
+            advice.fix("module-design", "no-syncs-in-forward"),
         ],
         [f"`{case.run_cmd('profile', extra='--steps 20')}` attributes time per operator; wrap the layer in "
          "`torch.profiler.record_function('MyLayer')` to see its total."],
@@ -490,25 +296,9 @@ def device_mismatch(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Register constant tensors as buffers so .to(device) moves them",
-                snippet="self.register_buffer('pos', torch.arange(max_len))   # instead of self.pos = torch.arange(max_len)",
-                why="model.to(device) moves parameters and buffers, not plain tensor attributes.",
-                verify="set(b.device for b in model.buffers()) holds a single device after model.to(device).",
-                location=case.location,
-            ),
-            Fix(
-                title="Create tensors in forward on the input's device",
-                snippet="mask = torch.ones(b, s, device=x.device, dtype=torch.bool)",
-                why="Factory functions allocate on the CPU unless told otherwise.",
-                verify="The forward runs on GPU without a device error.",
-            ),
-            Fix(
-                title="Move every batch where the model is",
-                snippet="device = next(model.parameters()).device\nx, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)",
-                why="The DataLoader yields CPU tensors.",
-                verify="x.device == device for every batch.",
-            ),
+            advice.fix("module-design", "buffers-for-constants", location=case.location),
+            advice.fix("module-design", "create-on-input-device"),
+            advice.fix("module-design", "move-batches"),
         ],
         [f"`{case.check_cmd('TD2')}` flags tensor attributes that should be registered buffers."],
     )
@@ -522,16 +312,7 @@ def unused(case: Case) -> Advice:
         f"From the model's side: {what} take no part in the loss on some steps. Decide whether they should: remove "
         "dead submodules, or make every branch run (or freeze what a phase does not train).",
         [
-            Fix(
-                title="Remove or route around dead parameters",
-                snippet="# every parameter should be reachable from the loss on every step:\n"
-                "out = self.main(x) + 0.0 * sum(p.sum() for p in self.aux.parameters())  # keep aux in the graph\n"
-                "# better: delete self.aux if it is never used, or freeze it for this phase",
-                why="A parameter outside the graph gets no gradient; DDP must then be told or it errors.",
-                verify="After backward, every trainable parameter has a .grad.",
-                location=case.location,
-                applies_when="The zero-weighted sum is a stopgap for conditionally used branches; prefer removing or freezing.",
-            )
+            advice.fix("module-design", "dead-parameters", location=case.location)
         ],
         [f"`{case.run_cmd(extra='--steps 5')}` lists parameters without gradients after backward."],
     )
@@ -543,13 +324,7 @@ def dtype(case: Case) -> Advice:
         "From the model's side: keep parameters and buffers in one dtype (cast the module with .to(dtype), which "
         "also converts registered buffers) and convert inputs at the model's boundary.",
         [
-            Fix(
-                title="Cast inputs to the model's dtype at the boundary",
-                snippet="param = next(model.parameters())\nx = x.to(device=param.device, dtype=param.dtype)",
-                why="Plain tensor attributes and inputs from numpy (float64) are not converted by model.to(dtype).",
-                verify="x.dtype matches the parameters' dtype before forward.",
-                location=case.location,
-            )
+            advice.fix("module-design", "cast-inputs", location=case.location)
         ],
         [f"`{case.check_cmd('TD2')}` flags tensor attributes that should be registered buffers."],
     )
@@ -562,15 +337,7 @@ def functional_dropout(case: Case) -> Advice:
         f"{where} calls F.dropout without training=self.training: the functional form defaults to training=True, "
         "so dropout stays on after model.eval() and validation and inference outputs are randomly perturbed.",
         [
-            Fix(
-                title="Use an nn.Dropout module (or pass training=self.training)",
-                snippet="self.drop = nn.Dropout(p=0.1)        # in __init__; follows model.train()/eval()\n"
-                "x = self.drop(x)                      # in forward\n"
-                "# or: x = F.dropout(x, p=0.1, training=self.training)",
-                why="nn.Dropout reads the module's training flag; F.dropout only knows what it is passed.",
-                verify="In eval mode two forward passes on the same input give identical outputs.",
-                location=case.location,
-            )
+            advice.fix("module-design", "dropout-module", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds functional dropout calls without training=."],
     )
@@ -589,22 +356,8 @@ def index_range(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Size output and embedding layers from the data",
-                snippet="num_classes = int(labels.max()) + 1            # labels must be 0..num_classes-1\n"
-                "self.head = nn.Linear(d, num_classes)\n"
-                "self.embed = nn.Embedding(len(vocab), d, padding_idx=vocab.pad_id)",
-                why="Class indices must lie in [0, num_classes); token ids in [0, num_embeddings).",
-                verify="labels.max() < num_classes and tokens.max() < embed.num_embeddings for every batch.",
-                location=case.location,
-            ),
-            Fix(
-                title="Mark padding / unlabeled targets with ignore_index",
-                snippet="loss = F.cross_entropy(logits, target, ignore_index=-100)   # -100 is the default",
-                why="Padding labels such as -1 are out of range unless the loss is told to skip them.",
-                verify="No out-of-bounds error; padded positions do not contribute to the loss.",
-                applies_when="Some targets mean 'no label'.",
-            ),
+            advice.fix("module-design", "size-layers-from-data", location=case.location),
+            advice.fix("module-design", "ignore-index"),
         ],
         [f"`{case.check_cmd('TD2')}` checks layer construction; run once on CPU for a readable index error."],
     )
@@ -627,12 +380,7 @@ def general(case: Case) -> Advice:
         f"From the design side of {symptom}: check that every submodule, parameter and constant tensor is registered "
         "and that forward is called through the module.",
         [
-            Fix(
-                title="Check registration and shapes with a dummy batch",
-                snippet="print(sum(p.numel() for p in model.parameters()))\nprint(model(torch.zeros(2, *input_shape)).shape)",
-                why="Unregistered pieces are invisible to the optimizer; a dummy forward exercises every shape.",
-                verify="The parameter count matches your estimate; the output shape is the documented one.",
-            )
+            advice.fix("module-design", "dummy-batch-check")
         ],
         [f"`{case.check_cmd('TD2')}` checks the module code."],
     )

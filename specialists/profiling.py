@@ -1,24 +1,19 @@
-"""Performance profiling: measure first; data stalls, host syncs, launch overhead, torch.compile."""
+"""Performance profiling: measure first; data stalls, host syncs, launch overhead, torch.compile.
+
+The fixes themselves are data (rules/data/advice/profiling.toml); this module decides which apply,
+in which order, and which line each is pinned to.
+"""
 
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.rules import catalog
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, ms, pct
 
 SPECIALIST = Specialist("profiling")
 
-_PROFILER = """\
-from torch.profiler import ProfilerActivity, profile, schedule
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-             schedule=schedule(wait=1, warmup=2, active=5)) as prof:
-    for step, (x, y) in enumerate(loader):
-        train_step(x, y)
-        prof.step()
-        if step == 8:
-            break
-print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15))
-prof.export_chrome_trace("trace.json")  # open in ui.perfetto.dev"""
 
 # The parts a step splits into, as the profile probe reports them.
 _PARTS = (
@@ -39,31 +34,11 @@ def _profile_step(case: Case) -> str:
 
 def _loader_fix(case: Case, workers: float | None = None) -> Fix:
     now = f" (now {workers:.0f})" if workers is not None else ""
-    return Fix(
-        title=f"Load batches in parallel worker processes{now}",
-        snippet=(
-            "loader = DataLoader(ds, batch_size=64, shuffle=True,\n"
-            "                    num_workers=min(8, os.cpu_count()), pin_memory=True,\n"
-            "                    persistent_workers=True, prefetch_factor=4)\n"
-            "for x, y in loader:\n"
-            "    x = x.to(device, non_blocking=True)\n"
-            "    y = y.to(device, non_blocking=True)"
-        ),
-        why="With num_workers=0 every __getitem__ and collate runs in the training process between steps; workers "
-        "prepare the next batches while the GPU computes. Pinned memory plus non_blocking=True overlaps the copy.",
-        verify="The data-wait share of the step drops below 10%.",
-        location=case.location,
-    )
+    return advice.fix("profiling", "loader-workers", location=case.location, now=now)
 
 
 def _compile_fix() -> Fix:
-    return Fix(
-        title="Fuse small ops with torch.compile, once, outside the loop",
-        snippet="model = torch.compile(model)   # add mode='reduce-overhead' for CUDA graphs on small batches",
-        why="Fusion turns chains of element-wise kernels into one; CUDA graphs replay a whole step with one launch.",
-        verify="Steps per second after the first (compiling) steps rise; the kernel count per step falls.",
-        applies_when="The model compiles without many graph breaks; the first steps pay compilation time.",
-    )
+    return advice.fix("profiling", "torch-compile")
 
 
 @SPECIALIST.handles("slow-step")
@@ -88,12 +63,7 @@ def slow_step(case: Case) -> Advice:
     elif dominant == "optimizer":
         fixes.append(_fused_optimizer_fix())
     fixes += [
-        Fix(
-            title="Profile a short window of steps",
-            snippet=_PROFILER,
-            why="The table and trace show where the step goes (data, compute, launches, syncs); fixes differ for each.",
-            verify="The trace shows a dominant cost that one change can address.",
-        ),
+        advice.fix("profiling", "profile-window"),
         _compile_fix(),
     ]
     if dominant != "data wait":
@@ -102,13 +72,7 @@ def slow_step(case: Case) -> Advice:
 
 
 def _fused_optimizer_fix() -> Fix:
-    return Fix(
-        title="Use a fused (or foreach) optimizer implementation",
-        snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)",
-        why="The fused kernel updates all parameters in a few launches instead of several per parameter tensor.",
-        verify="The optimizer share of the step falls.",
-        applies_when="CUDA (and CPU for some optimizers) with floating-point parameters.",
-    )
+    return advice.fix("profiling", "fused-optimizer")
 
 
 @SPECIALIST.handles("dataloader-bound")
@@ -135,28 +99,8 @@ def dataloader_bound(case: Case) -> Advice:
         facts += f"; the DataLoader is built at {where}"
     facts += ". Faster compute (AMP, compile) would not help until loading keeps up."
     fixes = [_loader_fix(case, workers)]
-    fixes.append(
-        Fix(
-            title="Move per-sample work out of __getitem__",
-            snippet=(
-                "# decode/resize once offline, or batch the transform on the GPU:\n"
-                "x = x.to(device, non_blocking=True)\n"
-                "x = gpu_transforms(x)   # e.g. normalisation / augmentation on whole batches"
-            ),
-            why="Python-level per-sample decoding and augmentation often costs more than the model's step.",
-            verify="The time of one `next(iter(loader))` over 50 batches drops.",
-            applies_when="__getitem__ decodes files or runs heavy augmentation.",
-        )
-    )
-    fixes.append(
-        Fix(
-            title="Keep workers alive across epochs",
-            snippet="DataLoader(ds, num_workers=8, persistent_workers=True)",
-            why="Without it, every epoch starts new worker processes and re-imports / re-opens the dataset.",
-            verify="The first steps of each epoch are no slower than the rest.",
-            applies_when="With num_workers > 0 and several epochs.",
-        )
-    )
+    fixes.append(advice.fix("profiling", "per-sample-work-out-of-getitem"))
+    fixes.append(advice.fix("profiling", "persistent-workers"))
     return Advice(
         facts,
         fixes,
@@ -180,20 +124,7 @@ def dataloader_rebuilt(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Build each loader once, before the epoch loop",
-                snippet=(
-                    "train_loader = DataLoader(train_ds, batch_size=32, shuffle=True, num_workers=4,\n"
-                    "                          persistent_workers=True)\n"
-                    "for epoch in range(epochs):\n"
-                    "    for x, y in train_loader:   # shuffle=True reshuffles every pass\n"
-                    "        ..."
-                ),
-                why="A DataLoader is reusable: iterating it again starts a new epoch (with a new shuffle). "
-                "persistent_workers=True then keeps its workers alive between epochs.",
-                verify="The first batch of each epoch comes as fast as the others.",
-                location=case.location,
-            )
+            advice.fix("profiling", "build-loader-once", location=case.location)
         ],
         [_profile_step(case)],
     )
@@ -215,29 +146,8 @@ def host_sync(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Accumulate metrics on the device; read them every N steps",
-                snippet=(
-                    "running = torch.zeros((), device=device)\n"
-                    "for step, (x, y) in enumerate(loader):\n"
-                    "    loss = train_step(x, y)\n"
-                    "    running += loss.detach()\n"
-                    "    if step % 100 == 0:\n"
-                    "        print(f'loss {running.item() / 100:.4f}')   # one sync per 100 steps\n"
-                    "        running.zero_()"
-                ),
-                why="`.item()`, `.cpu()`, `.tolist()`, `print(tensor)` and `if tensor:` all wait for the device to "
-                "finish everything queued so far.",
-                verify="Host syncs per step fall to 0 on most steps; GPU utilisation rises.",
-                location=case.location,
-            ),
-            Fix(
-                title="Replace data-dependent Python branches with tensor ops",
-                snippet="x = torch.where(mask, a, b)          # instead of: if mask.any(): ...\n"
-                "loss = loss * valid.float()          # instead of: if valid: ...",
-                why="A Python `if` on a tensor value needs that value on the host.",
-                verify="The profiler shows no cudaStreamSynchronize / aten::item inside the step.",
-            ),
+            advice.fix("profiling", "metrics-on-device", location=case.location),
+            advice.fix("profiling", "sync-free-branches"),
         ],
         [
             _profile_step(case),
@@ -257,20 +167,16 @@ def low_gpu_util(case: Case) -> Advice:
     if wait is not None:
         facts += f", and {pct(wait)} of the step is spent waiting for data"
     facts += "."
+    # data first when the wait alone would make the step dataloader-bound (thresholds.toml [data])
+    data_bound = wait is not None and wait >= catalog.load_toml("thresholds.toml")["data"]["wait_fraction"]
     fixes = []
-    if wait is not None and wait >= 0.2:
+    if data_bound:
         fixes.append(_loader_fix(case, case.num("num_workers")))
     fixes += [
-        Fix(
-            title="Give the GPU more work per launch: a larger batch",
-            snippet="loader = DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True)",
-            why="Small batches leave the GPU waiting on Python and kernel-launch overhead between tiny kernels.",
-            verify="GPU utilisation (nvidia-smi or the profile probe) rises; samples per second rise.",
-            applies_when="Memory allows; rescale the learning rate for the larger batch.",
-        ),
+        advice.fix("profiling", "larger-batch"),
         _compile_fix(),
     ]
-    if not (wait is not None and wait >= 0.2):
+    if not data_bound:
         fixes.append(_loader_fix(case, case.num("num_workers")))
     return Advice(facts, fixes, [_profile_step(case)])
 
@@ -289,14 +195,7 @@ def launch_bound(case: Case) -> Advice:
         [
             _compile_fix(),
             _fused_optimizer_fix(),
-            Fix(
-                title="Vectorise Python loops over small tensors",
-                snippet="out = torch.stack([layer(x) for layer in heads])   # N launches per layer op\n"
-                "out = torch.einsum('bd,hdo->hbo', x, weights)      # one batched op",
-                why="Each Python iteration dispatches its own kernels; one batched op replaces N launches.",
-                verify="The kernel count per step falls by roughly the loop length.",
-                location=case.location,
-            ),
+            advice.fix("profiling", "vectorise-loops", location=case.location),
         ],
         [_profile_step(case)],
     )
@@ -340,34 +239,15 @@ def graph_break(case: Case) -> Advice:
 
 
 def _print_fix(case: Case) -> Fix:
-    return Fix(
-        title="Move prints, logging and other side effects out of the compiled forward",
-        snippet="def forward(self, x):\n    h = self.body(x)\n    return self.head(h)\n\n"
-        "out = model(x)\nif step % 100 == 0:\n    print(out.mean().item())   # outside the compiled region",
-        why="Dynamo cannot trace I/O; each print ends the current graph and starts a new one after it.",
-        verify="TORCH_LOGS=graph_breaks shows no break at that line.",
-        location=case.location,
-    )
+    return advice.fix("profiling", "side-effects-out-of-compile", location=case.location)
 
 
 def _data_dependent_fix(case: Case) -> Fix:
-    return Fix(
-        title="Express data-dependent branches as tensor ops",
-        snippet="x = torch.where(x.sum() > 0, x, -x)   # instead of: if x.sum() > 0:",
-        why="A Python `if` on a tensor value (or `.item()`) needs the value at trace time, so dynamo breaks the graph there.",
-        verify="torch._dynamo.explain(model)(x).graph_break_count drops.",
-        location=case.location,
-    )
+    return advice.fix("profiling", "dynamo-data-dependent-branches", location=case.location)
 
 
 def _disable_fix() -> Fix:
-    return Fix(
-        title="Fence off code that cannot be traced",
-        snippet="@torch.compiler.disable\ndef postprocess(out):\n    ...   # third-party / numpy code runs eagerly",
-        why="An explicit boundary gives one clean break instead of dynamo failing over and over inside the function.",
-        verify="The break reasons name only the fenced function.",
-        applies_when="For code you cannot rewrite in torch ops.",
-    )
+    return advice.fix("profiling", "compiler-disable")
 
 
 @SPECIALIST.handles("recompile")
@@ -395,41 +275,13 @@ def recompile(case: Case) -> Advice:
     low = (guard or "").lower()
     shape = "size mismatch" in low or "shape" in low
     fixes = [
-        Fix(
-            title="Mark the varying dimension dynamic up front",
-            snippet="torch._dynamo.mark_dynamic(x, 1)   # dim 1 (sequence length) varies\nout = model(x)\n"
-            "# or compile for dynamic shapes from the start:\nmodel = torch.compile(model, dynamic=True)",
-            why="Dynamo specialises on the first shape it sees and recompiles when it changes; a dynamic dimension "
-            "gets one kernel for all sizes.",
-            verify="TORCH_LOGS=recompiles prints no new recompile for new lengths.",
-            location=case.location if shape else None,
-        ),
-        Fix(
-            title="Pad inputs to a few bucket sizes",
-            snippet="bucket = 64 * ((x.shape[1] + 63) // 64)\nx = F.pad(x, (0, bucket - x.shape[1]))",
-            why="A handful of static shapes compile once each and keep fully specialised kernels.",
-            verify="The recompile count stops at the number of buckets.",
-        ),
-        Fix(
-            title="Pass changing Python numbers as tensors",
-            snippet="scale = torch.tensor(scale, device=x.device)   # not a Python float that changes per call\nout = model(x, scale)",
-            why="Python scalars (and module attributes) are guarded as constants: a new value means a new graph.",
-            verify="The guard on that value disappears from TORCH_LOGS=recompiles.",
-            location=None if shape else case.location,
-        ),
+        advice.fix("profiling", "mark-dynamic", location=case.location if shape else None),
+        advice.fix("profiling", "bucket-shapes"),
+        advice.fix("profiling", "scalars-as-tensors", location=None if shape else case.location),
     ]
     if not shape and guard:
         fixes.insert(0, fixes.pop(2))
-    fixes.append(
-        Fix(
-            title="Raise the recompile limit only for a known, small set of variants",
-            snippet="torch._dynamo.config.recompile_limit = 16",
-            why="Some code legitimately needs a few specialised graphs (e.g. train and eval modes, two input "
-            "resolutions); the limit then cuts compilation off too early.",
-            verify="TORCH_LOGS=recompiles shows a fixed number of recompiles that stops growing.",
-            applies_when="The number of variants is bounded; for ever-changing shapes, use dynamic shapes instead.",
-        )
-    )
+    fixes.append(advice.fix("profiling", "raise-recompile-limit"))
     return Advice(
         facts,
         fixes,
@@ -447,14 +299,7 @@ def compile_in_loop(case: Case) -> Advice:
         f"torch.compile is called inside the training loop{' at ' + where if where else ''}: every call wraps the "
         "model again, and changed closures or guards can trigger recompilation.",
         [
-            Fix(
-                title="Compile once, before the loop",
-                snippet="model = torch.compile(model)\nfor x, y in loader:\n    loss = criterion(model(x), y)",
-                why="Compilation is cached per code object and guards; recompiling in the loop repeats the expensive "
-                "first-step cost and grows the cache.",
-                verify="Only the first steps are slow; TORCH_LOGS=recompiles stays quiet.",
-                location=case.location,
-            )
+            advice.fix("profiling", "compile-once", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD5'))}` finds compile calls inside loops."],
     )
@@ -472,15 +317,7 @@ def manual_attention(case: Case) -> Advice:
 
 
 def _sdpa_fix(case: Case) -> Fix:
-    return Fix(
-        title="Call F.scaled_dot_product_attention",
-        snippet="out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # q, k, v: (batch, heads, seq, head_dim)",
-        why="It dispatches to Flash / memory-efficient kernels when inputs allow, never storing the seq x seq "
-        "matrix; is_causal=True is faster than an explicit mask.",
-        verify="Attention time in the profile drops; peak memory for long sequences drops.",
-        location=case.location,
-        applies_when="Flash attention needs fp16/bf16 inputs on a recent GPU; other backends cover the rest.",
-    )
+    return advice.fix("profiling", "sdpa", location=case.location)
 
 
 @SPECIALIST.handles("slow-custom-layer")
@@ -492,13 +329,7 @@ def slow_custom_layer(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Label the layer so the profiler attributes time to it",
-                snippet="def forward(self, x):\n    with torch.profiler.record_function('MyLayer'):\n        return self.body(x)",
-                why="record_function ranges show up in the operator table and the trace.",
-                verify="The layer appears with its own total in prof.key_averages().",
-                location=case.location,
-            ),
+            advice.fix("profiling", "record-function", location=case.location),
             _compile_fix(),
         ],
         [_profile_step(case)],
@@ -518,12 +349,7 @@ def accumulation_comm(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Measure the communication share before and after no_sync()",
-                snippet=_PROFILER,
-                why="In the trace, allreduce kernels (nccl:all_reduce / gloo) on every micro-step show the cost directly.",
-                verify="After adding no_sync(), the trace shows one all-reduce round per optimizer step.",
-            )
+            advice.fix("profiling", "measure-communication")
         ],
         [_profile_step(case)],
     )
@@ -542,13 +368,7 @@ def straggler(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Profile the slow rank and compare with a fast one",
-                snippet=_PROFILER.replace('export_chrome_trace("trace.json")', 'export_chrome_trace(f"trace_rank{rank}.json")'),
-                why="The slow rank's trace shows whether it waits on data, on its own compute (a slower or throttled "
-                "GPU) or on the host.",
-                verify="Both traces show similar step splits after the fix.",
-            )
+            advice.fix("profiling", "profile-slow-rank")
         ],
         [_profile_step(case)],
     )
@@ -562,13 +382,7 @@ def anomaly_cost(case: Case) -> Advice:
         f"Anomaly detection records a Python traceback for every op and checks every backward result{cost}: a large "
         "constant cost on every step.",
         [
-            Fix(
-                title="Switch anomaly detection off for training runs",
-                snippet="torch.autograd.set_detect_anomaly(False)",
-                why="It is meant for a single reproducing step, not for training.",
-                verify="Steps per second return to the normal figure.",
-                location=case.location,
-            )
+            advice.fix("profiling", "anomaly-detection-off", location=case.location)
         ],
         [_profile_step(case)],
     )
@@ -581,13 +395,7 @@ def empty_cache_cost(case: Case) -> Advice:
         f"torch.cuda.empty_cache() in {where} releases cached memory every step, so the next step pays for "
         "cudaMalloc again and the allocator synchronises.",
         [
-            Fix(
-                title="Remove the per-step empty_cache() call",
-                snippet="for x, y in loader:\n    train_step(x, y)   # no torch.cuda.empty_cache() here",
-                why="The caching allocator exists to avoid cudaMalloc/cudaFree in the step.",
-                verify="Step time drops in the profile; cudaMalloc calls disappear from the trace.",
-                location=case.location,
-            )
+            advice.fix("profiling", "remove-empty-cache", location=case.location)
         ],
         [_profile_step(case)],
     )
@@ -603,13 +411,7 @@ def host_oom_loader(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Balance workers against host memory",
-                snippet="DataLoader(ds, batch_size=64, num_workers=4, prefetch_factor=2, persistent_workers=True)",
-                why="Each worker keeps prefetch_factor batches ready and its own copy of touched Python objects.",
-                verify="The data-wait share stays low while RSS stays within the host's memory.",
-                location=case.location,
-            )
+            advice.fix("profiling", "balance-workers", location=case.location)
         ],
         [f"`{case.run_cmd('memory', 'data', 'profile')}` shows RSS and data wait side by side."],
     )
@@ -630,23 +432,8 @@ def compile_failed(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Bisect by backend to find the failing stage",
-                snippet="model = torch.compile(model, backend='eager')      # graph capture only\n"
-                "model = torch.compile(model, backend='aot_eager')  # + AOTAutograd\n"
-                "model = torch.compile(model)                       # + inductor code generation",
-                why="If 'eager' works but inductor fails, the model is fine and the toolchain (C++ compiler on CPU, "
-                "Triton on GPU) is the problem.",
-                verify="The last backend that works is the stage boundary.",
-                location=case.location,
-            ),
-            Fix(
-                title="Compile only the part that compiles",
-                snippet="model.encoder = torch.compile(model.encoder)   # leave the failing part eager",
-                why="Compiling submodules keeps most of the speed-up while the failing part is investigated.",
-                verify="Training runs; the compiled part shows up in the profile as fused kernels.",
-                applies_when="One submodule fails and the rest compiles.",
-            ),
+            advice.fix("profiling", "bisect-backends", location=case.location),
+            advice.fix("profiling", "compile-submodules"),
         ],
         [
             f"`TORCHDYNAMO_VERBOSE=1 python {case.script}` prints the full compiler traceback.",
@@ -671,12 +458,7 @@ def general(case: Case) -> Advice:
     return Advice(
         f"From the performance side of {symptom}: measure the step (data wait, compute, syncs) before optimising.",
         [
-            Fix(
-                title="Profile a short window of steps",
-                snippet=_PROFILER,
-                why="It shows where the time goes before any change is made.",
-                verify="A dominant cost is visible in the table or trace.",
-            )
+            advice.fix("profiling", "profile-window-first")
         ],
         [_profile_step(case)],
     )

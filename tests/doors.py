@@ -1,8 +1,9 @@
 """Reports from every door on the fixtures the suite already keeps, for the checks that hold across doors.
 
 - ask: the public sample (tests/data/ask_public.jsonl), every signature's `example`, the pasted logs
-  of tests/fixtures/triage;
-- check: every rule's fixtures (tests/fixtures/check/rules/*) and the healthy scripts, one report each;
+  of tests/fixtures/triage, and a question naming each framework `ask` recognises;
+- check: every rule's fixtures (tests/fixtures/check/rules/*), the healthy scripts and the framework scripts
+  (tests/fixtures/frameworks: Lightning, the Trainer, Accelerate), one report each;
 - run: the H100 recordings (tests/data/gpu_h100/) analysed again on today's code, and a handful of run
   fixtures run for real (`live_runs`), chosen for the measurements the wording is checked against:
   non-finite gradients, the optimizer class of a resume, gradient accumulation.
@@ -24,6 +25,12 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 LIVE_RUNS = ("nan_grad_norm.py", "resume_optimizer.py", "proto_accum_bad.py")
+# Questions naming a training framework, so that ask's reports carry a framework's knobs too
+# (`ask` recognises Lightning and the Trainer by the user's words; Accelerate reads as "distributed").
+FRAMEWORK_QUESTIONS = (
+    ("ask:framework:lightning", "my lightning model's loss goes nan after a few hundred steps, gradients explode"),
+    ("ask:framework:hf-trainer", "loss is nan with the HF Trainer and TrainingArguments fp16=True"),
+)
 
 
 def ask_texts() -> list[tuple[str, str]]:
@@ -37,7 +44,7 @@ def ask_texts() -> list[tuple[str, str]]:
             texts.append((f"ask:signature:{sig['id']}", sig["example"]))
     for log in sorted((FIXTURES / "triage").glob("*.log")):
         texts.append((f"ask:{log.name}", log.read_text()))
-    return texts
+    return texts + list(FRAMEWORK_QUESTIONS)
 
 
 def ask_reports() -> Iterator[tuple[str, Report]]:
@@ -49,7 +56,8 @@ def ask_reports() -> Iterator[tuple[str, Report]]:
 
 def check_paths() -> list[Path]:
     rules = sorted((FIXTURES / "check" / "rules").glob("*/*.py"))
-    return rules + sorted((FIXTURES / "check" / "healthy").rglob("*.py"))
+    healthy = sorted((FIXTURES / "check" / "healthy").rglob("*.py"))
+    return rules + healthy + sorted((FIXTURES / "frameworks").glob("*.py"))  # Lightning, Trainer, Accelerate scripts
 
 
 def check_reports() -> Iterator[tuple[str, Report]]:

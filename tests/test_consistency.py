@@ -9,7 +9,7 @@ import pytest
 from tests import doors
 from torchdoctor import specialists
 from torchdoctor.consistency import checks, contradictions, measured
-from torchdoctor.model import Evidence
+from torchdoctor.model import Evidence, Report
 from torchdoctor.rules import catalog, evidence
 
 
@@ -53,11 +53,20 @@ def test_measurements_count_as_numbers_too():
 
 
 def test_no_ask_report_contradicts_itself():
-    assert not _found(doors.ask_reports())
+    reports = list(doors.ask_reports())
+    assert not _found(reports)
+    forms = {c for _, r in reports for fr in r.reports for f in fr.fixes
+             if (f.applies_when or "").startswith("training with ") for c in r.contexts}
+    assert {"lightning", "hf-trainer"} <= forms  # framework advice was there to be checked
 
 
 def test_no_check_report_contradicts_itself():
-    assert not _found(doors.check_reports())
+    reports = list(doors.check_reports())
+    assert not _found(reports)
+    # the framework fixtures are among them: the framework-fit checks had reports to read
+    assert {"lightning", "hf-trainer", "accelerate"} <= {c for _, r in reports for c in r.contexts}
+    assert any((f.applies_when or "").startswith("training with Accelerate")
+               for _, r in reports for fr in r.reports for f in fr.fixes)
 
 
 def test_no_recorded_run_report_contradicts_itself():
@@ -106,6 +115,58 @@ def test_set_epoch_called_with_one_value_is_not_called_never_called():
     assert "never calls" not in called
     never = _advise("sampler-epoch-not-set", "distributed", {"epochs": 3, "set_epoch_calls": 0})
     assert "never calls sampler.set_epoch" in never
+
+
+# -- advice that fits the framework measured -----------------------------------------------------
+
+
+def _framework_report(symptom: str, specialist: str, advised: list[str], measured: list[str]) -> dict:
+    """A real fix report advised for the contexts `advised`, in a report whose contexts are `measured`:
+    what a door would write if the framework it found and the one the advice was given for differed."""
+    found = catalog.make_symptom(symptom)
+    fix_report = specialists.consult(specialist, [found], contexts=advised, command="run")
+    return Report(command="run", target="train.py", symptoms=[found], contexts=measured, reports=[fix_report]).to_dict()
+
+
+def _checks(report: dict) -> set[str]:
+    return {c.check for c in contradictions(report)}
+
+
+@pytest.mark.parametrize("symptom, specialist", [("mixed-precision-setup", "mixed-precision"),
+                                                 ("exploding-gradients", "debugging")])
+def test_plain_advice_without_the_frameworks_own_setting_is_caught(symptom, specialist):
+    for framework in ("lightning", "hf-trainer", "accelerate"):
+        plain = _framework_report(symptom, specialist, [], [framework])  # a GradScaler / clip_grad_norm_ alone
+        assert _checks(plain) == {"framework-form-missing"}, framework
+        fitting = _framework_report(symptom, specialist, [framework], [framework])
+        assert not _checks(fitting), framework
+    without = _framework_report(symptom, specialist, [], [])
+    assert not _checks(without)
+
+
+def test_another_frameworks_advice_is_caught():
+    cases = [  # (advised for, measured, the wording check that also fires)
+        (["hf-trainer"], ["lightning"], "trainer-or-accelerate-advice-in-lightning-run"),
+        (["accelerate"], ["lightning"], "trainer-or-accelerate-advice-in-lightning-run"),
+        (["lightning"], ["hf-trainer", "accelerate"], "lightning-or-loop-advice-in-trainer-run"),
+        (["accelerate"], ["hf-trainer", "accelerate"], "lightning-or-loop-advice-in-trainer-run"),
+        (["lightning"], ["accelerate"], "lightning-or-trainer-advice-in-accelerate-run"),
+        (["hf-trainer"], ["accelerate"], "lightning-or-trainer-advice-in-accelerate-run"),
+    ]
+    for advised, measured_contexts, wording in cases:
+        found = _checks(_framework_report("exploding-gradients", "debugging", advised, measured_contexts))
+        assert {"other-framework-form", wording} <= found, (advised, measured_contexts, found)
+    # a framework's form in a report that found no framework at all
+    assert _checks(_framework_report("exploding-gradients", "debugging", ["lightning"], [])) == {"other-framework-form"}
+    # the Trainer runs on Accelerate: its report holds both contexts, and the Trainer's advice fits it
+    assert not _checks(_framework_report("exploding-gradients", "debugging", ["hf-trainer", "accelerate"],
+                                         ["hf-trainer", "accelerate"]))
+
+
+def test_not_context_excludes_a_report_holding_any_of_them():
+    report = {"contexts": ["accelerate"], "symptoms": [], "reports": []}
+    assert measured(report, {"context": "accelerate", "not_context": ["lightning"]})
+    assert not measured(report, {"context": "accelerate", "not_context": ["hf-trainer", "accelerate"]})
 
 
 # -- one owner per fix ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import FIXTURES, cli
+from torchdoctor.consistency import contradictions
 from torchdoctor.model import Fix
 from torchdoctor.rules import catalog
 from torchdoctor.specialists.frameworks import framework_ids, in_framework_terms, table
@@ -136,7 +137,9 @@ def _script(name: str, out, *args: str) -> dict:
     proc = subprocess.run([sys.executable, str(FRAMEWORKS / name), str(out), *args], capture_output=True,
                           text=True, env=env, cwd=str(out.parent), timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return json.loads((out / "report.json").read_text())
+    report = json.loads((out / "report.json").read_text())
+    assert not contradictions(report), [str(c) for c in contradictions(report)]  # the advice fits the framework run
+    return report
 
 
 def _titles(report: dict, specialist: str) -> list[str]:

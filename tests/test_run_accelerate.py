@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import FIXTURES, cli
+from torchdoctor.consistency import contradictions
 from torchdoctor.run_launch import LaunchError, launcher_of, parse_launcher_line
 from torchdoctor.run_options import RunRequest, UsageError, make_plan
 
@@ -111,7 +112,9 @@ def _run(tmp_path, *line: str, timeout: float = 300):
     proc = cli("run", "--out", str(out), "--format", "json", "--", *line, cwd=str(tmp_path),
                env={"HF_HOME": str(tmp_path / "hf")}, timeout=timeout)
     assert proc.stdout_text.strip(), proc.stderr_text
-    return proc, json.loads(proc.stdout_text)
+    report = json.loads(proc.stdout_text)
+    assert not contradictions(report), [str(c) for c in contradictions(report)]  # the advice fits Accelerate
+    return proc, report
 
 
 @pytest.mark.heavy

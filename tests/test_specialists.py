@@ -310,12 +310,29 @@ def test_unsafe_load_explains_what_to_do_with_full_checkpoints():
 # -- the advice works: run the code it recommends --------------------------
 
 
+def test_a_plain_checkpoint_loads_into_the_compiled_model_it_is_advised_for():
+    import torch
+
+    plain = torch.nn.Linear(4, 2)
+    compiled = torch.compile(torch.nn.Linear(4, 2))  # keys `_orig_mod.weight`: the model carries the prefix
+    fr = _report("state-dict-mismatch", "checkpointing",
+                 values={"missing_keys": ["_orig_mod.weight", "_orig_mod.bias"], "unexpected_keys": ["weight", "bias"]})
+    fix = fr.fixes[0]
+    assert fix.title == "Load into the module inside the wrapper, `model._orig_mod`"
+    scope = {"model": compiled, "state": plain.state_dict()}
+    exec(fix.snippet, scope)  # strict load_state_dict into the wrapped module
+    assert torch.equal(compiled._orig_mod.weight, plain.weight)
+    ddp = _report("state-dict-mismatch", "checkpointing",
+                  values={"missing_keys": ["module.fc.weight"], "unexpected_keys": ["fc.weight"]})
+    assert ddp.fixes[0].snippet.startswith("model.module.load_state_dict(state)")
+
+
 def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
     import random
 
     import torch
 
-    from torchdoctor.specialists import checkpointing
+    from torchdoctor.specialists import advice
 
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -326,14 +343,14 @@ def test_recommended_checkpoint_round_trips_under_weights_only(tmp_path):
     scheduler.step()
     scaler = torch.amp.GradScaler("cpu")
     scope = {"torch": torch, "random": random}
-    exec(checkpointing._SAVE, scope)  # defines save_checkpoint
+    exec(advice.snippet("checkpointing", "save"), scope)  # defines save_checkpoint
     path = str(tmp_path / "ckpt.pt")
     scope["save_checkpoint"](path, model, optimizer, scheduler, scaler, 3, 30)
     model2 = torch.nn.Linear(4, 2)
     optimizer2 = torch.optim.AdamW(model2.parameters(), lr=0.1)
     scheduler2 = torch.optim.lr_scheduler.OneCycleLR(optimizer2, max_lr=0.1, total_steps=10)
     scope.update(path=path, model=model2, optimizer=optimizer2, scheduler=scheduler2, scaler=torch.amp.GradScaler("cpu"))
-    exec(checkpointing._RESUME, scope)  # torch.load(..., weights_only=True)
+    exec(advice.snippet("checkpointing", "resume"), scope)  # torch.load(..., weights_only=True)
     assert scope["start_epoch"] == 4
     assert torch.equal(model2.weight, model.weight)
     assert optimizer2.state_dict()["state"], "optimizer state was not restored"
