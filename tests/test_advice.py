@@ -56,13 +56,22 @@ def test_every_fix_the_code_names_is_in_the_data_and_every_fix_there_is_named():
     assert named and named == written, (sorted(named - written), sorted(written - named))
 
 
+class _Value:
+    """A stand-in for an evidence value: formats under any spec (`{seq:.0f}` as well as `{script}`)."""
+
+    def __format__(self, spec: str) -> str:
+        return "<value>"
+
+
 def test_every_fix_has_its_fields_and_its_snippet_resolves():
     for specialist in MOVED:
         for fix_id, row in advice.fixes(specialist).items():
             assert set(row) <= set(advice.FIELDS), (fix_id, set(row) - set(advice.FIELDS))
             assert all(row.get(k) for k in advice.REQUIRED), fix_id
             assert not ("snippet" in row and "snippet_name" in row), fix_id
-            fix = advice.fix(specialist, fix_id)
+            fields = advice.placeholders(specialist, fix_id)
+            assert fields or not row.get("template"), f"{fix_id}: template = true but no {{name}} field"
+            fix = advice.fix(specialist, fix_id, **dict.fromkeys(fields, _Value()))
             assert fix.snippet or "snippet" not in row and "snippet_name" not in row
 
 
