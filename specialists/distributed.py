@@ -257,19 +257,6 @@ def wrapped_state_dict_saved(case: Case) -> Advice:
     )
 
 
-_NO_SYNC = """\
-from contextlib import nullcontext
-
-for i, (x, y) in enumerate(loader):
-    last_micro = (i + 1) % accum_steps == 0
-    with nullcontext() if last_micro else model.no_sync():
-        loss = criterion(model(x), y) / accum_steps
-        loss.backward()            # all-reduces only on the last micro-step
-    if last_micro:
-        optimizer.step()
-        optimizer.zero_grad()"""
-
-
 @SPECIALIST.handles("accumulation-without-no-sync")
 def accumulation_no_sync(case: Case) -> Advice:
     micro = case.num("micro_steps")
