@@ -1,4 +1,9 @@
-"""Distributed training: DDP/FSDP setup, torchrun, NCCL/gloo, hangs, samplers, rank-0 duties."""
+"""Distributed training: DDP/FSDP setup, torchrun, NCCL/gloo, hangs, samplers, rank-0 duties.
+
+The fixes themselves are data (rules/data/advice/distributed.toml); this module decides which apply,
+in which order, which line each is pinned to, and fills in what the evidence names (the script, the
+model's variable).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Mixed precision and optimization: autocast, GradScaler, optimizers, schedulers, accumulation."""
+"""Mixed precision and optimization: autocast, GradScaler, optimizers, schedulers, accumulation.
+
+The fixes themselves are data (rules/data/advice/mixed_precision.toml); this module decides which
+apply, in which order, which line each is pinned to, and fills in the measured micro-step count.
+"""
 
 from __future__ import annotations
 
