@@ -1,6 +1,6 @@
 """Mixed precision and optimization: autocast, GradScaler, optimizers, schedulers, accumulation.
 
-The fixes themselves are data (rules/data/advice/mixed_precision.toml); this module decides which
+The fixes themselves are data (rules/data/advice/mixed-precision.toml); this module decides which
 apply, in which order, which line each is pinned to, and fills in the measured micro-step count.
 """
 
@@ -22,8 +22,8 @@ def fp16_without_scaler(case: Case) -> Advice:
         f"{where} runs backward on a float16-autocast loss without a GradScaler: small gradients flowing through "
         f"float16 activations underflow to zero and those updates are lost.{measured}",
         [
-            advice.fix("mixed_precision", "grad-scaler", location=case.location),
-            advice.fix("mixed_precision", "bf16-autocast"),
+            advice.fix("mixed-precision", "grad-scaler", location=case.location),
+            advice.fix("mixed-precision", "bf16-autocast"),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 50')}` watches gradient magnitudes and the scaler once it is added."],
     )
@@ -38,7 +38,7 @@ def clip_before_unscale(case: Case) -> Advice:
         f"{where} clips gradients that are still multiplied by {factor}: the true gradient norm is clipped to "
         f"max_norm divided by the scale, so almost every step is shrunk to nearly nothing.",
         [
-            advice.fix("mixed_precision", "unscale-before-clip", location=case.location)
+            advice.fix("mixed-precision", "unscale-before-clip", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the order of scale, unscale_, clip and step."],
     )
@@ -57,8 +57,8 @@ def amp_dtype(case: Case) -> Advice:
         + (f" at {where}" if where else "")
         + ": usually a model cast with .half(), or your own op or custom Function running on autocast outputs.",
         [
-            advice.fix("mixed_precision", "keep-model-float32", location=case.location),
-            advice.fix("mixed_precision", "custom-fwd-cast"),
+            advice.fix("mixed-precision", "keep-model-float32", location=case.location),
+            advice.fix("mixed-precision", "custom-fwd-cast"),
         ],
         [f"`{case.check_cmd('TD4')}` finds .half() casts and deprecated AMP calls."],
     )
@@ -76,7 +76,7 @@ def deprecated_api(case: Case) -> Advice:
         f"{where} uses {used}, deprecated in favour of torch.amp with an explicit device type "
         "(PyTorch warns on each use).",
         [
-            advice.fix("mixed_precision", "torch-amp-api", location=case.location)
+            advice.fix("mixed-precision", "torch-amp-api", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` lists every deprecated call."],
     )
@@ -101,9 +101,9 @@ def scale_collapse(case: Case) -> Advice:
         f"The GradScaler keeps seeing inf/NaN gradients and halving the scale{_scale_facts(case)}: something overflows "
         "float16 on every step, so the optimizer barely ever steps.",
         [
-            advice.fix("mixed_precision", "bf16-autocast"),
-            advice.fix("mixed_precision", "fp32-island"),
-            advice.fix("mixed_precision", "scaler-growth"),
+            advice.fix("mixed-precision", "bf16-autocast"),
+            advice.fix("mixed-precision", "fp32-island"),
+            advice.fix("mixed-precision", "scaler-growth"),
         ],
         [
             f"`{case.run_cmd('nan', extra='--steps 200')}` logs the scale and skipped steps and names the first "
@@ -119,9 +119,9 @@ def numerics_with_amp(case: Case) -> Advice:
         f"From the precision side{step}: once debugging has found the first non-finite value, check whether it is "
         "a float16 overflow (values above 65504) rather than a model or data bug.",
         [
-            advice.fix("mixed_precision", "bf16-autocast"),
-            advice.fix("mixed_precision", "fp32-island"),
-            advice.fix("mixed_precision", "grad-scaler"),
+            advice.fix("mixed-precision", "bf16-autocast"),
+            advice.fix("mixed-precision", "fp32-island"),
+            advice.fix("mixed-precision", "grad-scaler"),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 200')}` tells a float16 overflow (first bad module under autocast) from a data NaN."],
     )
@@ -162,8 +162,8 @@ def scheduler_granularity(case: Case) -> Advice:
     if kind == "OneCycleLR":
         per_batch = True
     fixes = [
-        advice.fix("mixed_precision", "per-batch-schedule", location=case.location if per_batch else None),
-        advice.fix("mixed_precision", "per-epoch-schedule", location=None if per_batch else case.location),
+        advice.fix("mixed-precision", "per-batch-schedule", location=case.location if per_batch else None),
+        advice.fix("mixed-precision", "per-epoch-schedule", location=None if per_batch else case.location),
     ]
     if not per_batch:
         fixes.reverse()
@@ -181,7 +181,7 @@ def scheduler_order(case: Case) -> Advice:
         f"{where} calls scheduler.step() before optimizer.step(): the first learning-rate value of the schedule is "
         "skipped and every later step uses the next one.",
         [
-            advice.fix("mixed_precision", "optimizer-then-scheduler", location=case.location),
+            advice.fix("mixed-precision", "optimizer-then-scheduler", location=case.location),
         ],
         [
             f"`{case.check_cmd(case.rule_code('TD4'))}` checks the call order.",
@@ -201,7 +201,7 @@ def accumulation_not_normalized(case: Case) -> Advice:
         f"{where} sums the gradients of {k} micro-batches without dividing the loss by {k}: the gradient is {k}x "
         "the mean gradient of the effective batch.",
         [
-            advice.fix("mixed_precision", "divide-loss-by-micro-steps", location=case.location,
+            advice.fix("mixed-precision", "divide-loss-by-micro-steps", location=case.location,
                        accum_steps=accum_steps)
         ],
         [f"`{case.run_cmd(extra='--steps 20')}` compares accumulated gradient norms with the micro-step count."],
@@ -218,7 +218,7 @@ def accumulation_divided_twice(case: Case) -> Advice:
         f"and once more in the script, so each update is 1/{k} of the effective batch's mean gradient, as if the "
         f"learning rate were {k}x smaller.",
         [
-            advice.fix("mixed_precision", "divide-once", location=case.location, micro_steps=k)
+            advice.fix("mixed-precision", "divide-once", location=case.location, micro_steps=k)
         ],
         [f"`{case.run_cmd(extra='--steps 20')}` measures the loss factor and the micro-steps per step."],
     )
@@ -237,8 +237,8 @@ def partial_accumulation(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            advice.fix("mixed_precision", "step-on-last-batch", location=case.location),
-            advice.fix("mixed_precision", "drop-partial-batch"),
+            advice.fix("mixed-precision", "step-on-last-batch", location=case.location),
+            advice.fix("mixed-precision", "drop-partial-batch"),
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks accumulation loops."],
     )
@@ -251,7 +251,7 @@ def decay_groups(case: Case) -> Advice:
         f"{where} applies weight decay to every parameter, including biases, normalisation weights and embeddings, "
         "which pulls them towards zero for no regularisation benefit.",
         [
-            advice.fix("mixed_precision", "no-decay-group", location=case.location)
+            advice.fix("mixed-precision", "no-decay-group", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks optimizer construction."],
     )
@@ -266,7 +266,7 @@ def adam_decay(case: Case) -> Advice:
         f"{where} passes {value} to Adam, which adds it to the gradient as L2 and then divides it by the adaptive "
         "denominator: parameters with large gradients are barely decayed. AdamW decouples the decay.",
         [
-            advice.fix("mixed_precision", "adamw", location=case.location)
+            advice.fix("mixed-precision", "adamw", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks optimizer construction."],
     )
@@ -278,7 +278,7 @@ def missing_zero_grad(case: Case) -> Advice:
     return Advice(
         f"{where} never clears gradients: each optimizer step applies the sum of every gradient so far.",
         [
-            advice.fix("mixed_precision", "zero-grad-per-step", location=case.location)
+            advice.fix("mixed-precision", "zero-grad-per-step", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the loop's zero_grad / backward / step order."],
     )
@@ -293,7 +293,7 @@ def zero_grad_every_micro_step(case: Case) -> Advice:
         f"{where} clears the gradients on every micro-step while `{step}` runs once per {count}: each update "
         "applies the last micro-batch's gradients only, so the accumulation does nothing.",
         [
-            advice.fix("mixed_precision", "zero-grad-after-step", location=case.location, accum_expr=count)
+            advice.fix("mixed-precision", "zero-grad-after-step", location=case.location, accum_expr=count)
         ],
         [f"`torchdoctor run --probe accumulation {case.script}` counts the backward passes per optimizer step "
          "and the zero_grad calls between them."],
@@ -309,9 +309,9 @@ def accumulation_not_applied(case: Case) -> Advice:
         f"{where} divides the loss by `{count}` as gradient accumulation does, but `{step}` runs on every "
         f"micro-batch: no gradients accumulate, and every update is `{count}` times smaller than intended.",
         [
-            advice.fix("mixed_precision", "step-per-accumulation-group", location=case.location,
+            advice.fix("mixed-precision", "step-per-accumulation-group", location=case.location,
                        accum_expr=count),
-            advice.fix("mixed_precision", "drop-division", location=case.location),
+            advice.fix("mixed-precision", "drop-division", location=case.location),
         ],
         [f"`torchdoctor run --probe accumulation {case.script}` counts backward passes per optimizer step."],
     )
@@ -327,7 +327,7 @@ def fp16_overflow(case: Case) -> Advice:
         "fp16 autocast or after `.half()` the tensor is float16 and the call raises "
         "'value cannot be converted to type c10::Half without overflow'.",
         [
-            advice.fix("mixed_precision", "finfo-min", location=case.location)
+            advice.fix("mixed-precision", "finfo-min", location=case.location)
         ],
         [f"`{case.check_cmd('TD4')}` lists the other fp16 hazards of the script."],
     )
@@ -340,7 +340,7 @@ def scaler_with_bf16(case: Case) -> Advice:
         f"{where} uses a GradScaler with bfloat16 autocast: bf16 has float32's exponent range, so there is nothing to "
         "rescue, and scaler.step() still syncs the host with the device every step to check for inf.",
         [
-            advice.fix("mixed_precision", "no-scaler-for-bf16", location=case.location)
+            advice.fix("mixed-precision", "no-scaler-for-bf16", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the AMP setup."],
     )
@@ -354,7 +354,7 @@ def backward_in_autocast(case: Case) -> Advice:
         "in the dtype autocast chose for their forward ops, and keeping the region open also covers code that "
         "should not be autocast.",
         [
-            advice.fix("mixed_precision", "backward-outside-autocast", location=case.location)
+            advice.fix("mixed-precision", "backward-outside-autocast", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the AMP setup."],
     )
@@ -384,8 +384,8 @@ def scaler_misuse(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            advice.fix("mixed_precision", "scaler-canonical-order", location=case.location),
-            advice.fix("mixed_precision", "scaler-with-accumulation"),
+            advice.fix("mixed-precision", "scaler-canonical-order", location=case.location),
+            advice.fix("mixed-precision", "scaler-with-accumulation"),
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the order of scaler calls."],
     )
@@ -397,9 +397,9 @@ def setup(case: Case) -> Advice:
         "Choose by hardware: bf16 autocast on Ampere-or-newer GPUs (no scaler), fp16 autocast with a GradScaler on "
         "older ones, and TF32 matmuls for whatever stays in float32.",
         [
-            advice.fix("mixed_precision", "bf16-autocast"),
-            advice.fix("mixed_precision", "grad-scaler"),
-            advice.fix("mixed_precision", "tf32-matmuls"),
+            advice.fix("mixed-precision", "bf16-autocast"),
+            advice.fix("mixed-precision", "grad-scaler"),
+            advice.fix("mixed-precision", "tf32-matmuls"),
         ],
         [f"`{case.run_cmd('env')}` reports the GPU, bf16 support and the current matmul precision."],
     )
@@ -418,6 +418,6 @@ def general(case: Case) -> Advice:
         text = f"From the precision and optimizer side of {symptom}: check that the AMP recipe and the optimizer setup are the standard ones."
     return Advice(
         text,
-        [advice.fix("mixed_precision", "bf16-autocast"), advice.fix("mixed_precision", "grad-scaler")],
+        [advice.fix("mixed-precision", "bf16-autocast"), advice.fix("mixed-precision", "grad-scaler")],
         [f"`{case.check_cmd('TD4')}` checks the AMP, optimizer and scheduler setup in the source."],
     )
