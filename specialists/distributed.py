@@ -1,8 +1,14 @@
-"""Distributed training: DDP/FSDP setup, torchrun, NCCL/gloo, hangs, samplers, rank-0 duties."""
+"""Distributed training: DDP/FSDP setup, torchrun, NCCL/gloo, hangs, samplers, rank-0 duties.
+
+The fixes themselves are data (rules/data/advice/distributed.toml); this module decides which apply,
+in which order, which line each is pinned to, and fills in what the evidence names (the script, the
+model's variable).
+"""
 
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case, Specialist
 from torchdoctor.specialists.units import count, listing, secs
 
@@ -38,50 +44,14 @@ def _rank_list(case: Case) -> str:
 
 
 def _same_collectives_fix(case: Case) -> Fix:
-    return Fix(
-        title="Make every rank run the same collectives in the same order",
-        snippet=(
-            "loss_sum = torch.tensor([val_loss], device=device)\n"
-            "dist.all_reduce(loss_sum)            # every rank, outside any `if rank == 0`\n"
-            "if dist.get_rank() == 0:\n"
-            "    print(loss_sum.item() / dist.get_world_size())   # only the printing is rank-specific"
-        ),
-        why="A collective completes only when every rank calls it; one under a rank guard, in a data-dependent "
-        "branch or in a loop of different length on each rank leaves the others waiting for ever.",
-        verify=f"`{_hang_cmd(case)}` completes without a hang report.",
-        location=case.location,
-    )
+    return advice.fix("distributed", "same-collectives-in-order", location=case.location,
+                      hang_cmd=_hang_cmd(case))
 
 
-def _uneven_fix() -> Fix:
-    return Fix(
-        title="Give every rank the same number of batches, or join uneven inputs",
-        snippet=(
-            "sampler = DistributedSampler(ds, drop_last=True)   # equal shards\n"
-            "# or let ranks that run out shadow the others' collectives:\n"
-            "with model.join():\n"
-            "    for x, y in loader:\n"
-            "        ..."
-        ),
-        why="A rank with one extra batch runs one extra backward (one extra all-reduce) that nobody answers.",
-        verify="len(loader) is equal on every rank, or the job finishes with join().",
-        applies_when="Ranks see different amounts of data (custom samplers, filtering, variable-size shards).",
-    )
-
-
-def _timeout_fix() -> Fix:
-    return Fix(
-        title="Turn silent hangs into errors with a collective timeout",
-        snippet=(
-            "from datetime import timedelta\n"
-            "dist.init_process_group(backend='nccl', timeout=timedelta(minutes=5))"
-        ),
-        why="With a shorter timeout the NCCL watchdog aborts the stuck collective and reports it instead of "
-        "waiting out the default (10 minutes for NCCL, 30 for gloo); TORCH_NCCL_ASYNC_ERROR_HANDLING controls what happens then "
-        "(the old NCCL_ASYNC_ERROR_HANDLING name is deprecated).",
-        verify="A hang now ends with a timeout error naming the collective and its sequence number.",
-        applies_when="Pick a timeout longer than your slowest legitimate step (e.g. checkpoint saving on rank 0).",
-    )
+def _hang_fixes(case: Case) -> list[Fix]:
+    """A hang or a collective mismatch: same collectives first, then uneven data, then a timeout."""
+    return [_same_collectives_fix(case), advice.fix("distributed", "even-batches-or-join"),
+            advice.fix("distributed", "collective-timeout")]
 
 
 @SPECIALIST.handles("ddp-hang")
@@ -121,7 +91,7 @@ def ddp_hang(case: Case) -> Advice:
         )
     return Advice(
         facts,
-        [_same_collectives_fix(case), _uneven_fix(), _timeout_fix()],
+        _hang_fixes(case),
         [f"`{_hang_cmd(case)}` names, for each rank, the collective and the line it is stuck at.", _debug_env_step(case), _flight_recorder_step(case)],
     )
 
@@ -149,7 +119,7 @@ def collective_mismatch(case: Case) -> Advice:
     facts += " Each waits for a partner call that never comes."
     return Advice(
         facts,
-        [_same_collectives_fix(case), _uneven_fix(), _timeout_fix()],
+        _hang_fixes(case),
         [_debug_env_step(case), f"`{_hang_cmd(case)}` reports each rank's collective and line.", _flight_recorder_step(case)],
     )
 
@@ -190,29 +160,9 @@ def rank_crashed(case: Case) -> Advice:
             + ": training itself completed. The torch 2.13 CPU (gloo) build shows such aborts at interpreter shutdown."
         )
     fixes = [
-        Fix(
-            title="Read that rank's own traceback: record errors per rank",
-            snippet=(
-                "from torch.distributed.elastic.multiprocessing.errors import record\n\n"
-                "@record\n"
-                "def main():\n"
-                "    ...\n\n"
-                "if __name__ == '__main__':\n"
-                "    main()"
-            ),
-            why="torchrun then writes the failing rank's exception to an error file and prints it in its summary, "
-            "instead of only the other ranks' timeouts.",
-            verify="torchrun's failure summary names the rank, its exception and its line.",
-            location=case.location,
-        ),
-        _timeout_fix(),
-        Fix(
-            title="Shut the process group down cleanly",
-            snippet="try:\n    main()\nfinally:\n    if dist.is_initialized():\n        dist.destroy_process_group()",
-            why="An explicit destroy flushes and closes communicators before interpreter teardown.",
-            verify="No abort messages after the last step.",
-            applies_when="The crash happens at exit, after training finished.",
-        ),
+        advice.fix("distributed", "record-errors-per-rank", location=case.location),
+        advice.fix("distributed", "collective-timeout"),
+        advice.fix("distributed", "destroy-process-group"),
     ]
     if after_last:
         fixes.insert(0, fixes.pop())
@@ -245,34 +195,9 @@ def unused_parameters(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Fix the model: use every parameter, or freeze the ones you skip before wrapping",
-                snippet=(
-                    "for p in model.aux_head.parameters():   # not used in this phase\n"
-                    "    p.requires_grad_(False)\n"
-                    "model = DDP(model, device_ids=[local_rank])"
-                ),
-                why="DDP only waits for parameters that require grad; removing or freezing dead parameters costs "
-                "nothing per step.",
-                verify="No unused-parameter report; the DDP error does not recur.",
-                location=case.location,
-            ),
-            Fix(
-                title="Declare a static graph when the unused set never changes",
-                snippet="model = DDP(model, device_ids=[local_rank], static_graph=True)",
-                why="DDP records which parameters are used in the first iteration and skips them from then on, "
-                "without a graph traversal per step.",
-                verify="Training runs without the error and at the same speed.",
-                applies_when="Only when the same parameters are unused on every step and every rank.",
-            ),
-            Fix(
-                title="Last resort: find_unused_parameters=True",
-                snippet="model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)",
-                why="DDP then traverses the autograd graph from the outputs on every step to mark unused parameters "
-                "ready: correct for changing control flow, but slower on every step.",
-                verify="The error is gone; compare steps per second with and without it.",
-                applies_when="The set of unused parameters really changes from step to step.",
-            ),
+            advice.fix("distributed", "use-or-freeze-parameters", location=case.location),
+            advice.fix("distributed", "static-graph"),
+            advice.fix("distributed", "find-unused-parameters"),
         ],
         [_debug_env_step(case), f"`{_hang_cmd(case)}` names the parameters without gradients after each backward."],
     )
@@ -290,17 +215,13 @@ def sampler_epoch(case: Case) -> Advice:
     if epochs is not None:
         facts += f": the DistributedSampler produced the same order in all {count(epochs, 'epoch')}"
     facts += ": its shuffle is seeded by the epoch number, so without it every epoch repeats the same order."
+    if calls:  # set_epoch runs, with a constant: the fix is the argument, not the call
+        fix = advice.fix("distributed", "set-epoch-argument", location=case.location)
+    else:
+        fix = advice.fix("distributed", "set-epoch-every-epoch", location=case.location)
     return Advice(
         facts,
-        [
-            Fix(
-                title="Pass the loop's epoch number to set_epoch" if calls else "Call set_epoch at the start of every epoch",
-                snippet="for epoch in range(start_epoch, epochs):\n    sampler.set_epoch(epoch)\n    for x, y in loader:\n        ...",
-                why="The sampler shuffles with seed + epoch; all ranks use the same value, so shards stay disjoint.",
-                verify="The first batch's indices differ between epochs (and agree across ranks on the permutation).",
-                location=case.location,
-            )
-        ],
+        [fix],
         [f"`{case.check_cmd(case.rule_code('TD3'))}` checks epoch loops over DistributedSamplers."],
     )
 
@@ -319,18 +240,7 @@ def save_on_all_ranks(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Save on rank 0, then let the others wait for the file",
-                snippet=(
-                    "if dist.get_rank() == 0:\n"
-                    "    torch.save({'model': model.module.state_dict(), 'optimizer': optimizer.state_dict(),\n"
-                    "                'epoch': epoch}, path)\n"
-                    "dist.barrier()   # every rank, so nobody reads a half-written file"
-                ),
-                why="DDP keeps identical replicas, so one copy is complete; model.module avoids the 'module.' key prefix.",
-                verify="One file per checkpoint; loading it into an unwrapped model works with strict=True.",
-                location=case.location,
-            ),
+            advice.fix("distributed", "save-on-rank-0", location=case.location),
         ],
         [f"`{case.run_cmd(extra='--nproc-per-node 2 --steps 20')}` records which ranks call torch.save."],
     )
@@ -345,45 +255,11 @@ def wrapped_state_dict_saved(case: Case) -> Advice:
         f"{where} saves `{variable}.state_dict()` from the {wrapper} wrapper: every key gets the `module.` "
         "prefix, so the file loads only into an identically wrapped model.",
         [
-            Fix(
-                title="Save the wrapped module's state_dict, on rank 0",
-                snippet=(
-                    f"raw_model = {variable}.module   # the model DDP wraps\n"
-                    "if dist.get_rank() == 0:\n"
-                    "    torch.save({'model': raw_model.state_dict(), 'optimizer': optimizer.state_dict()}, path)"
-                ),
-                why="DDP registers your model as its submodule `module`; its own state_dict is the same "
-                "tensors under longer names.",
-                verify="`torch.load(path)['model']` loads into a plain, unwrapped model with strict=True.",
-                location=case.location,
-            ),
-            Fix(
-                title="For checkpoints already written: strip the prefix when loading",
-                snippet=(
-                    "from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present\n"
-                    "state = torch.load(path, map_location='cpu', weights_only=True)\n"
-                    "consume_prefix_in_state_dict_if_present(state, 'module.')\n"
-                    "model.load_state_dict(state)"
-                ),
-                why="The parameters are right; only their names differ.",
-                verify="load_state_dict reports no missing or unexpected keys.",
-            ),
+            advice.fix("distributed", "save-module-state-dict", location=case.location, variable=variable),
+            advice.fix("distributed", "strip-module-prefix"),
         ],
         [f"`{case.check_cmd('TD304')}` finds every place that saves the wrapper's state_dict."],
     )
-
-
-_NO_SYNC = """\
-from contextlib import nullcontext
-
-for i, (x, y) in enumerate(loader):
-    last_micro = (i + 1) % accum_steps == 0
-    with nullcontext() if last_micro else model.no_sync():
-        loss = criterion(model(x), y) / accum_steps
-        loss.backward()            # all-reduces only on the last micro-step
-    if last_micro:
-        optimizer.step()
-        optimizer.zero_grad()"""
 
 
 @SPECIALIST.handles("accumulation-without-no-sync")
@@ -400,13 +276,7 @@ def accumulation_no_sync(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Skip the all-reduce with model.no_sync() on all but the last micro-step",
-                snippet=_NO_SYNC,
-                why="Inside no_sync() DDP accumulates gradients locally; the next backward outside it reduces the sum once.",
-                verify="One all-reduce round per optimizer step; the gradients equal the synced version.",
-                location=case.location,
-            )
+            advice.fix("distributed", "no-sync-accumulation", location=case.location)
         ],
         [f"`{case.run_cmd('profile', extra='--nproc-per-node 2 --steps 20')}` counts all-reduces per optimizer step."],
     )
@@ -428,15 +298,7 @@ def ranks_diverged(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Run every micro-step through the DDP wrapper; skip the all-reduce only with no_sync()",
-                snippet=_NO_SYNC,
-                why="DDP decides at the forward whether that backward all-reduces: the wrapper must be called "
-                "(not `model.module`), and `require_backward_grad_sync` set before the forward, not after it. "
-                "no_sync() on all but the last micro-step does both right.",
-                verify="The ranks' parameter checksums stay equal (`torchdoctor run --nproc-per-node 2` compares them).",
-                location=case.location,
-            )
+            advice.fix("distributed", "micro-steps-through-wrapper", location=case.location)
         ],
         [f"`{case.run_cmd('distributed', extra='--nproc-per-node 2 --steps 20')}` compares the ranks' parameters."],
     )
@@ -451,24 +313,8 @@ def grad_sync_misplaced(case: Case) -> Advice:
         "whether the backward all-reduces, so the last micro-step (the one that must sync the sum) does not, the "
         "first one does, and each rank steps with its own gradients. The replicas drift apart without an error.",
         [
-            Fix(
-                title="Decide the sync before the forward: no_sync() around forward and backward",
-                snippet=f"for micro_step in range(accum):\n    last = micro_step == accum - 1\n"
-                f"    with contextlib.nullcontext() if last else {model}.no_sync():\n"
-                f"        loss = criterion({model}(x), y) / accum\n        loss.backward()\noptimizer.step()",
-                why="DDP prepares the reducer in forward; no_sync() covers both halves of the micro-step.",
-                verify="After a few steps, a parameter's checksum is identical on every rank "
-                "(all_gather of p.sum() for one parameter).",
-                location=case.location,
-            ),
-            Fix(
-                title=f"Or set {model}.require_backward_grad_sync before the forward",
-                snippet=f"{model}.require_backward_grad_sync = micro_step == accum - 1\n"
-                f"loss = criterion({model}(x), y) / accum\nloss.backward()",
-                why="The flag works when it is set before the forward it is meant for.",
-                verify="One all-reduce per optimizer step, on the last micro-step.",
-                location=case.location,
-            ),
+            advice.fix("distributed", "no-sync-around-forward", location=case.location, model=model),
+            advice.fix("distributed", "require-sync-before-forward", location=case.location, model=model),
         ],
         [f"`{case.run_cmd('profile', extra='--nproc-per-node 2 --steps 20')}` counts the all-reduces per "
          "optimizer step: one, on the last micro-step, when the sync is placed right."],
@@ -484,36 +330,9 @@ def expand_in_forward(case: Case) -> Advice:
         "gradient_as_bucket_view=True or static_graph=True). It only matters if the expanded view is written in "
         "place, stored as a parameter or buffer, or handed to a collective.",
         [
-            Fix(
-                title="Copy before writing: .clone() (or .repeat()) only where the view is modified",
-                snippet=(
-                    "pos = self.pos_embed.expand(x.shape[0], -1, -1)           # read-only use: keep expand\n"
-                    "x = x + pos\n"
-                    "mask = self.mask.expand(b, -1).clone()                    # written below: materialise\n"
-                    "mask[:, 0] = 0"
-                ),
-                why="An in-place write into an expanded view fails ('more than one element of the written-to tensor "
-                "refers to a single memory location', or 'a view of a leaf Variable that requires grad is being "
-                "used in an in-place operation'); if only some ranks take that branch, the others hang in the next "
-                "all-reduce.",
-                verify="No in-place op touches the expanded tensor; the forward runs on every rank.",
-                location=case.location,
-            ),
-            Fix(
-                title="Never register an expanded tensor as a parameter or buffer",
-                snippet="self.register_buffer('pe', pe.expand(n, -1).contiguous())   # or keep the small tensor and expand in forward",
-                why="DDP broadcasts parameters and buffers from rank 0 into each rank's tensors at construction; "
-                "writing into a stride-0 tensor raises the overlapping-memory error.",
-                verify="DDP(model) constructs without error.",
-            ),
-            Fix(
-                title="Make tensors contiguous before passing them to a collective",
-                snippet="t = t.contiguous()\ndist.all_reduce(t)",
-                why="NCCL rejects non-contiguous tensors ('Tensors must be contiguous'); with gloo on CPU an expanded "
-                "tensor was written past its storage in our test (memory corruption).",
-                verify="Collectives receive t.is_contiguous() == True tensors.",
-                applies_when="Only for tensors you pass to torch.distributed calls yourself.",
-            ),
+            advice.fix("distributed", "clone-before-writing", location=case.location),
+            advice.fix("distributed", "no-expanded-buffers"),
+            advice.fix("distributed", "contiguous-for-collectives"),
         ],
         [
             "Keep .expand() for read-only broadcasting: it allocates nothing, while .repeat() copies the data.",
@@ -536,27 +355,9 @@ def straggler(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Keep rank-0 extras out of the step",
-                snippet="if step % log_every == 0 and dist.get_rank() == 0:\n    log_metrics(metrics)   # cheap, infrequent; no evaluation or saving inside the step",
-                why="Logging, evaluation or checkpointing on one rank inside the step delays every rank's next all-reduce.",
-                verify="Per-rank step times in the report converge.",
-                location=case.location,
-            ),
-            Fix(
-                title="Balance the work per rank",
-                snippet="sampler = DistributedSampler(ds, shuffle=True, drop_last=True)\n"
-                "# with variable-length samples: bucket by length so every rank gets similar sizes",
-                why="Ranks with longer sequences or more samples per step take longer.",
-                verify="Tokens (or samples) per step are similar on every rank.",
-            ),
-            Fix(
-                title="Check the slow rank's hardware",
-                snippet="nvidia-smi --query-gpu=index,clocks.sm,temperature.gpu,power.draw --format=csv -l 5",
-                why="A throttled or differently-linked GPU slows one rank persistently.",
-                verify="Clocks and temperature match across GPUs.",
-                applies_when="The same rank is slow across runs with identical data.",
-            ),
+            advice.fix("distributed", "rank-0-extras-out-of-step", location=case.location),
+            advice.fix("distributed", "balance-work-per-rank"),
+            advice.fix("distributed", "check-slow-rank-hardware"),
         ],
         [f"`{case.run_cmd('profile', extra='--nproc-per-node 2 --steps 30')}` compares per-rank step splits."],
     )
@@ -569,13 +370,7 @@ def shuffle_with_sampler(case: Case) -> Advice:
         f"{where} passes shuffle=True together with a sampler: the DataLoader raises 'sampler option is mutually "
         "exclusive with shuffle'. The sampler decides the order.",
         [
-            Fix(
-                title="Shuffle in the sampler, not the DataLoader",
-                snippet="sampler = DistributedSampler(ds, shuffle=True)\nloader = DataLoader(ds, batch_size=64, sampler=sampler)",
-                why="DistributedSampler shuffles per epoch (with set_epoch) and shards the indices across ranks.",
-                verify="The DataLoader constructs; each rank sees a different shard.",
-                location=case.location,
-            )
+            advice.fix("distributed", "shuffle-in-sampler", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD3'))}` checks every DataLoader with a sampler."],
     )
@@ -598,18 +393,7 @@ def cuda_device_not_set(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Bind each rank to its GPU before init_process_group",
-                snippet=(
-                    "local_rank = int(os.environ['LOCAL_RANK'])\n"
-                    "torch.cuda.set_device(local_rank)\n"
-                    "dist.init_process_group(backend='nccl', device_id=torch.device('cuda', local_rank))\n"
-                    "model = DDP(model.to(local_rank), device_ids=[local_rank])"
-                ),
-                why="set_device makes 'cuda' mean this rank's GPU for every later allocation and for NCCL's communicator.",
-                verify="nvidia-smi shows one process per GPU with similar memory.",
-                location=case.location,
-            )
+            advice.fix("distributed", "set-device-per-rank", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD3'))}` checks the process-group setup."],
     )
@@ -621,40 +405,8 @@ def distributed_setup(case: Case) -> Advice:
         "Start with DDP launched by torchrun: one process per GPU, a DistributedSampler with set_epoch, rank 0 "
         "saving and logging; move to FSDP only when the model, gradients and optimizer state do not fit on one GPU.",
         [
-            Fix(
-                title="A complete DDP skeleton",
-                snippet=(
-                    "import os\nimport torch\nimport torch.distributed as dist\n"
-                    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-                    "from torch.utils.data import DataLoader, DistributedSampler\n\n"
-                    "local_rank = int(os.environ['LOCAL_RANK'])\n"
-                    "torch.cuda.set_device(local_rank)\n"
-                    "dist.init_process_group('nccl')\n"
-                    "model = DDP(Net().cuda(), device_ids=[local_rank])\n"
-                    "sampler = DistributedSampler(ds, shuffle=True)\n"
-                    "loader = DataLoader(ds, batch_size=64, sampler=sampler, num_workers=4, pin_memory=True)\n"
-                    "for epoch in range(epochs):\n"
-                    "    sampler.set_epoch(epoch)\n"
-                    "    for x, y in loader:\n"
-                    "        ...\n"
-                    "    if dist.get_rank() == 0:\n"
-                    "        torch.save(model.module.state_dict(), f'ckpt_{epoch}.pt')\n"
-                    "    dist.barrier()\n"
-                    "dist.destroy_process_group()"
-                ),
-                why="Each piece prevents a classic failure: wrong GPU, repeated data order, corrupt or prefixed checkpoints.",
-                verify=f"`torchrun --nproc-per-node 2 {case.script}` trains and writes one checkpoint per epoch.",
-            ),
-            Fix(
-                title="Launch with torchrun (multi-node: same command on every node)",
-                snippet=(
-                    f"torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
-                    f"--rdzv-endpoint node0:29500 --rdzv-id job1 {case.script}"
-                ),
-                why="torchrun sets RANK, LOCAL_RANK and WORLD_SIZE and restarts or tears down workers together.",
-                verify="Every rank prints the same WORLD_SIZE and a distinct RANK.",
-                applies_when="The rendezvous flags are needed only for several nodes.",
-            ),
+            advice.fix("distributed", "ddp-skeleton", script=case.script),
+            advice.fix("distributed", "launch-with-torchrun", script=case.script),
         ],
         [f"`torchdoctor run --nproc-per-node 2 --steps 20 {case.script}` checks samplers, saves, unused parameters and hangs."],
     )
@@ -677,20 +429,9 @@ def nccl_error(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Read NCCL's own log",
-                snippet=f"NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET torchrun --nproc-per-node 2 {case.script}",
-                why="NCCL logs which interfaces and transports it picked and the system call that failed.",
-                verify="The log names the failing transport (socket, InfiniBand, P2P/NVLink) and the peer.",
-            ),
-            Fix(
-                title="Pin the network interface NCCL uses",
-                snippet=f"NCCL_SOCKET_IFNAME=eth0 torchrun --nnodes 2 --nproc-per-node 8 {case.script}",
-                why="On hosts with several interfaces (docker0, lo, VPNs) NCCL may pick one the peers cannot reach.",
-                verify="The INFO log shows the intended interface; the error is gone.",
-                applies_when="Multi-node jobs; use the interface name `ip addr` shows for the cluster network.",
-            ),
-            _timeout_fix(),
+            advice.fix("distributed", "nccl-debug-log", script=case.script),
+            advice.fix("distributed", "nccl-socket-ifname", script=case.script),
+            advice.fix("distributed", "collective-timeout"),
         ],
         [f"`{_hang_cmd(case)}` tells a crashed peer from a transport failure.", _flight_recorder_step(case)],
     )
@@ -719,30 +460,15 @@ def init_failed(case: Case) -> Advice:
     else:
         facts = "The process group could not start"
     facts += "."
+    multi_node = advice.fix("distributed", "multi-node-endpoint", script=case.script)
+    fixes = [multi_node] if waiting else [  # a node left alone: only the rendezvous matters
+        advice.fix("distributed", "torchrun-sets-environment", location=case.location, script=case.script),
+        multi_node,
+        advice.fix("distributed", "init-before-collectives"),
+    ]
     return Advice(
         facts,
-        [fix for fix in [
-            Fix(
-                title="Launch with torchrun, which sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous",
-                snippet=f"torchrun --standalone --nproc-per-node 2 {case.script}",
-                why="init_process_group() with the default env:// method reads these variables; --standalone also picks a free port.",
-                verify="Every rank prints a distinct dist.get_rank() and the same world size.",
-                location=case.location,
-            ),
-            Fix(
-                title="Multi-node: one reachable endpoint, same command on every node",
-                snippet=f"torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29500 --rdzv-id job1 {case.script}",
-                why="All nodes must reach the endpoint's host and port (firewalls, the right interface).",
-                verify="`nc -z node0 29500` succeeds from every node while the job starts.",
-                applies_when="Several machines.",
-            ),
-            Fix(
-                title="Initialise before any collective or DDP wrap",
-                snippet="dist.init_process_group(backend='nccl' if torch.cuda.is_available() else 'gloo')\nmodel = DDP(model)",
-                why="DDP and every dist.* call need the default process group.",
-                verify="dist.is_initialized() is True before the first collective.",
-            ),
-        ] if not waiting or fix.title.startswith("Multi-node")],  # a node left alone: only the rendezvous matters
+        fixes,
         [f"`torchdoctor run --nproc-per-node 2 --steps 5 {case.script}` launches through torchrun with the right environment."],
     )
 
@@ -761,23 +487,8 @@ def general(case: Case) -> Advice:
             "and DDP keeps a full copy of the model, gradients and optimizer state on each one.",
             [
                 cuda_device_not_set(case).fixes[0],
-                Fix(
-                    title="Shard instead of replicating: FSDP (fully_shard) or a sharded optimizer",
-                    snippet=(
-                        "from torch.distributed.fsdp import fully_shard\n"
-                        "for block in model.blocks:\n    fully_shard(block)\nfully_shard(model)"
-                    ),
-                    why="FSDP splits parameters, gradients and optimizer state across ranks, so per-GPU memory falls "
-                    "roughly with the number of GPUs.",
-                    verify="Per-rank peak memory (torch.cuda.max_memory_allocated) drops by about the world size for the sharded parts.",
-                    applies_when="Parameters + gradients + optimizer state, not activations, fill the GPU.",
-                ),
-                Fix(
-                    title="Let DDP gradients share the all-reduce buckets",
-                    snippet="model = DDP(model, device_ids=[local_rank], gradient_as_bucket_view=True)",
-                    why="Gradients become views into the communication buckets instead of a second copy.",
-                    verify="Peak memory after the first iteration drops by about the size of the gradients.",
-                ),
+                advice.fix("distributed", "shard-with-fsdp"),
+                advice.fix("distributed", "gradient-as-bucket-view"),
             ],
             [f"`torchdoctor run --nproc-per-node 2 --probe memory --steps 5 {case.script}` measures each rank's peak."],
         )
@@ -793,17 +504,7 @@ def general(case: Case) -> Advice:
             "Under DDP a non-finite gradient on one rank is averaged into every rank's gradient by the all-reduce: "
             "find the first rank and step where it appears, not only where it shows.",
             [
-                Fix(
-                    title="Check the loss on each rank before backward",
-                    snippet=(
-                        "if not torch.isfinite(loss):\n"
-                        "    print(f'rank {dist.get_rank()}: non-finite loss at step {step}', flush=True)"
-                    ),
-                    why="Before backward each rank's loss is still its own; after the all-reduce every gradient is "
-                    "poisoned and the origin is lost.",
-                    verify="Exactly one rank (or every rank) reports first, which tells data from model.",
-                    location=case.location,
-                )
+                advice.fix("distributed", "check-loss-per-rank", location=case.location)
             ],
             [f"`torchdoctor run --nproc-per-node 2 --probe nan --steps 200 {case.script}` reports the rank and step of the first non-finite value."],
         )

@@ -372,11 +372,11 @@ def test_recommended_decay_groups_separate_biases_and_norms():
     import torch
     from torch import nn
 
-    from torchdoctor.specialists import mixed_precision
+    from torchdoctor.specialists import advice
 
     model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 2))
     scope = {"torch": torch, "model": model}
-    exec(mixed_precision._DECAY_GROUPS, scope)
+    exec(advice.snippet("mixed-precision", "decay-groups"), scope)
     decay, no_decay = scope["optimizer"].param_groups
     assert len(decay["params"]) == 2 and len(no_decay["params"]) == 4
     assert no_decay["weight_decay"] == 0.0
@@ -386,7 +386,7 @@ def test_recommended_bf16_loop_runs_on_cpu():
     import torch
     from torch import nn
 
-    from torchdoctor.specialists import mixed_precision
+    from torchdoctor.specialists import advice
 
     model = nn.Linear(4, 2)
     scope = {
@@ -397,7 +397,7 @@ def test_recommended_bf16_loop_runs_on_cpu():
         "loader": [(torch.randn(3, 4), torch.tensor([0, 1, 0]))],
     }
     before = model.weight.detach().clone()
-    exec(mixed_precision._BF16_LOOP.replace('device_type="cuda"', 'device_type="cpu"'), scope)
+    exec(advice.snippet("mixed-precision", "bf16-loop").replace('device_type="cuda"', 'device_type="cpu"'), scope)
     assert not torch.equal(before, model.weight)
 
 

@@ -9,6 +9,9 @@ family; importing the package registers them all:
 - errors.py      errors a traceback names (in-place, backward twice, device/dtype/index errors)
 - process.py     hangs, crashes, missing CUDA, runs that measured nothing
 - shared.py      the specialist object and the fixes several families rank
+
+The fixes themselves are data (rules/data/advice/debugging.toml, one file for the package); the
+modules decide which apply, in which order, and which line each is pinned to.
 """
 
 from __future__ import annotations

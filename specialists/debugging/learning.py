@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case
 from torchdoctor.specialists.debugging.shared import SPECIALIST, lr_fix
 from torchdoctor.specialists.units import count, listing
@@ -39,35 +39,9 @@ def not_learning(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Check that every trainable parameter gets a gradient and moves",
-                snippet=(
-                    "loss.backward()\n"
-                    "for name, p in model.named_parameters():\n"
-                    "    if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0):\n"
-                    "        print('no gradient:', name)"
-                ),
-                why="A `.detach()`/`.item()`/`.numpy()` in the forward, an optimizer built over another model's "
-                "parameters, or frozen layers leave the weights untouched.",
-                verify="Every parameter prints a non-zero gradient, and parameters change after optimizer.step().",
-                location=case.location,
-            ),
-            Fix(
-                title="Overfit one batch",
-                snippet="x, y = next(iter(loader))\nfor _ in range(200):\n    optimizer.zero_grad()\n"
-                "    loss = criterion(model(x), y)\n    loss.backward()\n    optimizer.step()\nprint(loss.item())  # should approach 0",
-                why="A model that cannot memorise 32 samples has a bug (loss/label pairing, a broken graph, a wrong "
-                "output activation), not a tuning problem.",
-                verify="The loss on the single batch goes close to zero within a few hundred steps.",
-            ),
-            Fix(
-                title="Feed the loss what it expects",
-                snippet="loss = F.cross_entropy(logits, target)   # raw logits, integer class targets\n"
-                "loss = F.binary_cross_entropy_with_logits(logit, target.float())",
-                why="Softmax before CrossEntropyLoss, or sigmoid before BCELoss, squashes the gradients; "
-                "swapped (target, output) arguments train towards nonsense.",
-                verify="`torchdoctor check` reports no TD2/TD6 loss findings.",
-            ),
+            advice.fix("debugging", "check-gradients-reach-parameters", location=case.location),
+            advice.fix("debugging", "overfit-one-batch"),
+            advice.fix("debugging", "loss-input-contract"),
             lr_fix(),
         ],
         [
@@ -84,15 +58,7 @@ def softmax_before_loss(case: Case) -> Advice:
         f"{where} feeds probabilities to a loss that applies log-softmax itself: the loss is computed on "
         "softmax(softmax(x)), its gradients shrink, and training plateaus.",
         [
-            Fix(
-                title="Return logits from forward; let the loss do the softmax",
-                snippet="logits = model(x)               # no softmax at the end of forward\n"
-                "loss = F.cross_entropy(logits, y)\n"
-                "probs = logits.softmax(dim=-1)   # only for predictions",
-                why="cross_entropy = log_softmax + nll_loss; softmax applied twice compresses all outputs towards uniform.",
-                verify="The loss starts near ln(num_classes) and falls; accuracy rises.",
-                location=case.location,
-            )
+            advice.fix("debugging", "return-logits", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds softmax outputs passed to CrossEntropyLoss."],
     )
@@ -104,13 +70,7 @@ def log_softmax(case: Case) -> Advice:
     return Advice(
         f"{where} takes the log of a softmax: probabilities underflow to 0 and their log becomes -inf.",
         [
-            Fix(
-                title="Use log_softmax, or cross_entropy on the raw logits",
-                snippet="logp = F.log_softmax(logits, dim=-1)\n# or, for a classification loss:\nloss = F.cross_entropy(logits, target)",
-                why="log_softmax computes x - logsumexp(x) in one stable step; it never forms the tiny probabilities.",
-                verify="No -inf/NaN in the log-probabilities for large logits.",
-                location=case.location,
-            )
+            advice.fix("debugging", "log-softmax", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD6'))}` finds every such call."],
     )
@@ -123,14 +83,7 @@ def bce_after_sigmoid(case: Case) -> Advice:
         f"{where} applies BCELoss to sigmoid outputs: saturated sigmoids give log(0) and vanishing gradients, and "
         "under autocast BCELoss raises an error.",
         [
-            Fix(
-                title="Feed the logits to BCEWithLogitsLoss",
-                snippet="criterion = nn.BCEWithLogitsLoss()\nloss = criterion(logits, target.float())\n"
-                "probs = torch.sigmoid(logits)  # only for metrics / predictions",
-                why="It fuses sigmoid and the log-loss with the log-sum-exp trick: stable, and safe to autocast.",
-                verify="No NaN loss for large |logits|; same loss value as before where both were finite.",
-                location=case.location,
-            )
+            advice.fix("debugging", "bce-with-logits", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD6'))}` finds every such pair."],
     )
@@ -143,14 +96,7 @@ def missing_zero_grad(case: Case) -> Advice:
         f"{where} never clears gradients, so each step applies the sum of all previous gradients: the effective "
         "learning rate grows every step until the loss diverges.",
         [
-            Fix(
-                title="Clear gradients once per optimizer step",
-                snippet="optimizer.zero_grad()   # sets .grad to None (the default since PyTorch 2.0)\n"
-                "loss = criterion(model(x), y)\nloss.backward()\noptimizer.step()",
-                why="backward() adds into .grad; without clearing, gradients accumulate across steps.",
-                verify="The gradient norm per step stays bounded instead of growing linearly.",
-                location=case.location,
-            )
+            advice.fix("debugging", "zero-grad-per-step", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD4'))}` checks the loop's zero_grad / step order."],
     )
@@ -169,13 +115,7 @@ def non_differentiable(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="List the parameters left without a gradient after backward",
-                snippet="loss.backward()\nprint([n for n, p in model.named_parameters() if p.requires_grad and p.grad is None])",
-                why="The names show where the cut is: everything before a .detach(), .item(), .numpy() or an integer op.",
-                verify="The list is empty after the fix.",
-                location=case.location,
-            )
+            advice.fix("debugging", "list-parameters-without-grad", location=case.location)
         ],
         [f"`{case.check_cmd('TD8')}` finds .detach()/.numpy() inside forward methods."],
     )
@@ -188,13 +128,7 @@ def functional_dropout(case: Case) -> Advice:
         f"{where} applies F.dropout without training=self.training, so validation and inference still drop "
         "activations: eval metrics are noisy and lower than they should be.",
         [
-            Fix(
-                title="Tie dropout to the module's mode",
-                snippet="x = F.dropout(x, p=0.1, training=self.training)\n# or an nn.Dropout(0.1) submodule",
-                why="F.dropout defaults to training=True; the module form follows model.eval().",
-                verify="With model.eval(), repeated forwards on the same input give identical outputs.",
-                location=case.location,
-            )
+            advice.fix("debugging", "dropout-follows-mode", location=case.location)
         ],
         [f"`{case.check_cmd(case.rule_code('TD2'))}` finds functional dropout calls."],
     )

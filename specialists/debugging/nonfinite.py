@@ -5,6 +5,7 @@ or vanish, a loss scale that collapses.
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case
 from torchdoctor.specialists.debugging.shared import (
     SPECIALIST,
@@ -55,19 +56,7 @@ def nan_loss(case: Case) -> Advice:
 
 
 def _fp32_region_fix() -> Fix:
-    return Fix(
-        title="Keep the overflowing op in float32, or train in bfloat16",
-        snippet=(
-            "with torch.autocast(device_type='cuda', enabled=False):\n"
-            "    scores = fragile_op(q.float(), k.float())\n"
-            "# or for the whole model, on hardware that supports it:\n"
-            "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
-            "    loss = criterion(model(x), y)"
-        ),
-        why="float16 overflows above 65504; bfloat16 has float32's range, so the same op stays finite (and needs no GradScaler).",
-        verify="The first bad module reported by the NaN probe disappears with the change.",
-        applies_when="Only when the run uses float16 autocast (the amp context).",
-    )
+    return advice.fix("debugging", "fp32-region-or-bf16")
 
 
 @SPECIALIST.handles("nonfinite-grad")
@@ -94,13 +83,7 @@ def nonfinite_grad(case: Case) -> Advice:
         [
             guard,
             clip_fix(case),
-            Fix(
-                title="Fail fast at the first non-finite gradient norm",
-                snippet="norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0, error_if_nonfinite=True)",
-                why="Raising at the step where the gradient first goes non-finite keeps the weights intact for inspection.",
-                verify="The run stops with a RuntimeError naming the step instead of drifting on with NaN weights.",
-                applies_when="While debugging: under a GradScaler, non-finite gradients of skipped steps are normal.",
-            ),
+            advice.fix("debugging", "fail-fast-on-nonfinite-norm"),
         ],
         [
             f"`{case.run_cmd('nan', extra='--steps 200')}` localises the first parameter whose gradient turns non-finite.",
@@ -125,25 +108,8 @@ def nonfinite_input(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Find and fix the bad samples at the source",
-                snippet=(
-                    "bad = [i for i in range(len(dataset))\n"
-                    "       if not all(torch.isfinite(torch.as_tensor(t)).all() for t in dataset[i])]\n"
-                    "print(len(bad), 'bad samples, e.g.', bad[:10])"
-                ),
-                why="Missing values, a division by a zero standard deviation in normalisation, or a corrupt file "
-                "produce the NaN before the model sees it.",
-                verify="The scan finds no bad samples; the NaN probe no longer reports non-finite inputs.",
-                location=case.location,
-            ),
-            Fix(
-                title="Normalise with a guarded denominator",
-                snippet="x = (x - mean) / std.clamp_min(1e-6)",
-                why="A constant feature has a standard deviation of 0, and dividing by it gives NaN for every sample.",
-                verify="torch.isfinite(x).all() holds after normalisation.",
-                applies_when="The data pipeline standardises features itself.",
-            ),
+            advice.fix("debugging", "fix-bad-samples", location=case.location),
+            advice.fix("debugging", "guarded-normalisation"),
             input_check_fix(),
         ],
         [f"`{case.run_cmd('nan', 'data', extra='--steps 50')}` reports which batch and field first carry a non-finite value."],
@@ -170,23 +136,7 @@ def exploding(case: Case) -> Advice:
         [
             clip_fix(case),
             lr_fix(),
-            Fix(
-                title="Stabilise the architecture: normalisation and residual scaling",
-                snippet=(
-                    "class Block(nn.Module):\n"
-                    "    def __init__(self, d):\n"
-                    "        super().__init__()\n"
-                    "        self.norm = nn.LayerNorm(d)\n"
-                    "        self.ff = nn.Linear(d, d)\n"
-                    "    def forward(self, x):\n"
-                    "        return x + self.ff(self.norm(x))  # pre-norm residual"
-                ),
-                why="Deep stacks without normalisation multiply per-layer gains; pre-norm residual blocks keep the "
-                "gradient scale roughly constant with depth.",
-                verify="Per-layer gradient norms (the NaN probe reports them) stay within one or two orders of magnitude.",
-                location=case.location,
-                applies_when="The growth is structural (deep MLP/RNN stacks), not a single outlier batch.",
-            ),
+            advice.fix("debugging", "stabilise-architecture", location=case.location),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 100')}` records per-layer gradient norms and the step where they blow up."],
     )
@@ -205,29 +155,9 @@ def vanishing(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Use non-saturating activations and residual connections",
-                snippet="self.act = nn.GELU()   # instead of nn.Sigmoid() / nn.Tanh() between deep layers\n"
-                "# and: return x + self.block(x)",
-                why="Sigmoid and tanh have derivatives at most 0.25 and 1 that shrink further when saturated; "
-                "a chain of them multiplies the gradient towards zero. Skip connections give it a direct path.",
-                verify="The first-to-last-layer gradient norm ratio rises towards 1e-2..1.",
-                location=case.location,
-            ),
-            Fix(
-                title="Initialise for the activation you use",
-                snippet="for m in model.modules():\n    if isinstance(m, nn.Linear):\n"
-                "        nn.init.kaiming_normal_(m.weight, nonlinearity='relu')\n        nn.init.zeros_(m.bias)",
-                why="Kaiming/Xavier initialisation keeps activation and gradient variance constant across layers.",
-                verify="Per-layer gradient norms at step 0 are of similar size.",
-                applies_when="For custom stacks; the built-in layers already use a sensible default.",
-            ),
-            Fix(
-                title="Normalise between layers",
-                snippet="nn.Sequential(nn.Linear(d, d), nn.LayerNorm(d), nn.GELU())",
-                why="Normalisation keeps pre-activations out of the saturated regions.",
-                verify="Early-layer gradient norms grow; training loss falls faster.",
-            ),
+            advice.fix("debugging", "non-saturating-activations", location=case.location),
+            advice.fix("debugging", "initialise-for-activation"),
+            advice.fix("debugging", "normalise-between-layers"),
         ],
         [f"`{case.run_cmd('nan', extra='--steps 50')}` reports per-layer gradient norms and their first-to-last ratio."],
     )
@@ -259,15 +189,7 @@ def anomaly_on(case: Case) -> Advice:
         f"{where} leaves autograd anomaly detection on for the whole run{cost}: every op records a traceback and "
         "every backward checks for NaN.",
         [
-            Fix(
-                title="Turn anomaly detection off, or scope it to one reproducing step",
-                snippet="DEBUG = False\ntorch.autograd.set_detect_anomaly(DEBUG)\n"
-                "# while debugging, around one failing step only:\n"
-                "with torch.autograd.detect_anomaly():\n    loss.backward()",
-                why="It is a debugging tool: it slows every step several times over and keeps stack traces alive.",
-                verify="Step time returns to normal.",
-                location=case.location,
-            )
+            advice.fix("debugging", "anomaly-mode-off", location=case.location)
         ],
         [f"`{case.run_cmd('nan')}` localises non-finite values at a fraction of anomaly mode's cost."],
     )

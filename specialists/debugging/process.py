@@ -4,7 +4,7 @@ not there, and runs that measured nothing (or whose probes failed).
 
 from __future__ import annotations
 
-from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case
 from torchdoctor.specialists.debugging.shared import SPECIALIST
 from torchdoctor.specialists.memory import SHM_SIGNATURES
@@ -27,22 +27,8 @@ def hang(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Give DataLoader workers a timeout and rule them out",
-                snippet="loader = DataLoader(ds, batch_size=64, num_workers=4, timeout=120)\n"
-                "# to test: num_workers=0 runs __getitem__ in the main process",
-                why="A worker blocked on I/O, a lock inherited through fork, or a crashed worker leaves the main "
-                "process waiting for a batch forever; a timeout turns it into an error.",
-                verify="With num_workers=0 the script advances (the hang is in the workers) or not (it is elsewhere).",
-                location=case.location,
-            ),
-            Fix(
-                title="Start workers with spawn when the main process uses threads",
-                snippet="DataLoader(ds, num_workers=4, multiprocessing_context='spawn')",
-                why="fork copies locks held by other threads (logging, tokenizers, OpenMP) in the locked state.",
-                verify="The hang no longer reproduces.",
-                applies_when="The dataset uses threaded libraries or the main process starts threads before the loader.",
-            ),
+            advice.fix("debugging", "worker-timeout", location=case.location),
+            advice.fix("debugging", "spawn-workers"),
         ],
         [
             f"`torchdoctor run --hang-timeout 30 {case.script}` dumps every thread's stack when no step completes for 30 s.",
@@ -76,35 +62,9 @@ def worker_error(case: Case) -> Advice:
         facts += f" (exit code {code:.0f})"
     facts += f": {cause}." if cause else "."
     fixes = [
-        Fix(
-            title="Reproduce in the main process for a full traceback",
-            snippet="loader = DataLoader(ds, batch_size=64, num_workers=0)\nnext(iter(loader))",
-            why="With num_workers=0 __getitem__ runs in the main process and its exception shows your line.",
-            verify="The error (if it is in your dataset) now points at the line in __getitem__ or collate_fn.",
-            location=case.location,
-        ),
-        Fix(
-            title="Use picklable, module-level callables and a main guard",
-            snippet=(
-                "def collate(batch):            # module level, not a lambda or nested function\n"
-                "    return torch.utils.data.default_collate(batch)\n\n"
-                "def main():\n"
-                "    loader = DataLoader(ds, num_workers=4, collate_fn=collate)\n"
-                "    ...\n\n"
-                "if __name__ == '__main__':\n"
-                "    main()"
-            ),
-            why="With the spawn start method (macOS, Windows, or multiprocessing_context='spawn') workers re-import the "
-            "script and unpickle the dataset and callables.",
-            verify="Workers start with num_workers > 0.",
-        ),
-        Fix(
-            title="Share tensors through files when descriptors run out",
-            snippet="import torch.multiprocessing\ntorch.multiprocessing.set_sharing_strategy('file_system')",
-            why="The default file_descriptor strategy keeps one descriptor per shared tensor.",
-            verify="No 'Too many open files' over an epoch.",
-            applies_when="The error mentions open files or shared memory.",
-        ),
+        advice.fix("debugging", "num-workers-0", location=case.location),
+        advice.fix("debugging", "picklable-callables"),
+        advice.fix("debugging", "file-system-sharing"),
     ]
     if cause and ("pickle" in cause or "guard" in cause):
         fixes.insert(0, fixes.pop(1))
@@ -133,27 +93,9 @@ def cuda_unavailable(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Check what torch and the driver see",
-                snippet="python -c \"import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())\"",
-                why="CPU-only builds report no CUDA version in torch.version.cuda; nvidia-smi shows the driver and the highest CUDA version it supports.",
-                verify="torch.cuda.is_available() is True and device_count() matches the GPUs you expect.",
-            ),
-            Fix(
-                title="Install the torch build that matches the GPU and driver",
-                snippet="nvidia-smi   # driver version and supported CUDA version",
-                why="Pick the CUDA variant of the wheel from pytorch.org's install selector that your driver supports; "
-                "very new or very old GPUs need a build that includes their architecture.",
-                verify="A tensor moves to the GPU: torch.ones(1).cuda().",
-            ),
-            Fix(
-                title="Fall back cleanly when no GPU is present",
-                snippet="device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')",
-                why="Scripts that hard-code 'cuda' fail on CPU-only machines and CI.",
-                verify="The script runs on a CPU-only machine.",
-                location=case.location,
-                applies_when="The script should also run without a GPU.",
-            ),
+            advice.fix("debugging", "check-cuda-visibility"),
+            advice.fix("debugging", "matching-torch-build"),
+            advice.fix("debugging", "cpu-fallback", location=case.location),
         ],
         [f"`{case.run_cmd('env')}` reports torch, CUDA and driver versions and the visible devices."],
     )
@@ -180,28 +122,9 @@ def native_crash(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Get the Python stack of every thread at the crash",
-                snippet=f"python -X faulthandler {case.script}",
-                why="faulthandler prints each thread's Python traceback on SIGSEGV, SIGFPE, SIGABRT, SIGBUS and SIGILL.",
-                verify="The crash output now ends with the Python line that called into native code.",
-                location=case.location,
-            ),
-            Fix(
-                title="Isolate the native code involved",
-                snippet="loader = DataLoader(ds, batch_size=64, num_workers=0)   # rule out worker processes\n"
-                "model = model.cpu()                                      # rule out the GPU stack",
-                why="Workers forked after CUDA or OpenMP initialisation, extension modules built for another torch, "
-                "and GPU drivers are the usual native suspects.",
-                verify="The crash disappears with one of them removed, which names the culprit.",
-            ),
-            Fix(
-                title="Check that every native package matches this torch",
-                snippet="python -m torch.utils.collect_env",
-                why="Extensions (custom CUDA ops, vision/audio packages) compiled against another torch version crash "
-                "when loaded together.",
-                verify="Companion packages report versions built for the installed torch.",
-            ),
+            advice.fix("debugging", "faulthandler", location=case.location, script=case.script),
+            advice.fix("debugging", "isolate-native-code"),
+            advice.fix("debugging", "matching-native-packages"),
         ],
         [f"`{case.run_cmd(extra='--steps 20')}` records the signal, the step and your last frame."],
     )
@@ -214,18 +137,13 @@ def probe_failed(case: Case) -> Advice:
     at = case.text("at")
     step = case.num("step")
     when = f"at step {int(step)}" if step is not None else "before the first step"
+    place = f" and the place it names ({at})" if at else ""
     return Advice(
         f"The {probe} probe failed {when} ({error}) and was switched off: this report says nothing about what it "
         f"measures from then on, so the absence of a {probe} finding is not a clean bill.",
         [
-            Fix(
-                title=f"Report the {probe} probe's failure; the rest of the report stands",
-                snippet=case.run_cmd(probe, extra="--steps 20"),
-                why="The failure is torchdoctor's, not your script's: the script ran on unchanged, and the other "
-                "probes' findings hold. The error" + (f" and the place it names ({at})" if at else "")
-                + " are what a bug report needs; running the probe alone shows whether it reproduces.",
-                verify=f"A run lists no probe-failed symptom for the {probe} probe.",
-            )
+            advice.fix("debugging", "report-probe-failure", probe=probe, place=place,
+                       command=case.run_cmd(probe, extra="--steps 20"))
         ],
         [f"`{case.run_cmd(probe)}` runs that probe alone on the same script."],
     )
@@ -243,15 +161,7 @@ def nothing_measured(case: Case) -> Advice:
             "in the process it starts and in torchrun's ranks, not in processes a script spawns or forks itself, "
             "so this report says nothing about that training either way.",
             [
-                Fix(
-                    title="Start the ranks with torchrun instead of spawning them from the script",
-                    snippet=f"torchdoctor run --nproc-per-node 2 {case.script}   # Lightning: strategy=\"ddp\"\n"
-                    f"torchdoctor run {case.script}   # or one process: devices=1 / no mp.spawn",
-                    why="Under torchrun every rank runs the probes; Lightning's `ddp` strategy (not `ddp_spawn` or "
-                    "`ddp_fork`) and a script that calls init_process_group itself use torchrun's ranks as they are.",
-                    verify="The report's Run section counts optimizer steps for every rank.",
-                    location=case.location,
-                ),
+                advice.fix("debugging", "torchrun-not-spawn", location=case.location, script=case.script),
             ],
             [f"`torchdoctor check {case.script}` reads the code without running it."],
         )
@@ -271,23 +181,8 @@ def nothing_measured(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Point torchdoctor at the process that trains",
-                snippet=f"torchdoctor run {case.script} -- <your arguments>\n"
-                "torchdoctor run -- torchrun --nproc-per-node 2 train.py   # a torchrun line runs under the probes",
-                why="The probes live in the process torchdoctor starts (and, through torchrun, in every rank); "
-                "training started anywhere else is invisible to them.",
-                verify="The report's Run section counts optimizer steps.",
-            ),
-            Fix(
-                title="Let at least one optimizer step run",
-                snippet=f"torchdoctor run --steps 20 {case.script}",
-                why="A step is a call of optimizer.step() on a torch.optim optimizer (a framework's own loop calls "
-                "it too). A script that only builds the model, or updates weights by hand without an optimizer, "
-                "gives the step-based probes nothing to measure.",
-                verify="steps_completed in report.json is above 0.",
-                applies_when="The script's training loop is behind a flag or a configuration that was not given.",
-            ),
+            advice.fix("debugging", "point-at-training-process", script=case.script),
+            advice.fix("debugging", "let-one-step-run", script=case.script),
         ],
         [f"`torchdoctor check {case.script}` reads the code without running it."],
     )
@@ -298,6 +193,7 @@ def source_not_analysed(case: Case) -> Advice:
     reason = case.text("reason")
     where = case.at()
     path = case.location.path if case.location is not None else None
+    target = path or case.script
     facts = f"torchdoctor check could not analyse `{path}`" if path else "torchdoctor check could not analyse a file"
     if reason:
         facts += f" ({reason})"
@@ -307,20 +203,8 @@ def source_not_analysed(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Make the file parse as Python 3",
-                snippet=f"python -m py_compile {path or case.script}",
-                why="check reads the source without running it; a syntax error, a non-UTF-8 encoding or NUL bytes stop the parse.",
-                verify="py_compile prints nothing and `torchdoctor check` reports findings for the file.",
-                location=case.location,
-            ),
-            Fix(
-                title="Or exclude files that are not meant to be analysed",
-                snippet="# pyproject.toml\n[tool.torchdoctor]\nexclude = [\"legacy/\", \"generated/*.py\"]",
-                why="Generated or Python 2 files are better skipped than reported every run.",
-                verify="`torchdoctor check .` no longer lists them.",
-                applies_when="For files outside your training code.",
-            ),
+            advice.fix("debugging", "make-file-parse", location=case.location, target=target),
+            advice.fix("debugging", "exclude-unparsable-files"),
         ],
-        [f"`torchdoctor check {path or case.script}` after the fix."],
+        [f"`torchdoctor check {target}` after the fix."],
     )

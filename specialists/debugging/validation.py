@@ -5,26 +5,14 @@ during validation.
 from __future__ import annotations
 
 from torchdoctor.model import Fix
+from torchdoctor.specialists import advice
 from torchdoctor.specialists.base import Advice, Case
 from torchdoctor.specialists.debugging.shared import SPECIALIST
 from torchdoctor.specialists.units import count, gib, listing
 
 
 def _no_grad_fix(case: Case) -> Fix:
-    return Fix(
-        title="Wrap validation in eval mode and inference mode, then restore train mode",
-        snippet=(
-            "model.eval()\n"
-            "with torch.inference_mode():\n"
-            "    for x, y in val_loader:\n"
-            "        val_loss += criterion(model(x), y).item()\n"
-            "model.train()"
-        ),
-        why="inference_mode skips graph construction (less memory, faster); eval() switches dropout off and makes "
-        "batch norm use its running statistics; train() restores both for the next training step.",
-        verify="Validation metrics are identical run to run; validation memory is that of one forward pass.",
-        location=case.location,
-    )
+    return advice.fix("debugging", "eval-and-inference-mode", location=case.location)
 
 
 @SPECIALIST.handles("eval-without-no-grad")
@@ -55,22 +43,7 @@ def eval_mode_missing(case: Case) -> Advice:
         facts,
         [
             _no_grad_fix(case),
-            Fix(
-                title="Use a context manager so train mode always comes back",
-                snippet=(
-                    "from contextlib import contextmanager\n\n"
-                    "@contextmanager\n"
-                    "def evaluating(model):\n"
-                    "    was_training = model.training\n"
-                    "    model.eval()\n"
-                    "    try:\n"
-                    "        yield model\n"
-                    "    finally:\n"
-                    "        model.train(was_training)"
-                ),
-                why="An early `return`/`break` in the validation code cannot leave the model in the wrong mode.",
-                verify="`model.training` is True at the start of every training step.",
-            ),
+            advice.fix("debugging", "restore-train-mode"),
         ],
         [f"`{case.check_cmd(case.rule_code('TD6'))}` finds validation loops without eval() and missing train()."],
     )
@@ -87,21 +60,7 @@ def backward_in_validation(case: Case) -> Advice:
     return Advice(
         facts,
         [
-            Fix(
-                title="Evaluate without backward, step or zero_grad",
-                snippet=(
-                    "model.eval()\n"
-                    "with torch.no_grad():\n"
-                    "    for data, target in val_loader:\n"
-                    "        loss = criterion(model(data), target)\n"
-                    "        running_loss += loss.item()\n"
-                    "model.train()"
-                ),
-                why="Only the training loop may call loss.backward() and optimizer.step(); under no_grad the "
-                "evaluation cannot build a graph to step on by mistake.",
-                verify="The optimizer's step count per epoch equals the number of training batches.",
-                location=case.location,
-            ),
+            advice.fix("debugging", "evaluate-without-updates", location=case.location),
         ],
         [f"`{case.check_cmd(case.rule_code('TD6'))}` reads the validation loops statically."],
     )
@@ -116,14 +75,7 @@ def training_in_validation(case: Case) -> Advice:
         "to judge it, so the validation score, early stopping and best-checkpoint choice all read a number "
         "that no longer measures generalisation.",
         [
-            Fix(
-                title="Drop the update lines and run validation without autograd",
-                snippet="@torch.no_grad()\ndef validate(model, val_loader):\n    model.eval()\n"
-                "    for x, y in val_loader:\n        loss = criterion(model(x), y)   # no backward, no step",
-                why="Validation only reads the model; no_grad also stops autograd from keeping activations.",
-                verify="The model's parameters are bit-identical before and after a validation pass.",
-                location=case.location,
-            )
+            advice.fix("debugging", "validation-without-autograd", location=case.location)
         ],
         [f"`torchdoctor run --probe validation {case.script}` classifies every forward as trained or evaluation "
          "and reports training forwards that run with the model in eval mode."],
