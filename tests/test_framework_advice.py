@@ -115,6 +115,8 @@ def test_check_gives_the_lightning_knob_first_for_a_lightning_script(tmp_path):
      "Lightning: Clip with Trainer(gradient_clip_val=…)"),
     ("loss is nan with the HF Trainer and TrainingArguments fp16=True", "hf-trainer",
      "Hugging Face Trainer: Set TrainingArguments(max_grad_norm=…)"),
+    ("with accelerator.backward(loss) the loss goes nan after a few hundred steps, gradients explode", "accelerate",
+     "Accelerate: Clip with accelerator.clip_grad_norm_ on the synchronising step"),
 ])
 def test_ask_names_the_framework_from_the_users_words(text, context, first):
     report = json.loads(cli("ask", text, "--format", "json").stdout_text)
