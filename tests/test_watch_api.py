@@ -134,6 +134,7 @@ def test_under_torchdoctor_run_the_block_is_measured_by_the_run(tmp_path, valida
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun job, like the other torchrun tests
 def test_every_rank_of_a_torchrun_job_gets_its_own_run_directory_and_only_rank_0_prints(tmp_path, validate_report):
     out = tmp_path / "run"
     env = {**os.environ, "NO_COLOR": "1"}
