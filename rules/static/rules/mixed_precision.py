@@ -867,6 +867,8 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
         if s is None:
             if not _SCHED_NAME.search(receiver.rsplit(".", 1)[-1]) or call.args or call.keywords:
                 continue
+            if not isinstance(index.parent(call), ast.Expr) or _plain_schedule_class(index, call):
+                continue  # `_new_lr = scheduler.step()`: torch's step returns None, so this is the project's own
         elif s.cls == "ReduceLROnPlateau":
             continue  # steps on a metric; PyTorch does not check its order
         loop = index.loop_of(call)
@@ -902,6 +904,20 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
         first = min(later, key=_position)
         shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
         ctx.report(call, variable=receiver, optimizer_step=shown, line=first.lineno)
+
+
+def _plain_schedule_class(index: Index, call: ast.Call) -> bool:
+    """`scheduler = WarmupCosineSchedule(optimizer, ...)` with the class defined in this file on no torch
+    scheduler base: it sets the learning rate itself and PyTorch never checks the order of its `step()`."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    if not isinstance(receiver, ast.Name):
+        return False
+    classes = {c.name: c for c in index.nodes(ast.ClassDef)}  # type: ignore[attr-defined]
+    for value in index.definitions(receiver.id, call):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
+            bases = [index.resolve(b) or dotted(b) or "" for b in classes[value.func.id].bases]
+            return not any("lr_scheduler" in b or "LRScheduler" in b or "LR" in b.rsplit(".", 1)[-1] for b in bases)
+    return False
 
 
 def _hands_training(index: Index, call: ast.Call) -> bool:
