@@ -250,6 +250,8 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
         value = _tensor_value(index, a.value, a.stmt)
         if tensor_factory(index, value) is None or requires_grad_in_chain(value):
             continue
+        if _scalar_constant(index, value, a.stmt) and not _made_trainable(index, info, a.attr):
+            continue  # a 0-dim constant: a CPU scalar mixes with tensors on any device, and holds no state
         if reads is None:
             reads = index.self_reads(info)
         if a.attr not in reads or all(_moved_or_replaced(index, r) for r in reads[a.attr]):
@@ -258,6 +260,39 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
             continue  # `self.mask = self.mask.to(x)` in forward: the class keeps it on the input's device
         reported.add(a.attr)
         ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+_SCALAR_FACTORIES = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
+
+
+def _number(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
+
+
+def _scalar_constant(index: Index, value: ast.AST | None, at: ast.AST) -> bool:
+    """`torch.tensor(1.0)`, `torch.tensor(clip_threshold, dtype=torch.float)` with `clip_threshold = 1.0` at
+    module level: a 0-dim tensor of a number written in the file (minimalRL's vtrace.py)."""
+    if not isinstance(value, ast.Call) or index.resolve(value.func) not in _SCALAR_FACTORIES or not value.args:
+        return False
+    arg = value.args[0]
+    if _number(arg):
+        return True
+    if not isinstance(arg, ast.Name):
+        return False
+    found = index.definitions(arg.id, at) or [v for _s, v in index.defs(index.tree).get(arg.id, [])]
+    return bool(found) and all(_number(v) for v in found)
+
+
+def _made_trainable(index: Index, info: ClassInfo, attr: str) -> bool:
+    """`self.log_alpha.requires_grad = True` or `.requires_grad_()` anywhere in the file: learned, not constant."""
+    for node in index.nodes(ast.Assign):
+        for t in node.targets:  # type: ignore[attr-defined]
+            if isinstance(t, ast.Attribute) and t.attr == "requires_grad" and dotted(t.value) in (f"self.{attr}", attr):
+                return True
+    return any(dotted(c.func.value) == f"self.{attr}" for c in index.method_calls("requires_grad_")  # type: ignore[attr-defined]
+               if isinstance(c.func, ast.Attribute))
 
 
 def _moves_itself(index, info, attr: str) -> bool:
