@@ -164,9 +164,9 @@ def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bo
     if fn is not None and is_eval_word(getattr(fn, "name", "")) and fn not in index.training_functions:
         return True
     name = dotted(path) if isinstance(path, ast.Name | ast.Attribute) else None
-    if name is None or fn is None:
+    if name is None:
         return False
-    for call in index.calls_in(fn):
+    for call in index.calls_in(fn):  # fn None: the module's own statements (`if __name__ == "__main__":`)
         if call.lineno > node.lineno and is_eval_word(last_name(call.func)) \
                 and any(dotted(a) == name for a in [*call.args, *(k.value for k in call.keywords)]):
             return True
@@ -241,6 +241,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _evaluation_export(index, node, path):
         return
+    if _read_only_after_training(ctx, loop):
+        return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
     if contents is None:
@@ -259,6 +261,12 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
     all_saves = set(_save_calls(index))
     for other in companions:
+        if other is not node and other not in all_saves and _SAVE_HELPER.search(last_name(other.func) or ""):
+            # `save_checkpoint(dir, step=step, policy=policy, optimizer=optimizer, scheduler=lr_scheduler)`:
+            # a helper of the project writes the training state it is handed next to this file (LeRobot)
+            values += [*other.args, *(k.value for k in other.keywords)]
+            keys += [k.arg for k in other.keywords if k.arg]
+            continue
         if other is node or other not in all_saves:
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
@@ -312,6 +320,25 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         loop=where,
         suggestion=suggestion,
     )
+
+
+_SAVE_HELPER = re.compile(r"save|checkpoint", re.I)
+
+
+def _read_only_after_training(ctx: Context, loop: Loop) -> bool:
+    """Every read of a checkpoint comes after the training loop, in its scope (pyGAT: `torch.save` each epoch,
+    then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the best epoch): the saves feed that
+    evaluation, and nothing reads one back into training."""
+    index = ctx.index
+    top = loop
+    while top.parent is not None:
+        top = top.parent
+    end = top.node.end_lineno or top.node.lineno
+    scope = index.scope_of(top.node)
+    reads = [*index.calls_to("torch.load"), *index.method_calls("load_state_dict")]
+    if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
+        return False
+    return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
 
 
 _RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
