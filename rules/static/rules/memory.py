@@ -168,12 +168,20 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
             if not index.call_runs_model(call):
                 continue
             model_call = _first_model_call(index, call)
+            if model_call is not None and _parameter_free(index, model_call):
+                continue  # `similarity(enrol, test)` with nn.CosineSimilarity: nothing to record a graph for
             if index.grad_disabled(call) or (model_call is not None and index.grad_disabled(model_call)) \
                     or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
             ctx.report(call, variable=shown, loader=loop.source or "the validation data")
             break
+
+
+def _parameter_free(index: Index, call: ast.Call) -> bool:
+    """A call of a binding built from an nn module that holds no parameters (vocabulary.toml)."""
+    b = index.binding(call.func) if isinstance(call.func, ast.Name | ast.Attribute) else None
+    return b is not None and b.cls in index.names["parameter_free_layers"]
 
 
 def _first_model_call(index: Index, call: ast.Call, depth: int = 0) -> ast.Call | None:
