@@ -516,6 +516,8 @@ def _binds_device(ctx: Context) -> bool:
         return True
     if index.calls_to("torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"):
         return True
+    if index.calls_to(*index.names["device_binding_calls"]):
+        return True  # `self._device = utils.get_device(device=cfg.device)` in a torchtune recipe
     if any(isinstance(c.func, ast.Name) and c.func.id in _DEVICE_BINDERS for c in index.nodes(ast.Call)):
         return True
     return "CUDA_VISIBLE_DEVICES" in ctx.source
