@@ -621,7 +621,21 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
     if _checks_own_keys(index, node, dotted(func.value)):
         return  # the function compares the checkpoint's keys with the model's before loading
+    if _own_state_dict_pair(index, node):
+        return
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+def _own_state_dict_pair(index: Index, node: ast.Call) -> bool:
+    """The load sits in `load_state_dict` of a class that also writes the dict in its own `state_dict`
+    (torchtitan's ModelWrapper flattens several model parts into one dict; LeRobot's SAC strips the encoder
+    keys): the class defines its own key layout, so the partial load of each part is by design."""
+    fn = index.function_of(node)
+    if fn is None or getattr(fn, "name", "") != "load_state_dict":
+        return False
+    owner = index.parent(fn)
+    return isinstance(owner, ast.ClassDef) and any(
+        isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == "state_dict" for m in owner.body)
 
 
 _OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})
