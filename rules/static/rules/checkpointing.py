@@ -264,8 +264,13 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         if other is not node and other not in all_saves and _SAVE_HELPER.search(last_name(other.func) or ""):
             # `save_checkpoint(dir, step=step, policy=policy, optimizer=optimizer, scheduler=lr_scheduler)`:
             # a helper of the project writes the training state it is handed next to this file (LeRobot)
-            values += [*other.args, *(k.value for k in other.keywords)]
-            keys += [k.arg for k in other.keywords if k.arg]
+            # Only what it is handed directly counts (`optimizer=optimizer`), not names inside its arguments
+            # (`save_image(fake, "%s/x.png" % opt.outf)` hands no optimizer, whatever `opt` is).
+            handed = [v for v in [*other.args, *(k.value for k in other.keywords)] if isinstance(v, ast.Name | ast.Attribute)]
+            handed_kinds = {index.kind_of(v) for v in handed}
+            if "optimizer" in handed_kinds or any("optim" in (k.arg or "") for k in other.keywords):
+                values += [v for v in handed if index.kind_of(v) in ("optimizer", "scheduler", "scaler")]
+                keys += [k.arg for k in other.keywords if k.arg]
             continue
         if other is node or other not in all_saves:
             continue
