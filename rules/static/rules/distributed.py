@@ -190,15 +190,18 @@ def _names_rank(index: Index, expr: ast.AST | None, _depth: int = 0) -> bool:
     if expr is None:
         return False
     rank_names = index.vocab["rank"]["rank_names"]
-    if isinstance(expr, ast.Name) and _depth < 2:  # `mb_path = dump / ("mb" + str(args.rank) + ".pth")`
-        if any(_names_rank(index, value, _depth + 1) for value in index.definitions(expr.id, expr)):
-            return True
     for sub in ast.walk(expr):
         if isinstance(sub, ast.Name | ast.Attribute) and last_name(sub) in rank_names:
             return True
         if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "get_global_rank", "get_local_rank"):
             return True
-    return False
+    if _depth >= 3:
+        return False
+    # Names the path is built from, followed to their values: `mb_path = dump / ("mb" + str(args.rank) + ".pth")`;
+    # SAM 2's `rank_save = get_rank()` -> `filename = f"data_{salt}_{rank_save}.pkl"` -> `os.path.join(d, filename)`.
+    names = {sub.id: sub for sub in ast.walk(expr) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)}
+    return any(_names_rank(index, value, _depth + 1) for sub in names.values()
+               for value in index.definitions(sub.id, sub))
 
 
 _TEMP = re.compile(r"temp|tmp", re.I)
