@@ -569,16 +569,20 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
             return
     else:
         return
-    if inner is None:
+    if inner is None or not _log_of_softmax_output(index, inner, node):
         return
+    ctx.report(node, variable=snippet(ctx, inner, 50))
+
+
+def _log_of_softmax_output(index: Index, inner: ast.AST, at: ast.AST) -> bool:
+    """What TD604 reports: the log's argument is a softmax output itself, called there or bound to a name
+    (`p = self.softmax(x)`), with no epsilon or clamp (`log(softmax(x) + eps)` is finite: the common fix)."""
     probs = _strip_guards(index, inner)
     if is_softmax_call(index, probs) is None and not (
-        isinstance(probs, ast.Name) and is_probabilities(index, probs, node)
+        isinstance(probs, ast.Name) and is_probabilities(index, probs, at)
     ):
-        return
-    if probs is not inner:
-        return  # `log(softmax(x) + eps)` / a clamp: finite, and the common fix; precision-first, not flagged
-    ctx.report(node, variable=snippet(ctx, inner, 50))
+        return False
+    return probs is inner
 
 
 # -- log of a value that can be 0 ----------------------------------------------------------------
@@ -626,8 +630,8 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
         return False
     if inner is None or not _in_loss_code(index, node):
         return False
-    if is_softmax_call(index, inner) is not None:
-        return False  # log(softmax(x)): TD604 says it, with its own fix
+    if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
+        return False  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
     why = zero_reachable(index, inner, node)
     if why is None:
         return False
