@@ -598,4 +598,25 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
         if isinstance(anc, ast.If | ast.IfExp) and any(
                 isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(anc.test)):
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
+    if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
+        return
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
+
+
+def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:
+    """The rate is a parameter, and every call of the method passes one that reads the mode
+    (`dropout_p=0.0 if not self.training else self.config.attention_dropout`, OLMo): in eval mode p is 0."""
+    if not isinstance(rate, ast.Name) or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    params = [a.arg for a in fn.args.args]
+    if rate.id not in params:
+        return False
+    position = params.index(rate.id) - (1 if params and params[0] == "self" else 0)
+    callers = index.callers(fn)
+    if not callers:
+        return False
+    for call in callers:
+        passed = kwarg(call, rate.id, position)
+        if passed is None or not any(isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(passed)):
+            return False
+    return True
