@@ -612,7 +612,9 @@ def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:
     if rate.id not in params:
         return False
     position = params.index(rate.id) - (1 if params and params[0] == "self" else 0)
-    callers = index.callers(fn)
+    # An override (OLMoLlamaBlock's) is called through the base class's `self._scaled_dot_product_attention(...)`.
+    callers = index.callers(fn) or [c for c in index.method_calls(fn.name)
+                                    if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"]
     if not callers:
         return False
     for call in callers:
