@@ -535,6 +535,8 @@ def nccl_without_set_device(node: ast.Module, ctx: Context) -> None:
     for call in index.calls_to("torch.distributed.init_process_group"):
         if kwarg(call, "device_id") is not None:
             continue  # bound to a device explicitly
+        if is_constant(kwarg(call, "world_size", 3), 1):
+            continue  # one process (lightweight-gan's group for SyncBatchNorm on one GPU): cuda:0 is its device
         if not _mentions_nccl(index, kwarg(call, "backend", 0), call):
             continue
         ctx.leave("TD306", {"line": call.lineno, "col": call.col_offset + 1,
