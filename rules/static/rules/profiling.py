@@ -13,9 +13,14 @@ from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
-# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, any `torch.cuda.` API use, or the
-# "nccl" process-group backend (NCCL runs on GPUs only: a torchrun script that says nothing else about CUDA).
-GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.|["']nccl["']""")
+# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, a `torch.cuda.` API use other than a
+# question about the machine (`print(torch.cuda.is_available())` alone puts nothing on a GPU: LLMs-from-scratch's
+# CPU notebook), or the "nccl" process-group backend (NCCL runs on GPUs only: a torchrun script that says nothing
+# else about CUDA).
+GPU_SOURCE = re.compile(
+    r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|["']nccl["']"""
+    r"""|\btorch\.cuda\.(?!(?:is_available|device_count|get_device_name|get_device_properties|is_bf16_supported)\b)"""
+)
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(
