@@ -66,6 +66,8 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
     if expr is None or depth > DEPTH:
         return None
     if isinstance(expr, ast.Name):
+        if _unpacked_beside_the_loss(index, expr, backward_names):
+            return False
         value = latest_value(index, expr.id, expr)
         if value is None:
             value = _loop_element(index, expr, at)
@@ -111,6 +113,24 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
             if found and all(f is False for f in found):
                 return False
     return None
+
+
+def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
+    """`ppo_loss, stats = self.compute_loss(batch)` then `backward(ppo_loss)`: a loss function's other results
+    (counts, logged stats) are not the graph holder; the one the backward runs on is. A model's outputs are
+    different: `loss, logits = model(x)` both carry the graph."""
+    if name.id in backward_names:
+        return False
+    stmt_here = index.statement_of(name) or name
+    here = (getattr(stmt_here, "lineno", 0), getattr(stmt_here, "col_offset", 0))
+    found = [s for s, _v in index.defs(index.scope_of(name)).get(name.id, []) if (s.lineno, s.col_offset) < here]
+    stmt = found[-1] if found else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Tuple):
+        return False
+    value = stmt.value
+    if not isinstance(value, ast.Call) or index.is_model(value.func) or not is_loss_callable(index, value.func):
+        return False
+    return any(isinstance(e, ast.Name) and e.id != name.id and e.id in backward_names for e in stmt.targets[0].elts)
 
 
 def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:
