@@ -7,7 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
+from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg, last_name
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
@@ -590,6 +590,9 @@ def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=snippet(ctx, node, 50), target_expr=snippet(ctx, target, 30) if target is not None else "model", loop=where)
 
 
+_TIMER_NAME = re.compile(r"timer|stopwatch", re.I)
+
+
 def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
     """The loop (or its function) measures time or profiles: synchronising is how GPU timing works."""
     for call in loop.all_calls():
@@ -598,6 +601,9 @@ def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
             return True
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("elapsed_time", "record_function"):
             return True
+        if isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or _TIMER_NAME.search(
+                last_name(call.func.value) or "")):
+            return True  # `fw_timer.tic()` ... `torch.cuda.synchronize(); fw_timer.toc()` (pycls's benchmark)
         if q.startswith(("torch.cuda.max_memory", "torch.cuda.memory_", "torch.cuda.reset_peak_memory")):
             return True  # measuring memory: the synchronisation makes the figure exact
     if fn is not None and re.search(r"bench|profil|timing|measure|speed", getattr(fn, "name", ""), re.I):
