@@ -600,6 +600,8 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
         return
+    if index.grad_disabled(node):
+        return  # sampling code under no_grad (latent-diffusion's `noise_dropout` in p_sample): dropout there is the point
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
 
 
