@@ -725,7 +725,7 @@ def _on_host(index: Index, expr: ast.AST, at: ast.AST) -> bool:
 
 def _tensor_value(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
     """A name known to hold a tensor on the device: a loss, a model's output."""
-    return holds_graph(index, expr, at, names)
+    return holds_graph(index, expr, at, names, device_only=True)
 
 
 @rule("TD507", ast.Module)
