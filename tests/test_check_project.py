@@ -369,3 +369,63 @@ def test_losses_added_up_as_numbers_are_quiet(tmp_path, monkeypatch):
     fit = FIT_ADDS_THEM.replace("total_loss += total", "total_loss += total.item()")
     files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": fit}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []
+
+
+SCHEDULES = """import math
+
+
+class WarmupCosineSchedule(object):
+    def __init__(self, optimizer, warmup_steps, ref_lr, T_max):
+        self.optimizer, self.warmup_steps, self.ref_lr, self.T_max = optimizer, warmup_steps, ref_lr, T_max
+        self._step = 0
+
+    def step(self):
+        self._step += 1
+        new_lr = self.ref_lr * 0.5 * (1.0 + math.cos(math.pi * self._step / self.T_max))
+        for group in self.optimizer.param_groups:
+            group["lr"] = new_lr
+        return new_lr
+"""
+TORCH_SCHEDULES = """import torch
+
+
+class WarmupCosineSchedule(torch.optim.lr_scheduler.LambdaLR):
+    def __init__(self, optimizer, warmup_steps, ref_lr, T_max):
+        super().__init__(optimizer, lambda step: min(1.0, step / warmup_steps))
+"""
+EVAL_LOOP = """import torch
+
+from utils.schedulers import WarmupCosineSchedule
+
+
+def init_opt(classifier, iterations_per_epoch, num_epochs):
+    optimizer = torch.optim.AdamW(classifier.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    scheduler = WarmupCosineSchedule(optimizer, warmup_steps=10, ref_lr=1e-3, T_max=num_epochs * iterations_per_epoch)
+    return optimizer, scaler, scheduler
+
+
+def run_one_epoch(classifier, data_loader, iterations_per_epoch, num_epochs):
+    optimizer, scaler, scheduler = init_opt(classifier, iterations_per_epoch, num_epochs)
+    for imgs, labels in data_loader:
+        scheduler.step()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(classifier(imgs), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+"""
+
+
+def test_a_schedule_class_of_the_project_stepped_first_is_quiet(tmp_path, monkeypatch):
+    """V-JEPA evals: the schedule is the project's own plain class (utils/schedulers.py), which sets the learning
+    rate for the step about to run; PyTorch never checks its order."""
+    files = {"utils/schedulers.py": SCHEDULES, "eval.py": EVAL_LOOP}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD408"] == []
+
+
+@pytest.mark.parametrize("schedules", [TORCH_SCHEDULES, None])
+def test_a_schedule_class_on_a_torch_base_or_not_found_stepped_first_is_found(tmp_path, monkeypatch, schedules):
+    files = {"eval.py": EVAL_LOOP, **({"utils/schedulers.py": schedules} if schedules else {})}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD408"] == [("eval.py", 16, "TD408")]

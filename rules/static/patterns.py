@@ -54,42 +54,48 @@ def is_loss_callable(index: Index, func: ast.AST) -> bool:
     return name.endswith(LOSS_NAME_WORDS) or name.endswith("_loss")
 
 
-def holds_graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str]) -> bool:
+def holds_graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str], *,
+                device_only: bool = False) -> bool:
     """Whether `expr` is (built from) a tensor that still holds its autograd graph at `at`:
     a name `.backward()` is called on, a model's or a loss function's output computed with grad
     enabled, or arithmetic on those."""
-    return bool(_graph(index, expr, at, backward_names, 0))
+    # device_only: whether the value is a tensor on the device at all (a host read of it waits for the GPU), so a
+    # loss function's detached statistics beside the loss still count.
+    return bool(_graph(index, expr, at, backward_names, 0, device_only))
 
 
-def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str], depth: int) -> bool | None:
+def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[str], depth: int,
+           device_only: bool = False) -> bool | None:
     """True / False, or None when the expression's origin is unknown."""
     if expr is None or depth > DEPTH:
         return None
     if isinstance(expr, ast.Name):
+        if not device_only and _unpacked_beside_the_loss(index, expr, backward_names):
+            return False
         value = latest_value(index, expr.id, expr)
         if value is None:
             value = _loop_element(index, expr, at)
-        known = _graph(index, value, value, backward_names, depth + 1) if value is not None else None
+        known = _graph(index, value, value, backward_names, depth + 1, device_only) if value is not None else None
         if known is not None:
             return known
         return True if expr.id in backward_names else None
     if isinstance(expr, ast.Constant):
         return False
     if isinstance(expr, ast.BinOp):
-        left = _graph(index, expr.left, at, backward_names, depth + 1)
-        right = _graph(index, expr.right, at, backward_names, depth + 1)
+        left = _graph(index, expr.left, at, backward_names, depth + 1, device_only)
+        right = _graph(index, expr.right, at, backward_names, depth + 1, device_only)
         if left or right:
             return True
         return False if left is False and right is False else None
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
-        return _graph(index, expr.operand, at, backward_names, depth + 1)
+        return _graph(index, expr.operand, at, backward_names, depth + 1, device_only)
     if isinstance(expr, ast.Subscript):
-        return _graph(index, expr.value, at, backward_names, depth + 1)
+        return _graph(index, expr.value, at, backward_names, depth + 1, device_only)
     if isinstance(expr, ast.Attribute):
         if expr.attr in DROPS_GRAPH:
             return False
         if expr.attr in ("loss", "logits"):  # Hugging Face model outputs
-            return _graph(index, expr.value, at, backward_names, depth + 1)
+            return _graph(index, expr.value, at, backward_names, depth + 1, device_only)
         return None
     if isinstance(expr, ast.Call):
         func = expr.func
@@ -97,7 +103,7 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
             if func.attr in DROPS_GRAPH:
                 return False
             if func.attr in KEEPS_GRAPH:
-                return _graph(index, func.value, at, backward_names, depth + 1)
+                return _graph(index, func.value, at, backward_names, depth + 1, device_only)
         if isinstance(func, ast.Name) and func.id in ("float", "int", "len", "round", "str", "bool"):
             return False
         if index.is_model(func) or is_loss_callable(index, func):
@@ -105,12 +111,30 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
         target = index.local_target(expr)
         if target is not None and depth < DEPTH - 1:
             # `loss_each = self.train_one_batch(images, targets)`: what that method returns
-            found = [_graph(index, r, r, backward_names, depth + 2) for r in index.returns_of(target)]
+            found = [_graph(index, r, r, backward_names, depth + 2, device_only) for r in index.returns_of(target)]
             if any(found):
                 return True
             if found and all(f is False for f in found):
                 return False
     return None
+
+
+def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
+    """`ppo_loss, stats = self.compute_loss(batch)` then `backward(ppo_loss)`: a loss function's other results
+    (counts, logged stats) are not the graph holder; the one the backward runs on is. A model's outputs are
+    different: `loss, logits = model(x)` both carry the graph."""
+    if name.id in backward_names:
+        return False
+    stmt_here = index.statement_of(name) or name
+    here = (getattr(stmt_here, "lineno", 0), getattr(stmt_here, "col_offset", 0))
+    found = [s for s, _v in index.defs(index.scope_of(name)).get(name.id, []) if (s.lineno, s.col_offset) < here]
+    stmt = found[-1] if found else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Tuple):
+        return False
+    value = stmt.value
+    if not isinstance(value, ast.Call) or index.is_model(value.func) or not is_loss_callable(index, value.func):
+        return False
+    return any(isinstance(e, ast.Name) and e.id != name.id and e.id in backward_names for e in stmt.targets[0].elts)
 
 
 def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:

@@ -164,9 +164,9 @@ def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bo
     if fn is not None and is_eval_word(getattr(fn, "name", "")) and fn not in index.training_functions:
         return True
     name = dotted(path) if isinstance(path, ast.Name | ast.Attribute) else None
-    if name is None or fn is None:
+    if name is None:
         return False
-    for call in index.calls_in(fn):
+    for call in index.calls_in(fn):  # fn None: the module's own statements (`if __name__ == "__main__":`)
         if call.lineno > node.lineno and is_eval_word(last_name(call.func)) \
                 and any(dotted(a) == name for a in [*call.args, *(k.value for k in call.keywords)]):
             return True
@@ -241,6 +241,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _evaluation_export(index, node, path):
         return
+    if _read_only_after_training(ctx, loop):
+        return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
     if contents is None:
@@ -259,6 +261,17 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
     all_saves = set(_save_calls(index))
     for other in companions:
+        if other is not node and other not in all_saves and _SAVE_HELPER.search(last_name(other.func) or ""):
+            # `save_checkpoint(dir, step=step, policy=policy, optimizer=optimizer, scheduler=lr_scheduler)`:
+            # a helper of the project writes the training state it is handed next to this file (LeRobot)
+            # Only what it is handed directly counts (`optimizer=optimizer`), not names inside its arguments
+            # (`save_image(fake, "%s/x.png" % opt.outf)` hands no optimizer, whatever `opt` is).
+            handed = [v for v in [*other.args, *(k.value for k in other.keywords)] if isinstance(v, ast.Name | ast.Attribute)]
+            handed_kinds = {index.kind_of(v) for v in handed}
+            if "optimizer" in handed_kinds or any("optim" in (k.arg or "") for k in other.keywords):
+                values += [v for v in handed if index.kind_of(v) in ("optimizer", "scheduler", "scaler")]
+                keys += [k.arg for k in other.keywords if k.arg]
+            continue
         if other is node or other not in all_saves:
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
@@ -312,6 +325,25 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         loop=where,
         suggestion=suggestion,
     )
+
+
+_SAVE_HELPER = re.compile(r"save|checkpoint", re.I)
+
+
+def _read_only_after_training(ctx: Context, loop: Loop) -> bool:
+    """Every read of a checkpoint comes after the training loop, in its scope (pyGAT: `torch.save` each epoch,
+    then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the best epoch): the saves feed that
+    evaluation, and nothing reads one back into training."""
+    index = ctx.index
+    top = loop
+    while top.parent is not None:
+        top = top.parent
+    end = top.node.end_lineno or top.node.lineno
+    scope = index.scope_of(top.node)
+    reads = [*index.calls_to("torch.load"), *index.method_calls("load_state_dict")]
+    if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
+        return False
+    return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
 
 
 _RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
@@ -594,7 +626,21 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
     if _checks_own_keys(index, node, dotted(func.value)):
         return  # the function compares the checkpoint's keys with the model's before loading
+    if _own_state_dict_pair(index, node):
+        return
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+def _own_state_dict_pair(index: Index, node: ast.Call) -> bool:
+    """The load sits in `load_state_dict` of a class that also writes the dict in its own `state_dict`
+    (torchtitan's ModelWrapper flattens several model parts into one dict; LeRobot's SAC strips the encoder
+    keys): the class defines its own key layout, so the partial load of each part is by design."""
+    fn = index.function_of(node)
+    if fn is None or getattr(fn, "name", "") != "load_state_dict":
+        return False
+    owner = index.parent(fn)
+    return isinstance(owner, ast.ClassDef) and any(
+        isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == "state_dict" for m in owner.body)
 
 
 _OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})

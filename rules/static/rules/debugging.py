@@ -302,7 +302,9 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
             out.append(("call", call, frozenset(external.values())))
             continue
         if target is not None and depth < 3 and target not in stack:
-            inner = _events(ctx, _calls_by_function(ctx).get(target, []), depth + 1, (*stack, target))
+            dead = _ruled_out(index, target, call)
+            inner_calls = [c for c in _calls_by_function(ctx).get(target, []) if c not in dead]
+            inner = _events(ctx, inner_calls, depth + 1, (*stack, target))
             if inner is None:
                 return None
             if depth == 0:  # the loop's own call through which an `.eval()` deep inside takes effect
@@ -312,6 +314,45 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
                         anchors.setdefault(inner_call, call)
             out.extend(inner)
     return out
+
+
+def _ruled_out(index: Index, target: ast.AST, call: ast.Call) -> set[ast.Call]:
+    """Calls of `target` that cannot run for this call: under `if train:` when it passes `train=False` (demucs's
+    `self._run_one_epoch(epoch, train=False)` for validation), or under `if not train:` when it passes True."""
+    if not isinstance(target, ast.FunctionDef | ast.AsyncFunctionDef):
+        return set()
+    params = [a.arg for a in target.args.args]
+    offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+    known: dict[str, bool] = {}
+    for i, arg in enumerate(call.args):
+        if i + offset < len(params) and isinstance(arg, ast.Constant) and isinstance(arg.value, bool):
+            known[params[i + offset]] = arg.value
+    for kw in call.keywords:
+        if kw.arg and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool):
+            known[kw.arg] = kw.value.value
+    if not known:
+        return set()
+
+    def never(test: ast.AST) -> bool:  # the test is False for this call
+        if isinstance(test, ast.Name):
+            return known.get(test.id) is False
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
+            return known.get(test.operand.id) is True
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return any(never(v) for v in test.values)
+        return False
+
+    dead: set[ast.Call] = set()
+    for inner in index.calls_in(target):
+        child: ast.AST = inner
+        for anc in index.ancestors(inner):
+            if anc is target:
+                break
+            if isinstance(anc, ast.If) and any(child is s for s in anc.body) and never(anc.test):
+                dead.add(inner)
+                break
+            child = anc
+    return dead
 
 
 @rule("TD602", ast.Module)
@@ -569,16 +610,20 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
             return
     else:
         return
-    if inner is None:
+    if inner is None or not _log_of_softmax_output(index, inner, node):
         return
+    ctx.report(node, variable=snippet(ctx, inner, 50))
+
+
+def _log_of_softmax_output(index: Index, inner: ast.AST, at: ast.AST) -> bool:
+    """What TD604 reports: the log's argument is a softmax output itself, called there or bound to a name
+    (`p = self.softmax(x)`), with no epsilon or clamp (`log(softmax(x) + eps)` is finite: the common fix)."""
     probs = _strip_guards(index, inner)
     if is_softmax_call(index, probs) is None and not (
-        isinstance(probs, ast.Name) and is_probabilities(index, probs, node)
+        isinstance(probs, ast.Name) and is_probabilities(index, probs, at)
     ):
-        return
-    if probs is not inner:
-        return  # `log(softmax(x) + eps)` / a clamp: finite, and the common fix; precision-first, not flagged
-    ctx.report(node, variable=snippet(ctx, inner, 50))
+        return False
+    return probs is inner
 
 
 # -- log of a value that can be 0 ----------------------------------------------------------------
@@ -626,8 +671,8 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
         return False
     if inner is None or not _in_loss_code(index, node):
         return False
-    if is_softmax_call(index, inner) is not None:
-        return False  # log(softmax(x)): TD604 says it, with its own fix
+    if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
+        return False  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
     why = zero_reachable(index, inner, node)
     if why is None:
         return False

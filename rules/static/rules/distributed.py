@@ -190,15 +190,18 @@ def _names_rank(index: Index, expr: ast.AST | None, _depth: int = 0) -> bool:
     if expr is None:
         return False
     rank_names = index.vocab["rank"]["rank_names"]
-    if isinstance(expr, ast.Name) and _depth < 2:  # `mb_path = dump / ("mb" + str(args.rank) + ".pth")`
-        if any(_names_rank(index, value, _depth + 1) for value in index.definitions(expr.id, expr)):
-            return True
     for sub in ast.walk(expr):
         if isinstance(sub, ast.Name | ast.Attribute) and last_name(sub) in rank_names:
             return True
         if isinstance(sub, ast.Call) and last_name(sub.func) in ("get_rank", "get_global_rank", "get_local_rank"):
             return True
-    return False
+    if _depth >= 3:
+        return False
+    # Names the path is built from, followed to their values: `mb_path = dump / ("mb" + str(args.rank) + ".pth")`;
+    # SAM 2's `rank_save = get_rank()` -> `filename = f"data_{salt}_{rank_save}.pkl"` -> `os.path.join(d, filename)`.
+    names = {sub.id: sub for sub in ast.walk(expr) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)}
+    return any(_names_rank(index, value, _depth + 1) for sub in names.values()
+               for value in index.definitions(sub.id, sub))
 
 
 _TEMP = re.compile(r"temp|tmp", re.I)
@@ -516,6 +519,8 @@ def _binds_device(ctx: Context) -> bool:
         return True
     if index.calls_to("torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.cuda.device"):
         return True
+    if index.calls_to(*index.names["device_binding_calls"]):
+        return True  # `self._device = utils.get_device(device=cfg.device)` in a torchtune recipe
     if any(isinstance(c.func, ast.Name) and c.func.id in _DEVICE_BINDERS for c in index.nodes(ast.Call)):
         return True
     return "CUDA_VISIBLE_DEVICES" in ctx.source
@@ -530,6 +535,8 @@ def nccl_without_set_device(node: ast.Module, ctx: Context) -> None:
     for call in index.calls_to("torch.distributed.init_process_group"):
         if kwarg(call, "device_id") is not None:
             continue  # bound to a device explicitly
+        if is_constant(kwarg(call, "world_size", 3), 1):
+            continue  # one process (lightweight-gan's group for SyncBatchNorm on one GPU): cuda:0 is its device
         if not _mentions_nccl(index, kwarg(call, "backend", 0), call):
             continue
         ctx.leave("TD306", {"line": call.lineno, "col": call.col_offset + 1,

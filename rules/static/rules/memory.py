@@ -78,11 +78,30 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
         if step_range[0] <= stmt.lineno <= step_range[1] and stmt is not node and (
                 stmt.lineno < node.lineno or _reset_with_the_step(index, stmt, step_loop)):  # type: ignore[attr-defined]
             return
+    if _reset_each_update(index, node, step_loop, name):
+        return
     for value in values:
         if holds_graph(index, value, node, names):
             ctx.report(node, variable=name, value=ctx.segment(value, 40))
             return
     _leave_external_accumulation(ctx, node, found)
+
+
+def _reset_each_update(index: Index, node: ast.AST, loop, name: str) -> bool:
+    """Gradient accumulation inside one update (lightweight-gan's `train()`): the micro-step loop runs a backward
+    each time, the optimizer steps once right after it, and the total is set afresh just before it, so what it
+    keeps lives for one update, not step over step."""
+    if not loop.has_backward or loop.has_step:
+        return False
+    outer = loop.parent
+    fn = index.function_of(node)
+    end = loop.node.end_lineno or loop.node.lineno
+    if not any(index.function_of(c) is fn and index.loop_of(c) is outer and c.lineno > end for c in index.step_calls):
+        return False
+    base = name.split(".", 1)[0]
+    defs = index.defs(index.scope_of(node))
+    return any(stmt.lineno < loop.node.lineno and index.loop_of(stmt) is outer
+               for stmt, _value in defs.get(name, []) + ([] if base == name else defs.get(base, [])))
 
 
 def _leave_external_accumulation(ctx: Context, node: ast.AST, found: tuple[ast.AST, list[ast.expr]]) -> None:
@@ -168,12 +187,20 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
             if not index.call_runs_model(call):
                 continue
             model_call = _first_model_call(index, call)
+            if model_call is not None and _parameter_free(index, model_call):
+                continue  # `similarity(enrol, test)` with nn.CosineSimilarity: nothing to record a graph for
             if index.grad_disabled(call) or (model_call is not None and index.grad_disabled(model_call)) \
                     or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
             ctx.report(call, variable=shown, loader=loop.source or "the validation data")
             break
+
+
+def _parameter_free(index: Index, call: ast.Call) -> bool:
+    """A call of a binding built from an nn module that holds no parameters (vocabulary.toml)."""
+    b = index.binding(call.func) if isinstance(call.func, ast.Name | ast.Attribute) else None
+    return b is not None and b.cls in index.names["parameter_free_layers"]
 
 
 def _first_model_call(index: Index, call: ast.Call, depth: int = 0) -> ast.Call | None:

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import (
     FUNCTIONS,
     AutocastRegion,
@@ -23,6 +23,7 @@ from torchdoctor.rules.static.index import (
     kwarg,
     last_name,
 )
+from torchdoctor.rules.static.project import Project, ProjectHit
 
 # -- small expression helpers ----------------------------------------------------------------------
 
@@ -854,9 +855,18 @@ _SCHED_NAME = re.compile(r"sched", re.I)
 @rule("TD408", ast.Module)
 def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_plain_schedule_classes(ctx)
     if not index.method_calls("step"):
         return  # no scheduler step at all (the optimizer's may live in another file: `tnt.train(...)`)
     table = schedules(ctx)
+    imported = _imported_schedule_classes(index)
+
+    def emit(call: ast.Call, known: bool, **values: object) -> None:
+        if known or not imported:
+            ctx.report(call, **values)
+        else:  # the schedule may be one of the project's own classes: the project pass decides
+            ctx.leave("TD408", {"line": call.lineno, "col": call.col_offset + 1, "values": values, "classes": imported})
+
     steps = set(index.step_calls)
     trainers = {c for fn in index.training_functions for c in index.callers(fn)}
     for call in index.method_calls("step"):
@@ -867,6 +877,8 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
         if s is None:
             if not _SCHED_NAME.search(receiver.rsplit(".", 1)[-1]) or call.args or call.keywords:
                 continue
+            if not isinstance(index.parent(call), ast.Expr) or _plain_schedule_class(index, call):
+                continue  # `_new_lr = scheduler.step()`: torch's step returns None, so this is the project's own
         elif s.cls == "ReduceLROnPlateau":
             continue  # steps on a metric; PyTorch does not check its order
         loop = index.loop_of(call)
@@ -888,7 +900,7 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             if later:
                 first = min(later, key=_position)
                 shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
-                ctx.report(call, variable=receiver, optimizer_step=shown, line=first.lineno)
+                emit(call, s is not None, variable=receiver, optimizer_step=shown, line=first.lineno)
             continue
         # Where this loop's iteration steps an optimizer: directly, through a training function of this
         # file, or in a nested training loop.
@@ -901,7 +913,68 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             continue
         first = min(later, key=_position)
         shown = ctx.segment(first, 50) if isinstance(first, ast.Call) else f"the training loop at line {first.lineno}"
-        ctx.report(call, variable=receiver, optimizer_step=shown, line=first.lineno)
+        emit(call, s is not None, variable=receiver, optimizer_step=shown, line=first.lineno)
+
+
+_LR_BASE = re.compile(r"LRScheduler|lr_scheduler|LR$|Scheduler$")
+
+
+def _plain_class(index: Index, cls: ast.ClassDef) -> bool:
+    """A schedule class of its own (`class WarmupCosineSchedule(object)` with a `step` method): no torch
+    scheduler among its bases, so PyTorch never checks the order of its steps."""
+    if not any(isinstance(m, FUNCTIONS) and m.name == "step" for m in cls.body):
+        return False
+    return not any(_LR_BASE.search(index.resolve(b) or dotted(b) or "") for b in cls.bases)
+
+
+def _leave_plain_schedule_classes(ctx: Context) -> None:
+    """For the project pass: this file's schedule classes that are not torch schedulers."""
+    for cls in ctx.index.nodes(ast.ClassDef):
+        if _SCHED_NAME.search(cls.name) and _plain_class(ctx.index, cls):  # type: ignore[attr-defined, arg-type]
+            ctx.leave("plain-schedule-class", cls.name)  # type: ignore[attr-defined]
+
+
+def _imported_schedule_classes(index: Index) -> list[str]:
+    """Qualified names of schedule classes from outside torch that this file constructs
+    (`WarmupCosineSchedule(optimizer, ...)` from `src.utils.schedulers`, V-JEPA's evals)."""
+    local = {c.name for c in index.nodes(ast.ClassDef)}  # type: ignore[attr-defined]
+    found: list[str] = []
+    for call in index.nodes(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        name = last_name(func) or ""
+        if not name[:1].isupper() or not _SCHED_NAME.search(name) or name in local:
+            continue
+        q = index.resolve(func)
+        if q is None or q.startswith("torch.") or q == name:
+            continue
+        found.append(q)
+    return sorted(set(found))
+
+
+@project("TD408")
+def scheduler_before_optimizer_step_in_project(proj: Project) -> list[ProjectHit]:
+    """A schedule stepped before the optimizer in one file is the project's own class, defined in another with no
+    torch scheduler base (V-JEPA: evals/.../eval.py builds src/utils/schedulers.py's WarmupCosineSchedule)."""
+    hits: list[ProjectHit] = []
+    for f, fact in proj.facts("TD408"):
+        plain = all(any(name in g.facts.get("plain-schedule-class", []) for g, name in proj.defining(q))
+                    for q in fact["classes"])
+        if not plain:
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], fact["values"]))
+    return hits
+
+
+def _plain_schedule_class(index: Index, call: ast.Call) -> bool:
+    """`scheduler = WarmupCosineSchedule(optimizer, ...)` with the class defined in this file on no torch
+    scheduler base: it sets the learning rate itself and PyTorch never checks the order of its `step()`."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    if not isinstance(receiver, ast.Name):
+        return False
+    classes = {c.name: c for c in index.nodes(ast.ClassDef)}  # type: ignore[attr-defined]
+    for value in index.definitions(receiver.id, call):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes:
+            return not any(_LR_BASE.search(index.resolve(b) or dotted(b) or "") for b in classes[value.func.id].bases)
+    return False
 
 
 def _hands_training(index: Index, call: ast.Call) -> bool:

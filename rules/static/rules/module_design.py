@@ -250,6 +250,8 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
         value = _tensor_value(index, a.value, a.stmt)
         if tensor_factory(index, value) is None or requires_grad_in_chain(value):
             continue
+        if _scalar_constant(index, value, a.stmt) and not _made_trainable(index, info, a.attr):
+            continue  # a 0-dim constant: a CPU scalar mixes with tensors on any device, and holds no state
         if reads is None:
             reads = index.self_reads(info)
         if a.attr not in reads or all(_moved_or_replaced(index, r) for r in reads[a.attr]):
@@ -258,6 +260,39 @@ def tensor_attribute_not_buffer(node: ast.ClassDef, ctx: Context) -> None:
             continue  # `self.mask = self.mask.to(x)` in forward: the class keeps it on the input's device
         reported.add(a.attr)
         ctx.report(a.stmt, variable=f"self.{a.attr}", name=a.attr, value=ctx.segment(a.value, 50))
+
+
+_SCALAR_FACTORIES = frozenset({"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"})
+
+
+def _number(node: ast.AST | None) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
+
+
+def _scalar_constant(index: Index, value: ast.AST | None, at: ast.AST) -> bool:
+    """`torch.tensor(1.0)`, `torch.tensor(clip_threshold, dtype=torch.float)` with `clip_threshold = 1.0` at
+    module level: a 0-dim tensor of a number written in the file (minimalRL's vtrace.py)."""
+    if not isinstance(value, ast.Call) or index.resolve(value.func) not in _SCALAR_FACTORIES or not value.args:
+        return False
+    arg = value.args[0]
+    if _number(arg):
+        return True
+    if not isinstance(arg, ast.Name):
+        return False
+    found = index.definitions(arg.id, at) or [v for _s, v in index.defs(index.tree).get(arg.id, [])]
+    return bool(found) and all(_number(v) for v in found)
+
+
+def _made_trainable(index: Index, info: ClassInfo, attr: str) -> bool:
+    """`self.log_alpha.requires_grad = True` or `.requires_grad_()` anywhere in the file: learned, not constant."""
+    for node in index.nodes(ast.Assign):
+        for t in node.targets:  # type: ignore[attr-defined]
+            if isinstance(t, ast.Attribute) and t.attr == "requires_grad" and dotted(t.value) in (f"self.{attr}", attr):
+                return True
+    return any(dotted(c.func.value) == f"self.{attr}" for c in index.method_calls("requires_grad_")  # type: ignore[attr-defined]
+               if isinstance(c.func, ast.Attribute))
 
 
 def _moves_itself(index, info, attr: str) -> bool:
@@ -563,4 +598,29 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
         if isinstance(anc, ast.If | ast.IfExp) and any(
                 isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(anc.test)):
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
+    if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
+        return
+    if index.grad_disabled(node):
+        return  # sampling code under no_grad (latent-diffusion's `noise_dropout` in p_sample): dropout there is the point
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
+
+
+def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:
+    """The rate is a parameter, and every call of the method passes one that reads the mode
+    (`dropout_p=0.0 if not self.training else self.config.attention_dropout`, OLMo): in eval mode p is 0."""
+    if not isinstance(rate, ast.Name) or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    params = [a.arg for a in fn.args.args]
+    if rate.id not in params:
+        return False
+    position = params.index(rate.id) - (1 if params and params[0] == "self" else 0)
+    # An override (OLMoLlamaBlock's) is called through the base class's `self._scaled_dot_product_attention(...)`.
+    callers = index.callers(fn) or [c for c in index.method_calls(fn.name)
+                                    if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"]
+    if not callers:
+        return False
+    for call in callers:
+        passed = kwarg(call, rate.id, position)
+        if passed is None or not any(isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(passed)):
+            return False
+    return True

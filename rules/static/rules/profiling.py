@@ -7,15 +7,20 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg
+from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg, last_name
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
-# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, any `torch.cuda.` API use, or the
-# "nccl" process-group backend (NCCL runs on GPUs only: a torchrun script that says nothing else about CUDA).
-GPU_SOURCE = re.compile(r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|\btorch\.cuda\.|["']nccl["']""")
+# GPU evidence in a file's text: `.cuda(`, a "cuda"/"cuda:0" device string, a `torch.cuda.` API use other than a
+# question about the machine (`print(torch.cuda.is_available())` alone puts nothing on a GPU: LLMs-from-scratch's
+# CPU notebook), or the "nccl" process-group backend (NCCL runs on GPUs only: a torchrun script that says nothing
+# else about CUDA).
+GPU_SOURCE = re.compile(
+    r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|["']nccl["']"""
+    r"""|\btorch\.cuda\.(?!(?:is_available|device_count|get_device_name|get_device_properties|is_bf16_supported)\b)"""
+)
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(
@@ -585,6 +590,9 @@ def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=snippet(ctx, node, 50), target_expr=snippet(ctx, target, 30) if target is not None else "model", loop=where)
 
 
+_TIMER_NAME = re.compile(r"timer|stopwatch", re.I)
+
+
 def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
     """The loop (or its function) measures time or profiles: synchronising is how GPU timing works."""
     for call in loop.all_calls():
@@ -593,6 +601,9 @@ def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
             return True
         if isinstance(call.func, ast.Attribute) and call.func.attr in ("elapsed_time", "record_function"):
             return True
+        if isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or _TIMER_NAME.search(
+                last_name(call.func.value) or "")):
+            return True  # `fw_timer.tic()` ... `torch.cuda.synchronize(); fw_timer.toc()` (pycls's benchmark)
         if q.startswith(("torch.cuda.max_memory", "torch.cuda.memory_", "torch.cuda.reset_peak_memory")):
             return True  # measuring memory: the synchronisation makes the figure exact
     if fn is not None and re.search(r"bench|profil|timing|measure|speed", getattr(fn, "name", ""), re.I):
@@ -714,7 +725,7 @@ def _on_host(index: Index, expr: ast.AST, at: ast.AST) -> bool:
 
 def _tensor_value(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
     """A name known to hold a tensor on the device: a loss, a model's output."""
-    return holds_graph(index, expr, at, names)
+    return holds_graph(index, expr, at, names, device_only=True)
 
 
 @rule("TD507", ast.Module)

@@ -128,7 +128,11 @@ class Bindings:
             info = self.class_of(expr)
             if info is not None and info.method(expr.attr) is not None:
                 return False  # `self.eval_model(...)`: a method of the class, not a model attribute
-        return looks_like_model(dotted(expr))
+        name = dotted(expr)
+        if name is not None and name.rsplit(".", 1)[-1].split("_", 1)[0].lower() in self.names["model_function_verbs"] \
+                and "_" in name.rsplit(".", 1)[-1]:
+            return False  # `self.unwrap_dist_model(...)` (a base class's method, LAVIS), `save_model`: a function
+        return looks_like_model(name)
 
     def is_submodule(self, expr: ast.AST | None) -> bool:
         """`self.g` inside an nn.Module (or LightningModule) whose methods assign it a built object: a module

@@ -131,7 +131,7 @@ class Guards:
                 if body is not None and self._early_exit_before(body, child):
                     return True
             if isinstance(anc, FUNCTIONS):
-                if any(last_name(d) in decorators for d in anc.decorator_list):
+                if any(last_name(d) in decorators or self._rank_zero_wrapper(d) for d in anc.decorator_list):
                     return True
                 callers = self.callers(anc)
                 if callers and _depth < 4 and all(self.rank_guarded(c, _depth + 1) for c in callers):
@@ -139,6 +139,12 @@ class Guards:
                 return False
             child = anc
         return False
+
+    def _rank_zero_wrapper(self, decorator: ast.AST) -> bool:
+        """A decorator of this file whose wrapper runs the function only under a rank-zero test
+        (`def main_process(func): def wrapper(*a, **k): if is_main_process(): return func(*a, **k)`)."""
+        fn = self.functions.get(decorator.id) if isinstance(decorator, ast.Name) else None
+        return fn is not None and any(isinstance(sub, ast.If) and self.is_rank_zero_test(sub.test) for sub in ast.walk(fn))
 
     def _early_exit_before(self, body: list[ast.stmt], stmt: ast.stmt) -> bool:
         """`if rank != 0: return` (or continue/raise/sys.exit) earlier in the same block."""

@@ -52,6 +52,8 @@ class Regions:
                 return True  # bare decorator `@torch.no_grad`
             if _GRAD_OFF_NAME.search(last_name(expr) or "") and not (q or "").startswith("torch."):
                 return True  # the project's own wrapper: `@smart_inference_mode`, `with maybe_no_grad:`
+            if isinstance(expr, ast.Name) and self._wraps_in_no_grad(self.functions.get(expr.id)):
+                return True  # `def nograd(f): ... with t.no_grad(): return f(...)` (simple-faster-rcnn)
             b = self.binding(expr)
             return b is not None and b.kind == "grad-mode" and b.call is not None and self._is_grad_off(b.call)
         if not isinstance(expr, ast.Call):
@@ -65,6 +67,17 @@ class Regions:
         if q in self.names["set_grad_enabled"]:
             return not is_constant(kwarg(expr, "mode", 0), True)
         return False
+
+    def _wraps_in_no_grad(self, fn: ast.AST | None) -> bool:
+        """A decorator of this file whose wrapper calls the function under a `with` that disables autograd."""
+        if fn is None:
+            return False
+        known: dict[ast.AST, bool] = self.__dict__.setdefault("_grad_wrappers", {})
+        if fn not in known:
+            known[fn] = False  # while it is read: a wrapper that names itself in its own `with` does not loop
+            known[fn] = any(isinstance(sub, ast.With) and any(self._is_grad_off(i.context_expr) for i in sub.items)
+                            for sub in ast.walk(fn))
+        return known[fn]
 
     def grad_disabled(self, node: ast.AST, _depth: int = 0) -> bool:
         """Whether autograd is (or may be) off at `node`: no_grad/inference_mode blocks, decorators,

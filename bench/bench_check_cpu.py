@@ -1,0 +1,75 @@
+"""`check`'s engine against a bare parse, in CPU seconds of one process: a ratio that holds up on a busy machine.
+
+    python bench/bench_check_cpu.py              # best of 3 alternated rounds
+    python bench/bench_check_cpu.py --rounds 5
+
+bench_check.py times wall clock, so on a shared machine its engine row swings with the load (0.40-0.84x of bare
+parse+walk in one afternoon on 2 cores at load 4-8). Here both sides run in the same process, alternated, and are
+timed with `time.process_time()`: the time other processes take from the CPU does not count. The corpus is the same
+(torch/{nn,optim,distributed} of the installed torch), and the engine runs every rule, as in bench_check.py.
+
+To compare two checkouts, run each one's copy with its own venv, alternately, and report the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+import time
+from pathlib import Path
+
+TREES = ("nn", "optim", "distributed")
+
+
+def corpus() -> list[Path]:
+    import torch
+
+    root = Path(torch.__file__).parent
+    return sorted(p for tree in TREES for p in (root / tree).rglob("*.py"))
+
+
+def bare(files: list[Path]) -> None:
+    for path in files:
+        for _ in ast.walk(ast.parse(path.read_bytes())):
+            pass
+
+
+def engine(files: list[Path]) -> None:
+    from torchdoctor.rules.static import registry
+    from torchdoctor.rules.static.engine import Options, analyse_file
+
+    options = Options(codes=tuple(registry.rules()))
+    for path in files:
+        analyse_file(str(path), str(path), options)
+
+
+def cpu_seconds(fn, files: list[Path]) -> float:
+    started = time.process_time()
+    fn(files)
+    return time.process_time() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds; the best of each side is kept")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        print("bench_check_cpu: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    files = corpus()
+    engine(files[:20])  # imports, the vocabulary and the rule registry load outside the measured rounds
+    bare_times, engine_times = [], []
+    for _ in range(args.rounds):
+        bare_times.append(cpu_seconds(bare, files))
+        engine_times.append(cpu_seconds(engine, files))
+    b, e = min(bare_times), min(engine_times)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"files: {len(files)}  load: {load}  bare parse+walk: {len(files) / b:.0f} files/CPU-s  "
+          f"engine, all rules: {len(files) / e:.0f} files/CPU-s  ratio: {b / e:.2f}x of bare")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
