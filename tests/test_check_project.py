@@ -369,3 +369,75 @@ def test_losses_added_up_as_numbers_are_quiet(tmp_path, monkeypatch):
     fit = FIT_ADDS_THEM.replace("total_loss += total", "total_loss += total.item()")
     files = {"trainer.py": TRAINER_RETURNS_LOSSES, "train.py": fit}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []
+
+
+# pl_bolts' shape: a classifier head from a package module (re-exported by the package's __init__), kept on
+# `self` by a LightningModule, or set on the module a callback is handed; the loss sits in another file.
+HEAD = """from torch import nn
+
+
+class SSLEvaluator(nn.Module):
+    def __init__(self, n_input, n_classes, n_hidden=512):
+        super().__init__()
+        self.block_forward = nn.Sequential(
+            nn.Linear(n_input, n_hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(n_hidden, n_classes),
+            nn.Softmax(),
+        )
+
+    def forward(self, x):
+        logits = self.block_forward(x)
+        return logits
+"""
+FINETUNER = """import torch.nn.functional as F
+from torch import nn
+
+from pl_bolts.models.ssl import SSLEvaluator
+
+
+class SSLFineTuner(nn.Module):
+    def __init__(self, backbone, in_features, num_classes):
+        super().__init__()
+        self.backbone = backbone
+        self.linear_layer = SSLEvaluator(n_input=in_features, n_classes=num_classes)
+
+    def shared_step(self, batch):
+        x, y = batch
+        feats = self.backbone(x)
+        logits = self.linear_layer(feats)
+        return F.cross_entropy(logits, y)
+"""
+CALLBACK = """import torch.nn.functional as F
+
+
+class OnlineEvaluator:
+    def on_pretrain_routine_start(self, trainer, pl_module):
+        from pl_bolts.models.ssl.evaluator import SSLEvaluator
+
+        pl_module.non_linear_evaluator = SSLEvaluator(n_input=64, n_classes=10).to(pl_module.device)
+
+    def on_train_batch_end(self, trainer, pl_module, batch):
+        x, y = batch
+        preds = pl_module.non_linear_evaluator(x)
+        loss = F.cross_entropy(preds, y)
+        loss.backward()
+"""
+
+
+def test_a_head_built_from_a_package_module_on_self_is_joined_to_its_softmax(tmp_path, monkeypatch):
+    files = {"ssl/__init__.py": "from pl_bolts.models.ssl.evaluator import SSLEvaluator\n",
+             "ssl/evaluator.py": HEAD, "ssl/finetuner.py": FINETUNER}
+    assert ("ssl/evaluator.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files, ["ssl"])
+
+
+def test_a_head_set_on_the_module_a_callback_is_handed_is_joined_to_its_softmax(tmp_path, monkeypatch):
+    files = {"ssl/evaluator.py": HEAD, "callbacks/online.py": CALLBACK}
+    assert ("ssl/evaluator.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_same_head_returning_logits_is_quiet(tmp_path, monkeypatch):
+    files = {"ssl/__init__.py": "from pl_bolts.models.ssl.evaluator import SSLEvaluator\n",
+             "ssl/evaluator.py": HEAD.replace("            nn.Softmax(),\n", ""), "ssl/finetuner.py": FINETUNER,
+             "callbacks/online.py": CALLBACK}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
