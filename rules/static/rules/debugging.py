@@ -184,13 +184,8 @@ def _calls_by_function(ctx: Context) -> dict[ast.AST | None, list[ast.Call]]:
 
 
 def _local_target(index: Index, call: ast.Call) -> ast.AST | None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return index.functions.get(func.id)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        info = index.class_of(call)
-        return info.method(func.attr) if info is not None else None
-    return None
+    """The function of this file a call runs: a module-level function, a sibling closure, a `self.` method."""
+    return index.local_target(call)
 
 
 def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
@@ -320,6 +315,9 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
     _leave_param_evals(ctx)
     reported: set[ast.Call] = set()
     for loop in index.training_loops():
+        # Which call of this loop an `.eval()` deep inside runs through: per loop (an epoch loop reaches the same
+        # `.eval()` through its own call as the batch loop inside it does through another).
+        ctx.memo("debugging:eval-anchors", dict).clear()
         calls = sorted(loop.all_calls(), key=lambda c: (c.lineno, c.col_offset))
         events = _events(ctx, calls, 0, (index.function_of(loop.node),) if index.function_of(loop.node) else ())
         if events and any(kind == "call" for kind, _, _ in events):
