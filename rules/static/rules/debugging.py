@@ -576,7 +576,34 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
         return
     if probs is not inner:
         return  # `log(softmax(x) + eps)` / a clamp: finite, and the common fix; precision-first, not flagged
+    if _infinities_replaced(index, node):
+        return  # `prob = -torch.log(p)` then `torch.where(torch.isinf(prob), 0, prob)`: the -inf is handled
     ctx.report(node, variable=snippet(ctx, inner, 50))
+
+
+_INF_CHECKS = frozenset({"torch.isinf", "torch.isnan", "torch.isfinite", "torch.nan_to_num", "torch.isneginf"})
+
+
+def _infinities_replaced(index: Index, node: ast.Call) -> bool:
+    """The log's result is bound to a name that the same function later tests for inf/nan (`torch.isinf(prob)`,
+    `prob.isinf()`, `torch.nan_to_num(prob)`): the code replaces the infinities itself."""
+    stmt = index.statement_of(node)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+        return False
+    name, fn = stmt.targets[0].id, index.function_of(node)
+    for call in index.nodes(ast.Call):
+        if call.lineno <= stmt.lineno or index.function_of(call) is not fn:  # type: ignore[attr-defined]
+            continue
+        func = call.func  # type: ignore[attr-defined]
+        if index.resolve(func) in _INF_CHECKS:
+            arg = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        elif isinstance(func, ast.Attribute) and func.attr in ("isinf", "isnan", "isfinite", "nan_to_num"):
+            arg = func.value
+        else:
+            continue
+        if isinstance(arg, ast.Name) and arg.id == name:
+            return True
+    return False
 
 
 # -- log of a value that can be 0 ----------------------------------------------------------------
