@@ -104,7 +104,7 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
     for loader in index.bindings_of("dataloader"):
         inline = loader.arg("sampler", _SAMPLER_POSITION)
-        if isinstance(inline, ast.Call) and index.resolve(inline.func) in dist_samplers:
+        if isinstance(inline, ast.Call) and any(c in dist_samplers for c in index.class_choices(inline.func)):
             candidates.append((f"{loader.name}.sampler", inline, [loader]))
     if not candidates:
         return
