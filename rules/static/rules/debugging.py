@@ -654,10 +654,48 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
     if is_softmax_call(index, inner) is not None:
         return False  # log(softmax(x)): TD604 says it, with its own fix
     why = zero_reachable(index, inner, node)
+    if why is None and not _floored_input(index, inner) and _feeds_nll(index, node):
+        why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
     if why is None:
         return False
     ctx.report(node, variable=snippet(ctx, node, 50), why=why)
     return True
+
+
+_NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})
+
+
+def _floored_input(index: Index, expr: ast.AST) -> bool:
+    """`p + eps`, `p.clamp(min=eps)`, arithmetic of any kind: not the bare probabilities."""
+    return not isinstance(expr, ast.Name | ast.Attribute | ast.Subscript)
+
+
+def _feeds_nll(index: Index, node: ast.Call) -> bool:
+    """Use says the log's argument is a probability tensor: the log is the input of `F.nll_loss` / an
+    `nn.NLLLoss()` (directly or through the name it is bound to), or runs under `if isinstance(criterion,
+    nn.NLLLoss):` (skorch's `get_loss`, which logs the module's softmax output for its default NLLLoss)."""
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.If) and any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance" and len(c.args) == 2
+            and index.resolve(c.args[1]) in _NLL for c in ast.walk(anc.test)
+        ):
+            return True
+        if isinstance(anc, ast.Call) and _is_nll_call(index, anc) and kwarg(anc, "input", 0) is node:
+            return True
+    stmt = index.statement_of(node)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.value is node):
+        return False
+    name, fn = stmt.targets[0].id, index.function_of(node)
+    return any(_is_nll_call(index, c) and isinstance(arg := kwarg(c, "input", 0), ast.Name) and arg.id == name
+               and c.lineno > stmt.lineno for c in index.nodes(ast.Call) if index.function_of(c) is fn)  # type: ignore[arg-type]
+
+
+def _is_nll_call(index: Index, call: ast.Call) -> bool:
+    if index.resolve(call.func) in _NLL:
+        return True
+    b = index.binding(call.func)
+    return b is not None and b.kind == "loss" and b.cls in _NLL
 
 
 # -- BCE on sigmoid --------------------------------------------------------------------------
