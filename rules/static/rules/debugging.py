@@ -81,6 +81,23 @@ def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> boo
     return False
 
 
+def _layers_from_outside(index: Index, info: ClassInfo) -> bool:
+    """The class keeps modules it is handed (`def __init__(self, encoders, fusion, head): self.head = head`,
+    `self.encoders = nn.ModuleList(encoders)`): what layers it holds is decided by its callers."""
+    init = info.method("__init__")
+    if init is None:
+        return False
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    for assign in index.self_assignments(info, "__init__"):
+        value = assign.value
+        if isinstance(value, ast.Call) and index.resolve(value.func) in ("torch.nn.ModuleList", "torch.nn.Sequential",
+                                                                       "torch.nn.ModuleDict") and value.args:
+            value = value.args[0]
+        if isinstance(value, ast.Name) and value.id in params:
+            return True
+    return False
+
+
 def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     """Whether a model holds dropout or batch-norm layers (so train()/eval() changes its output).
     False when unsure."""
@@ -122,7 +139,11 @@ def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
     cls = b.cls or ""
     info = index.classes.get(cls)
     if info is not None:
-        return info.is_module and _class_has_mode_layers(index, info, set())
+        if not info.is_module:
+            return False
+        if _class_has_mode_layers(index, info, set()):
+            return True
+        return None if _layers_from_outside(index, info) else False
     if cls in _MODE_LAYERS:
         return True
     if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and b.call is not None:
@@ -247,9 +268,11 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         if _eval_before(ctx, call):
             continue
         if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
-            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+                       cause=f"`{ctx.segment(explicit, 40)}` switches it to training mode before the forward")
             continue
-        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+                   cause="nothing calls `.eval()` before this validation loop")
 
 
 # A train/eval switch or a training step, in execution order: (kind, call, model keys).
