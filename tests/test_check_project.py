@@ -441,3 +441,65 @@ def test_the_same_head_returning_logits_is_quiet(tmp_path, monkeypatch):
              "ssl/evaluator.py": HEAD.replace("            nn.Softmax(),\n", ""), "ssl/finetuner.py": FINETUNER,
              "callbacks/online.py": CALLBACK}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
+
+
+# snowfall's shape (#110): a library module writes the checkpoint; the recipe script steps a (Noam) optimizer in
+# its epoch loop, calls the writer without it, and resumes from `start_epoch` through the library's loader.
+COMMON = """import torch
+
+
+def load_checkpoint(filename, model):
+    checkpoint = torch.load(filename, map_location="cpu")
+    model.load_state_dict(checkpoint["state_dict"])
+    return checkpoint
+
+
+def save_checkpoint(filename, model, epoch, learning_rate, objf):
+    checkpoint = {
+        "state_dict": model.state_dict(),
+        "epoch": epoch,
+        "learning_rate": learning_rate,
+        "objf": objf,
+    }
+    torch.save(checkpoint, filename)
+"""
+RECIPE = """import torch
+
+from snowfall.common import load_checkpoint, save_checkpoint
+from snowfall.training import Noam
+
+
+def main(model, loader, start_epoch, num_epochs):
+    if start_epoch > 0:
+        load_checkpoint(filename=f"epoch-{start_epoch - 1}.pt", model=model)
+    optimizer = Noam(model.parameters(), model_size=256, factor=1.0, warm_step=25000)
+    for epoch in range(start_epoch, num_epochs):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        save_checkpoint(filename=f"epoch-{epoch}.pt", model=model, epoch=epoch, learning_rate=1e-3, objf=0.0)
+"""
+
+
+def test_a_library_checkpoint_writer_without_the_optimizer_of_a_resuming_recipe(tmp_path, monkeypatch):
+    files = {"snowfall/common.py": COMMON, "egs/train.py": RECIPE}
+    assert ("snowfall/common.py", 17, "TD701") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_writer_handed_the_optimizer_is_quiet(tmp_path, monkeypatch):
+    common = COMMON.replace("learning_rate, objf):", "learning_rate, objf, optimizer=None):").replace(
+        '"objf": objf,', '"objf": objf,\n        "optimizer": optimizer.state_dict() if optimizer else None,')
+    recipe = RECIPE.replace("objf=0.0)", "objf=0.0, optimizer=optimizer)")
+    files = {"snowfall/common.py": common, "egs/train.py": recipe}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD701"] == []
+
+
+def test_a_recipe_that_never_resumes_is_quiet(tmp_path, monkeypatch):
+    recipe = RECIPE.replace("from snowfall.common import load_checkpoint, save_checkpoint",
+                            "from snowfall.common import save_checkpoint").replace(
+        '    if start_epoch > 0:\n        load_checkpoint(filename=f"epoch-{start_epoch - 1}.pt", model=model)\n', "").replace(
+        "start_epoch, num_epochs", "num_epochs").replace("range(start_epoch, num_epochs)", "range(num_epochs)")
+    files = {"snowfall/common.py": COMMON, "egs/train.py": recipe}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD701"] == []
