@@ -429,3 +429,135 @@ def test_a_schedule_class_of_the_project_stepped_first_is_quiet(tmp_path, monkey
 def test_a_schedule_class_on_a_torch_base_or_not_found_stepped_first_is_found(tmp_path, monkeypatch, schedules):
     files = {"eval.py": EVAL_LOOP, **({"utils/schedulers.py": schedules} if schedules else {})}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD408"] == [("eval.py", 16, "TD408")]
+# pl_bolts' shape: a classifier head from a package module (re-exported by the package's __init__), kept on
+# `self` by a LightningModule, or set on the module a callback is handed; the loss sits in another file.
+HEAD = """from torch import nn
+
+
+class SSLEvaluator(nn.Module):
+    def __init__(self, n_input, n_classes, n_hidden=512):
+        super().__init__()
+        self.block_forward = nn.Sequential(
+            nn.Linear(n_input, n_hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(n_hidden, n_classes),
+            nn.Softmax(),
+        )
+
+    def forward(self, x):
+        logits = self.block_forward(x)
+        return logits
+"""
+FINETUNER = """import torch.nn.functional as F
+from torch import nn
+
+from pl_bolts.models.ssl import SSLEvaluator
+
+
+class SSLFineTuner(nn.Module):
+    def __init__(self, backbone, in_features, num_classes):
+        super().__init__()
+        self.backbone = backbone
+        self.linear_layer = SSLEvaluator(n_input=in_features, n_classes=num_classes)
+
+    def shared_step(self, batch):
+        x, y = batch
+        feats = self.backbone(x)
+        logits = self.linear_layer(feats)
+        return F.cross_entropy(logits, y)
+"""
+CALLBACK = """import torch.nn.functional as F
+
+
+class OnlineEvaluator:
+    def on_pretrain_routine_start(self, trainer, pl_module):
+        from pl_bolts.models.ssl.evaluator import SSLEvaluator
+
+        pl_module.non_linear_evaluator = SSLEvaluator(n_input=64, n_classes=10).to(pl_module.device)
+
+    def on_train_batch_end(self, trainer, pl_module, batch):
+        x, y = batch
+        preds = pl_module.non_linear_evaluator(x)
+        loss = F.cross_entropy(preds, y)
+        loss.backward()
+"""
+
+
+def test_a_head_built_from_a_package_module_on_self_is_joined_to_its_softmax(tmp_path, monkeypatch):
+    files = {"ssl/__init__.py": "from pl_bolts.models.ssl.evaluator import SSLEvaluator\n",
+             "ssl/evaluator.py": HEAD, "ssl/finetuner.py": FINETUNER}
+    assert ("ssl/evaluator.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files, ["ssl"])
+
+
+def test_a_head_set_on_the_module_a_callback_is_handed_is_joined_to_its_softmax(tmp_path, monkeypatch):
+    files = {"ssl/evaluator.py": HEAD, "callbacks/online.py": CALLBACK}
+    assert ("ssl/evaluator.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_same_head_returning_logits_is_quiet(tmp_path, monkeypatch):
+    files = {"ssl/__init__.py": "from pl_bolts.models.ssl.evaluator import SSLEvaluator\n",
+             "ssl/evaluator.py": HEAD.replace("            nn.Softmax(),\n", ""), "ssl/finetuner.py": FINETUNER,
+             "callbacks/online.py": CALLBACK}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
+
+
+# snowfall's shape (#110): a library module writes the checkpoint; the recipe script steps a (Noam) optimizer in
+# its epoch loop, calls the writer without it, and resumes from `start_epoch` through the library's loader.
+COMMON = """import torch
+
+
+def load_checkpoint(filename, model):
+    checkpoint = torch.load(filename, map_location="cpu")
+    model.load_state_dict(checkpoint["state_dict"])
+    return checkpoint
+
+
+def save_checkpoint(filename, model, epoch, learning_rate, objf):
+    checkpoint = {
+        "state_dict": model.state_dict(),
+        "epoch": epoch,
+        "learning_rate": learning_rate,
+        "objf": objf,
+    }
+    torch.save(checkpoint, filename)
+"""
+RECIPE = """import torch
+
+from snowfall.common import load_checkpoint, save_checkpoint
+from snowfall.training import Noam
+
+
+def main(model, loader, start_epoch, num_epochs):
+    if start_epoch > 0:
+        load_checkpoint(filename=f"epoch-{start_epoch - 1}.pt", model=model)
+    optimizer = Noam(model.parameters(), model_size=256, factor=1.0, warm_step=25000)
+    for epoch in range(start_epoch, num_epochs):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        save_checkpoint(filename=f"epoch-{epoch}.pt", model=model, epoch=epoch, learning_rate=1e-3, objf=0.0)
+"""
+
+
+def test_a_library_checkpoint_writer_without_the_optimizer_of_a_resuming_recipe(tmp_path, monkeypatch):
+    files = {"snowfall/common.py": COMMON, "egs/train.py": RECIPE}
+    assert ("snowfall/common.py", 17, "TD701") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_writer_handed_the_optimizer_is_quiet(tmp_path, monkeypatch):
+    common = COMMON.replace("learning_rate, objf):", "learning_rate, objf, optimizer=None):").replace(
+        '"objf": objf,', '"objf": objf,\n        "optimizer": optimizer.state_dict() if optimizer else None,')
+    recipe = RECIPE.replace("objf=0.0)", "objf=0.0, optimizer=optimizer)")
+    files = {"snowfall/common.py": common, "egs/train.py": recipe}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD701"] == []
+
+
+def test_a_recipe_that_never_resumes_is_quiet(tmp_path, monkeypatch):
+    recipe = RECIPE.replace("from snowfall.common import load_checkpoint, save_checkpoint",
+                            "from snowfall.common import save_checkpoint").replace(
+        '    if start_epoch > 0:\n        load_checkpoint(filename=f"epoch-{start_epoch - 1}.pt", model=model)\n', "").replace(
+        "start_epoch, num_epochs", "num_epochs").replace("range(start_epoch, num_epochs)", "range(num_epochs)")
+    files = {"snowfall/common.py": COMMON, "egs/train.py": recipe}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD701"] == []

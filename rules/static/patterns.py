@@ -176,6 +176,11 @@ def backward_names(index: Index, scope: ast.AST | None = None) -> set[str]:
 # -- softmax / attention -------------------------------------------------------------------------
 
 
+# Tensor methods that keep softmax output probabilities: a new shape, layout, dtype or device.
+_RESHAPES = frozenset({"view", "reshape", "resize", "squeeze", "unsqueeze", "flatten", "permute", "transpose",
+                       "contiguous", "float", "double", "half", "to", "type_as", "cpu", "cuda"})
+
+
 def _self_attr_is(index: Index, func: ast.AST, qualified: frozenset[str] | set[str]) -> bool:
     """`self.softmax(...)` where `self.softmax = nn.Softmax(...)` in the class."""
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"):
@@ -238,7 +243,12 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             return None
         return probabilities_origin(index, value, value, depth + 1, position)
     if isinstance(expr, ast.Call):
-        found = model_softmax(index, expr.func, position, depth)
+        func = expr.func
+        if position is None and isinstance(func, ast.Attribute) and func.attr in _RESHAPES \
+                and index.resolve(func) is None:
+            # `y_pred.view(1, -1)`, `probs.float()`: a reshaped or cast softmax output is still probabilities
+            return probabilities_origin(index, func.value, at, depth + 1)
+        found = model_softmax(index, func, position, depth)
         if found is None and position is None and index.is_submodule(expr.func):
             # `self.cd4(x, nn.Sequential(self.fc4, self.softmax))`: a wrapper layer (concrete dropout, a
             # checkpointing or residual wrapper) that applies the layer it is handed returns that layer's output.
@@ -282,7 +292,11 @@ def model_returns_softmax(index: Index, func: ast.AST) -> bool:
 
 
 def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int) -> ast.AST | None:
-    """The softmax at the end of a model's forward (or of one element of the tuple it returns)."""
+    """The softmax at the end of a model's forward (or of one element of the tuple it returns); `self(x)` in a
+    module's own method (a LightningModule's training_step) runs that module's forward."""
+    if isinstance(func, ast.Name) and func.id == "self":
+        own = index.class_of(func)
+        return _forward_softmax(index, own, position, depth) if own is not None and own.is_module else None
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
@@ -293,6 +307,11 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int)
     info = index.classes.get(b.cls or "")
     if info is None or not info.is_module:
         return None
+    return _forward_softmax(index, info, position, depth)
+
+
+def _forward_softmax(index: Index, info, position: int | None, depth: int) -> ast.AST | None:
+    """The softmax every `return` of a module class's forward ends in, or None."""
     forward = info.method("forward")
     if forward is None:
         return None

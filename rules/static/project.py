@@ -55,13 +55,24 @@ class Project:
     def any_fact(self, key: str) -> bool:
         return any(key in f.facts for f in self.files)
 
-    def defining(self, qualified: str) -> list[tuple[ProjectFile, str]]:
+    def defining(self, qualified: str, below: bool = False) -> list[tuple[ProjectFile, str]]:
         """(file, local name) for a qualified name such as `eval.eval_net` or `models.unet.UNet` that one of
-        the project's modules defines; several when the module's name is ambiguous."""
+        the project's modules defines; several when the module's name is ambiguous. An import longer than the
+        project's module names (`pl_bolts.models.ssl.Evaluator` when `ssl/` was checked) is matched by its
+        longest tail that names a module. With `below`, a package's own modules count too: a class
+        re-exported by `ssl/__init__.py` is defined in one of `ssl/*.py`."""
         module, _, name = qualified.rpartition(".")
         if not module or not name:
             return []
-        return [(f, name) for f in self._by_tail.get(module, [])]
+        parts = module.split(".")
+        for i in range(len(parts)):
+            tail = ".".join(parts[i:])
+            found = list(self._by_tail.get(tail, ()))
+            if below:  # the package's modules, below any tail of their names (`ssl.evaluator` for `ssl`)
+                found += [f for f in self.files if f not in found and f".{tail}." in f".{f.module}"]
+            if found:
+                return [(f, name) for f in found]
+        return []
 
 
 def module_name(display: str, roots: list[str]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import (
     Index,
     Loop,
@@ -18,6 +18,7 @@ from torchdoctor.rules.static.index import (
     looks_like_model,
 )
 from torchdoctor.rules.static.patterns import latest_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
 
@@ -214,6 +215,70 @@ def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     saves = sorted(_save_calls(index), key=lambda c: index.training_loop_of(c) is None)
     for call in saves:
         _checkpoint_without_training_state(call, ctx)
+    _leave_checkpoint_facts(ctx)
+
+
+def _leave_checkpoint_facts(ctx: Context) -> None:
+    """For the project pass: module-level functions that write a checkpoint of a model with no optimizer state
+    and take no optimizer (snowfall's `save_checkpoint(filename, model, epoch, ...)` in a library module), and
+    training loops that call a function of another module while an optimizer steps and the script resumes."""
+    index = ctx.index
+    for call in _save_calls(index):
+        fn = index.function_of(call)
+        if fn is None or not isinstance(index.parent(fn), ast.Module) or index.training_loop_of(call) is not None:
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        if any(_OPTIM_WORD.search(p) for p in params):
+            continue  # the caller hands the optimizer in
+        obj = kwarg(call, "obj", 0)
+        contents = saved_contents(ctx, obj, call)
+        if contents is None:
+            continue
+        values, keys = contents
+        if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+                   for v in values for n in ast.walk(v)):
+            continue  # not a checkpoint of a model
+        if any(_OPTIM_WORD.search(k) for k in keys) or "optimizer" in _kinds_in(index, values):
+            continue
+        ctx.leave("saves-without-optimizer", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
+                                              "variable": snippet(ctx, obj, 40) if obj is not None else "..."})
+    optimizer = _optimizer_name(index)
+    if optimizer is None or not _resumes(ctx):
+        return
+    for loop in index.training_loops():
+        for call in loop.calls:
+            q = index.resolve(call.func)
+            if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np", "os"):
+                continue
+            if any(_OPTIM_WORD.search(dotted(a) or "") for a in [*call.args, *(k.value for k in call.keywords)]):
+                continue  # the optimizer goes with it
+            where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+            ctx.leave("trains-and-calls", {"callee": q, "optimizer": optimizer, "loop": where, "line": call.lineno})
+
+
+_OPTIM_WORD = re.compile(r"optim", re.I)
+
+
+@project("TD701")
+def checkpoint_without_optimizer_across_files(project: Project) -> list[ProjectHit]:
+    """train.py resumes (start_epoch, load_checkpoint) and, in its epoch loop, calls `common.save_checkpoint(...)`,
+    whose body (common.py) writes the model and the epoch but no optimizer state."""
+    writers = {(f.module, fact["function"]): (f, fact) for f, fact in project.facts("saves-without-optimizer")}
+    if not writers:
+        return []
+    hits: dict[tuple[str, int], ProjectHit] = {}
+    for f, fact in project.facts("trains-and-calls"):
+        for g, name in project.defining(fact["callee"]):
+            if (g.module, name) not in writers or g is f:
+                continue
+            w = writers[(g.module, name)][1]
+            optimizer = fact["optimizer"]
+            hits.setdefault((g.path, w["line"]), ProjectHit(g.path, w["line"], w["col"], {
+                "variable": w["variable"], "missing": ["optimizer"],
+                "missing_text": f"the optimizer state (`{optimizer}.state_dict()`)",
+                "loop": f"{fact['loop']} of {f.path} (line {fact['line']})",
+                "suggestion": f'{{..., "optimizer": {optimizer}.state_dict()}} (hand `{optimizer}` to `{name}`)'}))
+    return list(hits.values())
 
 
 def _save_calls(index: Index) -> list[ast.Call]:

@@ -81,6 +81,23 @@ def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> boo
     return False
 
 
+def _layers_from_outside(index: Index, info: ClassInfo) -> bool:
+    """The class keeps modules it is handed (`def __init__(self, encoders, fusion, head): self.head = head`,
+    `self.encoders = nn.ModuleList(encoders)`): what layers it holds is decided by its callers."""
+    init = info.method("__init__")
+    if init is None:
+        return False
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    for assign in index.self_assignments(info, "__init__"):
+        value = assign.value
+        if isinstance(value, ast.Call) and index.resolve(value.func) in ("torch.nn.ModuleList", "torch.nn.Sequential",
+                                                                       "torch.nn.ModuleDict") and value.args:
+            value = value.args[0]
+        if isinstance(value, ast.Name) and value.id in params:
+            return True
+    return False
+
+
 def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     """Whether a model holds dropout or batch-norm layers (so train()/eval() changes its output).
     False when unsure."""
@@ -122,7 +139,11 @@ def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
     cls = b.cls or ""
     info = index.classes.get(cls)
     if info is not None:
-        return info.is_module and _class_has_mode_layers(index, info, set())
+        if not info.is_module:
+            return False
+        if _class_has_mode_layers(index, info, set()):
+            return True
+        return None if _layers_from_outside(index, info) else False
     if cls in _MODE_LAYERS:
         return True
     if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and b.call is not None:
@@ -184,13 +205,8 @@ def _calls_by_function(ctx: Context) -> dict[ast.AST | None, list[ast.Call]]:
 
 
 def _local_target(index: Index, call: ast.Call) -> ast.AST | None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return index.functions.get(func.id)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        info = index.class_of(call)
-        return info.method(func.attr) if info is not None else None
-    return None
+    """The function of this file a call runs: a module-level function, a sibling closure, a `self.` method."""
+    return index.local_target(call)
 
 
 def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
@@ -252,9 +268,11 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         if _eval_before(ctx, call):
             continue
         if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
-            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+                       cause=f"`{ctx.segment(explicit, 40)}` switches it to training mode before the forward")
             continue
-        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data")
+        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+                   cause="nothing calls `.eval()` before this validation loop")
 
 
 # A train/eval switch or a training step, in execution order: (kind, call, model keys).
@@ -361,6 +379,9 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
     _leave_param_evals(ctx)
     reported: set[ast.Call] = set()
     for loop in index.training_loops():
+        # Which call of this loop an `.eval()` deep inside runs through: per loop (an epoch loop reaches the same
+        # `.eval()` through its own call as the batch loop inside it does through another).
+        ctx.memo("debugging:eval-anchors", dict).clear()
         calls = sorted(loop.all_calls(), key=lambda c: (c.lineno, c.col_offset))
         events = _events(ctx, calls, 0, (index.function_of(loop.node),) if index.function_of(loop.node) else ())
         if events and any(kind == "call" for kind, _, _ in events):
@@ -612,6 +633,8 @@ def _log_of_softmax(node: ast.Call, ctx: Context) -> None:
         return
     if inner is None or not _log_of_softmax_output(index, inner, node):
         return
+    if _infinities_replaced(index, node):
+        return  # `prob = -torch.log(p)` then `torch.where(torch.isinf(prob), 0, prob)`: the -inf is handled
     ctx.report(node, variable=snippet(ctx, inner, 50))
 
 
@@ -624,6 +647,31 @@ def _log_of_softmax_output(index: Index, inner: ast.AST, at: ast.AST) -> bool:
     ):
         return False
     return probs is inner
+
+
+_INF_CHECKS = frozenset({"torch.isinf", "torch.isnan", "torch.isfinite", "torch.nan_to_num", "torch.isneginf"})
+
+
+def _infinities_replaced(index: Index, node: ast.Call) -> bool:
+    """The log's result is bound to a name that the same function later tests for inf/nan (`torch.isinf(prob)`,
+    `prob.isinf()`, `torch.nan_to_num(prob)`): the code replaces the infinities itself."""
+    stmt = index.statement_of(node)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+        return False
+    name, fn = stmt.targets[0].id, index.function_of(node)
+    for call in index.nodes(ast.Call):
+        if call.lineno <= stmt.lineno or index.function_of(call) is not fn:  # type: ignore[attr-defined]
+            continue
+        func = call.func  # type: ignore[attr-defined]
+        if index.resolve(func) in _INF_CHECKS:
+            arg = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        elif isinstance(func, ast.Attribute) and func.attr in ("isinf", "isnan", "isfinite", "nan_to_num"):
+            arg = func.value
+        else:
+            continue
+        if isinstance(arg, ast.Name) and arg.id == name:
+            return True
+    return False
 
 
 # -- log of a value that can be 0 ----------------------------------------------------------------
@@ -674,10 +722,48 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
     if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
         return False  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
     why = zero_reachable(index, inner, node)
+    if why is None and not _floored_input(index, inner) and _feeds_nll(index, node):
+        why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
     if why is None:
         return False
     ctx.report(node, variable=snippet(ctx, node, 50), why=why)
     return True
+
+
+_NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})
+
+
+def _floored_input(index: Index, expr: ast.AST) -> bool:
+    """`p + eps`, `p.clamp(min=eps)`, arithmetic of any kind: not the bare probabilities."""
+    return not isinstance(expr, ast.Name | ast.Attribute | ast.Subscript)
+
+
+def _feeds_nll(index: Index, node: ast.Call) -> bool:
+    """Use says the log's argument is a probability tensor: the log is the input of `F.nll_loss` / an
+    `nn.NLLLoss()` (directly or through the name it is bound to), or runs under `if isinstance(criterion,
+    nn.NLLLoss):` (skorch's `get_loss`, which logs the module's softmax output for its default NLLLoss)."""
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.If) and any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance" and len(c.args) == 2
+            and index.resolve(c.args[1]) in _NLL for c in ast.walk(anc.test)
+        ):
+            return True
+        if isinstance(anc, ast.Call) and _is_nll_call(index, anc) and kwarg(anc, "input", 0) is node:
+            return True
+    stmt = index.statement_of(node)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.value is node):
+        return False
+    name, fn = stmt.targets[0].id, index.function_of(node)
+    return any(_is_nll_call(index, c) and isinstance(arg := kwarg(c, "input", 0), ast.Name) and arg.id == name
+               and c.lineno > stmt.lineno for c in index.nodes(ast.Call) if index.function_of(c) is fn)  # type: ignore[arg-type]
+
+
+def _is_nll_call(index: Index, call: ast.Call) -> bool:
+    if index.resolve(call.func) in _NLL:
+        return True
+    b = index.binding(call.func)
+    return b is not None and b.kind == "loss" and b.cls in _NLL
 
 
 # -- BCE on sigmoid --------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
     for loader in index.bindings_of("dataloader"):
         inline = loader.arg("sampler", _SAMPLER_POSITION)
-        if isinstance(inline, ast.Call) and index.resolve(inline.func) in dist_samplers:
+        if isinstance(inline, ast.Call) and any(c in dist_samplers for c in index.class_choices(inline.func)):
             candidates.append((f"{loader.name}.sampler", inline, [loader]))
     if not candidates:
         return
@@ -766,3 +766,89 @@ def grad_sync_set_after_forward(node: ast.Assign, ctx: Context) -> None:
     backward = [c for c in loop.calls if c in set(ctx.index.backward_calls) and _position(c) > here]
     if forwards and backward:
         ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno)
+
+
+# -- TD309 ---------------------------------------------------------------------------------------
+
+
+def _residue(test: ast.AST) -> tuple[str, str, int, bool] | None:
+    """`(i + a) % n == 0` -> (counter, modulus, -a, True): true on the micro-steps where i = -a (mod n);
+    `i % n != 0` -> (..., False): true on every other one. Counter and modulus by their last names
+    (`batch_idx`, `accum_grad` for `self.accum_grad` or `loss_dict["batch_idx"]`)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        found = _residue(test.operand)
+        return (found[0], found[1], found[2], not found[3]) if found is not None else None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and is_constant(test.comparators[0], 0)
+            and isinstance(test.ops[0], ast.Eq | ast.NotEq)):
+        return None
+    mod = test.left
+    if not (isinstance(mod, ast.BinOp) and isinstance(mod.op, ast.Mod)):
+        return None
+    counter, offset = mod.left, 0
+    if isinstance(counter, ast.BinOp) and isinstance(counter.op, ast.Add) and isinstance(counter.right, ast.Constant) \
+            and isinstance(counter.right.value, int):
+        counter, offset = counter.left, counter.right.value
+    name, modulus = last_name(counter), last_name(mod.right)
+    if name is None or modulus is None:
+        return None
+    return name, modulus, -offset, isinstance(test.ops[0], ast.Eq)
+
+
+def _step_residues(index: Index, loop: Loop) -> list[tuple[ast.Call, tuple[str, str, int, bool]]]:
+    """The modulo tests guarding the optimizer steps a loop runs, in the loop or in a function of the file it
+    calls (`self.update_step(...)`, whose body steps under `if (batch_idx + 1) % self.accum_grad == 0`)."""
+    out = []
+    steps = set(index.step_calls)
+    for call in loop.all_calls():
+        candidates: list[tuple[ast.Call, ast.AST]] = [(call, loop.node)] if call in steps else []
+        fn = index.local_target(call)
+        if fn is not None:
+            candidates += [(c, fn) for c in index.calls_in(fn) if c in steps]
+        for step, stop in candidates:
+            for anc in index.ancestors(step):
+                if anc is stop:
+                    break
+                if isinstance(anc, ast.If) and (found := _residue(anc.test)) is not None:
+                    out.append((step, found))
+                    break
+    return out
+
+
+@rule("TD309", ast.Module)
+def no_sync_on_the_stepping_micro_step(node: ast.Module, ctx: Context) -> None:
+    """`ctx = model.no_sync if batch_idx % accum != 0 else nullcontext`: DDP syncs when batch_idx % accum == 0,
+    while the optimizer steps when (batch_idx + 1) % accum == 0 (FunASR #3472)."""
+    if "no_sync" not in ctx.source:
+        return
+    index = ctx.index
+    seen: set[int] = set()
+    for loop in index.loops.values():
+        for sub in ast.walk(loop.node):
+            if id(sub) in seen or index.loop_of(sub) is not loop:
+                continue
+            if isinstance(sub, ast.IfExp):
+                for branch, chosen in ((sub.body, True), (sub.orelse, False)):
+                    target = branch.func if isinstance(branch, ast.Call) else branch
+                    if isinstance(target, ast.Attribute) and target.attr == "no_sync":
+                        seen.add(id(sub))
+                        _check_sync_choice(ctx, loop, sub.test, chosen)
+            elif isinstance(sub, ast.If):
+                for body, chosen in ((sub.body, True), (sub.orelse, False)):
+                    if any(isinstance(n, ast.Attribute) and n.attr == "no_sync" for stmt in body for n in ast.walk(stmt)):
+                        seen.add(id(sub))
+                        _check_sync_choice(ctx, loop, sub.test, chosen)
+
+
+def _check_sync_choice(ctx: Context, loop: Loop, test: ast.expr, no_sync_if_true: bool) -> None:
+    found = _residue(test)
+    if found is None:
+        return
+    counter, modulus, residue, equal = found
+    # DDP all-reduces on the micro-steps where no_sync is not chosen; with `(i + a) % n != 0` choosing no_sync
+    # (or `== 0` choosing the plain context), that is the one micro-step in n where i = -a (mod n).
+    if equal == no_sync_if_true:
+        return  # sync on all but one micro-step: another mistake, not this rule's
+    for step, (s_counter, s_modulus, s_residue, s_equal) in _step_residues(ctx.index, loop):
+        if (s_counter, s_modulus) == (counter, modulus) and s_equal and s_residue != residue:
+            ctx.report(test, variable=ctx.segment(test, 50), step_call=ctx.segment(step, 40), line=step.lineno)
+            return

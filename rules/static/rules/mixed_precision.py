@@ -1324,6 +1324,33 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
             ctx.report(call, variable=ctx.segment(call.func.value, 40), step_call=ctx.segment(acc.steps[0], 40),  # type: ignore[attr-defined]
                        accum_expr=ctx.segment(acc.count, 40))
     _zero_grad_every_call(ctx)
+    _zero_grad_inside_accumulate(ctx)
+
+
+def _zero_grad_inside_accumulate(ctx: Context) -> None:
+    """`with accelerator.accumulate(model): optimizer.zero_grad(); ...; accelerator.backward(loss);
+    optimizer.step()`: accelerate's optimizer skips zero_grad (and step) on the micro-steps that do not sync, so
+    the one zero_grad that runs is on the sync step, before that step's backward: it clears what the earlier
+    micro-steps accumulated (DiffSynth-Studio #1404, accelerate #616)."""
+    index = ctx.index
+    for acc in index.method_calls("accumulate"):
+        block = index.parent(acc)
+        with_stmt = index.parent(block) if isinstance(block, ast.withitem) else None
+        if not isinstance(with_stmt, ast.With) or acc is not block.context_expr:  # type: ignore[union-attr]
+            continue
+        calls = sorted((c for c in ast.walk(with_stmt) if isinstance(c, ast.Call)
+                        and index.function_of(c) is index.function_of(with_stmt)), key=lambda c: (c.lineno, c.col_offset))
+        backs = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "backward"]
+        steps = [c for c in calls if c in set(index.step_calls)]
+        if not backs or not steps:
+            continue
+        for call in calls:
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr == "zero_grad") \
+                    or (call.lineno, call.col_offset) > (backs[0].lineno, backs[0].col_offset) \
+                    or any(isinstance(a, ast.If) for a, _ in _between(index, call, with_stmt)):
+                continue
+            ctx.report(call, variable=ctx.segment(call.func.value, 40), step_call=ctx.segment(steps[0], 40),
+                       accum_expr=f"`{ctx.segment(acc.func.value, 30)}`'s gradient_accumulation_steps")  # type: ignore[attr-defined]
 
 
 def _zero_grad_every_call(ctx: Context) -> None:

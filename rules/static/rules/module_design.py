@@ -373,7 +373,16 @@ def _softmax_before_loss(node: ast.Call, kind: str, ctx: Context) -> None:
     else:
         expects = "log-probabilities (log_softmax output), not probabilities"
         remedy = "Use `F.log_softmax(logits, dim=1)` in place of the softmax, or pass the logits to `F.cross_entropy`."
-    if index.class_of(origin) is not None and index.function_of(origin) is not index.function_of(node):
+    own = index.class_of(origin)
+    if own is not None and own is index.class_of(node) and index.function_of(origin) is own.method("forward") \
+            and index.function_of(node) is not index.function_of(origin):
+        # `y_hat = self(x)` in a LightningModule's training_step: forward's softmax serves predictions, so the
+        # fix is to feed the loss the logits, at the loss.
+        ctx.report(node, variable=ctx.segment(inputs, 40), loss=ctx.segment(node.func), expects=expects,
+                   remedy=remedy + f" `{ctx.segment(inputs, 40)}` comes from this module's forward, which ends in "
+                                   f"the softmax at line {origin.lineno}.")
+        return
+    if own is not None and index.function_of(origin) is not index.function_of(node):
         # The softmax is a model's last layer: the fix goes there, and every loss call it feeds is one cause.
         seen = ctx.memo("module-design:softmax-layers", set)
         if id(origin) in seen:
@@ -436,6 +445,13 @@ def _leave_softmax_facts(ctx: Context) -> None:
                 if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
                     ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
                                                 "loss": ctx.segment(call.func, 40), "line": call.lineno})
+            if isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute):
+                # `logits = self.linear_layer(feats)` with `self.linear_layer = SSLEvaluator(...)`, or
+                # `pl_module.evaluator(x)` assigned `SSLEvaluator(...)` in another hook: the class is another file's
+                cls = attribute_class(index, inputs.func)
+                if cls is not None:
+                    ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
+                                                       "line": call.lineno})
         if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
@@ -467,6 +483,29 @@ def _constructed_class(index, expr: ast.AST) -> str | None:
     return q
 
 
+def attribute_class(index, func: ast.Attribute) -> str | None:
+    """The imported class an attribute was built from anywhere in the file (`self.head = heads.Classifier(...)`,
+    `module.evaluator = Evaluator(...)` in another method), when every such assignment builds the same class and
+    that class is not torch's own."""
+    name = dotted(func)
+    if name is None:
+        return None
+    found: set[str] = set()
+    for stmt in index.nodes(ast.Assign):
+        if not any(dotted(t) == name for t in stmt.targets):  # type: ignore[attr-defined]
+            continue
+        value = stmt.value  # type: ignore[attr-defined]
+        same = index.names["same_object_methods"]
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+            value = value.func.value
+        q = index.resolve(value.func) if isinstance(value, ast.Call) else None
+        if q is None or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") \
+                or not q.rsplit(".", 1)[-1][:1].isupper() or q in index.classes:
+            return None
+        found.add(q)
+    return found.pop() if len(found) == 1 else None
+
+
 @project("TD205")
 def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHit]:
     """main.py builds `model.Classifier()` and hands it to `train.source_only(encoder, classifier, ...)`, which
@@ -476,6 +515,16 @@ def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHi
         return []
     losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
     hits: dict[tuple[str, int], ProjectHit] = {}
+    for f, fact in project.facts("loss-on-class-output"):
+        for owner in [(g.module, name) for g, name in project.defining(fact["cls"], below=True)]:
+            if owner in classes:
+                g, cls = classes[owner]
+                hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], {
+                    "variable": f"{cls['class']}'s output", "loss": fact["loss"],
+                    "expects": "logits: it applies log_softmax itself, so the softmax is applied twice",
+                    "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss is "
+                              f"`{fact['loss']}` in {f.path}, line {fact['line']}); keep softmax only for "
+                              "reporting probabilities."}))
     for f, fact in project.facts("passes-model"):
         targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
             [(g.module, name) for g, name in project.defining(fact["callee"])]

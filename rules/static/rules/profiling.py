@@ -7,7 +7,16 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import Binding, Index, Loop, dotted, is_constant, kwarg, last_name
+from torchdoctor.rules.static.index import (
+    Binding,
+    Index,
+    Loop,
+    dotted,
+    is_constant,
+    kwarg,
+    last_name,
+    looks_like_loader,
+)
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
@@ -356,6 +365,7 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
                 and not index.guarded_in_function(call):
             ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
                                         "variable": name, "cost": _rebuild_cost(index, call)})
+    _iterator_rebuilt_per_step(ctx)
     for loop in index.training_loops():
         for call in loop.calls:
             if index.local_target(call) is not None or index.guarded_in_loop(call, loop, rare=True):
@@ -364,6 +374,37 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
             if q and "." in q and q.split(".", 1)[0] not in _LIBRARY_ROOTS:
                 where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
                 ctx.leave("calls-per-epoch", {"callee": q, "loop": where})
+
+
+def _iterator_rebuilt_per_step(ctx: Context) -> None:
+    """`batch = next(iter(train_loader))` on every pass of a training loop (mead-baseline's pretrain-tlm, #667):
+    each step makes a new iterator, so the loader starts its workers again and hands back its first batch (the
+    same batch every step when it does not shuffle)."""
+    index = ctx.index
+    for call in index.nodes(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        if not (isinstance(func, ast.Name) and func.id == "next" and call.args):  # type: ignore[attr-defined]
+            continue
+        inner = call.args[0]  # type: ignore[attr-defined]
+        if not (isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "iter"
+                and len(inner.args) == 1):
+            continue
+        source = inner.args[0]
+        b = index.binding(source)
+        if not (b is not None and b.kind == "dataloader" or b is None and looks_like_loader(dotted(source))):
+            continue
+        around = index.loops_around(call)
+        training = next((lp for lp in around if lp.trains), None)
+        if training is None or index.guarded_in_loop(call, training, rare=True):
+            continue
+        loop = around[0]  # the innermost: a validation pass inside the epoch loop takes a fresh iterator per batch
+        shuffle = kwarg(b.call, "shuffle", 2) if b is not None and b.call is not None else None
+        shuffled = shuffle is not None and not is_constant(shuffle, False) and not is_constant(shuffle, None)
+        cost = "a new iterator that starts the loader's workers again and yields its first batch" + (
+            "" if shuffled else " (the same batch every step, since it does not shuffle)")
+        where = f"the loop over `{loop.source}`" if loop.source else \
+            f"the {'training ' if loop.trains else ''}loop at line {loop.line}"
+        ctx.report(inner, variable=f"iter({ctx.segment(source, 40)})", loop=where, cost=cost)
 
 
 _LIBRARY_ROOTS = frozenset("torch torchvision numpy np os sys math random time logging json wandb tqdm "

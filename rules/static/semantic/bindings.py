@@ -197,6 +197,9 @@ class Bindings:
         q = self.resolve(value.func)
         n = self.names
         if q is None:
+            chosen = [c for c in self.class_choices(value.func) if c in self.names["distributed_samplers"]]
+            if chosen:  # `train_sampler(dataset)`, a name for RandomSampler or DistributedSampler
+                return Binding(name, "sampler", chosen[0], stmt, value)
             local = dotted(value.func)
             if local in self.classes and self.classes[local].is_module:
                 return Binding(name, "module", local, stmt, value)

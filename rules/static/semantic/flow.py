@@ -6,6 +6,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
+    FUNCTIONS,
     _pairs,
     _position,
 )
@@ -45,8 +46,20 @@ class Flow:
         if self._local_calls is not None:
             return self._local_calls
         pairs: list[tuple[ast.Call, ast.AST]] = []
+        # Functions defined inside functions, by (enclosing function, name): `def main(): def _train_epoch():
+        # ... _eval_epoch() ...; def _eval_epoch(): ...` -- a closure calls its siblings by name.
+        nested: dict[tuple[ast.AST, str], ast.AST] = {}
+        for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            owner = self.scope_of(fn)
+            if isinstance(owner, FUNCTIONS):
+                nested.setdefault((owner, fn.name), fn)  # type: ignore[attr-defined]
         for call in self.nodes(ast.Call):
             func = call.func
+            if isinstance(func, ast.Name) and nested:
+                target = self._nested_target(call, func.id, nested)
+                if target is not None:
+                    pairs.append((call, target))
+                    continue
             if isinstance(func, ast.Name) and func.id in self.functions:
                 pairs.append((call, self.functions[func.id]))
             elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
@@ -57,6 +70,17 @@ class Flow:
                         pairs.append((call, target))
         self._local_calls = pairs
         return pairs
+
+    def _nested_target(self, call: ast.Call, name: str, nested: dict[tuple[ast.AST, str], ast.AST]) -> ast.AST | None:
+        """The function a bare-name call runs when an enclosing function defines it (Python's own lookup,
+        innermost first)."""
+        scope = self.function_of(call)
+        while scope is not None:
+            found = nested.get((scope, name))
+            if found is not None:
+                return found
+            scope = self.function_of(scope)
+        return None
 
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls of a function (or of a method through `self.`) in this file."""

@@ -31,6 +31,28 @@ class Names:
                 return None
         return canonical(f"{base}.{rest}" if rest else base)
 
+    def class_choices(self, func: ast.AST) -> list[str]:
+        """The qualified classes a call may build: the imported class itself, or, for a local name bound once to
+        a choice of classes (`train_sampler = RandomSampler if args.local_rank == -1 else DistributedSampler`,
+        then `train_sampler(dataset)`), each of them."""
+        q = self.resolve(func)
+        if q is not None:
+            return [q]
+        if not isinstance(func, ast.Name):
+            return []
+        values = self.definitions(func.id, func)  # type: ignore[attr-defined]
+        if len(values) != 1:
+            return []
+        out: list[str] = []
+        pending = [values[0]]
+        while pending and len(out) < 8:
+            v = pending.pop()
+            if isinstance(v, ast.IfExp):
+                pending += [v.body, v.orelse]
+            elif isinstance(v, ast.Name | ast.Attribute) and (r := self.resolve(v)) is not None:
+                out.append(r)
+        return out
+
     def callee(self, call: ast.Call) -> str | None:
         """The qualified name of what a call calls; the plain dotted name for local objects."""
         try:
