@@ -342,12 +342,26 @@ def _ruled_out(index: Index, target: ast.AST, call: ast.Call) -> set[ast.Call]:
     params = [a.arg for a in target.args.args]
     offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
     known: dict[str, bool] = {}
+    positional = target.args.posonlyargs + target.args.args  # a flag left at its default (`train=True`) is known too
+    for a, default in zip(positional[len(positional) - len(target.args.defaults):], target.args.defaults, strict=True):
+        if isinstance(default, ast.Constant) and isinstance(default.value, bool):
+            known[a.arg] = default.value
+    for a, default in zip(target.args.kwonlyargs, target.args.kw_defaults, strict=True):
+        if isinstance(default, ast.Constant) and isinstance(default.value, bool):
+            known[a.arg] = default.value
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
+        return set()  # `f(*args)` / `f(**kw)`: which flags it passes is unknown
     for i, arg in enumerate(call.args):
-        if i + offset < len(params) and isinstance(arg, ast.Constant) and isinstance(arg.value, bool):
-            known[params[i + offset]] = arg.value
+        if i + offset < len(params):
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, bool):
+                known[params[i + offset]] = arg.value
+            else:
+                known.pop(params[i + offset], None)  # passed, but not a constant we can read
     for kw in call.keywords:
         if kw.arg and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool):
             known[kw.arg] = kw.value.value
+        elif kw.arg:
+            known.pop(kw.arg, None)
     if not known:
         return set()
 
@@ -383,6 +397,7 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         # `.eval()` through its own call as the batch loop inside it does through another).
         ctx.memo("debugging:eval-anchors", dict).clear()
         calls = sorted(loop.all_calls(), key=lambda c: (c.lineno, c.col_offset))
+        calls = _with_the_steps(index, loop, calls)
         events = _events(ctx, calls, 0, (index.function_of(loop.node),) if index.function_of(loop.node) else ())
         if events and any(kind == "call" for kind, _, _ in events):
             _leave_loop(ctx, loop, events)
@@ -404,6 +419,50 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         via = f" (set at line {found.lineno}, inside `{ctx.segment(at.func, 40)}()`)" if at is not found else ""
         ctx.report(at, variable=dotted(found.func.value) or "model", loop=where, via=via,  # type: ignore[attr-defined]
                    train_not_restored=True)
+
+
+def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]:
+    """The loop's calls that can run in the same pass as its training steps. A loop shared by training and
+    validation (demucs's `_run_one_epoch(epoch, train=True|False)`) steps under `if train:` and evaluates
+    under `if not train:`: a `train` parameter the function never reassigns makes the two exclusive in one
+    call, so the evaluation never leaves eval mode on for a step of the same pass (the caller's loop, which
+    calls it twice, is judged on its own)."""
+    fn = index.function_of(loop.node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return calls
+    params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    params -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if not params:
+        return calls
+
+    def needs(call: ast.Call) -> dict[str, bool]:  # parameter -> the value an enclosing `if` requires of it
+        out: dict[str, bool] = {}
+        child: ast.AST = call
+        for anc in index.ancestors(call):
+            if anc is fn:
+                break
+            if isinstance(anc, ast.If):
+                inside = any(child is s for s in anc.body)
+                tests = anc.test.values if inside and isinstance(anc.test, ast.BoolOp) and \
+                    isinstance(anc.test.op, ast.And) else [anc.test]
+                for test in tests:
+                    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+                    name = test.operand if negated else test  # type: ignore[attr-defined]
+                    if isinstance(name, ast.Name) and name.id in params:
+                        out.setdefault(name.id, inside != negated)
+            child = anc
+        return out
+
+    steps = set(index.backward_calls) | set(index.step_calls)
+    step_needs = [needs(c) for c in calls if c in steps]
+    if not step_needs:
+        return calls
+
+    def exclusive(call: ast.Call) -> bool:
+        mine = needs(call)
+        return bool(mine) and all(any(other.get(p) is (not v) for p, v in mine.items()) for other in step_needs)
+
+    return [c for c in calls if c in steps or not exclusive(c)]
 
 
 def _frozen_mode_training(index: Index, call: ast.Call) -> bool:
