@@ -90,6 +90,7 @@ class AccumulationProbe(Probe):
         self.window_version: int | None = None  # a parameter's version at the window's first backward
         self.window_moved = False  # the parameters changed in place within the window (SAM's two steps)
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
+        self.partly_zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed inside, fewer times
         self.zero_site: dict[str, Any] | None = None
         # Gradients never cleared between optimizer steps: (parameter, its grad tensor, the grad's version) noted
         # after each primary step; a candidate when the next backward finds them untouched, confirmed at the
@@ -178,8 +179,11 @@ class AccumulationProbe(Probe):
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
         # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
         # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
-        if n >= 2 and len(zeroed) >= n - 1 and not retained and not moved:
-            self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
+        if n >= 2 and zeroed and not retained and not moved:
+            # every micro-step but the first, or fewer times (Accelerate runs the wrapped zero_grad only on the
+            # micro-step that syncs, so one at the top of accumulate() clears the window once, near its end)
+            hist = self.zeroed_hist if len(zeroed) >= n - 1 else self.partly_zeroed_hist
+            hist[n] = hist.get(n, 0) + 1
             if self.zero_site is None:
                 self.zero_site = zeroed[0]
 
@@ -377,6 +381,7 @@ class AccumulationProbe(Probe):
             alternations=self.alternations,
             windows={str(k): v for k, v in sorted(self.window_hist.items())},
             zeroed_windows={str(k): v for k, v in sorted(self.zeroed_hist.items())},
+            partly_zeroed_windows={str(k): v for k, v in sorted(self.partly_zeroed_hist.items())},
             zero_site=self.zero_site,
             stale_steps=self.stale_steps,
             stale_checked=self.stale_checked,

@@ -286,3 +286,13 @@ def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_pat
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 10
     assert "resume-optimizer-state-missing" not in ids(result), result.report["symptoms"]
+
+
+def test_accelerate_accumulation_with_zero_grad_after_the_step_is_healthy(tmp_path_factory, validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    result = shared_run(tmp_path_factory, "zero-grad-after-accelerate-step", "zero_grad_after_accelerate_step.py",
+                        "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["accumulation"]["backwards"] == 48
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+    assert not result.symptoms("partial-accumulation-dropped"), result.report["symptoms"]

@@ -22,6 +22,20 @@ def test_zero_grad_before_every_micro_step_is_named_at_its_line(tmp_path_factory
     assert values["backwards_per_step"] == 4 and values["zeroed_steps"] == 12 and values["steps"] == 12, values
 
 
+def test_zero_grad_at_the_top_of_accelerates_accumulate_block_is_named_at_its_line(tmp_path_factory, validate_report):
+    # Accelerate skips the wrapped zero_grad() except on the syncing micro-step, where it clears the 3 before it
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    result = shared_run(tmp_path_factory, "zero-grad-accelerate", "zero_grad_inside_accelerate_window.py",
+                        "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("zero-grad-every-micro-step")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("zero_grad_inside_accelerate_window.py", "opt.zero_grad()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["backwards_per_step"] == 4 and values["dropped_micro_steps"] == 3, values
+    assert values["zeroed_steps"] == 12 and values["steps"] == 12, values
+
+
 def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "zero-grad-two-optimizers", "zero_grad_two_optimizers.py",
                         "--fail-on", "warning")
