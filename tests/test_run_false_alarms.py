@@ -296,3 +296,12 @@ def test_accelerate_accumulation_with_zero_grad_after_the_step_is_healthy(tmp_pa
     assert result.run["measurements"]["accumulation"]["backwards"] == 48
     assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
     assert not result.symptoms("partial-accumulation-dropped"), result.report["symptoms"]
+
+
+def test_sandwich_rule_summing_sub_network_losses_of_one_batch_is_not_undivided_accumulation(tmp_path_factory,
+                                                                                          validate_report):
+    result = shared_run(tmp_path_factory, "sandwich-rule", "sandwich_rule_sum.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["accumulation"]["micro_steps_per_step"] == 4
+    assert not result.symptoms("accumulation-not-normalized"), result.report["symptoms"]
+    assert any("same input batch" in note for note in result.report["notes"]), result.report["notes"]

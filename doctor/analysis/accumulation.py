@@ -52,8 +52,17 @@ def analyse(run: RunEvidence) -> Analysis:
                     "accumulation over micro-batches; not judged."
                 )
             continue
-        _not_normalized(run, rank, k, state, lim, out)
-        _divided_twice(run, rank, k, state, lim, out)
+        same = int((state.get("same_input_windows") or {}).get(str(k), 0))
+        if same and same >= hist.get(k, 0) * float(lim["same_input_share"]):
+            if rank == 0:
+                out.notes.append(
+                    f"{k} backward passes per optimizer step on the same input batch ({same} steps): several "
+                    "losses of one batch (sub-networks, heads), not accumulation over micro-batches; their sum is "
+                    "not judged as an undivided accumulation."
+                )
+        else:
+            _not_normalized(run, rank, k, state, lim, out)
+            _divided_twice(run, rank, k, state, lim, out)
         _dropped(run, rank, k, hist, state, out)
     return out
 
