@@ -46,8 +46,7 @@ class DetachedSummands:
         self.mode: Any = None
         self.marks: Any = None  # tensor -> ("const" | "mixed", frozenset of origin indices)
         self.origins: list[dict[str, Any]] = []  # {"site", "node"}: the detach's line, the graph it cut
-        # (origins, the backward root's node) of the backwards since the last optimizer step
-        self.pending: list[tuple[frozenset[int], Any]] = []
+        self.pending: list[frozenset[int]] = []  # origins of the backwards since the last optimizer step
         self.reported: set[tuple[Any, Any]] = set()
 
     # -- the step under watch ------------------------------------------------------------------------
@@ -146,7 +145,10 @@ class DetachedSummands:
             self.marks[out] = ("const", frozenset(const | mixed))
             return out
         if const and scalar_const and name in ADDITIONS and out.numel() == 1:
-            mixed |= const  # a constant term added to a loss that has a graph
+            # A constant term added to a loss that has a graph; but `x - x.detach()` (DiCE's magic box, a value
+            # shift) adds a value to the very tensor it was cut from, whose gradient still flows: not a lost term.
+            nodes = {id(a.grad_fn) for a in args if isinstance(a, tensor) and a.grad_fn is not None}
+            mixed |= {i for i in const if id(self.origins[i]["node"]) not in nodes}
         if mixed:
             self.marks[out] = ("mixed", frozenset(mixed))
         return out
@@ -159,22 +161,15 @@ class DetachedSummands:
             return
         mark = self.marks.get(root)
         if mark is not None and mark[0] == "mixed":
-            self.pending.append((mark[1], root.grad_fn))
+            self.pending.append(mark[1])
 
     def on_step(self, optimizer: Any, step: int) -> None:
         pending, self.pending = self.pending, []
         if not pending:
             return
         params = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        # A detached value whose own graph the loss differentiates anyway is a value shift, not a lost term:
-        # DiCE's exp(x - x.detach()), `loss - loss.detach() + shown`. Those origins are not judged.
-        kept: set[int] = set()
-        for _, root_node in pending:
-            kept |= _nodes(root_node)
-        for index in sorted(set().union(*(origins for origins, _ in pending))):
+        for index in sorted(set().union(*pending)):
             origin = self.origins[index]
-            if id(origin["node"]) in kept:
-                continue
             site = origin.get("site")
             key = (site or {}).get("path"), (site or {}).get("line")
             if key in self.reported:
@@ -237,19 +232,6 @@ class CutFloat(float):
 
     def __neg__(self) -> Any:
         return self._keep(float.__neg__(self))
-
-
-def _nodes(root: Any) -> set[int]:
-    """The ids of the autograd nodes of the graph from `root` (breadth first, at most MAX_NODES)."""
-    seen: set[int] = set()
-    queue = deque([root])
-    while queue and len(seen) < MAX_NODES:
-        current = queue.popleft()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        queue.extend(child for child, _ in getattr(current, "next_functions", ()) if child is not None)
-    return seen
 
 
 def _parameters_reached(node: Any, params: set[int]) -> int:
