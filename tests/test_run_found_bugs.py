@@ -372,3 +372,16 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
     assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
     assert found[0]["evidence"][0]["values"]["how"] == ("replaced" if how == "replaced" else "never-loaded")
+
+
+@pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
+                                           ("own", "return torch.log(x * 0)")])
+def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_factory, validate_report, how, text):
+    # a torch layer called by the container: the line that built it; the script's own module: its forward's op
+    result = shared_run(tmp_path_factory, f"nan-in-sequential-{how}", "nan_in_sequential.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_sequential.py", text), found[0]
+    assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how == "layer"), found[0]
