@@ -150,7 +150,7 @@ def test_gradients_cleared_by_hand_are_no_missing_zero_grad(tmp_path_factory, va
     assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
 
 
-@pytest.mark.parametrize("how", ["simsiam", "straight-through", "td-target", "logging", "dice"])
+@pytest.mark.parametrize("how", ["simsiam", "straight-through", "td-target", "logging", "dice", "gan", "probe"])
 def test_deliberate_stop_gradients_and_logged_values_are_not_cut_off_loss_terms(tmp_path_factory, validate_report,
                                                                                  how):
     result = shared_run(tmp_path_factory, f"detached-{how}", "detached_terms.py", "--fail-on", "error", "--", how)

@@ -290,6 +290,7 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
 @pytest.mark.parametrize(("how", "text"), [
     ("constant", "adversarial = F.softplus(-disc(fake).detach()).mean()"),
     ("item", "adversarial = F.softplus(-disc(fake)).mean().detach().item()"),
+    ("through", "adversarial = F.softplus(-disc(torch.cat([fake.detach()[:, :4], x[:, 4:]], 1))).mean()"),
 ])
 def test_a_loss_term_cut_off_by_detach_is_non_differentiable_at_the_detach(tmp_path_factory, validate_report, how,
                                                                              text):
