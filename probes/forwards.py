@@ -194,7 +194,7 @@ class ForwardWatch:
             return None
         try:
             return id(first), first.data_ptr(), first._version
-        except RuntimeError:  # a tensor without storage (meta, a functional wrapper)
+        except Exception:  # noqa: BLE001 - a tensor without storage (meta, a functional wrapper, a subclass)
             return None
 
     def _instance_post(self, module: Any, args: Any, output: Any) -> None:
