@@ -624,13 +624,13 @@ class NanProbe(Probe):
 
         def __init__(module: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it wraps
             original(module, *args, **kwargs)
-            if probe.enabled and len(BUILT) < MAX_BUILT and type(module).__module__.startswith("torch.nn."):
-                site = user_site(sys._getframe(1))
-                if site is not None:
-                    try:
+            try:
+                if probe.enabled and len(BUILT) < MAX_BUILT and str(type(module).__module__).startswith("torch.nn."):
+                    site = user_site(sys._getframe(1))
+                    if site is not None:
                         BUILT[module] = site
-                    except TypeError:  # a module that refuses weak references
-                        pass
+            except Exception:  # noqa: BLE001 - a module that refuses weak references: a construction never fails
+                pass
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         __init__._records_construction = True  # type: ignore[attr-defined]
