@@ -90,6 +90,7 @@ class AccumulationProbe(Probe):
         self.window_version: int | None = None  # a parameter's version at the window's first backward
         self.window_moved = False  # the parameters changed in place within the window (SAM's two steps)
         self.zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed before every micro-step but one
+        self.partly_zeroed_hist: dict[int, int] = {}  # backwards per step -> steps zeroed inside, fewer times
         self.zero_site: dict[str, Any] | None = None
         # Gradients never cleared between optimizer steps: (parameter, its grad tensor, the grad's version) noted
         # after each primary step; a candidate when the next backward finds them untouched, confirmed at the
@@ -106,6 +107,11 @@ class AccumulationProbe(Probe):
         self.stale_every = int(opt.get("stale_every", 8))
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
+        # Whether every top-level forward of the window had the same first input tensor: several losses of one
+        # batch (a slimmable network's sandwich rule, sub-networks, heads), not micro-batches.
+        self.window_input: tuple[int, int, int] | None = None
+        self.window_inputs = 0  # forwards of the window whose input matched window_input
+        self.same_input_hist: dict[int, int] = {}
         self.backwards = 0
         self.hist: dict[int, int] = {}
         self.forward_hist: dict[int, int] = {}  # micro-steps per window -> forwards summed over those windows
@@ -127,7 +133,8 @@ class AccumulationProbe(Probe):
         self.next_progress = 1
         self.backwards_watch = backward_watch(torch)
         self.backwards_watch.subscribe(self, self._backward)
-        forward_watch(torch, self).subscribe(self, self._forward, _nothing)
+        self.forward_watch = forward_watch(torch, self)
+        self.forward_watch.subscribe(self, self._forward, _nothing)
         register_optimizer_step_pre_hook(self._any_step_starts)
         register_optimizer_step_post_hook(self._any_step)
         for owner in (torch.optim.Optimizer, torch.nn.Module):
@@ -172,14 +179,21 @@ class AccumulationProbe(Probe):
         zeroed = [site for owner, site in self.window_zeroed if owner is optimizer or _shares_parameters(owner, optimizer)]
         retained = self.window_retained
         moved, self.window_moved, self.window_version = self.window_moved, False, None
+        same_input = self.window_input is not None and self.window_inputs >= n
+        self.window_input, self.window_inputs = None, 0
+        if n >= 2 and same_input:
+            self.same_input_hist[n] = self.same_input_hist.get(n, 0) + 1
         self.window = 0
         self.window_retained = False
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
         # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
         # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
-        if n >= 2 and len(zeroed) >= n - 1 and not retained and not moved:
-            self.zeroed_hist[n] = self.zeroed_hist.get(n, 0) + 1
+        if n >= 2 and zeroed and not retained and not moved:
+            # every micro-step but the first, or fewer times (Accelerate runs the wrapped zero_grad only on the
+            # micro-step that syncs, so one at the top of accumulate() clears the window once, near its end)
+            hist = self.zeroed_hist if len(zeroed) >= n - 1 else self.partly_zeroed_hist
+            hist[n] = hist.get(n, 0) + 1
             if self.zero_site is None:
                 self.zero_site = zeroed[0]
 
@@ -215,6 +229,13 @@ class AccumulationProbe(Probe):
 
     def _forward(self, module: Any) -> None:
         self.forwards += 1
+        key = self.forward_watch.input_key
+        if self.window_inputs == 0:
+            self.window_input, self.window_inputs = key, 1
+        elif key is not None and key == self.window_input:
+            self.window_inputs += 1
+        else:
+            self.window_input = None
 
     def _backward(self, tensors: Any) -> None:
         if self.stale_watch and not self.micro and not self.stepping:
@@ -342,6 +363,7 @@ class AccumulationProbe(Probe):
         self.window_retained = False
         self.window_zeroed = []
         self.window_version, self.window_moved = None, False
+        self.window_input, self.window_inputs = None, 0
 
     def before_step(self, step: int, optimizer: Any) -> None:
         """The primary optimizer is about to step: the gradient it will apply is complete."""
@@ -377,6 +399,8 @@ class AccumulationProbe(Probe):
             alternations=self.alternations,
             windows={str(k): v for k, v in sorted(self.window_hist.items())},
             zeroed_windows={str(k): v for k, v in sorted(self.zeroed_hist.items())},
+            partly_zeroed_windows={str(k): v for k, v in sorted(self.partly_zeroed_hist.items())},
+            same_input_windows={str(k): v for k, v in sorted(self.same_input_hist.items())},
             zero_site=self.zero_site,
             stale_steps=self.stale_steps,
             stale_checked=self.stale_checked,

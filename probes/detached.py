@@ -24,6 +24,7 @@ detached), only when a step takes under `detached_max_step_s`; nothing otherwise
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,8 @@ from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.sites import here
 
 ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
+JOINS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack"}  # a detached part joined to live ones
+MAX_FED = 16
 MAX_NODES = 4000
 MAX_ORIGINS = 32
 
@@ -48,6 +51,15 @@ class DetachedSummands:
         self.origins: list[dict[str, Any]] = []  # {"site", "node"}: the detach's line, the graph it cut
         self.pending: list[frozenset[int]] = []  # origins of the backwards since the last optimizer step
         self.reported: set[tuple[Any, Any]] = set()
+        # Detached values fed to a network (image2reverb: the generator's loss through D(cat(fake.detach(), f))):
+        # {"origins", "module" (weakref), "node" (the output's grad_fn), "type"} per outermost module call
+        self.fed: list[dict[str, Any]] = []
+        self.fed_stack: list[Any] = []
+        self.fed_pending: list[dict[str, Any]] = []  # fed calls the last backward went through
+        self.fed_stepped: set[int] = set()  # parameters stepped since that backward
+        self.fed_optimizer_params = 0
+        self.fed_step = 0
+        self.hooks: list[Any] = []
 
     # -- the step under watch ------------------------------------------------------------------------
 
@@ -76,6 +88,11 @@ class DetachedSummands:
                     return out
 
         self.ops = 0
+        self.fed, self.fed_stack, self.fed_pending, self.fed_stepped = [], [], [], set()
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self.hooks = [register_module_forward_pre_hook(self._module_pre),
+                      register_module_forward_hook(self._module_post, always_call=True)]
         self.mode = DetachedWatch()
         self.mode.__enter__()
         self.armed = True
@@ -84,6 +101,11 @@ class DetachedSummands:
     def disarm(self) -> None:
         if not self.armed:
             return
+        self._judge_fed()
+        for handle in self.hooks:
+            handle.remove()
+        self.hooks = []
+        self.fed, self.fed_stack, self.fed_pending = [], [], []
         self.armed = False
         _ARMED[0] = False
         self.tidy()
@@ -124,7 +146,8 @@ class DetachedSummands:
         const: set[int] = set()
         mixed: set[int] = set()
         scalar_const = False
-        for arg in args:
+        flat = [item for arg in args for item in (arg if isinstance(arg, (list, tuple)) else (arg,))]
+        for arg in flat:  # torch.cat([...]) takes its tensors in a list
             if isinstance(arg, CutFloat):
                 const |= arg.origins
                 scalar_const = True
@@ -132,7 +155,7 @@ class DetachedSummands:
             if not isinstance(arg, tensor):
                 continue
             mark = self.marks.get(arg)
-            if mark is None:
+            if mark is None or mark[0] == "part":
                 continue
             if mark[0] == "mixed":
                 mixed |= mark[1]
@@ -144,24 +167,94 @@ class DetachedSummands:
         if not out.requires_grad:
             self.marks[out] = ("const", frozenset(const | mixed))
             return out
+        if const and not mixed and name in JOINS:
+            self.marks[out] = ("part", frozenset(const))  # a detached part next to live ones, as a network's input
+            return out
         if const and scalar_const and name in ADDITIONS and out.numel() == 1:
-            mixed |= const  # a constant term added to a loss that has a graph
+            # A constant term added to a loss that has a graph; but `x - x.detach()` (DiCE's magic box, a value
+            # shift) adds a value to the very tensor it was cut from, whose gradient still flows: not a lost term.
+            nodes = {id(a.grad_fn) for a in args if isinstance(a, tensor) and a.grad_fn is not None}
+            mixed |= {i for i in const if id(self.origins[i]["node"]) not in nodes}
         if mixed:
             self.marks[out] = ("mixed", frozenset(mixed))
         return out
 
     # -- judged at the optimizer step --------------------------------------------------------------
 
+    # -- a detached value as a network's input -------------------------------------------------------
+
+    def _module_pre(self, module: Any, args: Any) -> None:
+        if not self.armed or not self.origins or len(self.fed) >= MAX_FED:
+            self.fed_stack.append(None)
+            return
+        if any(entry is not None for entry in self.fed_stack):
+            self.fed_stack.append(None)  # inside a fed call: the outermost module is the network
+            return
+        origins: set[int] = set()
+        for arg in args if isinstance(args, tuple) else ():
+            mark = self.marks.get(arg) if isinstance(arg, self.torch.Tensor) else None
+            if mark is not None and mark[0] in ("const", "part"):
+                origins |= mark[1]
+        self.fed_stack.append(frozenset(origins) if origins else None)
+
+    def _module_post(self, module: Any, args: Any, output: Any) -> None:
+        if not self.fed_stack:
+            return
+        origins = self.fed_stack.pop()
+        node = getattr(output, "grad_fn", None) if isinstance(output, self.torch.Tensor) else None
+        if origins and node is not None and self.armed:
+            try:
+                ref = weakref.ref(module)
+            except TypeError:
+                return
+            self.fed.append({"origins": origins, "module": ref, "node": node, "type": type(module).__name__})
+
+    def _judge_fed(self) -> None:
+        """The fed calls of the last backward, once the optimizers that followed it stepped: a network that none
+        of them trains, fed a value cut from parameters they do train, passes no gradient back to those."""
+        pending, stepped = self.fed_pending, self.fed_stepped
+        self.fed_pending, self.fed_stepped = [], set()
+        if not pending or not stepped:
+            return
+        for record in pending:
+            module = record["module"]()
+            if module is None:
+                continue
+            own = {id(p) for p in module.parameters()}
+            if not own or own & stepped:
+                continue  # a parameterless function, or a network this step trains (D's own step, a TD target)
+            for index in sorted(record["origins"]):
+                origin = self.origins[index]
+                site = origin.get("site")
+                key = (site or {}).get("path"), (site or {}).get("line")
+                if key in self.reported:
+                    continue
+                reached = _parameters_reached(origin["node"], stepped)
+                if reached:
+                    self.reported.add(key)
+                    self.emit("detached-summand", site=site, at_step=self.fed_step, parameters_reached=reached,
+                              optimizer_parameters=self.fed_optimizer_params, node=origin["node"].name(),
+                              through=record["type"])
+
     def on_backward(self, tensors: Any) -> None:
         root = tensors if isinstance(tensors, self.torch.Tensor) else None
         if root is None or self.marks is None:
             return
+        self._judge_fed()
+        if self.fed and root.grad_fn is not None:
+            graph = _nodes(root.grad_fn)
+            self.fed_pending = [r for r in self.fed if id(r["node"]) in graph]
+            self.fed = [r for r in self.fed if id(r["node"]) not in graph]
         mark = self.marks.get(root)
         if mark is not None and mark[0] == "mixed":
             self.pending.append(mark[1])
 
     def on_step(self, optimizer: Any, step: int) -> None:
         pending, self.pending = self.pending, []
+        if self.fed_pending:
+            params = [id(p) for g in optimizer.param_groups for p in g["params"]]
+            self.fed_stepped.update(params)
+            self.fed_optimizer_params, self.fed_step = len(params), step
         if not pending:
             return
         params = {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -229,6 +322,19 @@ class CutFloat(float):
 
     def __neg__(self) -> Any:
         return self._keep(float.__neg__(self))
+
+
+def _nodes(root: Any) -> set[int]:
+    """The ids of the autograd nodes of the graph from `root` (breadth first, at most MAX_NODES)."""
+    seen: set[int] = set()
+    queue = deque([root])
+    while queue and len(seen) < MAX_NODES:
+        current = queue.popleft()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        queue.extend(child for child, _ in getattr(current, "next_functions", ()) if child is not None)
+    return seen
 
 
 def _parameters_reached(node: Any, params: set[int]) -> int:

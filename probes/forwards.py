@@ -56,6 +56,10 @@ class ForwardWatch:
         self._candidate_ids: set[int] = set()
         self._depth = 0
         self._tokens: list[list[Any]] = []
+        # The first positional tensor of the latest top-level forward as (id, storage address, version), or None:
+        # the accumulation probe tells micro-batches from several losses of one batch. A key, not the tensor:
+        # holding the input would keep a graph alive (a GAN's D(fake)).
+        self.input_key: tuple[int, int, int] | None = None
         self.paused = 0  # > 0 while a probe runs a model itself (the nan probe's replay): not the script's forwards
         self.settled = False
         self.compiled = False
@@ -88,6 +92,7 @@ class ForwardWatch:
                     self._candidates.append(weakref.ref(module))
                 except TypeError:
                     pass
+            self.input_key = self._key(args)
             self._start(module)
         self._depth += 1
 
@@ -180,7 +185,17 @@ class ForwardWatch:
 
     def _instance_pre(self, module: Any, args: Any) -> None:
         if not self.paused:
+            self.input_key = self._key(args)
             self._start(module)
+
+    def _key(self, args: Any) -> tuple[int, int, int] | None:
+        first = args[0] if isinstance(args, tuple) and args else None
+        if not isinstance(first, self.torch.Tensor):
+            return None
+        try:
+            return id(first), first.data_ptr(), first._version
+        except Exception:  # noqa: BLE001 - a tensor without storage (meta, a functional wrapper, a subclass)
+            return None
 
     def _instance_post(self, module: Any, args: Any, output: Any) -> None:
         if not self.paused:

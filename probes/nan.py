@@ -85,6 +85,8 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.models import ModelMap, is_compiled
 from torchdoctor.probes.nanlocate import (
+    BUILT,
+    MAX_BUILT,
     Call,
     autocast_state,
     finite,
@@ -196,6 +198,7 @@ class NanProbe(Probe):
         self.data = data_watch(torch)
         self.data.keep_last = True
         self._wrap_scaler()
+        self._watch_layer_construction()
         self.compiles = compile_watch(torch)
         self.compiles.subscribe(self, self._drop_global_hooks)
         if not self._compiled_anything():
@@ -609,6 +612,29 @@ class NanProbe(Probe):
         return record
 
     # -- GradScaler ------------------------------------------------------------------------------
+
+    def _watch_layer_construction(self) -> None:
+        """Remember the user's line that built each torch layer (`nn.Linear(...)` inside an `nn.Sequential(...)`):
+        a replay that blames a layer called by a library container has no user line of its own to show."""
+        module_class = self.torch.nn.Module
+        original = module_class.__init__
+        if getattr(original, "_records_construction", False):
+            return
+        probe = self
+
+        def __init__(module: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it wraps
+            original(module, *args, **kwargs)
+            try:
+                if probe.enabled and len(BUILT) < MAX_BUILT and str(type(module).__module__).startswith("torch.nn."):
+                    site = user_site(sys._getframe(1))
+                    if site is not None:
+                        BUILT[module] = site
+            except Exception:  # noqa: BLE001 - a module that refuses weak references: a construction never fails
+                pass
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        __init__._records_construction = True  # type: ignore[attr-defined]
+        module_class.__init__ = transparent(__init__)
 
     def _wrap_scaler(self) -> None:
         try:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,9 @@ from torchdoctor.probes.models import ModelMap, unwrap
 from torchdoctor.probes.userframes import is_library_file
 
 MAX_TENSORS = 64  # inputs/outputs looked at per call
+MAX_BUILT = 4096  # torch layers whose construction line is remembered
+# torch layer -> (path, line, function) of the user's code that built it (filled by the nan probe)
+BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -159,9 +163,13 @@ class Recorder:
         with self.torch._C.DisableTorchFunction():  # our own checks are not the model's ops
             params_finite = all(finite(p) for p in module.parameters(recurse=False))
             inputs_finite = all_finite(args, self.torch)
+        try:
+            built = BUILT.get(module)
+        except TypeError:
+            built = None
         self.pending.append({
             "module": label, "module_type": type(module).__name__,
-            "inputs_finite": inputs_finite, "params_finite": params_finite,
+            "inputs_finite": inputs_finite, "params_finite": params_finite, "built": built,
         })
         self.stack.append(label)
 
@@ -346,6 +354,10 @@ def _forward_result(recorder: Recorder) -> dict[str, Any]:
             result.update({k: op[k] for k in ("path", "line", "function") if k in op})
         if bad is None:
             result["module"] = op.get("module")
+    if "line" not in result and bad is not None and bad.get("built"):
+        # a torch layer called by a library container (nn.Sequential): the line that built it
+        result["path"], result["line"], result["function"] = bad["built"]
+        result["built_here"] = True
     return result
 
 

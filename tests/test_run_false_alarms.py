@@ -150,7 +150,7 @@ def test_gradients_cleared_by_hand_are_no_missing_zero_grad(tmp_path_factory, va
     assert "missing-zero-grad" not in ids(result), result.report["symptoms"]
 
 
-@pytest.mark.parametrize("how", ["simsiam", "straight-through", "td-target", "logging"])
+@pytest.mark.parametrize("how", ["simsiam", "straight-through", "td-target", "logging", "dice", "gan", "probe"])
 def test_deliberate_stop_gradients_and_logged_values_are_not_cut_off_loss_terms(tmp_path_factory, validate_report,
                                                                                  how):
     result = shared_run(tmp_path_factory, f"detached-{how}", "detached_terms.py", "--fail-on", "error", "--", how)
@@ -286,3 +286,22 @@ def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_pat
     assert_sound(result, validate_report, exitcodes.OK)
     assert result.run["steps_completed"] == 10
     assert "resume-optimizer-state-missing" not in ids(result), result.report["symptoms"]
+
+
+def test_accelerate_accumulation_with_zero_grad_after_the_step_is_healthy(tmp_path_factory, validate_report):
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    result = shared_run(tmp_path_factory, "zero-grad-after-accelerate-step", "zero_grad_after_accelerate_step.py",
+                        "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["accumulation"]["backwards"] == 48
+    assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+    assert not result.symptoms("partial-accumulation-dropped"), result.report["symptoms"]
+
+
+def test_sandwich_rule_summing_sub_network_losses_of_one_batch_is_not_undivided_accumulation(tmp_path_factory,
+                                                                                          validate_report):
+    result = shared_run(tmp_path_factory, "sandwich-rule", "sandwich_rule_sum.py", "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["accumulation"]["micro_steps_per_step"] == 4
+    assert not result.symptoms("accumulation-not-normalized"), result.report["symptoms"]
+    assert any("same input batch" in note for note in result.report["notes"]), result.report["notes"]

@@ -22,6 +22,20 @@ def test_zero_grad_before_every_micro_step_is_named_at_its_line(tmp_path_factory
     assert values["backwards_per_step"] == 4 and values["zeroed_steps"] == 12 and values["steps"] == 12, values
 
 
+def test_zero_grad_at_the_top_of_accelerates_accumulate_block_is_named_at_its_line(tmp_path_factory, validate_report):
+    # Accelerate skips the wrapped zero_grad() except on the syncing micro-step, where it clears the 3 before it
+    pytest.importorskip("accelerate", reason="accelerate is an optional test extra")
+    result = shared_run(tmp_path_factory, "zero-grad-accelerate", "zero_grad_inside_accelerate_window.py",
+                        "--fail-on", "error")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    found = result.symptoms("zero-grad-every-micro-step")
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("zero_grad_inside_accelerate_window.py", "opt.zero_grad()")
+    values = found[0]["evidence"][0]["values"]
+    assert values["backwards_per_step"] == 4 and values["dropped_micro_steps"] == 3, values
+    assert values["zeroed_steps"] == 12 and values["steps"] == 12, values
+
+
 def test_zero_grad_of_another_optimizer_between_backward_and_step_is_healthy(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "zero-grad-two-optimizers", "zero_grad_two_optimizers.py",
                         "--fail-on", "warning")
@@ -276,6 +290,7 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
 @pytest.mark.parametrize(("how", "text"), [
     ("constant", "adversarial = F.softplus(-disc(fake).detach()).mean()"),
     ("item", "adversarial = F.softplus(-disc(fake)).mean().detach().item()"),
+    ("through", "adversarial = F.softplus(-disc(torch.cat([fake.detach()[:, :4], x[:, 4:]], 1))).mean()"),
 ])
 def test_a_loss_term_cut_off_by_detach_is_non_differentiable_at_the_detach(tmp_path_factory, validate_report, how,
                                                                              text):
@@ -358,3 +373,16 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
     assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
     assert found[0]["evidence"][0]["values"]["how"] == ("replaced" if how == "replaced" else "never-loaded")
+
+
+@pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
+                                           ("own", "return torch.log(x * 0)")])
+def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_factory, validate_report, how, text):
+    # a torch layer called by the container: the line that built it; the script's own module: its forward's op
+    result = shared_run(tmp_path_factory, f"nan-in-sequential-{how}", "nan_in_sequential.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_sequential.py", text), found[0]
+    assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how == "layer"), found[0]

@@ -56,6 +56,13 @@ def test_two_losses_of_one_forward_are_not_accumulation(tmp_path):
     assert "several losses of the same forward" in found.notes[0]
 
 
+def test_several_losses_of_one_batch_are_not_judged_as_undivided_accumulation(tmp_path):
+    run = _run(tmp_path, _summary(histogram={"4": 10}, forwards={"4": 40}, same_input_windows={"4": 10}))
+    found = analyse_accumulation(run)
+    assert found.symptoms == []
+    assert "same input batch" in found.notes[0]
+
+
 def test_divided_loss_and_optimizers_in_turn_are_not_flagged(tmp_path):
     assert analyse_accumulation(_run(tmp_path, _summary(histogram={"4": 10}, factors=[0.25] * 4))).symptoms == []
     alternating = analyse_accumulation(_run(tmp_path, _summary(histogram={"2": 10}, alternations=9)))

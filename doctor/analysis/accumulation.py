@@ -32,6 +32,7 @@ def analyse(run: RunEvidence) -> Analysis:
         if rank == 0:
             out.measurements = _measurements(hist, k, state)
         _zeroed_between_micro_steps(run, rank, state, lim, out)
+        _zeroed_inside_window(run, rank, state, lim, out)
         _never_zeroed(run, rank, state, lim, out)
         if k < 2:
             continue
@@ -51,8 +52,17 @@ def analyse(run: RunEvidence) -> Analysis:
                     "accumulation over micro-batches; not judged."
                 )
             continue
-        _not_normalized(run, rank, k, state, lim, out)
-        _divided_twice(run, rank, k, state, lim, out)
+        same = int((state.get("same_input_windows") or {}).get(str(k), 0))
+        if same and same >= hist.get(k, 0) * float(lim["same_input_share"]):
+            if rank == 0:
+                out.notes.append(
+                    f"{k} backward passes per optimizer step on the same input batch ({same} steps): several "
+                    "losses of one batch (sub-networks, heads), not accumulation over micro-batches; their sum is "
+                    "not judged as an undivided accumulation."
+                )
+        else:
+            _not_normalized(run, rank, k, state, lim, out)
+            _divided_twice(run, rank, k, state, lim, out)
         _dropped(run, rank, k, hist, state, out)
     return out
 
@@ -171,6 +181,40 @@ def _zeroed_between_micro_steps(run: RunEvidence, rank: int, state: dict[str, An
             f"only, {n - 1} of {n} micro-batches are computed and thrown away")
     values = {"backwards_per_step": n, "zeroed_steps": count, "steps": steps, "micro_steps": n,
               "dropped_micro_steps": n - 1}
+    out.symptoms.append(
+        run.symptom("zero-grad-every-micro-step", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("zero_site")), rank=rank)
+    )
+
+
+def _zeroed_inside_window(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
+                          out: Analysis) -> None:
+    """zero_grad() inside most accumulation windows, after some micro-steps and before the step.
+
+    The zero_grad-bounded count (`histogram`) then reads fewer micro-steps than the script accumulates, so the
+    other checks do not judge it; the probe's `partly_zeroed_windows` count the optimizer-bounded windows that a
+    zero_grad of the stepping optimizer's parameters cut (not inside a step, not between backwards of one
+    retained graph, not after the parameters moved). Seen with Accelerate, whose wrapped zero_grad() is a no-op
+    except on the micro-step that syncs: one at the top of `accumulate()` runs there, after the earlier
+    micro-batches' backwards (modelscope/DiffSynth-Studio#1404).
+    """
+    if any(s.id == "zero-grad-every-micro-step" and s.rank == run.rank_of(rank) for s in out.symptoms):
+        return
+    windows = {int(k): int(v) for k, v in (state.get("windows") or {}).items()}
+    partly = {int(k): int(v) for k, v in (state.get("partly_zeroed_windows") or {}).items()}
+    steps, count = sum(windows.values()), sum(partly.values())
+    if count < int(lim.get("min_zeroed_steps", 2)) or count / max(steps, 1) < float(lim["min_inside_window_share"]):
+        return
+    n = max(partly.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    thrown = [int(e["micro_steps"]) for e in run.of_kind("accumulation-dropped", PROBE, rank)
+              if e.get("how") == "zero_grad" and 1 <= int(e.get("micro_steps", 0)) < n]
+    dropped = statistics.median(thrown) if thrown else None
+    lost = f"{plural(dropped, 'pending micro-step')} each time" if dropped else "the pending micro-steps"
+    text = (f"{plural(count, 'optimizer step')} of {steps} followed {n} backward passes, and zero_grad() ran "
+            f"between them, clearing {lost}: each step applies only the micro-batches after the zero_grad(); "
+            "the others are computed and thrown away")
+    values = {"backwards_per_step": n, "zeroed_steps": count, "steps": steps, "micro_steps": n,
+              "dropped_micro_steps": dropped}
     out.symptoms.append(
         run.symptom("zero-grad-every-micro-step", probe=PROBE, summary=text, values=values,
                     location=location(run, state.get("zero_site")), rank=rank)

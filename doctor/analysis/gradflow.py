@@ -74,12 +74,20 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
         return
     event = events[0]
     where = location(run, event.get("site"))
-    text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a detached tensor "
-            f"(detach()/.data{f' on line {where.line}' if where and where.line else ''}) and added to the loss as a "
-            f"constant: the graph it was cut from reaches {plural(event.get('parameters_reached', 0), 'parameter')} "
-            "of the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
+    cut = f"(detach()/.data{f' on line {where.line}' if where and where.line else ''})"
+    reached = plural(event.get("parameters_reached", 0), "parameter")
+    if event.get("through"):
+        text = (f"a term of the loss backpropagated at step {event.get('at_step')} ran a detached tensor {cut} "
+                f"through {event['through']}, a network the optimizer that then steps does not train: no gradient "
+                f"flows back through that input to the {reached} of that optimizer it was cut from (as in a "
+                "generator loss computed on D(fake.detach()))")
+    else:
+        text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a detached "
+                f"tensor {cut} and added to the loss as a constant: the graph it was cut from reaches {reached} of "
+                "the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
     values = {"step": event.get("at_step"), "parameters_reached": event.get("parameters_reached"),
               "optimizer_parameters": event.get("optimizer_parameters"), "detached_from": event.get("node"),
+              "through": event.get("through"),
               "site_count": len(events)}
     out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values, location=where,
                                     step=event.get("at_step"), rank=rank))

@@ -142,6 +142,8 @@ def _loss_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
                   f"inputs were finite is {where}"
         if event.get("op"):
             summary += f", at `{event['op']}`"
+        if event.get("built_here"):
+            summary += f" (a layer a library container calls; built on line {event.get('line')})"
         if "float16" in str(event.get("autocast") or ""):
             summary += (f", replayed under the script's float16 autocast ({event['autocast']}): a value past float16's "
                         "range (65504) overflows to inf there")
