@@ -66,6 +66,8 @@ def _count_fix(case: Case) -> Fix:
 
 @SPECIALIST.handles("non-differentiable")
 def non_differentiable(case: Case) -> Advice:
+    if case.text("detached_from") is not None:  # run measured one term of the loss cut off, not the whole graph
+        return _detached_term(case)
     op = case.text("op") or ("numpy()" if "numpy-requires-grad" in case.sources else None)
     params = case.names("parameters")
     where = case.at("The forward")
@@ -89,6 +91,33 @@ def non_differentiable(case: Case) -> Advice:
             f"`{case.check_cmd(case.rule_code('TD8'))}` finds .detach()/.numpy()/.item() inside forward methods.",
             "After backward: `[n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]` names what the cut starves.",
         ],
+    )
+
+
+def _detached_term(case: Case) -> Advice:
+    """One term of the loss computed from a detached tensor: the rest of the loss still trains the parameters,
+    so "nothing upstream receives a gradient" would be false; the term itself trains nothing behind the cut."""
+    where = case.at("A line of the loss")
+    through = case.text("through")
+    reached = case.num("parameters_reached")
+    behind = f"the {count(reached, 'parameter')}" if reached else "the parameters"
+    if through:
+        facts = (f"{where} feeds a detached tensor through `{through}`, a network the optimizer stepping next does "
+                 f"not train: the loss term it gives sends no gradient back to {behind} the tensor was cut from. "
+                 "The other terms of the loss still train them, so the loss falls while this term does nothing "
+                 "(a generator loss computed on D(fake.detach()) is the usual case).")
+        fixes = [advice.fix("autograd", "detach-only-for-the-other-network", location=case.location)]
+    else:
+        facts = (f"{where} adds a term computed from a detached tensor (detach(), .data, .item()) to the loss: it "
+                 f"counts in the loss value but trains none of {behind} it was cut from; the rest of the loss "
+                 "still does.")
+        fixes = [advice.fix("autograd", "keep-the-term-attached", location=case.location)]
+        fixes.append(advice.fix("autograd", "straight-through"))  # a deliberate hard step may want a gradient
+    return Advice(
+        facts,
+        fixes,
+        ["After loss.backward(), compare one parameter's .grad with the term and without it: equal means the "
+         "term trains nothing."],
     )
 
 

@@ -301,6 +301,14 @@ def test_a_loss_term_cut_off_by_detach_is_non_differentiable_at_the_detach(tmp_p
     assert found[0]["location"]["line"] == line_of("detached_terms.py", text)
     values = found[0]["evidence"][0]["values"]
     assert values["parameters_reached"] == 4 and values["optimizer_parameters"] == 4, values  # the generator's
+    # the diagnosis says what was measured: one term trains nothing, the rest of the loss still trains the generator
+    (report,) = [r for r in result.report["reports"] if r["specialist"] == "autograd"]
+    diagnosis, titles = report["diagnosis"], [f["title"] for f in report["fixes"]]
+    assert "nothing upstream of the cut" not in diagnosis and "the 4 parameters" in diagnosis, diagnosis
+    if how == "through":
+        assert "through `" in diagnosis and titles[0].startswith("Detach only in the step"), (diagnosis, titles)
+    else:
+        assert "counts in the loss value" in diagnosis and titles[0] == "Compute the term from the attached tensor"
 
 
 def test_the_number_item_gives_for_a_detached_value_is_a_float_to_the_script():
