@@ -24,6 +24,7 @@ from torchdoctor.rules.static.index import (
     last_name,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.options import option_defaults
 
 # -- small expression helpers ----------------------------------------------------------------------
 
@@ -90,7 +91,18 @@ def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> f
         return None
     if isinstance(expr, ast.Name) and not _augmented(ctx, expr.id):
         return number(ctx, _value_of(ctx.index, expr.id, at), at, depth + 1)
+    default = _option_default(ctx, expr)
+    if default is not None:
+        return number(ctx, default, at, depth + 1)
     return None
+
+
+def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
+    """`args.step_size` where the file declares `--step_size` with a default: that default."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id != "self"):
+        return None
+    defaults = ctx.memo("option_defaults", lambda: option_defaults(ctx.index.tree))
+    return defaults.get(expr.attr)
 
 
 def _count_text(n: float) -> str:
@@ -98,6 +110,9 @@ def _count_text(n: float) -> str:
 
 
 _STEP_WORD = re.compile(r"step|iter|batch|update", re.I)
+# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`): it names
+# the argument, not the unit it counts, so it says neither batches nor epochs.
+_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$", re.I)
 _EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
@@ -114,7 +129,9 @@ def units(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> se
             word = node.id if isinstance(node, ast.Name) else node.attr
             if isinstance(node, ast.Attribute) and word == "step" and isinstance(node.value, ast.Call):
                 continue  # `LambdaLR(n_epochs, offset, decay_epoch).step`: a method passed as the lambda, not a count
-            if _STEP_WORD.search(word):
+            if _UNITLESS_WORD.match(word):
+                pass
+            elif _STEP_WORD.search(word):
                 found.add("batch")
             elif _EPOCH_WORD.search(word):
                 found.add("epoch")
