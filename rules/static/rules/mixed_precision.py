@@ -464,7 +464,16 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
         if loop is None or scaler is None:
             continue
         mine = [r for r in resets if dotted(r.func.value) == scaler and index.loop_of(r) is loop]  # type: ignore[attr-defined]
-        if not mine or index.guarded_in_loop(call, loop, rare=True):
+        if not mine:
+            continue
+        decided = _update_decided_after(index, call, loop, [r for r in mine if r.func.attr == "update"])  # type: ignore[attr-defined]
+        if decided is not None:
+            ctx.report(call, variable=ctx.segment(call, 50), when="whenever its branch is reached",
+                       step_call=ctx.segment(decided[0], 50),
+                       step_when=f"when `{ctx.segment(decided[1].test, 40)}` holds, a condition the iteration settles "
+                                 "after the unscale (a skipped update leaves the optimizer marked as unscaled)")
+            continue
+        if index.guarded_in_loop(call, loop, rare=True):
             continue
         if all(index.guarded_in_loop(r, loop, rare=True) for r in mine):
             first = min(mine, key=_position)
@@ -479,6 +488,42 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
             ctx.report(call, variable=ctx.segment(call, 50), when=f"a second time in the iteration (line {earlier.lineno})",
                        step_call=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
         seen[key] = call
+
+
+def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: list[ast.Call]) -> tuple[ast.Call, ast.If] | None:
+    """(the update, the `if` around it) when every `scaler.update()` of the loop sits under an `if` that
+    starts after the unscale_, does not hold the unscale_ too, and tests a value the iteration assigns
+    (`if not skip_step:` after a norm check sets `skip_step`): on an iteration where that test fails the
+    scaler is unscaled but never updated. A test about the scaler or a fixed setting is not such a decision."""
+    if not updates:
+        return None
+    built = index.binding(unscale.func.value)  # type: ignore[attr-defined]
+    if built is not None and _inside(index, built.node, loop.node):
+        return None  # a scaler built anew each iteration keeps no unscaled mark from the last one
+    around = {id(a) for a in index.ancestors(unscale)}
+    guards = [ast.dump(a.test) for a in index.ancestors(unscale) if isinstance(a, ast.If)]
+    assigned = {
+        t.id for n in ast.walk(loop.node) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(elts=n.targets)) if isinstance(t, ast.Name)
+    }
+    scaler = dotted(unscale.func.value)  # type: ignore[attr-defined]
+    found = None
+    for update in updates:
+        deciding = None
+        for anc, _child in _between(index, update, loop.node):
+            if isinstance(anc, ast.Try):
+                return None
+            if not isinstance(anc, ast.If) or id(anc) in around or _position(anc) < _position(unscale):
+                continue
+            names = {n.id for n in ast.walk(anc.test) if isinstance(n, ast.Name)}
+            if ast.dump(anc.test) in guards or any(dotted(n) == scaler for n in ast.walk(anc.test)):
+                continue
+            if names & assigned:
+                deciding = anc
+        if deciding is None:
+            return None
+        found = found or (update, deciding)
+    return found
 
 
 def _nested_in(index: Index, node: ast.AST, loop) -> bool:
