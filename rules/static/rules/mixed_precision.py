@@ -419,6 +419,7 @@ def _scaler_method(index: Index, call: ast.Call, method: str) -> bool:
 @rule("TD403", ast.Module)
 def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _hook_clipping(node, ctx)
     clips = index.calls_to(*_CLIPS)
     if not clips:
         return
@@ -448,6 +449,71 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
         if any(index.function_of(u) is fn and _position(u) < _position(clip) for u in unscales):
             continue
         ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step_call=ctx.segment(later[0], 50))
+
+
+def _clips_in_grad_hook(fn: ast.AST) -> bool:
+    """`p.register_hook(lambda grad: clamp(grad, -c, c))`: a hook that clips each gradient as backward
+    produces it, before any GradScaler.unscale_ can run."""
+    for call in ast.walk(fn):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"):
+            continue
+        hook = call.args[0] if call.args else None
+        body = hook.body if isinstance(hook, ast.Lambda) else None
+        if body is None and isinstance(hook, ast.Name):
+            local = [d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef) and d.name == hook.id]
+            body = local[0] if local else None
+        if body is not None and any(
+            isinstance(n, ast.Call) and re.search(r"clamp|clip", last_name(n.func) or "", re.I) for n in ast.walk(body)
+        ):
+            return True
+    return False
+
+
+def _scales_losses(index: Index) -> str | None:
+    """The name of a GradScaler the file builds (not switched off by a constant), else None."""
+    for b in index.bindings_of("scaler"):
+        if b.call is not None and is_constant(kwarg(b.call, "enabled"), False):
+            continue
+        return b.name
+    return None
+
+
+def _hook_clipping(node: ast.Module, ctx: Context) -> None:
+    """Gradient clipping installed as backward hooks, in a file that scales its losses: the hooks clip the scaled
+    gradients. Calls to a clipping function of another file are left for the project pass."""
+    index = ctx.index
+    clipping = [f for f in node.body if isinstance(f, ast.FunctionDef) and _clips_in_grad_hook(f)]
+    for f in clipping:
+        ctx.leave("clips-in-grad-hook", {"function": f.name})
+    scaler = _scales_losses(index)
+    if scaler is None:
+        return
+    local = {f.name for f in clipping}
+    for key, calls in index.calls_by_name.items():
+        name = key.rsplit(".", 1)[-1]
+        if not re.search(r"clip", name, re.I):
+            continue
+        for call in calls:
+            if name in local and isinstance(call.func, ast.Name):
+                ctx.report(call, variable=ctx.segment(call.func), scaler=scaler, step_call="the backward pass")
+            elif (q := index.callee(call)) and "." in q:
+                ctx.leave("scales-and-calls-clipping", {"callee": q, "line": call.lineno, "col": call.col_offset + 1,
+                                                         "variable": ctx.segment(call.func), "scaler": scaler})
+
+
+@project("TD403")
+def hook_clipping_across_files(proj: Project) -> list[ProjectHit]:
+    """trainer.py scales its losses and calls `util.enable_gradient_clipping(model, c)`, whose body (util.py)
+    registers a clamping hook on every parameter: the hooks see the scaled gradients."""
+    clipping = {(f.module, fact["function"]) for f, fact in proj.facts("clips-in-grad-hook")}
+    if not clipping:
+        return []
+    hits = []
+    for f, fact in proj.facts("scales-and-calls-clipping"):
+        if any((g.module, name) in clipping and g is not f for g, name in proj.defining(fact["callee"])):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
+                "variable": fact["variable"], "scaler": fact["scaler"], "step_call": "the backward pass"}))
+    return hits
 
 
 @rule("TD416", ast.Module)
