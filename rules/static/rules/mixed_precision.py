@@ -823,6 +823,7 @@ def _batch_length(ctx: Context, s: Schedule, epochs: float | None) -> tuple[str,
 @rule("TD406", ast.Module)
 def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _epoch_set_each_step(node, ctx)
     steps = _scheduler_steps(ctx)
     if not steps:
         return
@@ -864,6 +865,39 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
         if e_num is not None:
             values["lr_steps_taken"] = round(e_num)
         ctx.report(call, **values)
+
+
+def _epoch_set_each_step(node: ast.Module, ctx: Context) -> None:
+    """A LightningModule's `lr_scheduler_step` hook that calls `scheduler.step(epoch=self.current_epoch)` while
+    `configure_optimizers` may register the scheduler with `"interval": "step"`: Lightning calls the hook on every
+    batch, and each call sets the schedule to the epoch index, so a schedule sized in steps advances once per epoch."""
+    for cls in (c for c in node.body if isinstance(c, ast.ClassDef)):
+        methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+        hook, configure = methods.get("lr_scheduler_step"), methods.get("configure_optimizers")
+        if hook is None or configure is None or not _registers_step_interval(configure):
+            continue
+        for call in ast.walk(hook):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
+                continue
+            epoch = kwarg(call, "epoch", 0)
+            if epoch is None or not _EPOCH_WORD.search(dotted(epoch) or ""):
+                continue
+            ctx.report(call, variable=ctx.segment(call.func.value, 30), scheduler="registered with interval \"step\"",
+                       usage=f"the `lr_scheduler_step` hook passes `epoch={ctx.segment(epoch, 30)}`, so on every batch "
+                             "the schedule is set back to the epoch index and a schedule sized in steps (OneCycleLR, "
+                             "warm-up by steps) follows only its first epochs-many steps", stepped_per="epoch")
+
+
+def _registers_step_interval(configure: ast.FunctionDef) -> bool:
+    """`"interval": "step"` (or a choice that can be "step") in the dict configure_optimizers returns."""
+    for d in ast.walk(configure):
+        if not isinstance(d, ast.Dict):
+            continue
+        for k, v in zip(d.keys, d.values, strict=True):
+            if isinstance(k, ast.Constant) and k.value == "interval" and v is not None:
+                if any(isinstance(c, ast.Constant) and c.value == "step" for c in ast.walk(v)):
+                    return True
+    return False
 
 
 def _per_epoch_effect(ctx: Context, s: Schedule, epochs: float | None) -> str | None:
