@@ -561,3 +561,54 @@ def test_a_recipe_that_never_resumes_is_quiet(tmp_path, monkeypatch):
         "start_epoch, num_epochs", "num_epochs").replace("range(start_epoch, num_epochs)", "range(num_epochs)")
     files = {"snowfall/common.py": COMMON, "egs/train.py": recipe}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD701"] == []
+
+
+HOOK_UTIL = '''\
+import torch
+
+
+def enable_gradient_clipping(model, grad_clipping):
+    if grad_clipping is not None:
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.register_hook(lambda grad: torch.clamp(grad, -grad_clipping, grad_clipping))
+'''
+
+HOOK_TRAINER = '''\
+import torch
+from torch.cuda import amp
+
+from training import util as training_util
+
+
+class Trainer:
+    def __init__(self, model, optimizer, loader, grad_clipping=1.0, use_amp=True):
+        self.model, self.optimizer, self.loader = model, optimizer, loader
+        self._grad_clipping = grad_clipping
+        self._scaler = amp.GradScaler() if use_amp else None
+
+    def train(self, epochs):
+        training_util.enable_gradient_clipping(self.model, self._grad_clipping)
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                self.optimizer.zero_grad()
+                with amp.autocast():
+                    loss = torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda())
+                self._scaler.scale(loss).backward()
+                self._scaler.step(self.optimizer)
+                self._scaler.update()
+'''
+
+
+def test_clipping_hooks_from_another_file_under_a_grad_scaler(tmp_path, monkeypatch):
+    # allennlp's trainer before its fix: the hooks clamp gradients still multiplied by the loss scale.
+    files = {"training/util.py": HOOK_UTIL, "training/trainer.py": HOOK_TRAINER}
+    assert ("training/trainer.py", 14, "TD403") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_clipping_hooks_without_a_grad_scaler_are_quiet(tmp_path, monkeypatch):
+    plain = HOOK_TRAINER.replace("amp.GradScaler() if use_amp else None", "None").replace(
+        "self._scaler.scale(loss).backward()\n                self._scaler.step(self.optimizer)\n"
+        "                self._scaler.update()", "loss.backward()\n                self.optimizer.step()")
+    files = {"training/util.py": HOOK_UTIL, "training/trainer.py": plain}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD403"] == []

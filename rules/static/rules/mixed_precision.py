@@ -24,6 +24,7 @@ from torchdoctor.rules.static.index import (
     last_name,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.options import option_defaults
 
 # -- small expression helpers ----------------------------------------------------------------------
 
@@ -90,7 +91,18 @@ def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> f
         return None
     if isinstance(expr, ast.Name) and not _augmented(ctx, expr.id):
         return number(ctx, _value_of(ctx.index, expr.id, at), at, depth + 1)
+    default = _option_default(ctx, expr)
+    if default is not None:
+        return number(ctx, default, at, depth + 1)
     return None
+
+
+def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
+    """`args.step_size` where the file declares `--step_size` with a default: that default."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id != "self"):
+        return None
+    defaults = ctx.memo("option_defaults", lambda: option_defaults(ctx.index.tree))
+    return defaults.get(expr.attr)
 
 
 def _count_text(n: float) -> str:
@@ -98,6 +110,9 @@ def _count_text(n: float) -> str:
 
 
 _STEP_WORD = re.compile(r"step|iter|batch|update", re.I)
+# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`): it names
+# the argument, not the unit it counts, so it says neither batches nor epochs.
+_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$", re.I)
 _EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
@@ -114,7 +129,9 @@ def units(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> se
             word = node.id if isinstance(node, ast.Name) else node.attr
             if isinstance(node, ast.Attribute) and word == "step" and isinstance(node.value, ast.Call):
                 continue  # `LambdaLR(n_epochs, offset, decay_epoch).step`: a method passed as the lambda, not a count
-            if _STEP_WORD.search(word):
+            if _UNITLESS_WORD.match(word):
+                pass
+            elif _STEP_WORD.search(word):
                 found.add("batch")
             elif _EPOCH_WORD.search(word):
                 found.add("epoch")
@@ -402,6 +419,7 @@ def _scaler_method(index: Index, call: ast.Call, method: str) -> bool:
 @rule("TD403", ast.Module)
 def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _hook_clipping(node, ctx)
     clips = index.calls_to(*_CLIPS)
     if not clips:
         return
@@ -433,6 +451,71 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
         ctx.report(clip, variable=ctx.segment(clip.func), scaler=dotted(scaler) or "scaler", step_call=ctx.segment(later[0], 50))
 
 
+def _clips_in_grad_hook(fn: ast.AST) -> bool:
+    """`p.register_hook(lambda grad: clamp(grad, -c, c))`: a hook that clips each gradient as backward
+    produces it, before any GradScaler.unscale_ can run."""
+    for call in ast.walk(fn):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"):
+            continue
+        hook = call.args[0] if call.args else None
+        body = hook.body if isinstance(hook, ast.Lambda) else None
+        if body is None and isinstance(hook, ast.Name):
+            local = [d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef) and d.name == hook.id]
+            body = local[0] if local else None
+        if body is not None and any(
+            isinstance(n, ast.Call) and re.search(r"clamp|clip", last_name(n.func) or "", re.I) for n in ast.walk(body)
+        ):
+            return True
+    return False
+
+
+def _scales_losses(index: Index) -> str | None:
+    """The name of a GradScaler the file builds (not switched off by a constant), else None."""
+    for b in index.bindings_of("scaler"):
+        if b.call is not None and is_constant(kwarg(b.call, "enabled"), False):
+            continue
+        return b.name
+    return None
+
+
+def _hook_clipping(node: ast.Module, ctx: Context) -> None:
+    """Gradient clipping installed as backward hooks, in a file that scales its losses: the hooks clip the scaled
+    gradients. Calls to a clipping function of another file are left for the project pass."""
+    index = ctx.index
+    clipping = [f for f in node.body if isinstance(f, ast.FunctionDef) and _clips_in_grad_hook(f)]
+    for f in clipping:
+        ctx.leave("clips-in-grad-hook", {"function": f.name})
+    scaler = _scales_losses(index)
+    if scaler is None:
+        return
+    local = {f.name for f in clipping}
+    for key, calls in index.calls_by_name.items():
+        name = key.rsplit(".", 1)[-1]
+        if not re.search(r"clip", name, re.I):
+            continue
+        for call in calls:
+            if name in local and isinstance(call.func, ast.Name):
+                ctx.report(call, variable=ctx.segment(call.func), scaler=scaler, step_call="the backward pass")
+            elif (q := index.callee(call)) and "." in q:
+                ctx.leave("scales-and-calls-clipping", {"callee": q, "line": call.lineno, "col": call.col_offset + 1,
+                                                         "variable": ctx.segment(call.func), "scaler": scaler})
+
+
+@project("TD403")
+def hook_clipping_across_files(proj: Project) -> list[ProjectHit]:
+    """trainer.py scales its losses and calls `util.enable_gradient_clipping(model, c)`, whose body (util.py)
+    registers a clamping hook on every parameter: the hooks see the scaled gradients."""
+    clipping = {(f.module, fact["function"]) for f, fact in proj.facts("clips-in-grad-hook")}
+    if not clipping:
+        return []
+    hits = []
+    for f, fact in proj.facts("scales-and-calls-clipping"):
+        if any((g.module, name) in clipping and g is not f for g, name in proj.defining(fact["callee"])):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
+                "variable": fact["variable"], "scaler": fact["scaler"], "step_call": "the backward pass"}))
+    return hits
+
+
 @rule("TD416", ast.Module)
 def unscale_twice(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -447,7 +530,16 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
         if loop is None or scaler is None:
             continue
         mine = [r for r in resets if dotted(r.func.value) == scaler and index.loop_of(r) is loop]  # type: ignore[attr-defined]
-        if not mine or index.guarded_in_loop(call, loop, rare=True):
+        if not mine:
+            continue
+        decided = _update_decided_after(index, call, loop, [r for r in mine if r.func.attr == "update"])  # type: ignore[attr-defined]
+        if decided is not None:
+            ctx.report(call, variable=ctx.segment(call, 50), when="whenever its branch is reached",
+                       step_call=ctx.segment(decided[0], 50),
+                       step_when=f"when `{ctx.segment(decided[1].test, 40)}` holds, a condition the iteration settles "
+                                 "after the unscale (a skipped update leaves the optimizer marked as unscaled)")
+            continue
+        if index.guarded_in_loop(call, loop, rare=True):
             continue
         if all(index.guarded_in_loop(r, loop, rare=True) for r in mine):
             first = min(mine, key=_position)
@@ -462,6 +554,42 @@ def unscale_twice(node: ast.Module, ctx: Context) -> None:
             ctx.report(call, variable=ctx.segment(call, 50), when=f"a second time in the iteration (line {earlier.lineno})",
                        step_call=ctx.segment(min(mine, key=_position), 50), step_when="once per iteration")
         seen[key] = call
+
+
+def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: list[ast.Call]) -> tuple[ast.Call, ast.If] | None:
+    """(the update, the `if` around it) when every `scaler.update()` of the loop sits under an `if` that
+    starts after the unscale_, does not hold the unscale_ too, and tests a value the iteration assigns
+    (`if not skip_step:` after a norm check sets `skip_step`): on an iteration where that test fails the
+    scaler is unscaled but never updated. A test about the scaler or a fixed setting is not such a decision."""
+    if not updates:
+        return None
+    built = index.binding(unscale.func.value)  # type: ignore[attr-defined]
+    if built is not None and _inside(index, built.node, loop.node):
+        return None  # a scaler built anew each iteration keeps no unscaled mark from the last one
+    around = {id(a) for a in index.ancestors(unscale)}
+    guards = [ast.dump(a.test) for a in index.ancestors(unscale) if isinstance(a, ast.If)]
+    assigned = {
+        t.id for n in ast.walk(loop.node) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(elts=n.targets)) if isinstance(t, ast.Name)
+    }
+    scaler = dotted(unscale.func.value)  # type: ignore[attr-defined]
+    found = None
+    for update in updates:
+        deciding = None
+        for anc, _child in _between(index, update, loop.node):
+            if isinstance(anc, ast.Try):
+                return None
+            if not isinstance(anc, ast.If) or id(anc) in around or _position(anc) < _position(unscale):
+                continue
+            names = {n.id for n in ast.walk(anc.test) if isinstance(n, ast.Name)}
+            if ast.dump(anc.test) in guards or any(dotted(n) == scaler for n in ast.walk(anc.test)):
+                continue
+            if names & assigned:
+                deciding = anc
+        if deciding is None:
+            return None
+        found = found or (update, deciding)
+    return found
 
 
 def _nested_in(index: Index, node: ast.AST, loop) -> bool:
@@ -695,6 +823,7 @@ def _batch_length(ctx: Context, s: Schedule, epochs: float | None) -> tuple[str,
 @rule("TD406", ast.Module)
 def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _epoch_set_each_step(node, ctx)
     steps = _scheduler_steps(ctx)
     if not steps:
         return
@@ -736,6 +865,39 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
         if e_num is not None:
             values["lr_steps_taken"] = round(e_num)
         ctx.report(call, **values)
+
+
+def _epoch_set_each_step(node: ast.Module, ctx: Context) -> None:
+    """A LightningModule's `lr_scheduler_step` hook that calls `scheduler.step(epoch=self.current_epoch)` while
+    `configure_optimizers` may register the scheduler with `"interval": "step"`: Lightning calls the hook on every
+    batch, and each call sets the schedule to the epoch index, so a schedule sized in steps advances once per epoch."""
+    for cls in (c for c in node.body if isinstance(c, ast.ClassDef)):
+        methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}
+        hook, configure = methods.get("lr_scheduler_step"), methods.get("configure_optimizers")
+        if hook is None or configure is None or not _registers_step_interval(configure):
+            continue
+        for call in ast.walk(hook):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
+                continue
+            epoch = kwarg(call, "epoch", 0)
+            if epoch is None or not _EPOCH_WORD.search(dotted(epoch) or ""):
+                continue
+            ctx.report(call, variable=ctx.segment(call.func.value, 30), scheduler="registered with interval \"step\"",
+                       usage=f"the `lr_scheduler_step` hook passes `epoch={ctx.segment(epoch, 30)}`, so on every batch "
+                             "the schedule is set back to the epoch index and a schedule sized in steps (OneCycleLR, "
+                             "warm-up by steps) follows only its first epochs-many steps", stepped_per="epoch")
+
+
+def _registers_step_interval(configure: ast.FunctionDef) -> bool:
+    """`"interval": "step"` (or a choice that can be "step") in the dict configure_optimizers returns."""
+    for d in ast.walk(configure):
+        if not isinstance(d, ast.Dict):
+            continue
+        for k, v in zip(d.keys, d.values, strict=True):
+            if isinstance(k, ast.Constant) and k.value == "interval" and v is not None:
+                if any(isinstance(c, ast.Constant) and c.value == "step" for c in ast.walk(v)):
+                    return True
+    return False
 
 
 def _per_epoch_effect(ctx: Context, s: Schedule, epochs: float | None) -> str | None:
