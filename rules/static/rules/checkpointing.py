@@ -586,8 +586,38 @@ def _may_change_device(ctx: Context) -> str | None:
 @rule("TD703", ast.Module)
 def load_without_map_location(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    saved = sorted({t for save in index.calls_to("torch.save") for t in _file_templates(index, kwarg(save, "f", 1))})
+    if saved:
+        ctx.leave("torch-save-files", saved)
     for call in index.calls_to("torch.load"):
         _load_without_map_location(call, ctx)
+
+
+@project("TD703")
+def load_without_map_location_in_project(proj: Project) -> list[ProjectHit]:
+    """A load this file's own saves do not explain is reported unless another file of the project writes the
+    same file: darts' `rnn/train.py` resumes `os.path.join(args.save, 'model.pt')`, which `utils.save_checkpoint`
+    writes as `os.path.join(path, 'model.pt')` in the same single-process run."""
+    written = {t for _f, templates in proj.facts("torch-save-files") for t in templates}
+    return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"])
+            for f, fact in proj.facts("TD703") if not written & set(fact["files"])]
+
+
+def _file_templates(index: Index, path: ast.AST | None) -> set[str]:
+    """The path skeletons of a saved or loaded file that name a file of their own (`{}/model.pt`, not `{}/{}`)."""
+    if path is None:
+        return set()
+    exprs = [path]
+    if isinstance(path, ast.Name):
+        value = latest_value(index, path.id, path)
+        if value is not None:
+            exprs.append(value)
+    out = set()
+    for expr in exprs:
+        template = expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else _path_template(expr)
+        if template and template.replace("{}", "").strip("/._-%sd"):
+            out.add(template)
+    return out
 
 
 def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
@@ -608,7 +638,12 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if any(other is not node and kwarg(other, "map_location", 1) is not None and _exclusive(index, node, other)
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
-    ctx.report(node, variable=_load_call(ctx, node), reason=reason)
+    values = {"variable": _load_call(ctx, node), "reason": reason}
+    files = _file_templates(index, path)
+    if not several and files:  # a single-process load another file of the project may write: the project pass decides
+        ctx.leave("TD703", {"line": node.lineno, "col": node.col_offset + 1, "values": values, "files": sorted(files)})
+        return
+    ctx.report(node, **values)
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:
