@@ -410,6 +410,7 @@ class _Forward:
         self.trainable = _trainable_attrs(index, info)
         self.env: dict[str, _Val] = {}
         self.returns: list[tuple[ast.Return, _Val]] = []
+        self.reached: set[ast.AST] = set()  # trainable sources that reach any returned value, the extra ones too
 
     def run(self) -> None:
         self.block(self.fn.body, conditional=False, grad_off=False, guarded=False)
@@ -472,6 +473,7 @@ class _Forward:
             val = self.value(stmt.value, grad_off, primary=True)
             if not guarded and not grad_off:
                 self.returns.append((stmt, val))
+                self.reached |= self.value(stmt.value, grad_off).sources
 
     def value(self, expr: ast.AST | None, grad_off: bool, primary: bool = False) -> _Val:
         val = self._value(expr, primary)
@@ -658,8 +660,10 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
     reported: set[ast.AST] = set()
     for _, val in flow.returns:
         for cut in val.cuts:
-            if cut.node in reported or cut.killed & val.sources:
-                continue  # the parameters before the cut still reach the output another way
+            if cut.node in reported or cut.killed & (val.sources | flow.reached):
+                # the parameters before the cut still reach the output another way, or another returned value
+                # (a VQ codebook cut by the straight-through estimator trains through the returned vq_loss)
+                continue
             if cut.kind == "detach" and val.sources:
                 continue  # later layers still train (a frozen feature extractor, a probe): deliberate
             if cut.kind == "host" and not cut.back_to_tensor:
