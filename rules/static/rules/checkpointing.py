@@ -786,15 +786,39 @@ def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, mode
                     break
                 if isinstance(anc, ast.If):
                     exprs.append(anc.test)
+    roots = _model_roots(index, model, at)
     for expr in exprs:
         for sub in ast.walk(expr):
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":
                 owner = dotted(sub.func.value) or ""
-                if model is None or owner == model or owner.split(".")[0] == model.split(".")[0]:
+                if model is None or owner == model or owner.split(".")[0] == model.split(".")[0] \
+                        or _root(sub.func.value) in roots:
                     return True
             if isinstance(sub, ast.Name) and sub.id != getattr(loaded, "id", None) and depth < 2 \
-                    and isinstance(index.parent(sub), ast.Compare):
-                # `if k in model_dict` where model_dict = model.state_dict()
+                    and isinstance(index.parent(sub), ast.Compare | ast.Call | ast.keyword):
+                # `if k in model_dict` where model_dict = model.state_dict(), or the dict adapted by a helper
+                # handed the model's own state (nnU-Net: `adapt_encoder_weights(..., target_state_dict=target)`)
                 if _matched_to_own_keys(index, sub, at, model, depth + 1):
                     return True
     return False
+
+
+def _root(expr: ast.AST) -> str | None:
+    """The name a chain starts from: `network` in `network.get_submodule(key).state_dict`."""
+    while isinstance(expr, ast.Attribute | ast.Call | ast.Subscript):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _model_roots(index: Index, model: str | None, at: ast.AST) -> set[str]:
+    """The names the loaded module comes from: `encoder_module = network.get_submodule(key)` -> {encoder_module,
+    network}, so a dict built against `network.get_submodule(key).state_dict()` counts as its own keys."""
+    if not model:
+        return set()
+    head = model.split(".")[0]
+    roots = {head}
+    for value in index.definitions(head, at):
+        root = _root(value)
+        if root is not None:
+            roots.add(root)
+    return roots
