@@ -612,3 +612,44 @@ def test_clipping_hooks_without_a_grad_scaler_are_quiet(tmp_path, monkeypatch):
         "                self._scaler.update()", "loss.backward()\n                self.optimizer.step()")
     files = {"training/util.py": HOOK_UTIL, "training/trainer.py": plain}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD403"] == []
+
+
+SAVE_HELPER = """import os
+
+import torch
+
+
+def save_checkpoint(model, optimizer, epoch, path):
+    torch.save(model.state_dict(), os.path.join(path, "model.pt"))
+    torch.save(optimizer.state_dict(), os.path.join(path, "optimizer.pt"))
+"""
+RESUME = """import os
+
+import torch
+
+import utils
+
+
+def main(model, optimizer, args):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.continue_train:
+        model.load_state_dict(torch.load(os.path.join(args.save, "model.pt")))
+    model.to(device)
+    utils.save_checkpoint(model, optimizer, 0, args.save)
+"""
+
+
+def test_a_resume_of_the_file_a_save_helper_writes_in_another_file_is_quiet(tmp_path, monkeypatch):
+    # darts rnn/train.py resumes `args.save/model.pt`, written by utils.save_checkpoint in the same run
+    files = {"utils.py": SAVE_HELPER, "train.py": RESUME}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD703"] == []
+
+
+def test_a_load_of_a_file_no_file_of_the_project_writes_is_found(tmp_path, monkeypatch):
+    files = {"utils.py": SAVE_HELPER.replace('"model.pt"', '"last.pt"'), "train.py": RESUME}
+    assert ("train.py", 11, "TD703") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_resume_checked_alone_is_found(tmp_path, monkeypatch):
+    files = {"utils.py": SAVE_HELPER, "train.py": RESUME}
+    assert ("train.py", 11, "TD703") in _findings(tmp_path, monkeypatch, files, paths=("train.py",))

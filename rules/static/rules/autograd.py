@@ -410,6 +410,7 @@ class _Forward:
         self.trainable = _trainable_attrs(index, info)
         self.env: dict[str, _Val] = {}
         self.returns: list[tuple[ast.Return, _Val]] = []
+        self.reached: set[ast.AST] = set()  # trainable sources that reach any returned value, the extra ones too
 
     def run(self) -> None:
         self.block(self.fn.body, conditional=False, grad_off=False, guarded=False)
@@ -472,6 +473,7 @@ class _Forward:
             val = self.value(stmt.value, grad_off, primary=True)
             if not guarded and not grad_off:
                 self.returns.append((stmt, val))
+                self.reached |= self.value(stmt.value, grad_off).sources
 
     def value(self, expr: ast.AST | None, grad_off: bool, primary: bool = False) -> _Val:
         val = self._value(expr, primary)
@@ -557,6 +559,7 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
     count too; buffers and plain tensors do not."""
     trainable: set[str] = set()
     plain: set[str] = set()
+    numbers = _numeric_attrs(info)
     for assign in index.self_assignments(info, None):
         value = assign.value
         q = index.resolve(value.func) if isinstance(value, ast.Call) else None
@@ -566,7 +569,8 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
             local in index.classes and index.classes[local].is_module
         ):
             trainable.add(assign.attr)
-        elif isinstance(value, ast.Name | ast.Attribute) and assign.method.name == "__init__":
+        elif isinstance(value, ast.Name | ast.Attribute) and assign.method.name == "__init__" \
+                and assign.attr not in numbers:
             trainable.add(assign.attr)  # self.backbone = backbone: a module handed in
         else:
             plain.add(assign.attr)
@@ -583,6 +587,29 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
     } - plain - trainable - _NO_GRAPH_ATTRS
     return trainable | {a for a in unknown if a not in info.methods}
+
+
+def _numeric_attrs(info: ClassInfo) -> set[str]:
+    """`self.K` used as a number somewhere in the class (`self.K + 1`, `range(self.K)`): a count handed to
+    `__init__`, not a module (RepDistiller's ContrastMemory draws `batchSize * (self.K + 1)` negatives)."""
+    def attr(n: ast.AST) -> str | None:
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            return n.attr
+        return None
+
+    def number(n: ast.AST) -> bool:
+        return isinstance(n, ast.Constant) and type(n.value) in (int, float)
+
+    out: set[str] = set()
+    for n in ast.walk(info.node):
+        if isinstance(n, ast.BinOp):
+            for a, b in ((n.left, n.right), (n.right, n.left)):
+                name = attr(a)
+                if name is not None and number(b):
+                    out.add(name)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "range":
+            out.update(name for name in map(attr, n.args) if name is not None)
+    return out
 
 
 def _uses_trainable(fn: ast.AST, trainable: set[str]) -> bool:
@@ -633,8 +660,10 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
     reported: set[ast.AST] = set()
     for _, val in flow.returns:
         for cut in val.cuts:
-            if cut.node in reported or cut.killed & val.sources:
-                continue  # the parameters before the cut still reach the output another way
+            if cut.node in reported or cut.killed & (val.sources | flow.reached):
+                # the parameters before the cut still reach the output another way, or another returned value
+                # (a VQ codebook cut by the straight-through estimator trains through the returned vq_loss)
+                continue
             if cut.kind == "detach" and val.sources:
                 continue  # later layers still train (a frozen feature extractor, a probe): deliberate
             if cut.kind == "host" and not cut.back_to_tensor:

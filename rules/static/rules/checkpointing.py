@@ -610,8 +610,38 @@ def _may_change_device(ctx: Context) -> str | None:
 @rule("TD703", ast.Module)
 def load_without_map_location(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    saved = sorted({t for save in index.calls_to("torch.save") for t in _file_templates(index, kwarg(save, "f", 1))})
+    if saved:
+        ctx.leave("torch-save-files", saved)
     for call in index.calls_to("torch.load"):
         _load_without_map_location(call, ctx)
+
+
+@project("TD703")
+def load_without_map_location_in_project(proj: Project) -> list[ProjectHit]:
+    """A load this file's own saves do not explain is reported unless another file of the project writes the
+    same file: darts' `rnn/train.py` resumes `os.path.join(args.save, 'model.pt')`, which `utils.save_checkpoint`
+    writes as `os.path.join(path, 'model.pt')` in the same single-process run."""
+    written = {t for _f, templates in proj.facts("torch-save-files") for t in templates}
+    return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"])
+            for f, fact in proj.facts("TD703") if not written & set(fact["files"])]
+
+
+def _file_templates(index: Index, path: ast.AST | None) -> set[str]:
+    """The path skeletons of a saved or loaded file that name a file of their own (`{}/model.pt`, not `{}/{}`)."""
+    if path is None:
+        return set()
+    exprs = [path]
+    if isinstance(path, ast.Name):
+        value = latest_value(index, path.id, path)
+        if value is not None:
+            exprs.append(value)
+    out = set()
+    for expr in exprs:
+        template = expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else _path_template(expr)
+        if template and template.replace("{}", "").strip("/._-%sd"):
+            out.add(template)
+    return out
 
 
 def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
@@ -632,7 +662,12 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if any(other is not node and kwarg(other, "map_location", 1) is not None and _exclusive(index, node, other)
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
-    ctx.report(node, variable=_load_call(ctx, node), reason=reason)
+    values = {"variable": _load_call(ctx, node), "reason": reason}
+    files = _file_templates(index, path)
+    if not several and files:  # a single-process load another file of the project may write: the project pass decides
+        ctx.leave("TD703", {"line": node.lineno, "col": node.col_offset + 1, "values": values, "files": sorted(files)})
+        return
+    ctx.report(node, **values)
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:
@@ -775,15 +810,39 @@ def _matched_to_own_keys(index: Index, loaded: ast.AST | None, at: ast.AST, mode
                     break
                 if isinstance(anc, ast.If):
                     exprs.append(anc.test)
+    roots = _model_roots(index, model, at)
     for expr in exprs:
         for sub in ast.walk(expr):
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":
                 owner = dotted(sub.func.value) or ""
-                if model is None or owner == model or owner.split(".")[0] == model.split(".")[0]:
+                if model is None or owner == model or owner.split(".")[0] == model.split(".")[0] \
+                        or _root(sub.func.value) in roots:
                     return True
             if isinstance(sub, ast.Name) and sub.id != getattr(loaded, "id", None) and depth < 2 \
-                    and isinstance(index.parent(sub), ast.Compare):
-                # `if k in model_dict` where model_dict = model.state_dict()
+                    and isinstance(index.parent(sub), ast.Compare | ast.Call | ast.keyword):
+                # `if k in model_dict` where model_dict = model.state_dict(), or the dict adapted by a helper
+                # handed the model's own state (nnU-Net: `adapt_encoder_weights(..., target_state_dict=target)`)
                 if _matched_to_own_keys(index, sub, at, model, depth + 1):
                     return True
     return False
+
+
+def _root(expr: ast.AST) -> str | None:
+    """The name a chain starts from: `network` in `network.get_submodule(key).state_dict`."""
+    while isinstance(expr, ast.Attribute | ast.Call | ast.Subscript):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _model_roots(index: Index, model: str | None, at: ast.AST) -> set[str]:
+    """The names the loaded module comes from: `encoder_module = network.get_submodule(key)` -> {encoder_module,
+    network}, so a dict built against `network.get_submodule(key).state_dict()` counts as its own keys."""
+    if not model:
+        return set()
+    head = model.split(".")[0]
+    roots = {head}
+    for value in index.definitions(head, at):
+        root = _root(value)
+        if root is not None:
+            roots.add(root)
+    return roots

@@ -464,8 +464,8 @@ def _reused_within(index: Index, call: ast.Call, loop: Loop) -> bool:
     """The loader is built per fold, per run or per stage and then iterated over several epochs inside `loop`
     (`for train_set in folds: loader = DataLoader(train_set); for epoch ...: for x in loader`), or it is built
     from what the loop hands out (the fold's dataset): a new loader is the point."""
-    targets = set(loop.targets)
-    if targets and any(isinstance(n, ast.Name) and n.id in targets for n in ast.walk(call)):
+    varying = _varying_names(loop)
+    if varying and any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(call)):
         return True
     name = _loader_name(index, call)
     todo = list(loop.children)
@@ -479,6 +479,32 @@ def _reused_within(index: Index, call: ast.Call, loop: Loop) -> bool:
                     return True  # an epoch loop between: the loader lives across its epochs
                 up = up.parent
     return False
+
+
+def _varying_names(loop: Loop) -> set[str]:
+    """The loop's targets and the names assigned in its body from them, transitively: minimind builds
+    `skip = start_step if epoch == start_epoch else 0; batch_sampler = SkipBatchSampler(indices, bs, skip)`
+    each epoch and hands it to the loader, which therefore differs from one epoch to the next. Also names
+    bound to a fresh random draw there (`indices = torch.randperm(n).tolist()`): a new order per epoch."""
+    varying = set(loop.targets)
+    assigns = [n for n in ast.walk(loop.node) if isinstance(n, ast.Assign)]
+    changed = True
+    while changed:
+        changed = False
+        for stmt in assigns:
+            used = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
+            fresh = any(isinstance(n, ast.Attribute) and n.attr in _RANDOM_DRAWS for n in ast.walk(stmt.value))
+            if not (used & varying or fresh):
+                continue
+            for target in stmt.targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name) and n.id not in varying:
+                        varying.add(n.id)
+                        changed = True
+    return varying
+
+
+_RANDOM_DRAWS = frozenset(("randperm", "permutation", "shuffle", "choice", "sample"))
 
 
 def _rebuild_cost(index: Index, call: ast.Call) -> str:

@@ -49,7 +49,27 @@ class Guards:
             return self._rank_expr(expr.slice)
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value in names
-        return last_name(expr) in names
+        return last_name(expr) in names or (dotted(expr) or "") in self._rank_aliases()
+
+    def _rank_aliases(self) -> set[str]:
+        """Names the file hands to `init_process_group(rank=...)`, and what is assigned from them: fastMRI's
+        `def main_worker(gpu, ...): args.gpu = gpu; init_process_group(..., rank=gpu)` makes `args.gpu == 0`
+        the rank-zero test, whatever the name says."""
+        if self._aliases is None:
+            aliases: set[str] = set()
+            for call in self.nodes(ast.Call):
+                if last_name(call.func) != "init_process_group":  # type: ignore[attr-defined]
+                    continue
+                for kw in call.keywords:  # type: ignore[attr-defined]
+                    name = dotted(kw.value) if kw.arg == "rank" else None
+                    if name is not None:
+                        aliases.add(name)
+            for stmt in self.nodes(ast.Assign):
+                value = dotted(stmt.value)  # type: ignore[attr-defined]
+                if value is not None and value in aliases:
+                    aliases.update(n for n in map(dotted, stmt.targets) if n is not None)  # type: ignore[attr-defined]
+            self._aliases = aliases
+        return self._aliases
 
     def is_rank_zero_test(self, test: ast.AST, _depth: int = 0) -> bool:
         """A condition true on the main process only (also a flag set from one: `args.save_logs = args.logs
