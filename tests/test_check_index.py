@@ -329,3 +329,20 @@ class Lit(L.LightningModule):
 )
 def test_contexts(source, contexts):
     assert build(source).contexts() == contexts
+
+
+def test_a_call_in_an_asserts_message_is_not_guarded_and_does_not_crash():
+    """peft's accelerate examples: `assert len(preds) == n, f"{len(preds)} != {n}"` in the loop. The walk up from
+    the message reached the `assert`, which has no else branch (AttributeError, a TD000 on a valid file)."""
+    index = build(
+        "import torch\nfor x, y in loader:\n    loss = model(x)\n"
+        "    assert x.shape[0] == y.shape[0], f'{len(x)} for {len(y)}'\n"
+        "    loss.backward()\n    optimizer.step()\n"
+    )
+    (loop,) = index.training_loops()
+    message = call_at(index, "len(x)")
+    test = next(n for n in ast.walk(index.tree) if isinstance(n, ast.Compare))
+    # the message runs only when the assertion fails: as conditional as the body of an `if` on the same test
+    assert index.guarded_in_loop(message, loop) is True
+    assert index.guarded_in_loop(message, loop, rare=True) in (True, False)  # answered, not raised
+    assert index.guarded_in_loop(test.left, loop)  # the test itself: the iteration decides

@@ -262,7 +262,8 @@ class Loops:
             if isinstance(anc, ast.If | ast.IfExp | ast.While | ast.Assert):
                 if child is anc.test:
                     return True  # in the test itself, the iteration decides on the value: not skippable work
-                in_else = child in anc.orelse if isinstance(anc.orelse, list) else child is anc.orelse
+                orelse = getattr(anc, "orelse", [])  # an `assert`'s message has no else branch
+                in_else = child in orelse if isinstance(orelse, list) else child is orelse
                 if rare:
                     if not in_else and self.rare_in(anc.test, loop):
                         return True
