@@ -78,6 +78,7 @@ def live(tmp_path_factory) -> list[tuple[str, dict]]:
     return doors.live_runs(tmp_path_factory.mktemp("live"))
 
 
+@pytest.mark.heavy  # several whole runs; the fixtures' reports stay in the quick suite
 def test_no_live_run_report_contradicts_itself(live):
     symptoms = {name: {s["id"] for s in report["symptoms"]} for name, report in live}
     # the measurements the wording is checked against are there

@@ -42,6 +42,7 @@ def demo_text(tmp_path_factory):
     return cli("demo", cwd=tmp_path_factory.mktemp("user-folder-text"), env={"COLUMNS": "100"}, timeout=300)
 
 
+@pytest.mark.heavy  # a second whole demo run (the JSON one stays in the quick suite)
 def test_demo_summary_fits_one_screen_and_says_nothing_twice(demo_text):
     proc = demo_text
     assert proc.returncode == 0, proc.stderr_text[-2000:]

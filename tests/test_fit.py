@@ -41,6 +41,7 @@ def test_parameters_and_adamw_state_have_their_exact_sizes():
     assert step.result["optimizers"] == ["AdamW"] and step.batch == 64
 
 
+@pytest.mark.heavy  # a real CPU training step against the fake one
 def test_activations_match_what_autograd_saves_in_a_real_cpu_run(tmp_path):
     """The estimate's activations at the peak against the bytes a real CPU step saves for backward."""
     batch = 4096  # large enough that the peak is the end of the forward, activations all alive

@@ -493,6 +493,7 @@ def _load(browser: str, page: Path, shot: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_browser() is None, reason="no Chromium here (Debian: apt-get install chromium)")
+@pytest.mark.heavy  # starts a browser
 def test_the_page_opens_in_chromium_without_console_errors_and_draws_its_charts(run, tmp_path):
     browser = _browser()
     page = Path(run.run_dir) / "report.html"

@@ -110,6 +110,7 @@ def test_a_longer_episode_each_step_is_not_a_memory_leak(tmp_path_factory, valid
 # -- the watchdog: progress is any training activity, not only an optimizer step -------------------
 
 
+@pytest.mark.heavy  # waits out the hang watchdog
 def test_long_validation_and_output_without_a_step_are_not_a_hang(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "long-validation", "long_validation.py", "--hang-timeout", "2")
     assert_sound(result, validate_report, exitcodes.OK)
@@ -119,6 +120,7 @@ def test_long_validation_and_output_without_a_step_are_not_a_hang(tmp_path_facto
     assert not any(name.startswith("heartbeat.") for name in os.listdir(result.run_dir))  # the counters are gone
 
 
+@pytest.mark.heavy  # waits out the hang watchdog
 def test_a_script_that_blocks_after_validation_is_still_a_hang(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "long-validation-block", "long_validation.py", "--hang-timeout", "2",
                         "--", "--block")

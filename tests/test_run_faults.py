@@ -123,6 +123,7 @@ def test_hang_lets_the_probes_finish(hung):
     assert "worker" not in hung.stderr.lower()  # the main process ended first and shut its workers down
 
 
+@pytest.mark.heavy  # waits out --timeout
 def test_timeout(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "timeout", "slow_forever.py", "--timeout", "6")
     assert_sound(result, validate_report, exitcodes.SCRIPT_FAILED)

@@ -258,6 +258,7 @@ def test_backward_in_a_validation_pass_that_shares_the_training_function_is_foun
     assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] == 9
 
 
+@pytest.mark.heavy  # waits out the hang watchdog
 def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "hang-with-logger", "hang_with_logger.py", "--hang-timeout", "3",
                         "--timeout", "60")

@@ -31,6 +31,7 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.heavy  # waits for children to be ended
 def test_detached_children_are_ended_and_named(tmp_path, validate_report):
     pidfile = tmp_path / "pids.txt"
     result = run_once(tmp_path / "run", "detaches.py", "--", str(pidfile))
@@ -45,6 +46,7 @@ def test_detached_children_are_ended_and_named(tmp_path, validate_report):
     assert f"pid {plain}" in note and f"pid {stubborn}" in note
 
 
+@pytest.mark.heavy  # waits for an orphan to exit
 def test_an_orphan_that_exits_during_the_run_is_reaped(tmp_path, validate_report):
     """torchdoctor adopts the orphans (subreaper) and so must reap them: no zombie while the run goes on."""
     seen = tmp_path / "seen.txt"
@@ -156,7 +158,7 @@ def _interrupt(tmp_path, *script_args: str, presses: int = 1) -> tuple[subproces
         assert processes_of(run_dir) == []
 
 
-@pytest.mark.parametrize("ignored", ["sigint", "sigint-and-sigterm"])
+@pytest.mark.parametrize("ignored", ["sigint", pytest.param("sigint-and-sigterm", marks=pytest.mark.heavy)])  # the escalation waits
 def test_one_ctrl_c_stops_a_script_that_ignores_it(tmp_path, validate_report, ignored):
     """Forwarded as SIGINT; the script runs on; `interrupt_grace_s` (3 s) later SIGTERM, then SIGKILL."""
     doctor, took, report = _interrupt(tmp_path, *(["term"] if ignored == "sigint-and-sigterm" else []))
