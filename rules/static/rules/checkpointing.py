@@ -398,11 +398,10 @@ _SAVE_HELPER = re.compile(r"save|checkpoint", re.I)
 def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) -> bool:
     """Every read of a checkpoint comes after the training loop, in its scope (pyGAT: `torch.save` each epoch,
     then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the best epoch): the saves feed that
-    evaluation, and nothing reads one back into training. One of those reads must name the saved files (a path
-    sharing a string or a variable with the save's): a load of some other file says nothing about these."""
+    evaluation, and nothing reads one back into training. One of those reads must name the saved files
+    (`_same_path`: the same expression, constant or format skeleton): a load of another file says nothing."""
     index = ctx.index
-    saved = _path_tokens(path)
-    if not saved or not any(saved & _path_tokens(kwarg(c, "f", 0)) for c in index.calls_to("torch.load")):
+    if not any(_same_path(index, path, kwarg(c, "f", 0)) for c in index.calls_to("torch.load")):
         return False
     top = loop
     while top.parent is not None:
@@ -413,26 +412,6 @@ def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) ->
     if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
         return False
     return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
-
-
-def _path_tokens(path: ast.AST | None) -> set[str]:
-    """What a file path is built from: its string pieces (format fields stripped) and the variables it reads,
-    not the functions that join them (`os.path.join`, `str.format`)."""
-    if path is None:
-        return set()
-    funcs = {id(n.func) for n in ast.walk(path) if isinstance(n, ast.Call)}
-    funcs |= {id(n.value) for n in ast.walk(path) if isinstance(n, ast.Attribute)}  # `args` of `args.save_dir`
-    out: set[str] = set()
-    for n in ast.walk(path):
-        if isinstance(n, ast.Constant) and isinstance(n.value, str):
-            text = re.sub(r"\{[^}]*\}|%[-\d.]*[sdfi]", "", n.value).strip("/_.-")
-            if text:
-                out.add(text)
-        elif isinstance(n, ast.Name | ast.Attribute) and id(n) not in funcs and not isinstance(n.ctx, ast.Store):
-            name = dotted(n)
-            if name and name not in ("os", "os.path", "sys", "sys.argv", "Path", "pathlib"):
-                out.add(name)
-    return out
 
 
 _RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)

@@ -365,26 +365,29 @@ def _ruled_out(index: Index, target: ast.AST, call: ast.Call) -> set[ast.Call]:
     if not known:
         return set()
 
-    def never(test: ast.AST) -> bool:  # the test is False for this call
-        if isinstance(test, ast.Name):
-            return known.get(test.id) is False
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Name):
-            return known.get(test.operand.id) is True
-        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-            return any(never(v) for v in test.values)
-        return False
+    return {inner for inner in index.calls_in(target)
+            if any(known.get(p, v) is not v for p, v in _flag_needs(index, inner, target, set(known)).items())}
 
-    dead: set[ast.Call] = set()
-    for inner in index.calls_in(target):
-        child: ast.AST = inner
-        for anc in index.ancestors(inner):
-            if anc is target:
-                break
-            if isinstance(anc, ast.If) and any(child is s for s in anc.body) and never(anc.test):
-                dead.add(inner)
-                break
-            child = anc
-    return dead
+
+def _flag_needs(index: Index, call: ast.AST, fn: ast.AST, flags: set[str]) -> dict[str, bool]:
+    """What the `if`s around `call` inside `fn` require of the boolean flags `flags`: `if train:` -> True,
+    `if not train and ...:` -> False, the `else` of `if train:` -> False. The nearest `if` wins."""
+    out: dict[str, bool] = {}
+    child: ast.AST = call
+    for anc in index.ancestors(call):
+        if anc is fn:
+            break
+        if isinstance(anc, ast.If):
+            inside = any(child is s for s in anc.body)
+            tests = anc.test.values if inside and isinstance(anc.test, ast.BoolOp) and \
+                isinstance(anc.test.op, ast.And) else [anc.test]
+            for test in tests:
+                negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+                name = test.operand if negated else test  # type: ignore[attr-defined]
+                if isinstance(name, ast.Name) and name.id in flags:
+                    out.setdefault(name.id, inside != negated)
+        child = anc
+    return out
 
 
 @rule("TD602", ast.Module)
@@ -435,31 +438,13 @@ def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]
     if not params:
         return calls
 
-    def needs(call: ast.Call) -> dict[str, bool]:  # parameter -> the value an enclosing `if` requires of it
-        out: dict[str, bool] = {}
-        child: ast.AST = call
-        for anc in index.ancestors(call):
-            if anc is fn:
-                break
-            if isinstance(anc, ast.If):
-                inside = any(child is s for s in anc.body)
-                tests = anc.test.values if inside and isinstance(anc.test, ast.BoolOp) and \
-                    isinstance(anc.test.op, ast.And) else [anc.test]
-                for test in tests:
-                    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-                    name = test.operand if negated else test  # type: ignore[attr-defined]
-                    if isinstance(name, ast.Name) and name.id in params:
-                        out.setdefault(name.id, inside != negated)
-            child = anc
-        return out
-
     steps = set(index.backward_calls) | set(index.step_calls)
-    step_needs = [needs(c) for c in calls if c in steps]
+    step_needs = [_flag_needs(index, c, fn, params) for c in calls if c in steps]
     if not step_needs:
         return calls
 
     def exclusive(call: ast.Call) -> bool:
-        mine = needs(call)
+        mine = _flag_needs(index, call, fn, params)
         return bool(mine) and all(any(other.get(p) is (not v) for p, v in mine.items()) for other in step_needs)
 
     return [c for c in calls if c in steps or not exclusive(c)]
