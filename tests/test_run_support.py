@@ -52,17 +52,28 @@ def changed_files(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 def processes_of(run_dir: Path) -> list[str]:
     """Live (non-zombie) processes started for this run directory: '<pid> <cmdline>'."""
-    marker = str(run_dir)
     alive = []
     for proc in psutil.process_iter(["pid", "status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if marker in proc.environ().get("TORCHDOCTOR_RUN", ""):
+            named = _run_dir_of(proc.environ().get("TORCHDOCTOR_RUN", ""))
+            if named is not None and Path(named).resolve() == Path(run_dir).resolve():
                 alive.append(f"{proc.pid} {' '.join(proc.cmdline())}")
         except (psutil.Error, OSError):
             continue
     return alive
+
+
+def _run_dir_of(config: str) -> str | None:
+    """The run directory a process's TORCHDOCTOR_RUN names. Compared whole: a substring test took
+    `run-long-validation-block`'s blocked child, still being stopped by its own test on the other
+    xdist worker, for a process left behind by `run-long-validation`."""
+    try:
+        value = json.loads(config)
+    except ValueError:
+        return None
+    return value.get("run_dir") if isinstance(value, dict) else None
 
 
 @dataclass
@@ -159,3 +170,22 @@ def diagnosed(result: RunResult) -> list[dict]:
 
 def test_the_hashed_fixture_scripts_exist():
     assert all((RUN_FIXTURES / name).is_file() for name in OWN)
+
+
+def test_leftover_processes_are_matched_by_their_whole_run_directory(tmp_path):
+    """A live process of this run is found; one of a run whose directory only starts with the same name is not."""
+    import subprocess
+    import sys
+
+    ours, other = tmp_path / "run-a", tmp_path / "run-a-block"
+    sleepers = []
+    for run_dir in (ours, other):
+        env = dict(os.environ, TORCHDOCTOR_RUN=json.dumps({"v": 1, "run_dir": str(run_dir)}))
+        sleepers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env))
+    try:
+        found = processes_of(ours)
+        assert [line.split()[0] for line in found] == [str(sleepers[0].pid)]
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
