@@ -267,8 +267,8 @@ def checkpoint_setup(case: Case) -> Advice:
 def save_all_ranks(case: Case) -> Advice:
     where = case.at("The checkpoint code")
     return Advice(
-        f"From the checkpoint side: {where[:1].lower() + where[1:]} writes from every rank; with DDP one rank's "
-        "state is the whole state.",
+        f"From the checkpoint side: {where[:1].lower() + where[1:]} writes from {case.text('runs_on') or 'every rank'}; "
+        "with DDP one rank's state is the whole state.",
         [
             advice.fix("checkpointing", "save-on-rank-zero", location=case.location),
             advice.fix("checkpointing", "distributed-checkpoint"),

@@ -231,7 +231,7 @@ def save_on_all_ranks(case: Case) -> Advice:
     ranks = case.num("ranks_saving")
     path = case.text("path")
     where = case.at("The checkpoint code")
-    facts = f"{where} writes the checkpoint from every rank"
+    facts = f"{where} writes the checkpoint from {case.text('runs_on') or 'every rank'}"
     if ranks is not None:
         facts = f"{where} writes the checkpoint from {count(ranks, 'rank')}"
     if path:

@@ -83,6 +83,47 @@ def _loaders_reused_across_epochs(index: Index, epoch_loops: list[Loop]) -> dict
     return found
 
 
+def _helper_sampler(index: Index, call: ast.Call) -> bool:
+    """A call of a function of this file that returns a shuffling DistributedSampler (`data_sampler(dataset,
+    shuffle=True, distributed=args.distributed)`, stylegan2): the loader it feeds may get that sampler."""
+    target = index.local_target(call)
+    if target is None:
+        return False
+    dist_samplers = index.names["distributed_samplers"]
+    return any(
+        isinstance(value, ast.Call)
+        and any(c in dist_samplers for c in index.class_choices(value.func))
+        and not is_constant(kwarg(value, "shuffle", 3), False)
+        for value in index.returns_of(target)
+    )
+
+
+def _cycled_loaders(index: Index) -> dict[str, Loop]:
+    """Loaders handed to a generator that re-iterates its parameter without end (`def sample_data(loader):
+    while True: for batch in loader: yield batch`), in a file that trains: each pass over the data is an
+    epoch that the `while` starts. The loader's name at the call, with that `while` loop."""
+    found: dict[str, Loop] = {}
+    if not index.training_loops():
+        return found
+    for lp in index.loops.values():
+        if not isinstance(lp.node, ast.While):
+            continue
+        fn = index.function_of(lp.node)
+        if not isinstance(fn, ast.FunctionDef) or not any(isinstance(n, ast.Yield | ast.YieldFrom) for n in ast.walk(lp.node)):
+            continue
+        iterated = {c.source for c in _descendants(lp) if c.source and c.iterates_loader}
+        iterated |= {n.value.id for n in ast.walk(lp.node) if isinstance(n, ast.YieldFrom) and isinstance(n.value, ast.Name)}
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        for position, param in enumerate(params):
+            if param not in iterated:
+                continue
+            for call in index.callers(fn):
+                name = dotted(kwarg(call, param, position))
+                if name is not None:
+                    found.setdefault(name, lp)
+    return found
+
+
 def _descendants(loop: Loop) -> list[Loop]:
     out: list[Loop] = []
     todo = list(loop.children)
@@ -104,14 +145,17 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
     for loader in index.bindings_of("dataloader"):
         inline = loader.arg("sampler", _SAMPLER_POSITION)
-        if isinstance(inline, ast.Call) and any(c in dist_samplers for c in index.class_choices(inline.func)):
+        if isinstance(inline, ast.Call) and (
+            any(c in dist_samplers for c in index.class_choices(inline.func)) or _helper_sampler(index, inline)
+        ):
             candidates.append((f"{loader.name}.sampler", inline, [loader]))
     if not candidates:
         return
     epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
-    if not epoch_loops:
+    cycled = _cycled_loaders(index)
+    if not epoch_loops and not cycled:
         return  # one pass over the data: the order never repeats
-    repeated = _loaders_reused_across_epochs(index, epoch_loops)
+    repeated = {**cycled, **_loaders_reused_across_epochs(index, epoch_loops)}
     set_epoch = index.method_calls("set_epoch")
     if ctx.source.count("set_epoch") > len(set_epoch):
         return  # `getattr(sampler, "set_epoch")` or a similar indirect call
@@ -248,7 +292,8 @@ def _zero_test(index: Index, test: ast.AST) -> bool:
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
         left, right = test.left, test.comparators[0]
         if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod) and is_constant(right, 0):
-            return last_name(left.left) in index.vocab["rank"]["rank_names"]
+            # the first process of each node: never one process when only global-rank tests count
+            return last_name(left.left) in index.vocab["rank"]["rank_names"] and not index._global_only
         return False
     if isinstance(test, ast.BoolOp):
         if isinstance(test.op, ast.And):
@@ -304,22 +349,46 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
         path = kwarg(call, "f", 1)
         if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
             continue
+        runs_on = _EVERY_RANK
         if _main_process_only(index, call):
-            continue
+            with index.global_rank_only():
+                if _main_process_only(index, call):
+                    continue
+            runs_on = _EVERY_NODE  # `if local_rank == 0:`: one writer per node, all on the same path
         what = kwarg(call, "obj", 0)
         values = dict(
             variable=ctx.segment(what, 40) if what is not None else "the checkpoint",
             path=ctx.segment(path, 40) if path is not None else "",
             setup=ctx.segment(setup.func, 40),  # type: ignore[attr-defined]
+            runs_on=runs_on,
         )
+        where = _node_guard_site(index, call) if runs_on == _EVERY_NODE else call
         fn = _outermost_uncalled(index, call)
         if fn is not None:
             # `def save_networks(self, epoch): ... torch.save(...)`, called from nowhere in this file: another
             # file's training loop calls it, maybe under `if rank_0:`. The project pass decides.
-            ctx.leave("TD303-pending", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
+            ctx.leave("TD303-pending", {"function": fn.name, "line": where.lineno, "col": where.col_offset + 1,
                                         "values": values})
             continue
-        ctx.report(call, **values)
+        ctx.report(where, **values)
+
+
+def _node_guard_site(index: Index, node: ast.AST, depth: int = 0) -> ast.AST:
+    """Where a save that runs once per node is decided: the save itself under `if local_rank == 0:`, or the
+    call of the helper holding it (`if self.local_rank == 0: self._save_snapshot(epoch)`), which the fix changes."""
+    child = node
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.If) and child in anc.body and _zero_test(index, anc.test):
+            return node
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef):
+            callers = index.callers(anc)
+            return _node_guard_site(index, callers[0], depth + 1) if callers and depth < 4 else node
+        child = anc
+    return node
+
+
+_EVERY_RANK = "every rank"
+_EVERY_NODE = "the first process of every node (its guard tests the local rank, not the global one)"
 
 
 def _outermost_uncalled(index: Index, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -370,7 +439,11 @@ def _leave_guard(ctx: Context, call: ast.Call) -> None:
     q = index.resolve(call.func) or ""
     if q.split(".", 1)[0] in ("torch", "numpy", "np", "os", "logging", "wandb", "safetensors"):
         return
-    ctx.leave("call-guard", {"name": name, "guarded": _main_process_only(index, call)})
+    guarded = once = _main_process_only(index, call)
+    if guarded:
+        with index.global_rank_only():
+            once = _main_process_only(index, call)
+    ctx.leave("call-guard", {"name": name, "guarded": guarded, "once": once})
 
 
 @project("TD303")
@@ -381,14 +454,19 @@ def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     if not pending:
         return []
     guards: dict[str, list[bool]] = {}
+    once: dict[str, list[bool]] = {}  # guarded by a global-rank test, not only by `local_rank == 0`
     for _f, fact in project.facts("call-guard"):
         guards.setdefault(fact["name"], []).append(fact["guarded"])
+        once.setdefault(fact["name"], []).append(fact.get("once", fact["guarded"]))
     hits = []
     for f, fact in pending:
         seen = guards.get(fact["function"], [])
+        values = fact["values"]
         if seen and all(seen):
-            continue
-        hits.append(ProjectHit(f.path, fact["line"], fact["col"], fact["values"]))
+            if all(once[fact["function"]]):
+                continue
+            values = {**values, "runs_on": _EVERY_NODE}  # guarded by `local_rank == 0` at some call site
+        hits.append(ProjectHit(f.path, fact["line"], fact["col"], values))
     return hits
 
 
@@ -852,3 +930,4 @@ def _check_sync_choice(ctx: Context, loop: Loop, test: ast.expr, no_sync_if_true
         if (s_counter, s_modulus) == (counter, modulus) and s_equal and s_residue != residue:
             ctx.report(test, variable=ctx.segment(test, 50), step_call=ctx.segment(step, 40), line=step.lineno)
             return
+

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
@@ -34,9 +36,72 @@ def _body_holding(parent: ast.AST, stmt: ast.stmt) -> list[ast.stmt] | None:
 class Guards:
     """Rank-zero tests and the code they guard."""
 
+    # Set by `global_rank_only()`: local-rank tests (`local_rank == 0`, `is_local_main_process`) stop counting
+    # as rank-zero tests, because they are true on the first process of every node, not on one process.
+    _global_only: bool = False
+
+    @contextmanager
+    def global_rank_only(self) -> Iterator[None]:
+        """Within this block, only tests of the global rank guard code: TD303 asks whether a save that a
+        local-rank test guards still runs once per node."""
+        before = self._global_only
+        self._global_only = True
+        try:
+            yield
+        finally:
+            self._global_only = before
+
+    @contextmanager
+    def _any_rank(self) -> Iterator[None]:
+        before = self._global_only
+        self._global_only = False
+        try:
+            yield
+        finally:
+            self._global_only = before
+
+    def _local_only(self, expr: ast.AST) -> bool:
+        """A local rank: `args.local_rank`, `os.environ["LOCAL_RANK"]`, `get_local_rank()`, or a name assigned only
+        such values (`self.gpu_id = int(os.environ["LOCAL_RANK"])`). What a name holds decides over what it is
+        called: nnU-Net's `self.local_rank = 0 if not self.is_ddp else dist.get_rank()` is the global rank, and
+        so is a name the file hands to `init_process_group(rank=...)`."""
+        return self._locality(expr, 0) == "local"
+
+    def _locality(self, expr: ast.AST, depth: int) -> str | None:
+        """"local", "global" or None (a constant, or nothing known) for a rank expression."""
+        if isinstance(expr, ast.Call):
+            if isinstance(expr.func, ast.Name) and expr.func.id == "int" and expr.args:
+                return self._locality(expr.args[0], depth)
+            if last_name(expr.func) == "get" and expr.args:  # os.environ.get("LOCAL_RANK", 0)
+                return self._locality(expr.args[0], depth)
+            if last_name(expr.func) == "get_local_rank":
+                return "local"
+            return "global" if last_name(expr.func) in ("get_rank", "get_global_rank") else None
+        if isinstance(expr, ast.Subscript):
+            return self._locality(expr.slice, depth)
+        if isinstance(expr, ast.IfExp):
+            kinds = {self._locality(expr.body, depth), self._locality(expr.orelse, depth)} - {None}
+            return kinds.pop() if len(kinds) == 1 else ("global" if kinds else None)
+        if isinstance(expr, ast.Constant):
+            if isinstance(expr.value, str):
+                return "local" if expr.value in self.vocab["rank"]["local_rank_names"] else "global"
+            return None
+        name = dotted(expr)
+        if name is None:
+            return None
+        if name in self._rank_aliases():
+            return "global"
+        values = self._flag_values().get(name, []) if depth < 3 else []
+        kinds = {self._locality(v, depth + 1) for v in values} - {None}
+        if kinds:
+            return "local" if kinds == {"local"} else "global"
+        return "local" if last_name(expr) in self.vocab["rank"]["local_rank_names"] else None
+
     def _rank_expr(self, expr: ast.AST) -> bool:
         """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, ..."""
         names = self.vocab["rank"]["rank_names"]
+        if self._global_only and self._local_only(expr):
+            return False
         if isinstance(expr, ast.Call):
             if last_name(expr.func) in ("get_rank", "get_global_rank", "get_local_rank"):
                 return True
@@ -82,7 +147,10 @@ class Guards:
             values = self._flag_values().get(dotted(test) or "", [])
             return bool(values) and all(self.is_rank_zero_test(v, _depth + 1) for v in values)
         if isinstance(test, ast.IfExp):
-            return self.is_rank_zero_test(test.body, _depth) and self.is_rank_zero_test(test.orelse, _depth)
+            # `self.is_local_main if local_fs else self.is_main` (open_clip): one writer per node on purpose when
+            # each node has its own disk, so a choice between a local and a global test counts as a guard
+            with self._any_rank():
+                return self.is_rank_zero_test(test.body, _depth) and self.is_rank_zero_test(test.orelse, _depth)
         return False
 
     def _flag_values(self) -> dict[str, list[ast.expr]]:
@@ -119,6 +187,8 @@ class Guards:
                 return self._rank_expr(left) and values <= {0, -1} and 0 in values
             if isinstance(op, ast.Lt | ast.LtE):
                 return self._rank_expr(left) and (is_constant(right, 1) if isinstance(op, ast.Lt) else is_constant(right, 0))
+            return False
+        if self._global_only and last_name(test) in self.vocab["rank"]["local_main_process_names"]:
             return False
         return last_name(test) in main
 
