@@ -594,6 +594,8 @@ def load_without_map_location(node: ast.Module, ctx: Context) -> None:
         ctx.leave("torch-save-files", saved)
     for call in index.calls_to("torch.load"):
         _load_without_map_location(call, ctx)
+    for call in index.method_calls("load_from_checkpoint"):  # Lightning's classmethod: torch.load underneath
+        _load_without_map_location(call, ctx)
 
 
 @project("TD703")
@@ -625,14 +627,20 @@ def _file_templates(index: Index, path: ast.AST | None) -> set[str]:
 
 def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
-    if index.callee(node) != "torch.load":
+    lightning = last_name(node.func) == "load_from_checkpoint"
+    if index.callee(node) != "torch.load" and not lightning:
         return
     if kwarg(node, "map_location", 1) is not None or any(kw.arg is None for kw in node.keywords):
         return
-    reason = _may_change_device(ctx)
+    path = kwarg(node, "checkpoint_path" if lightning else "f", 0)
+    if lightning:
+        # Lightning maps CUDA storages to the CPU itself when no GPU is present (saving._default_map_location), so
+        # only the multi-process pile-up on the saving GPU, or a file the script maps elsewhere, makes a reason
+        reason = (_SEVERAL_RANKS if _lightning_ranks(index) else None) or _mapped_elsewhere(index, node, path)
+    else:
+        reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
     if reason is None:
         return
-    path = kwarg(node, "f", 0)
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
     if not several and _written_here(index, path):
         return  # a file this single-process script writes itself: saved and loaded by the same setup
@@ -647,6 +655,45 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
         ctx.leave("TD703", {"line": node.lineno, "col": node.col_offset + 1, "values": values, "files": sorted(files)})
         return
     ctx.report(node, **values)
+
+
+_SEVERAL_RANKS = ("every rank of this distributed script runs it: each rank first materialises the tensors on the GPU "
+                  "that saved them (usually cuda:0), piling copies onto one GPU")
+
+
+def _lightning_ranks(index: Index) -> bool:
+    """A Lightning script that runs as several processes: a distributed setup call, or a Trainer asked for a
+    DDP/FSDP/DeepSpeed strategy, several devices or several nodes."""
+    if index.calls_to("torch.distributed.init_process_group", *sorted(index.names["ddp"] | index.names["fsdp"])):
+        return True
+    for call in index.nodes(ast.Call):
+        if last_name(call.func) != "Trainer":  # type: ignore[attr-defined]
+            continue
+        for kw in call.keywords:  # type: ignore[attr-defined]
+            value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+            if kw.arg == "strategy" and isinstance(value, str) and any(w in value for w in ("ddp", "fsdp", "deepspeed")):
+                return True
+            if kw.arg in ("devices", "gpus", "num_nodes") and isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                return True
+            if kw.arg in ("devices", "gpus") and (value == -1 or isinstance(kw.value, ast.List | ast.Tuple) and len(kw.value.elts) > 1):
+                return True
+    return False
+
+
+def _mapped_elsewhere(index: Index, node: ast.Call, path: ast.AST | None) -> str | None:
+    """Another torch.load of the same file in this file maps it (nequip's resume: `torch.load(config.ckpt_path,
+    map_location="cpu")`, then `load_from_checkpoint(config.ckpt_path, ...)` without): the author knows the file
+    holds tensors of another device, and this load puts them back where they were saved."""
+    if path is None:
+        return None
+    for other in index.calls_to("torch.load"):
+        if other is node or kwarg(other, "map_location", 1) is None or _exclusive(index, node, other):
+            continue
+        if _same_path(index, path, kwarg(other, "f", 0)):
+            return (f"line {other.lineno} loads the same file with map_location, so it holds tensors saved on another "
+                    "device; this load puts them back on the GPU that saved them (on every rank of a multi-GPU run, "
+                    "that one GPU)")
+    return None
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:
@@ -825,3 +872,276 @@ def _model_roots(index: Index, model: str | None, at: ast.AST) -> set[str]:
         if root is not None:
             roots.add(root)
     return roots
+
+
+# -- TD706: a checkpoint saved unwrapped, loaded into the wrapper ------------------------------
+
+_SAVE_NAME = re.compile(r"save|checkpoint|snapshot", re.IGNORECASE)
+# A helper that reads this run's own checkpoint back (`load_checkpoint`, `resume_model`), not pretrained weights
+_LOAD_HELPER = re.compile(r"^(load|resume|restore)\w*(checkpoint|ckpt|resume|snapshot|restore)|^(resume|restore)", re.I)
+
+
+def _unwrapped_roots(index: Index, sites: dict[str, list[ast.AST | None]]) -> dict[str, str]:
+    """Models this file saves unwrapped: `model.module.state_dict()`, or the state_dict of a name bound to
+    `model.module if hasattr(model, "module") else model` (or `getattr(model, "module", model)`), in a function
+    that saves. The root (`model`, `self.model`) may be a DataParallel/DDP wrapper there; with the code shown.
+    `sites` gets the functions where each root is unwrapped."""
+    roots: dict[str, str] = {}
+    aliases: dict[str, tuple[str, ast.AST]] = {}  # alias -> (root, its value)
+    for stmt in index.nodes(ast.Assign):
+        value = stmt.value  # type: ignore[attr-defined]
+        root = _unwrap_of(value)
+        if root is not None:
+            for target in stmt.targets:  # type: ignore[attr-defined]
+                name = dotted(target)
+                if name is not None:
+                    aliases[name] = (root, value)
+    for call in index.method_calls("state_dict"):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        name = dotted(receiver)
+        if name is None:
+            continue
+        if name.endswith(".module") and isinstance(receiver, ast.Attribute):
+            root, shown = dotted(receiver.value), name
+        elif name in aliases:
+            root, shown = aliases[name][0], name
+        else:
+            continue
+        fn = index.function_of(call)
+        if root is not None and _saves_in(index, fn):
+            roots.setdefault(root, f"{shown}.state_dict()")
+            sites.setdefault(root, []).append(fn)
+    return roots
+
+
+def _unwrap_of(value: ast.AST) -> str | None:
+    """`m.module if <test> else m` and `getattr(m, "module", m)`: the root `m`."""
+    if isinstance(value, ast.IfExp):
+        body, other = dotted(value.body), dotted(value.orelse)
+        if body is not None and other is not None and body == f"{other}.module":
+            return other
+        if body is not None and other is not None and other == f"{body}.module":
+            return body
+    if isinstance(value, ast.Call) and last_name(value.func) == "getattr" and len(value.args) == 3:
+        obj, attr, default = value.args
+        if is_constant(attr, "module") and dotted(obj) is not None and dotted(obj) == dotted(default):
+            return dotted(obj)
+    return None
+
+
+def _saves_in(index: Index, fn: ast.AST | None) -> bool:
+    """Whether this function (or the module level) writes a checkpoint: torch.save or a save helper's call."""
+    for call in index.calls_in(fn):
+        if index.callee(call) == "torch.save" or _SAVE_NAME.search(last_name(call.func) or ""):
+            return True
+    return False
+
+
+def _loaded_into(index: Index, call: ast.Call, roots: dict[str, str]) -> str | None:
+    """The unwrapped-saved root that `call` loads a checkpoint into as it is: `model.load_state_dict(ckpt[...])`
+    with a loaded dict, or a load helper handed the model (`load_checkpoint(resume, self.model, optimizer)`)."""
+    name = last_name(call.func)
+    if name == "load_state_dict" and isinstance(call.func, ast.Attribute):
+        root = dotted(call.func.value)
+        if root in roots and call.args and _from_a_file(index, call.args[0], call):
+            return root
+        return None
+    if name and _LOAD_HELPER.match(name) and index.local_target(call) is None:
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if dotted(arg) in roots:
+                return dotted(arg)
+    return None
+
+
+def _from_a_file(index: Index, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """A state dict read from a file: `torch.load(...)`, a subscript of one, or a name bound to either."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Call):
+        return "load" in (last_name(expr.func) or "")
+    if isinstance(expr, ast.Name) and depth < 3:
+        values = index.definitions(expr.id, at)
+        return bool(values) and _from_a_file(index, values[-1], at, depth + 1)
+    return False
+
+
+def _same_object(index: Index, call: ast.Call, root: str, unwrapped_in: list[ast.AST | None]) -> bool:
+    """The load's `root` is the object the save unwrapped: a local name in the same function, or `self.x` in
+    the same class (a `net` of one method is not the `net` of another)."""
+    fn = index.function_of(call)
+    if not root.startswith("self."):
+        return fn in unwrapped_in
+    here = _class_around(index, call)
+    return here is not None and any(f is not None and _class_around(index, f) is here for f in unwrapped_in)
+
+
+def _class_around(index: Index, node: ast.AST) -> ast.ClassDef | None:
+    return next((a for a in index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+
+def _wraps(index: Index, stmt: ast.AST, root: str) -> bool:
+    """`model = DDP(model, ...)`, `self.model = nn.DataParallel(self.model)`, `model = make_data_parallel(model, ...)`."""
+    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
+        return False
+    if not any(dotted(t) == root for t in stmt.targets):
+        return False
+    value = stmt.value
+    wrappers = index.names["ddp"] | index.names["fsdp"]
+    if any(c in wrappers or c.endswith("DataParallel") for c in index.class_choices(value.func)):
+        return True
+    name = (last_name(value.func) or "").lower()
+    return any(w in name for w in ("parallel", "ddp", "distributed", "wrap")) and any(
+        dotted(a) == root for a in value.args)
+
+
+def _wrapped_after(index: Index, call: ast.AST, root: str, depth: int = 0) -> bool:
+    """The model is wrapped after this load, in the load's function or in a caller after its call: it was bare
+    when it was loaded (pytorch/examples' Trainer: `self._load_snapshot(path)`, then `self.model = DDP(...)`)."""
+    fn = index.function_of(call)
+    scope = fn if fn is not None else index.tree
+    if any(getattr(stmt, "lineno", 0) > call.lineno and _wraps(index, stmt, root)  # type: ignore[attr-defined]
+           for stmt in ast.walk(scope)):
+        return True
+    return fn is not None and depth < 2 and any(_wrapped_after(index, c, root, depth + 1) for c in index.callers(fn))
+
+
+def _handles_prefix(index: Index, call: ast.Call, root: str) -> bool:
+    """The load already copes with the wrapper: it sits under `isinstance(model, DDP)`/`hasattr(model, "module")`,
+    its function edits `module.` prefixes, or wraps the model only after loading."""
+    for anc in index.ancestors(call):
+        if isinstance(anc, ast.If) and any(
+            isinstance(n, ast.Call) and last_name(n.func) in ("isinstance", "hasattr") and n.args and dotted(n.args[0]) == root
+            for n in ast.walk(anc.test)
+        ):
+            return True
+    fn = index.function_of(call)
+    scope = fn if fn is not None else index.tree
+    for sub in ast.walk(scope):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "module." in sub.value and len(sub.value) < 12:
+            return True  # `k.replace("module.", "")`, `k.startswith("module.")`
+        if isinstance(sub, ast.Slice) and is_constant(sub.lower, 7) and sub.upper is None:
+            return True  # `key[7:]`: drops `module.`
+    return _wrapped_after(index, call, root)  # `model.load_state_dict(...)` then `model = DDP(model)`
+
+
+@rule("TD706", ast.Module)
+def unwrapped_checkpoint_loaded_into_wrapper(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    sites: dict[str, list[ast.AST | None]] = {}
+    roots = _unwrapped_roots(index, sites)
+    if not roots:
+        return
+    for call in index.nodes(ast.Call):
+        root = _loaded_into(index, call, roots)  # type: ignore[arg-type]
+        if root is None or not _same_object(index, call, root, sites[root]) or _handles_prefix(index, call, root):  # type: ignore[arg-type]
+            continue
+        ctx.report(call, variable=root, unwrapped=roots[root], prefix="-module.")
+
+
+# -- TD707: a resume that restores the weights and the epoch but not the optimizer --------------------
+
+
+def _writes_optimizer(ctx: Context) -> str | None:
+    """The optimizer this file writes into its checkpoints: inside what a torch.save writes
+    (`{"optimizer": optimizer.state_dict()}`), or handed to a save helper (`save_checkpoint(epoch, arch, model,
+    optimizer, ...)`)."""
+    index = ctx.index
+    for call in index.nodes(ast.Call):
+        name = last_name(call.func) or ""  # type: ignore[attr-defined]
+        if index.callee(call) == "torch.save":  # type: ignore[arg-type]
+            objects = [kwarg(call, "obj", 0)]  # type: ignore[arg-type]
+        elif "save" in name.lower() and "load" not in name.lower() and index.local_target(call) is None:  # type: ignore[arg-type]
+            objects = [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
+        else:
+            continue
+        for obj in objects:
+            found = saved_contents(ctx, obj, call) if obj is not None else None
+            values = found[0] if found else [obj] if obj is not None else []
+            for value in values:
+                for sub in ast.walk(value):
+                    if isinstance(sub, ast.Name | ast.Attribute) and index.kind_of(sub) == "optimizer":
+                        return dotted(sub)
+    return None
+
+
+def _reads_optimizer_back(index: Index) -> bool:
+    """Whether anything in the file restores optimizer state: `optimizer.load_state_dict(...)`, a load helper
+    handed the optimizer, `ckpt["optimizer"]` read back, or a framework that restores everything
+    (`accelerator.load_state`, Fabric's `load`)."""
+    for call in index.method_calls("load_state_dict"):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if index.kind_of(receiver) == "optimizer" or "optim" in (dotted(receiver) or "").lower():
+            return True
+    for call in index.nodes(ast.Call):
+        name = (last_name(call.func) or "").lower()  # type: ignore[attr-defined]
+        if name == "load_state" or (("load" in name or "resume" in name or "restore" in name) and any(
+            index.kind_of(a) == "optimizer" or "optim" in (dotted(a) or "").lower()
+            for a in [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
+            if isinstance(a, ast.Name | ast.Attribute)
+        )):
+            return True
+    for sub in ast.walk(index.tree):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and isinstance(sub.slice, ast.Constant):
+            key = sub.slice.value
+            if isinstance(key, str) and "optim" in key.lower():
+                return True
+    return False
+
+
+_EPOCH_WORD = re.compile(r"epoch|iteration|iters?\b|step", re.IGNORECASE)
+
+
+def _resume_loads(ctx: Context) -> list[tuple[ast.Call, str]]:
+    """Loads that resume training: the weights go back into a model and the epoch (or step) is read from the
+    same checkpoint. A load helper handed the model whose result gives the epoch (`model, sched, start_epoch =
+    load_checkpoint(model, chkpt_file=args.resume)`), or `model.load_state_dict(ckpt[...])` where the same
+    function reads `ckpt["epoch"]`. With the model's name."""
+    index = ctx.index
+    found: list[tuple[ast.Call, str]] = []
+    for stmt in index.nodes(ast.Assign):
+        value = stmt.value  # type: ignore[attr-defined]
+        if not isinstance(value, ast.Call) or index.local_target(value) is not None:
+            continue
+        name = (last_name(value.func) or "").lower()
+        if not (name.startswith(("load", "resume", "restore")) and ("checkpoint" in name or "ckpt" in name or "resume" in name)):
+            continue
+        targets = [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]  # type: ignore[attr-defined]
+        if not any(_EPOCH_WORD.search(t) for t in targets):
+            continue
+        model = next((dotted(a) for a in [*value.args, *(k.value for k in value.keywords)]
+                      if isinstance(a, ast.Name | ast.Attribute) and (index.kind_of(a) == "module" or looks_like_model(dotted(a) or ""))), None)
+        if model is not None:
+            found.append((value, model))
+    for call in index.method_calls("load_state_dict"):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if index.kind_of(receiver) == "optimizer" or not call.args:
+            continue
+        source = call.args[0]
+        while isinstance(source, ast.Subscript):
+            source = source.value
+        if not isinstance(source, ast.Name) or not _is_loaded_file(index, source, call):
+            continue
+        fn = index.function_of(call)
+        reads_epoch = any(
+            isinstance(sub, ast.Subscript) and dotted(sub.value) == source.id and isinstance(sub.slice, ast.Constant)
+            and isinstance(sub.slice.value, str) and _EPOCH_WORD.search(sub.slice.value)
+            for sub in ast.walk(fn if fn is not None else index.tree)
+        )
+        if reads_epoch and (index.kind_of(receiver) == "module" or looks_like_model(dotted(receiver) or "")):
+            found.append((call, dotted(receiver) or "the model"))
+    return found
+
+
+def _is_loaded_file(index: Index, name: ast.Name, at: ast.AST) -> bool:
+    values = index.definitions(name.id, at)
+    return bool(values) and isinstance(values[-1], ast.Call) and index.callee(values[-1]) == "torch.load"
+
+
+@rule("TD707", ast.Module)
+def resume_without_optimizer_state(node: ast.Module, ctx: Context) -> None:
+    index = ctx.index
+    optimizer = _writes_optimizer(ctx)
+    if optimizer is None or _stateless(index, optimizer) or _reads_optimizer_back(index):
+        return
+    for call, model in _resume_loads(ctx):
+        ctx.report(call, variable=model, optimizer=optimizer)
