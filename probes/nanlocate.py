@@ -38,6 +38,7 @@ to anomaly mode).
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import weakref
@@ -203,6 +204,8 @@ class Recorder:
         info: dict[str, Any] = {"op": op_name(func), "module": self.stack[-1] if self.stack else None}
         if site is not None:
             info.update(path=site[0], line=site[1], function=site[2])
+            if site[3]:
+                info["via_container"] = True
         return info
 
     def _map(self, node: Any, info: dict[str, Any]) -> None:
@@ -216,13 +219,21 @@ class Recorder:
             todo.extend(n for n, _ in getattr(current, "next_functions", ()))
 
 
-def _replayed_site(frame: Any) -> tuple[str, int, str] | None:
-    """The user's line of a replayed op; None when only library code sits between it and the replay."""
+_CONTAINER_CODE = f"{os.sep}torch{os.sep}nn{os.sep}modules{os.sep}container.py"
+
+
+def _replayed_site(frame: Any) -> tuple[str, int, str, bool] | None:
+    """The user's line of a replayed op, and whether a torch container (nn.Sequential) ran it: the user's line
+    then only called the container, and says nothing of which layer; None when only library code sits between
+    the op and the replay."""
+    via_container = False
     while frame is not None:
         if frame.f_code is _REPLAY_CODE:
             return None
-        if not is_library_file(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+        filename = frame.f_code.co_filename
+        if not is_library_file(filename):
+            return filename, frame.f_lineno, frame.f_code.co_name, via_container
+        via_container = via_container or filename.endswith(_CONTAINER_CODE)
         frame = frame.f_back
     return None
 
@@ -350,7 +361,10 @@ def _forward_result(recorder: Recorder) -> dict[str, Any]:
         result.update(module=bad["module"], module_type=bad["module_type"])
     if op is not None:
         result["op"] = op["op"]
-        if bad is None or op.get("module") == bad["module"] or (op.get("module") or "").startswith(bad["module"] + "."):
+        same = bad is None or op.get("module") == bad["module"] or (op.get("module") or "").startswith(bad["module"] + ".")
+        # an op that a torch layer inside a container ran is better named where that layer was built than at the
+        # script's line that called the container (a user forward calling `self.body(x)`)
+        if same and not (op.get("via_container") and bad is not None and bad.get("built")):
             result.update({k: op[k] for k in ("path", "line", "function") if k in op})
         if bad is None:
             result["module"] = op.get("module")
@@ -419,6 +433,11 @@ def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
     own = [p for p, owner in bad_params if owner == module]
     result = {"phase": "backward", "module": module, "op": culprit.get("op"), "reproduced": True,
               "parameter": own[0] if own else (bad_params[-1][0] if bad_params else None)}
-    result["module_type"] = next((e["module_type"] for e in recorder.finished if e["module"] == module), None)
-    result.update({k: culprit[k] for k in ("path", "line", "function") if k in culprit})
+    entry = next((e for e in recorder.finished if e["module"] == module), None)
+    result["module_type"] = entry["module_type"] if entry else None
+    if culprit.get("via_container") and entry and entry.get("built"):
+        result["path"], result["line"], result["function"] = entry["built"]
+        result["built_here"] = True
+    else:
+        result.update({k: culprit[k] for k in ("path", "line", "function") if k in culprit})
     return result

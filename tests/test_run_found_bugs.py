@@ -385,7 +385,8 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
 
 
 @pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
-                                           ("own", "return torch.log(x * 0)")])
+                                           ("own", "return torch.log(x * 0)"),
+                                           ("nested", "self.body = torch.nn.Sequential(")])
 def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_factory, validate_report, how, text):
     # a torch layer called by the container: the line that built it; the script's own module: its forward's op
     result = shared_run(tmp_path_factory, f"nan-in-sequential-{how}", "nan_in_sequential.py", "--fail-on", "never",
@@ -394,4 +395,4 @@ def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_fa
     found = result.symptoms("nan-loss")
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_in_sequential.py", text), found[0]
-    assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how == "layer"), found[0]
+    assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how != "own"), found[0]
