@@ -396,3 +396,20 @@ def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_fa
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_in_sequential.py", text), found[0]
     assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how != "own"), found[0]
+
+
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_model_train_called_inside_a_validation_block_is_named_at_that_call(tmp_path_factory, validate_report, how):
+    # model.eval() and then model.train() before the validation forwards: the train() call is the line to fix;
+    # the healthy twin calls model.train() after the validation and draws nothing
+    result = shared_run(tmp_path_factory, f"train-call-in-validation-{how}", "train_call_in_validation.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("eval-mode-missing")
+    if how == "healthy":
+        assert diagnosed(result) == [], result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("train_call_in_validation.py", "            model.train()")
+    assert found[0]["location"]["line"] == line, found[0]
+    assert f"model.train() on line {line}" in found[0]["evidence"][0]["summary"], found[0]
