@@ -372,6 +372,7 @@ def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assign
 @pytest.mark.parametrize(("how", "text", "severity"), [
     ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
     ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
+    ("handed", "optimizer = type(optimizer)(model.parameters()", "error"),
 ])
 def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factory, validate_report, how, text,
                                                                  severity):
@@ -381,7 +382,7 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
     found = result.symptoms("resume-optimizer-state-missing")
     assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
-    assert found[0]["evidence"][0]["values"]["how"] == ("replaced" if how == "replaced" else "never-loaded")
+    assert found[0]["evidence"][0]["values"]["how"] == ("never-loaded" if how == "never" else "replaced")
 
 
 @pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
