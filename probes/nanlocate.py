@@ -70,6 +70,9 @@ class Call:
     # step itself, so they are replayed through it but never blamed as the batch
     parameterless: bool = False
     order: int = 0  # when it was called in the step: replays run in the script's order
+    # the script's own loss function (probes/lossfuncs.py) this call ran instead of a module: replayed on
+    # copies of its arguments, forward only
+    function: Any = None
 
 
 def autocast_state(torch: Any) -> tuple[tuple[str, Any], ...]:
@@ -228,7 +231,7 @@ def _replayed_site(frame: Any) -> tuple[str, int, str, bool] | None:
     the op and the replay."""
     via_container = False
     while frame is not None:
-        if frame.f_code is _REPLAY_CODE:
+        if frame.f_code is _REPLAY_CODE or frame.f_code is _FUNCTION_REPLAY_CODE:
             return None
         filename = frame.f_code.co_filename
         if not is_library_file(filename):
@@ -272,6 +275,12 @@ class Replay:
         devices = self._devices()
         with torch.random.fork_rng(devices=devices):
             for call in self.calls:
+                if call.function is not None:
+                    if not with_grad:
+                        self._run_function(call, recorder)
+                    if recorder.first_op is not None and not with_grad:
+                        break
+                    continue
                 inner = unwrap(call.module)
                 saved = [(b, b.detach().clone()) for b in inner.buffers()]
                 handles = []
@@ -301,7 +310,31 @@ class Replay:
         return outputs
 
 
+    def _run_function(self, call: Call, recorder: Recorder) -> None:
+        """A loss function's call again, on copies of its tensors (it may write into them), under the op check."""
+        torch = self.torch
+        args, kwargs = _copied(call.args, torch), _copied(call.kwargs, torch)
+        with torch.no_grad(), unwatched(), contextlib.ExitStack() as regions:
+            for device, dtype in call.autocast:
+                regions.enter_context(torch.autocast(device, dtype=dtype))
+            with _ops_mode(torch, recorder), contextlib.redirect_stdout(None):
+                call.function(*args, **kwargs)
+
+
+def _copied(value: Any, torch: Any, depth: int = 0) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if depth > 4:
+        return value
+    if isinstance(value, dict):
+        return {k: _copied(v, torch, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_copied(v, torch, depth + 1) for v in value)
+    return value
+
+
 _REPLAY_CODE = Replay.run.__code__
+_FUNCTION_REPLAY_CODE = Replay._run_function.__code__
 
 
 def check_inputs(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any] | None:

@@ -414,3 +414,20 @@ def test_model_train_called_inside_a_validation_block_is_named_at_that_call(tmp_
     line = line_of("train_call_in_validation.py", "            model.train()")
     assert found[0]["location"]["line"] == line, found[0]
     assert f"model.train() on line {line}" in found[0]["evidence"][0]["summary"], found[0]
+
+
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_nan_made_in_the_scripts_own_loss_function_is_named_at_its_op(tmp_path_factory, validate_report, how):
+    # the model's outputs are finite: the loss function (a plain function, no module) is replayed on the step's
+    # own tensors and the 0/0 is named at its line; the guarded twin draws nothing and prints what it prints plain
+    result = shared_run(tmp_path_factory, f"nan-in-loss-function-{how}", "nan_in_loss_function.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 15" in result.stdout + result.stderr
+    if how == "healthy":
+        assert diagnosed(result) == [], result.report["symptoms"]
+        return
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_loss_function.py", "spec = (empty * free).sum() / count")
+    assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
