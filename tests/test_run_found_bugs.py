@@ -431,3 +431,19 @@ def test_nan_made_in_the_scripts_own_loss_function_is_named_at_its_op(tmp_path_f
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_in_loss_function.py", "spec = (empty * free).sum() / count")
     assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
+
+
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_losses_kept_on_a_callbacks_attribute_are_a_leak_named_in_its_class(tmp_path_factory, validate_report, how):
+    # the trainer's frame holds the callbacks (objects of the script's own class); one level into their attributes
+    # the list of graph-holding losses grows every step: named at the callback's `self.losses.append(...)`
+    result = shared_run(tmp_path_factory, f"callback-keeps-losses-{how}", "callback_keeps_losses.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("memory-growth")
+    if how == "healthy":  # loss.item() per step is a host sync (info), nothing else
+        assert not found and all(s["severity"] == "info" for s in result.report["symptoms"]), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("callback_keeps_losses.py", "self.losses.append("), found[0]
+    assert ".losses" in found[0]["evidence"][0]["summary"], found[0]
