@@ -313,12 +313,24 @@ class Replay:
     def _run_function(self, call: Call, recorder: Recorder) -> None:
         """A loss function's call again, on copies of its tensors (it may write into them), under the op check."""
         torch = self.torch
+        if not _plain(call.args, torch) or not _plain(call.kwargs, torch):
+            return  # a module, an optimizer or another object it could change for good: not replayed
         args, kwargs = _copied(call.args, torch), _copied(call.kwargs, torch)
         with torch.no_grad(), unwatched(), contextlib.ExitStack() as regions:
             for device, dtype in call.autocast:
                 regions.enter_context(torch.autocast(device, dtype=dtype))
             with _ops_mode(torch, recorder), contextlib.redirect_stdout(None):
                 call.function(*args, **kwargs)
+
+
+def _plain(value: Any, torch: Any, depth: int = 0) -> bool:
+    """Tensors, numbers, strings and None, in tuples, lists and dicts: what a copy fully separates from the script."""
+    if value is None or isinstance(value, (torch.Tensor, bool, int, float, complex, str, bytes)):
+        return True
+    if depth > 4 or type(value) not in (list, tuple, dict):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return all(_plain(v, torch, depth + 1) for v in items)
 
 
 def _copied(value: Any, torch: Any, depth: int = 0) -> Any:

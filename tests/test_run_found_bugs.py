@@ -447,3 +447,23 @@ def test_losses_kept_on_a_callbacks_attribute_are_a_leak_named_in_its_class(tmp_
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("callback_keeps_losses.py", "self.losses.append("), found[0]
     assert ".losses" in found[0]["evidence"][0]["summary"], found[0]
+
+
+def test_a_loss_function_replay_runs_only_on_copies_of_plain_arguments():
+    # a function handed a module or an optimizer (an EMA update) could change them for good: never replayed;
+    # tensors in tuples, lists and dicts are copied, so an in-place op of the replay leaves the script's alone
+    import torch
+
+    from torchdoctor.probes.nanlocate import _copied, _plain
+
+    ema = torch.nn.Linear(2, 2)
+    assert not _plain((ema, torch.ones(2)), torch)
+    assert not _plain({"opt": torch.optim.SGD(ema.parameters(), lr=0.1)}, torch)
+    pred, target = torch.ones(3), torch.zeros(3)
+    args = (pred, [target, 2.0], {"weight": torch.ones(1), "name": "geo"}, None)
+    assert _plain(args, torch)
+    copies = _copied(args, torch)
+    copies[0].mul_(0)
+    copies[1][0].add_(5)
+    assert pred.eq(1).all() and target.eq(0).all()
+    assert copies[2]["name"] == "geo" and copies[1][1] == 2.0 and copies[3] is None
