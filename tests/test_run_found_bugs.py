@@ -467,3 +467,21 @@ def test_a_loss_function_replay_runs_only_on_copies_of_plain_arguments():
     copies[1][0].add_(5)
     assert pred.eq(1).all() and target.eq(0).all()
     assert copies[2]["name"] == "geo" and copies[1][1] == 2.0 and copies[3] is None
+
+
+@pytest.mark.parametrize("how", ["bug", "gradcache", "pseudo"])
+def test_a_term_built_on_an_integer_copy_made_a_leaf_again_is_non_differentiable(tmp_path_factory, validate_report,
+                                                                                  how):
+    # an integer cast cuts the graph like detach(); through NumPy and back, made a leaf that requires grad, the
+    # term reaches that leaf only: non-differentiable at the cast. GradCache reads the leaf's .grad and sends it
+    # back by hand; pseudo-labels are a target: both quiet
+    result = shared_run(tmp_path_factory, f"integer-cut-{how}", "integer_cut_term.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("non-differentiable")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("integer_cut_term.py", "rounded = out.int()"), found[0]
+    assert found[0]["evidence"][0]["values"]["rebuilt_leaf"] is True, found[0]
