@@ -315,6 +315,9 @@ class Replay:
         torch = self.torch
         if not _plain(call.args, torch) or not _plain(call.kwargs, torch):
             return  # a module, an optimizer or another object it could change for good: not replayed
+        if not any(t.requires_grad for _, t in tensors_in((call.args, call.kwargs), torch)):
+            return  # no prediction among its inputs: a data helper (`get_batch('train')`), maybe one that advances
+            # an iterator, not a loss
         args, kwargs = _copied(call.args, torch), _copied(call.kwargs, torch)
         with torch.no_grad(), unwatched(), contextlib.ExitStack() as regions:
             for device, dtype in call.autocast:
