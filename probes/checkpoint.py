@@ -94,6 +94,7 @@ class CheckpointProbe(Probe):
         # state next to weights a model then took; judged once, at the first optimizer step.
         self.restored: list[tuple[weakref.ref, str, list[tuple[str, int, str, Any]]]] = []
         self.built_after: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.replaced_in_place: set[int] = set()  # optimizers built where a restored one was in a local variable
         self.loaded_optimizer_state: dict[str, Any] | None = None  # the first load holding optimizer state
         self.model_restore_site: dict[str, Any] | None = None
         self.resume_checked = False
@@ -369,10 +370,26 @@ class CheckpointProbe(Probe):
                     probe.built_after[optimizer] = _user_stack()
                 except TypeError:
                     pass
+                else:
+                    # built in a function that was handed the restored optimizer (a training loop given
+                    # `optimizer` that builds its own from its class): that line throws the restored state away
+                    if probe._holds_restored(sys._getframe(1)):
+                        probe.replaced_in_place.add(id(optimizer))
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
         __init__.__doc__ = original.__doc__
         return transparent(__init__)
+
+    def _holds_restored(self, frame: Any) -> bool:
+        """Whether the user's frame that built an optimizer holds, in a local variable, one the script restored."""
+        from torchdoctor.probes.userframes import is_library_file
+
+        while frame is not None and is_library_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None or frame.f_code.co_name == "<module>":
+            return False  # module level: the script's own variables, not a function handed the optimizer
+        restored = [ref() for ref, _, _ in self.restored]
+        return any(value is r for value in list(frame.f_locals.values())[:64] for r in restored if r is not None)
 
     def before_step(self, step: int, optimizer: Any) -> None:
         if self.resume_checked:
@@ -385,9 +402,13 @@ class CheckpointProbe(Probe):
         if restored:
             kind, stack = restored[-1]
             built = self.built_after.get(optimizer)
+            if id(optimizer) in self.replaced_in_place:
+                built_site = _as_site(built or [])
+            else:
+                built_site = _as_site(_shared_call(stack, built) or (built or []))
             self._emit("resume-optimizer-empty", how="replaced", restored_type=kind,
                        stepping_type=type(optimizer).__name__, restored_site=_as_site(stack),
-                       built_site=_as_site(_shared_call(stack, built) or (built or [])), at_step=step)
+                       built_site=built_site, at_step=step)
         elif self.loaded_optimizer_state is not None and self.model_restore_site is not None:
             self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),

@@ -1,4 +1,4 @@
-"""A loss term cut off by `.detach()` / `.data`: a constant added to a loss that still trains.
+"""A loss term cut off by `.detach()` / `.data` (or an integer copy): a constant added to a loss that still trains.
 
 `loss = rec_loss + adv_loss` where `adv_loss` was computed from `D(fake).detach()`: the sum still has a
 gradient (from `rec_loss`), every parameter still gets one, so the gradient-flow check sees nothing — but the
@@ -18,6 +18,11 @@ to a tensor with a graph marks the result as holding a cut-off term, and that ma
 backward of a marked loss is judged at the next optimizer step: does the graph the detach cut reach that
 optimizer's parameters? Then `detached-summand` is written with the detach's line.
 
+The same holds for a value cut by an integer copy (`flow.int()`, I2D-Loc #8), followed through a NumPy round trip
+(`.numpy()` then `torch.tensor(...)`), and for a term built on such a constant that the script then made a leaf
+requiring grad (`pts.requires_grad = True`): its gradient ends at that new leaf, never at the parameters the values
+came from — unless the script reads that leaf's `.grad` (sending it back by hand, as GradCache does).
+
 Cost: one iteration under the mode (a dictionary lookup per tensor argument of each op once something was
 detached), only when a step takes under `detached_max_step_s`; nothing otherwise.
 """
@@ -34,6 +39,8 @@ from torchdoctor.probes.sites import here
 
 ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
 JOINS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack"}  # a detached part joined to live ones
+INT_CASTS = {"int", "long", "short", "to", "type"}  # an integer copy of a value with a graph: a cut
+FROM_ARRAYS = {"tensor", "from_numpy", "as_tensor"}  # back from NumPy: the array's mark carries over
 MAX_FED = 16
 MAX_NODES = 4000
 MAX_ORIGINS = 32
@@ -60,6 +67,12 @@ class DetachedSummands:
         self.fed_optimizer_params = 0
         self.fed_step = 0
         self.hooks: list[Any] = []
+        # NumPy arrays made from marked tensors (`.int().cpu().numpy()`): id -> (the array, its mark)
+        self.arrays: dict[int, tuple[Any, tuple[str, frozenset[int]]]] = {}
+        # marked constants later made to require grad (`pts.requires_grad = True`), by origin: a loss term built
+        # on one reaches that new leaf only, not the parameters its values came from
+        self.rebuilt: dict[int, list[weakref.ref]] = {}
+        self.grad_read: set[int] = set()  # origins whose rebuilt leaf's .grad the script read (GradCache)
 
     # -- the step under watch ------------------------------------------------------------------------
 
@@ -73,6 +86,9 @@ class DetachedSummands:
         self.marks = WeakTensorKeyDictionary()
         self.origins = []
         self.pending = []
+        self.arrays = {}
+        self.rebuilt = {}
+        self.grad_read = set()
 
         class DetachedWatch(TorchFunctionMode):
             def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -112,6 +128,8 @@ class DetachedSummands:
         self.marks = None
         self.origins = []
         self.pending = []
+        self.arrays = {}
+        self.rebuilt = {}
 
     def tidy(self) -> None:
         """Pop the mode when it is the innermost one; under a mode the script entered later (a `with
@@ -125,6 +143,29 @@ class DetachedSummands:
     def _follow(self, func: Any, args: Any, out: Any) -> Any:
         tensor = self.torch.Tensor
         name = getattr(func, "__name__", "")
+        if name == "__get__" and self.rebuilt and args and getattr(getattr(func, "__self__", None), "__name__", "") \
+                == "grad":
+            for index, refs in self.rebuilt.items():  # a rebuilt leaf whose gradient the script uses itself
+                if any(ref() is args[0] for ref in refs):
+                    self.grad_read.add(index)
+            return out
+        if name in INT_CASTS and args and isinstance(args[0], tensor) and isinstance(out, tensor) \
+                and args[0].grad_fn is not None and not (out.is_floating_point() or out.is_complex()) \
+                and len(self.origins) < MAX_ORIGINS and self.marks.get(args[0]) is None:
+            # `flow.int()`: an integer copy of a value with a graph is as cut from it as a detach()
+            self.origins.append({"site": here(), "node": args[0].grad_fn, "how": f"{name}()"})
+            self.marks[out] = ("const", frozenset([len(self.origins) - 1]))
+            return out
+        if self.origins and name == "numpy" and args and isinstance(args[0], tensor):
+            mark = self.marks.get(args[0])
+            if mark is not None and mark[0] == "const" and len(self.arrays) < MAX_ORIGINS:
+                self.arrays[id(out)] = (out, mark)  # the array keeps the mark through NumPy
+            return out
+        if self.arrays and name in FROM_ARRAYS and args and isinstance(out, tensor):
+            kept = self.arrays.get(id(args[0]))
+            if kept is not None and kept[0] is args[0]:
+                self.marks[out] = kept[1]
+            return out
         if name in ("detach", "__get__") and args and isinstance(args[0], tensor) and isinstance(out, tensor):
             # Tensor.detach() or the .data getter of a tensor with a graph (not a leaf's: p.data is an update)
             source = args[0]
@@ -141,12 +182,26 @@ class DetachedSummands:
             if mark is not None:
                 return CutFloat.of(out, mark[1])
             return out
-        if not isinstance(out, tensor) or not self.origins:
+        if not self.origins:
             return out  # nothing detached yet: nothing to follow
+        if isinstance(out, tuple) and not isinstance(out, tensor):
+            # several outputs (torch.linalg.lstsq's named tuple, torch.max's values and indices): each one
+            for item in out[:8]:
+                if isinstance(item, tensor):
+                    self._mark(name, args, item)
+            return out
+        if not isinstance(out, tensor):
+            return out
+        return self._mark(name, args, out)
+
+    def _mark(self, name: str, args: Any, out: Any) -> Any:
+        """The mark an op's tensor output takes from its arguments'."""
+        tensor = self.torch.Tensor
         const: set[int] = set()
         mixed: set[int] = set()
         scalar_const = False
         flat = [item for arg in args for item in (arg if isinstance(arg, (list, tuple)) else (arg,))]
+        rebuilt: set[int] = set()
         for arg in flat:  # torch.cat([...]) takes its tensors in a list
             if isinstance(arg, CutFloat):
                 const |= arg.origins
@@ -159,9 +214,18 @@ class DetachedSummands:
                 continue
             if mark[0] == "mixed":
                 mixed |= mark[1]
+            elif arg.requires_grad and arg.grad_fn is None:
+                rebuilt |= mark[1]  # a cut-off constant the script made a leaf that requires grad
+                for index in mark[1]:
+                    refs = self.rebuilt.setdefault(index, [])
+                    if len(refs) < 4 and not any(ref() is arg for ref in refs):
+                        refs.append(weakref.ref(arg))
             else:
                 const |= mark[1]
                 scalar_const = scalar_const or arg.numel() == 1
+        if rebuilt and out.requires_grad:
+            self.marks[out] = ("mixed", frozenset(rebuilt | mixed))  # the term's graph ends at that new leaf
+            return out
         if not const and not mixed:
             return out
         if not out.requires_grad:
@@ -259,6 +323,8 @@ class DetachedSummands:
             return
         params = {id(p) for g in optimizer.param_groups for p in g["params"]}
         for index in sorted(set().union(*pending)):
+            if index in self.grad_read:
+                continue  # the rebuilt leaf's gradient is used by the script (sent back by hand: GradCache)
             origin = self.origins[index]
             site = origin.get("site")
             key = (site or {}).get("path"), (site or {}).get("line")
@@ -267,8 +333,11 @@ class DetachedSummands:
             reached = _parameters_reached(origin["node"], params)
             if reached:
                 self.reported.add(key)
+                extra = {"cut": origin["how"]} if origin.get("how") else {}
+                if index in self.rebuilt:
+                    extra["rebuilt_leaf"] = True
                 self.emit("detached-summand", site=site, at_step=step, parameters_reached=reached,
-                          optimizer_parameters=len(params), node=origin["node"].name())
+                          optimizer_parameters=len(params), node=origin["node"].name(), **extra)
 
 
 _ARMED = [False]  # read by CutFloat's arithmetic: marks are kept only during the watched step

@@ -9,6 +9,9 @@ survive into the next step. For each name that holds
   storage bytes — `total_loss += loss` shows up as a node count that grows
   every step while the bytes stay flat;
 - a big tensor (≥ 1 MiB) without a graph: its bytes (`cache = cat([cache, x])`);
+- an object of one of the script's own classes (a callback, a meter), or a short list of them: its
+  attributes, one level down, as holders named `history.losses` (the analysis finds the line that grows
+  them in that class);
 - a list / tuple / deque / dict of tensors, or of dicts of tensors (one level
   down): its length, and from a sample of elements at both ends an estimate of
   the tensors, graph-holding tensors and bytes it keeps (`history.append(out)`,
@@ -21,14 +24,18 @@ current line, so the parent can find the line that accumulates into it.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import deque
 from types import FrameType
 from typing import Any
 
 from torchdoctor.probes.census import MIB, TensorTypes, count_graph_nodes, storage_key_and_bytes
+from torchdoctor.probes.userframes import is_library_file
 
 BIG_TENSOR = MIB
+MAX_OBJECTS = 8  # objects of the script's classes looked into per list (a trainer's callbacks)
+MAX_ATTRIBUTES = 64  # attributes looked at per such object
 _MARK = "torchdoctor.carried"
 
 
@@ -47,6 +54,8 @@ class HolderScan:
         self.sample = sample
         self.top = top
         self._marks: dict[tuple, list[weakref.ref]] = {}  # the previous scan's graph roots, by holder
+        self._own: dict[type, bool] = {}  # class -> defined in the script's own code
+        self._class_file: dict[type, str] = {}
 
     def scan(self, frames: list[FrameType], owners: list[tuple[Any, dict[str, Any]]] = ()) -> list[dict[str, Any]]:
         """`owners`: objects whose attributes are scanned as `self.<name>` of the user's method named by its
@@ -116,20 +125,52 @@ class HolderScan:
                 marks[key] = refs
         self._marks = marks
 
-    def _consider(self, name, scope, value, where, found, walked, seen_values) -> None:
+    def _consider(self, name, scope, value, where, found, walked, seen_values, depth: int = 0) -> None:
         if id(value) in seen_values:
             return
         if self.is_tensor(value):
             record = self._tensor(value, walked)
         elif type(value) in _CONTAINERS and len(value) > 0:
             record = self._container(value, walked)
+            if record is None and depth == 0 and type(value) in (list, tuple) and len(value) <= MAX_OBJECTS:
+                # a few objects of the script's own classes (a trainer's callbacks): their attributes
+                for i, item in enumerate(value):
+                    self._inside(f"{name}[{i}]", item, where, found, walked, seen_values)
+                return
         else:
+            if depth == 0:
+                self._inside(name, value, where, found, walked, seen_values)
             return
         if record is None:
             return
         seen_values.add(id(value))
         record.update(name=name, scope=scope, **where)
         found.append(record)
+
+    def _inside(self, name, value, where, found, walked, seen_values) -> None:
+        """The attributes of an object of one of the script's own classes (a callback keeping `self.losses`),
+        one level down; the class is where the analysis looks for the line that accumulates into them."""
+        cls = type(value)
+        if not self._own_class(cls):
+            return
+        attrs = getattr(value, "__dict__", None)
+        if not isinstance(attrs, dict) or id(value) in seen_values:
+            return
+        seen_values.add(id(value))
+        for attr, item in list(attrs.items())[:MAX_ATTRIBUTES]:
+            inner = {**where, "class_path": self._class_file.get(cls), "class_name": cls.__name__, "attribute": attr}
+            self._consider(f"{name}.{attr}", "object", item, inner, found, walked, seen_values, depth=1)
+
+    def _own_class(self, cls: type) -> bool:
+        known = self._own.get(cls)
+        if known is None:
+            module = sys.modules.get(getattr(cls, "__module__", "") or "")
+            path = getattr(module, "__file__", None)
+            known = bool(path) and not is_library_file(path) and not issubclass(cls, type)
+            self._own[cls] = known
+            if known:
+                self._class_file[cls] = path
+        return known
 
     def _nodes(self, grad_fn: Any, walked: dict) -> tuple[int, bool]:
         key = id(grad_fn)

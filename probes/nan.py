@@ -83,6 +83,7 @@ from array import array
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.lossfuncs import LossFunctions
 from torchdoctor.probes.models import ModelMap, is_compiled
 from torchdoctor.probes.nanlocate import (
     BUILT,
@@ -193,6 +194,11 @@ class NanProbe(Probe):
         self.stepped_once = False
         self.nonfinite_streak = 0
 
+        # the script's own loss functions (probes/lossfuncs.py): found in one step's loss computation after
+        # `loss_functions_step`, then their calls are kept for a replay like a top-level module's
+        self.loss_functions = LossFunctions(torch, self._function_call)
+        self.loss_functions_step = int(opt.get("loss_functions_step", 2))
+        self.loss_functions_max_step_s = float(opt.get("loss_functions_max_step_s", 1.0))
         self.backward = backward_watch(torch)
         self.backward.subscribe(self, self._before_backward)
         self.data = data_watch(torch)
@@ -306,6 +312,15 @@ class NanProbe(Probe):
         self.call_gen[id(module)] = self.backward.calls
         self._spent += time.perf_counter() - started
 
+    def _function_call(self, function: Any, args: tuple, kwargs: dict) -> None:
+        if not self.enabled or self.torch.compiler.is_compiling():
+            return
+        self._order += 1
+        regions = autocast_state(self.torch) if self.torch._C._is_any_autocast_enabled() else ()
+        self.calls[id(function)] = Call(None, args, kwargs, autocast=regions, parameterless=True, order=self._order,
+                                        function=function)
+        self.call_gen[id(function)] = self.backward.calls
+
     def _current_calls(self, generation: int) -> list[Call]:
         found = [c for mid, c in self.calls.items() if self.call_gen.get(mid) == generation and c.args is not None]
         return sorted(found, key=lambda c: c.order)
@@ -315,6 +330,10 @@ class NanProbe(Probe):
     def _before_backward(self, tensors: Any) -> None:
         started = time.perf_counter()
         try:
+            if self.loss_functions.armed:
+                self.loss_functions.disarm(sys._getframe(1))
+                if self.loss_functions.wrapped:
+                    self.emit("loss-functions", functions=self.loss_functions.wrapped)
             self._check_loss(tensors)
         finally:
             self._spent += time.perf_counter() - started
@@ -595,6 +614,9 @@ class NanProbe(Probe):
         self.stepped_once = True
         if step % self.param_every == 0:
             self._check_params(step)
+        if step == self.loss_functions_step and self.names is not None and not self.localised \
+                and 0 < self._step_s < self.loss_functions_max_step_s and not self._compiled_anything():
+            self.loss_functions.arm()  # the next loss computation, until its backward
         if step > 1 and not self.localised:  # the steady state: discovery and localisation are one-offs
             self._costs.append(self._spent + time.perf_counter() - now)
         self._spent = 0.0
@@ -697,6 +719,8 @@ class NanProbe(Probe):
     # -- the end -------------------------------------------------------------------------------------
 
     def finish(self, reason: str) -> None:
+        if self.loss_functions.armed:
+            self.loss_functions.disarm(None)  # no backward came after the watched step
         try:
             self._drain()
         except Exception:  # noqa: BLE001 - a failed device at exit must not hide the summary

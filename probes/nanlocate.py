@@ -38,6 +38,7 @@ to anomaly mode).
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import weakref
@@ -69,6 +70,9 @@ class Call:
     # step itself, so they are replayed through it but never blamed as the batch
     parameterless: bool = False
     order: int = 0  # when it was called in the step: replays run in the script's order
+    # the script's own loss function (probes/lossfuncs.py) this call ran instead of a module: replayed on
+    # copies of its arguments, forward only
+    function: Any = None
 
 
 def autocast_state(torch: Any) -> tuple[tuple[str, Any], ...]:
@@ -203,6 +207,8 @@ class Recorder:
         info: dict[str, Any] = {"op": op_name(func), "module": self.stack[-1] if self.stack else None}
         if site is not None:
             info.update(path=site[0], line=site[1], function=site[2])
+            if site[3]:
+                info["via_container"] = True
         return info
 
     def _map(self, node: Any, info: dict[str, Any]) -> None:
@@ -216,13 +222,21 @@ class Recorder:
             todo.extend(n for n, _ in getattr(current, "next_functions", ()))
 
 
-def _replayed_site(frame: Any) -> tuple[str, int, str] | None:
-    """The user's line of a replayed op; None when only library code sits between it and the replay."""
+_CONTAINER_CODE = f"{os.sep}torch{os.sep}nn{os.sep}modules{os.sep}container.py"
+
+
+def _replayed_site(frame: Any) -> tuple[str, int, str, bool] | None:
+    """The user's line of a replayed op, and whether a torch container (nn.Sequential) ran it: the user's line
+    then only called the container, and says nothing of which layer; None when only library code sits between
+    the op and the replay."""
+    via_container = False
     while frame is not None:
-        if frame.f_code is _REPLAY_CODE:
+        if frame.f_code is _REPLAY_CODE or frame.f_code is _FUNCTION_REPLAY_CODE:
             return None
-        if not is_library_file(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+        filename = frame.f_code.co_filename
+        if not is_library_file(filename):
+            return filename, frame.f_lineno, frame.f_code.co_name, via_container
+        via_container = via_container or filename.endswith(_CONTAINER_CODE)
         frame = frame.f_back
     return None
 
@@ -261,6 +275,12 @@ class Replay:
         devices = self._devices()
         with torch.random.fork_rng(devices=devices):
             for call in self.calls:
+                if call.function is not None:
+                    if not with_grad:
+                        self._run_function(call, recorder)
+                    if recorder.first_op is not None and not with_grad:
+                        break
+                    continue
                 inner = unwrap(call.module)
                 saved = [(b, b.detach().clone()) for b in inner.buffers()]
                 handles = []
@@ -290,7 +310,46 @@ class Replay:
         return outputs
 
 
+    def _run_function(self, call: Call, recorder: Recorder) -> None:
+        """A loss function's call again, on copies of its tensors (it may write into them), under the op check."""
+        torch = self.torch
+        if not _plain(call.args, torch) or not _plain(call.kwargs, torch):
+            return  # a module, an optimizer or another object it could change for good: not replayed
+        if not any(t.requires_grad for _, t in tensors_in((call.args, call.kwargs), torch)):
+            return  # no prediction among its inputs: a data helper (`get_batch('train')`), maybe one that advances
+            # an iterator, not a loss
+        args, kwargs = _copied(call.args, torch), _copied(call.kwargs, torch)
+        with torch.no_grad(), unwatched(), contextlib.ExitStack() as regions:
+            for device, dtype in call.autocast:
+                regions.enter_context(torch.autocast(device, dtype=dtype))
+            with _ops_mode(torch, recorder), contextlib.redirect_stdout(None):
+                call.function(*args, **kwargs)
+
+
+def _plain(value: Any, torch: Any, depth: int = 0) -> bool:
+    """Tensors, numbers, strings and None, in tuples, lists and dicts: what a copy fully separates from the script."""
+    if value is None or isinstance(value, (torch.Tensor, bool, int, float, complex, str, bytes)):
+        return True
+    if depth > 4 or type(value) not in (list, tuple, dict):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return all(_plain(v, torch, depth + 1) for v in items)
+
+
+def _copied(value: Any, torch: Any, depth: int = 0) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if depth > 4:
+        return value
+    if isinstance(value, dict):
+        return {k: _copied(v, torch, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_copied(v, torch, depth + 1) for v in value)
+    return value
+
+
 _REPLAY_CODE = Replay.run.__code__
+_FUNCTION_REPLAY_CODE = Replay._run_function.__code__
 
 
 def check_inputs(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any] | None:
@@ -350,7 +409,10 @@ def _forward_result(recorder: Recorder) -> dict[str, Any]:
         result.update(module=bad["module"], module_type=bad["module_type"])
     if op is not None:
         result["op"] = op["op"]
-        if bad is None or op.get("module") == bad["module"] or (op.get("module") or "").startswith(bad["module"] + "."):
+        same = bad is None or op.get("module") == bad["module"] or (op.get("module") or "").startswith(bad["module"] + ".")
+        # an op that a torch layer inside a container ran is better named where that layer was built than at the
+        # script's line that called the container (a user forward calling `self.body(x)`)
+        if same and not (op.get("via_container") and bad is not None and bad.get("built")):
             result.update({k: op[k] for k in ("path", "line", "function") if k in op})
         if bad is None:
             result["module"] = op.get("module")
@@ -419,6 +481,11 @@ def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
     own = [p for p, owner in bad_params if owner == module]
     result = {"phase": "backward", "module": module, "op": culprit.get("op"), "reproduced": True,
               "parameter": own[0] if own else (bad_params[-1][0] if bad_params else None)}
-    result["module_type"] = next((e["module_type"] for e in recorder.finished if e["module"] == module), None)
-    result.update({k: culprit[k] for k in ("path", "line", "function") if k in culprit})
+    entry = next((e for e in recorder.finished if e["module"] == module), None)
+    result["module_type"] = entry["module_type"] if entry else None
+    if culprit.get("via_container") and entry and entry.get("built"):
+        result["path"], result["line"], result["function"] = entry["built"]
+        result["built_here"] = True
+    else:
+        result.update({k: culprit[k] for k in ("path", "line", "function") if k in culprit})
     return result

@@ -65,7 +65,7 @@ MIB = 2**20
 
 class _Forward:
     __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
-                 "stack", "mode", "module", "backward_site", "updated", "after_eval")
+                 "stack", "mode", "module", "backward_site", "updated", "after_eval", "train_call")
 
     def __init__(self) -> None:
         self.trained = False
@@ -78,6 +78,7 @@ class _Forward:
         self.backward_site: tuple[str, int, str] | None = None
         self.updated: bool | None = None  # eval mode only: does the optimizer step that follows update this model
         self.after_eval = False  # eval mode only: an evaluation-like forward ran since the model was in train mode
+        self.train_call: tuple[str, int, str] | None = None  # a model.train() call made after model.eval()
 
 
 class ValidationProbe(Probe):
@@ -126,6 +127,13 @@ class ValidationProbe(Probe):
         # model.eval() is the line a model left in eval mode comes from. Module.eval is called once per phase
         # (not recursively: it calls train(False)), so wrapping it costs nothing per step.
         self.eval_calls: dict[int, tuple[str, int, str] | None] = {}
+        # model.train() calls between a model.eval() and the next backward: a validation block that switches the
+        # model back to training mode before its forwards is named at that call. Module.train recurses into every
+        # child, so it is watched only in that window (from eval() to the next backward), never during training.
+        self.train_calls: dict[int, tuple[str, int, str] | None] = {}
+        self.train_original = torch.nn.Module.train
+        self.train_wrapper = self._wrap_train(self.train_original)
+        self.train_watched = False
         torch.nn.Module.eval = self._wrap_eval(torch.nn.Module.eval)
 
     def _wrap_eval(self, original: Any) -> Any:
@@ -134,11 +142,40 @@ class ValidationProbe(Probe):
         def eval(module: Any) -> Any:  # noqa: A001 - it stands for Module.eval
             if probe.enabled and len(probe.eval_calls) < 256:
                 probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
+            if probe.enabled and not probe.train_watched:
+                probe._watch_train(True)
             return original(module)
 
         eval.__wrapped__ = original  # type: ignore[attr-defined]
         eval.__doc__ = original.__doc__
         return transparent(eval)
+
+    def _wrap_train(self, original: Any) -> Any:
+        probe = self
+        own_code = original.__code__
+
+        def train(module: Any, mode: bool = True) -> Any:
+            if mode and probe.enabled and len(probe.train_calls) < 256:
+                caller = sys._getframe(1)
+                if caller.f_code is not own_code:  # not train()'s own recursion into the children
+                    probe.train_calls[id(module)] = probe._site(caller)
+            return original(module, mode)
+
+        train.__wrapped__ = original  # type: ignore[attr-defined]
+        train.__doc__ = original.__doc__
+        return transparent(train)
+
+    def _watch_train(self, on: bool) -> None:
+        module_class = self.torch.nn.Module
+        if on:
+            if module_class.train is self.train_original:
+                module_class.train = self.train_wrapper
+                self.train_watched = True
+        else:
+            if module_class.train is self.train_wrapper:  # unless someone patched it since
+                module_class.train = self.train_original
+            self.train_watched = False
+            self.train_calls.clear()
 
     # -- per forward ---------------------------------------------------------------------------
 
@@ -194,6 +231,8 @@ class ValidationProbe(Probe):
         else:
             self.since_eval.discard(rec.model)
         rec.train = sum(1 for m in rec.droppers[1] if m.training)
+        if rec.train and self.train_calls:
+            rec.train_call = self.train_calls.get(rec.model)
         frame = sys._getframe(4)
         rec.site = self._site(frame)
         if not rec.mode:
@@ -239,6 +278,8 @@ class ValidationProbe(Probe):
         if self.last is not None:
             self.last[0].trained = True
             self.last = None
+        if self.train_watched:
+            self._watch_train(False)  # training resumed: a model.train() from now on is the training loop's own
         if self.eval_forwards_waiting:  # forwards made in eval mode since the last backward: where it ran
             self.eval_forwards_waiting = False
             site = self._site(sys._getframe(3))
@@ -403,6 +444,9 @@ class ValidationProbe(Probe):
                 "count": 0,
                 "first_step": rec.step,
             }
+            if rec.train_call is not None:
+                group["train_call_site"] = as_dict(rec.train_call)
+                group["eval_call_site"] = as_dict(self.eval_calls.get(rec.model))
             self._emit("eval", **group)
         group["count"] += 1
         group["last_step"] = rec.step

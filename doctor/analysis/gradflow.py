@@ -81,13 +81,20 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
                 f"through {event['through']}, a network the optimizer that then steps does not train: no gradient "
                 f"flows back through that input to the {reached} of that optimizer it was cut from (as in a "
                 "generator loss computed on D(fake.detach()))")
+    elif event.get("rebuilt_leaf"):
+        how = f"`{event['cut']}`" if event.get("cut") else "detach()/.data"
+        text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a copy of a "
+                f"tensor with a graph cut by {how}{f' on line {where.line}' if where and where.line else ''}, that the "
+                "script then made a leaf requiring grad: the term's gradient ends at that new leaf, while the graph "
+                f"it was cut from reaches {reached} of the optimizer that then steps; this term trains none of them "
+                "(the rest of the loss still does)")
     else:
         text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a detached "
                 f"tensor {cut} and added to the loss as a constant: the graph it was cut from reaches {reached} of "
                 "the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
     values = {"step": event.get("at_step"), "parameters_reached": event.get("parameters_reached"),
               "optimizer_parameters": event.get("optimizer_parameters"), "detached_from": event.get("node"),
-              "through": event.get("through"),
+              "through": event.get("through"), "cut": event.get("cut"), "rebuilt_leaf": event.get("rebuilt_leaf"),
               "site_count": len(events)}
     out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values, location=where,
                                     step=event.get("at_step"), rank=rank))

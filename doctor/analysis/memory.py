@@ -17,7 +17,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.source import accumulation_line
+from torchdoctor.analysis.source import accumulation_line, attribute_line
 from torchdoctor.analysis.stats import Growth, sustained_growth, theil_sen
 from torchdoctor.model import Evidence, Location
 
@@ -188,6 +188,11 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         mib_slope = theil_sen([float(s) for s, _ in points], [float(h.get("mib", 0.0)) for _, h in points])
         line = accumulation_line(path, name, last.get("lineno"), last.get("firstlineno"), function)
         location = run.location(path, line or last.get("lineno"), function) if path else None
+        if last.get("class_path") and last.get("attribute"):
+            # an attribute of an object of the script's own class: the line of that class that grows it
+            grows = attribute_line(last["class_path"], last.get("class_name", ""), last["attribute"])
+            if grows is not None:
+                location = run.location(last["class_path"], grows, last.get("class_name"))
         found.append(
             HolderGrowth(
                 name=name, kind=kind, what=what, growth=growth, location=location,

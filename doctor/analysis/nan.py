@@ -134,6 +134,12 @@ def _loss_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
         values["parameter"] = event.get("parameter")
         summary = (f"the loss was {value} at step {step} because `{event.get('parameter')}` already held "
                    f"non-finite values: an earlier optimizer update wrote them")
+    elif not module and event.get("op") and event.get("line"):
+        # the model's outputs were finite; the replay of the script's own loss function named the op
+        summary = (f"the loss was {value} at step {step} while every output of the model was finite: "
+                   f"`{event['op']}` on line {event['line']}"
+                   + (f" (in {event['function']})" if event.get("function") else "")
+                   + " turned finite values into non-finite ones, replayed on that step's own tensors")
     elif event.get("outside_model"):
         summary = (f"the loss was {value} at step {step} while every output of the model was finite: the loss "
                    "computation itself produced it")

@@ -53,6 +53,21 @@ def _scope(tree: ast.Module, firstlineno: int | None, function: str | None) -> a
     return tree
 
 
+def class_scope(tree: ast.Module, name: str) -> ast.AST | None:
+    """The body of the (first) class of that name."""
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
+
+
+def attribute_line(path: str, class_name: str, attribute: str) -> int | None:
+    """The line of class `class_name` where `self.<attribute>` grows (a callback's `self.losses.append(loss)`)."""
+    tree = _tree(path)
+    scope = class_scope(tree, class_name) if tree is not None else None
+    if scope is None:
+        return None
+    found = _candidates(scope, f"self.{attribute}")
+    return min(found, key=lambda pn: (pn[0], pn[1].lineno))[1].lineno if found else None
+
+
 def _walk_scope(scope: ast.AST):
     """Nodes of a scope, not descending into nested functions or classes (other namespaces)."""
     stack = list(ast.iter_child_nodes(scope))

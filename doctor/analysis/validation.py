@@ -100,6 +100,18 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
                    f"{plural(g['training_count'], 'dropout/batch-norm module')} in training mode "
                    f"({', '.join(names[:4])}{', …' if len(names) > 4 else ''}): model.eval() was not called")
         where, step = location(run, g.get("site")), g.get("first_step")
+        switched = g.get("train_call_site")
+        if switched:
+            # model.eval() was called, then model.train() before the evaluation's forwards: that call is the bug
+            values["train_call_line"] = switched.get("line")
+            after = g.get("eval_call_site") or {}
+            summary = (f"{plural(forwards, 'evaluation forward')} of {g.get('model')} ran with "
+                       f"{plural(g['training_count'], 'dropout/batch-norm module')} in training mode "
+                       f"({', '.join(names[:4])}{', …' if len(names) > 4 else ''}): model.train() on line "
+                       f"{switched.get('line')} switched it back to training mode after the model.eval()"
+                       + (f" of line {after.get('line')}" if after.get("line") else "")
+                       + ", before these forwards")
+            where = location(run, switched)
     if restored:
         r = restored[0]
         values.setdefault("modules", r.get("modules") or [])

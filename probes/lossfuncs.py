@@ -1,0 +1,146 @@
+"""The script's own loss functions, kept so that a non-finite loss made in one can be replayed.
+
+A criterion written as a plain function (`geo_scal_loss(pred, target)` with a 0/0 in it) runs outside
+every module: the nan probe's module replay sees finite outputs and can only say "the loss computation
+itself produced it", at the `backward()` line. To name the op's own line, the function's calls must be
+replayable like a top-level module's.
+
+Discovery, once: for one step (armed by the nan probe after `loss_functions_step`, 2, only while a step takes
+under a second and nothing is compiled) a TorchFunctionMode notes, for each torch op, the user's frames
+that led to it. At that step's backward, the functions that the frame calling `backward()` called
+directly, that ran torch ops and called no module, are the loss functions. Each is replaced, in the
+globals of the module that defines it and of the module that calls it, by a wrapper that hands every
+call's arguments (references, as for a module's call) to the nan probe before running the function.
+
+Replay (probes/nanlocate.py) runs such a call again on copies of its tensor arguments, under no_grad and
+the op check: the first op that turns finite inputs into non-finite outputs is named at its line.
+
+Cost: one step under the mode (a frame walk per op), then one Python call per loss-function call.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import is_library_file
+
+MAX_FUNCTIONS = 8  # loss functions wrapped per run
+MAX_CHAIN = 12  # user frames looked at per op
+
+
+class LossFunctions:
+    """One step's discovery of the loss functions, and the wrappers that keep their calls."""
+
+    def __init__(self, torch: Any, on_call: Callable[[Any, tuple, dict], None]) -> None:
+        self.torch = torch
+        self.on_call = on_call
+        self.mode: Any = None
+        self.armed = False
+        self.done = False
+        # (caller code, callee code) -> [callee's globals, a module ran below the callee]
+        self.edges: dict[tuple[Any, Any], list[Any]] = {}
+        self.user: dict[Any, bool] = {}  # code object -> the user's own code
+        self.wrapped: list[str] = []
+        self._call_impl = torch.nn.Module._call_impl.__code__
+
+    def arm(self) -> None:
+        if self.armed or self.done:
+            return
+        from torch.overrides import TorchFunctionMode
+
+        watch = self
+
+        class LossFunctionWatch(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if watch.armed:
+                    try:
+                        watch._note(sys._getframe(1))
+                    except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
+                        pass
+                return out
+
+        self.mode = LossFunctionWatch()
+        self.mode.__enter__()
+        self.armed = True
+
+    def _is_user(self, code: Any) -> bool:
+        known = self.user.get(code)
+        if known is None:
+            known = self.user[code] = not is_library_file(code.co_filename)
+        return known
+
+    def _note(self, frame: Any) -> None:
+        chain: list[tuple[Any, Any, bool]] = []  # (code, globals, a module ran between the op and this frame)
+        below = False
+        while frame is not None and len(chain) < MAX_CHAIN:
+            code = frame.f_code
+            if code is self._call_impl:
+                below = True
+            elif self._is_user(code):
+                chain.append((code, frame.f_globals, below))
+            frame = frame.f_back
+        for (code, globals_, module_below), (parent, _, _) in zip(chain, chain[1:], strict=False):
+            edge = self.edges.get((parent, code))
+            if edge is None:
+                if len(self.edges) < 4096:
+                    self.edges[(parent, code)] = [globals_, module_below]
+            elif module_below:
+                edge[1] = True
+
+    def disarm(self, caller: Any) -> None:
+        """At the watched step's backward, `caller` the frame that called it: wrap its loss functions."""
+        if not self.armed:
+            return
+        self.armed = False
+        self.done = True
+        self._pop()
+        try:
+            self._wrap_callees(caller)
+        finally:
+            self.edges = {}
+            self.user = {}
+
+    def _pop(self) -> None:
+        from torch.overrides import _get_current_function_mode
+
+        # under a mode the script entered later, popping would take the script's: ours stays inert on the stack
+        if self.mode is not None and _get_current_function_mode() is self.mode:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+
+    def _wrap_callees(self, caller: Any) -> None:
+        while caller is not None and not self._is_user(caller.f_code):
+            caller = caller.f_back
+        if caller is None:
+            return
+        loop = caller.f_code
+        for (parent, code), (globals_, module_below) in list(self.edges.items()):
+            if parent is not loop or module_below or len(self.wrapped) >= MAX_FUNCTIONS:
+                continue
+            function = globals_.get(code.co_name)
+            if getattr(function, "__code__", None) is not code:
+                continue  # a method, a closure or a rebound name: not reachable through a module's globals
+            wrapper = self._wrapper(function)
+            for namespace in (globals_, caller.f_globals):
+                for name, value in list(namespace.items()):
+                    if value is function:
+                        namespace[name] = wrapper
+            self.wrapped.append(code.co_name)
+
+    def _wrapper(self, function: Any) -> Any:
+        on_call = self.on_call
+
+        @functools.wraps(function)
+        def loss_function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                on_call(function, args, kwargs)
+            except Exception:  # noqa: BLE001 - keeping a call for a replay never breaks the script
+                pass
+            return function(*args, **kwargs)
+
+        return transparent(loss_function)
