@@ -803,8 +803,8 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
     candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
     # One cause, one finding: the first host read after GPU work waits for it; the reads right after it find
-    # nothing queued and wait for nothing. So each sync point of a step gets one finding, and none when a read
-    # this rule does not report (a running total) synced first.
+    # nothing queued and wait for nothing. So each sync point of a step gets one finding, at the severity of its
+    # first read (info when that is a running total), and none when a wait it does not report came first.
     reads: dict[int, tuple[Loop, list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]]] = {}
     for call in sorted(set(candidates), key=_position):
         found = _host_sync_every_step(call, ctx)
@@ -838,21 +838,24 @@ def _gpu_work(index: Index, loop: Loop) -> list[tuple[int, int]]:
 
 
 def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]) -> None:
-    """Reads with no GPU work queued between them wait once, at the first: one finding, or none when the first is
-    a read the rule does not report (a running total)."""
+    """Reads with no GPU work queued between them wait once, at the first: one finding (at the first read's
+    severity), or none when the first is a wait the rule does not report (a timing synchronize, a read whose value
+    decides a branch)."""
     first = point[0]
     if first[1] is None:
         return
     later = sum(1 for item in point if item[1] is not None) - 1
     values = dict(first[2])
+    severity = values.pop("severity", None)
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
-    ctx.report(first[1], **values)
+    ctx.report(first[1], severity=severity, **values)
 
 
 def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str, str]] | None:
-    """(the step loop, the finding's values) for a per-step host read; (loop, {}) for a read that syncs the
-    step but is not reported itself (a running total); None for anything else."""
+    """(the step loop, the finding's values) for a per-step host read (with "severity": "info" for a running total
+    or a history); (loop, {}) for a read that waits but is not reported (its value decides the step's control
+    flow); None for anything else."""
     func = node.func
     if isinstance(func, ast.Attribute):
         if func.attr not in _SYNC_METHODS or node.args or node.keywords:
@@ -870,8 +873,9 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
         return None
     if index.grad_disabled(node) and index.grad_disabled(loop.node):
         return None  # a loop that only looks like a step loop
-    if _conditional_within(index, node, loop) or _feeds_a_branch(index, node, loop):
+    if _conditional_within(index, node, loop):
         return None
+    decides = _feeds_a_branch(index, node, loop)  # a wait the step needs: not reported, but later reads find nothing
     synced_anyway = _accumulated(index, node, loop)  # exempt from a finding, but the step still waits here
     fn = index.function_of(node)
     names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
@@ -894,13 +898,28 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
             variable = snippet(ctx, node, 50)
             kind = "print() of a tensor"
         else:
-            if not _tensor_value(index, node.args[0], node, names):
+            if not _tensor_value(index, _undetached(node.args[0]), node, names):
                 return None
             variable = snippet(ctx, node, 50)
-    if synced_anyway:
+    if decides:
         return loop, {}
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    if synced_anyway:
+        # A running total or a history still waits every step, but TD101 recommends exactly this over keeping the
+        # graph, and the wait only costs much when steps are short: info, with the device-side fix in the message.
+        kind = f"{kind} kept in a running total or history: one wait per step, which costs throughput when " \
+               "steps are short (small models, fast GPUs); sum `loss.detach()` on the device instead"
+        return loop, {"variable": variable, "kind": kind, "loop": where, "severity": "info"}
     return loop, {"variable": variable, "kind": kind, "loop": where}
+
+
+def _undetached(expr: ast.expr) -> ast.expr:
+    """`loss.detach()` -> `loss`: a detached copy is still on the device, and reading it still waits (ptgnn's
+    `sum_epoch_loss += float(mb_loss.detach())`)."""
+    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "detach"
+           and not expr.args and not expr.keywords):
+        expr = expr.func.value
+    return expr
 
 
 def _derived_tensor(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
