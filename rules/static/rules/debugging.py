@@ -235,9 +235,12 @@ def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
     return bool(callers) and all(_eval_before(ctx, c, depth + 1) for c in callers)
 
 
-def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
+def _train_set_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> ast.Call | None:
     """The `model.train()` that is the last mode switch before `anchor` in its function: the evaluation runs in
-    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`)."""
+    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`). When the
+    function switches nothing, the same question for the places that call it (up to 3 calls up), when all of them
+    agree: `train()` calls `model.train()`, then `validate(ctx)`, which calls `predict(model, loader)` (TrOCR), or a
+    solver's `train` calls `task_model.train()` and then `self.test(task_model)` (VAAL)."""
     index = ctx.index
     fn = index.function_of(anchor)
     position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
@@ -248,31 +251,51 @@ def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
         mode = _mode_of(index, call)
         if mode is not None:
             last = (mode, call)
-    return last[1] if last is not None and last[0] == "train" else None
+    if last is not None:
+        return last[1] if last[0] == "train" else None
+    if fn is None or depth >= 3:
+        return None
+    callers = index.callers(fn)
+    found = [_train_set_before(ctx, c, depth + 1) for c in callers]
+    return found[0] if found and all(f is not None for f in found) else None
 
 
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     for loop in index.validation_loops():
-        call = next(
-            (c for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func)),
-            None,
-        )
+        call = next((c for c in loop.all_calls() if _model_run(index, c) is not None), None)
         if call is None:
             continue
-        layers = model_mode_layers(index, call.func)
+        model = _model_run(index, call)
+        layers = model_mode_layers(index, model)
         explicit = _train_set_before(ctx, call)
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
             continue
-        if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
-            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+        variable = dotted(model) or "model"
+        if layers is None and explicit is not None and index.function_of(explicit) is index.function_of(call):
+            # the evidence is the `model.train()` before it in the same function: the line to change
+            ctx.report(explicit, variable=variable, loader=loop.source or "the validation data",
                        cause=f"`{ctx.segment(explicit, 40)}` switches it to training mode before the forward")
             continue
-        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+        if layers is None and explicit is not None:  # put in training mode by a caller, and never switched back
+            caller = index.function_of(explicit)
+            where = f" in `{caller.name}`" if isinstance(caller, ast.FunctionDef | ast.AsyncFunctionDef) else ""
+            ctx.report(call, variable=variable, loader=loop.source or "the validation data",
+                       cause=f"`{ctx.segment(explicit, 40)}` (line {explicit.lineno}{where}) leaves it in training "
+                             "mode, and nothing calls `.eval()` on the way to this validation loop")
+            continue
+        ctx.report(call, variable=variable, loader=loop.source or "the validation data",
                    cause="nothing calls `.eval()` before this validation loop")
+
+
+def _model_run(index: Index, call: ast.Call) -> ast.expr | None:
+    """The model a call runs: `model(x)`, `model.generate(x)`, `model.forward(x)`."""
+    if isinstance(call.func, ast.Name | ast.Attribute) and index.is_model(call.func):
+        return call.func
+    return index.model_run_method(call)
 
 
 # A train/eval switch or a training step, in execution order: (kind, call, model keys).
