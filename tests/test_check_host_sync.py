@@ -67,3 +67,20 @@ def test_a_finding_may_lower_its_severity_but_not_raise_it():
     assert ctx.hits[0].severity == "info"
     with pytest.raises(ValueError):
         ctx.report(ast.Pass(), severity="error", variable="v", kind="k", loop="l")
+
+
+def test_a_training_loop_that_times_its_steps_is_info():
+    found = severities(RULES / "TD506" / "fire_timed_steps.py", "TD506")
+    assert found and set(found.values()) == {"info"}, found
+    assert set(severities(RULES / "TD506" / "fire.py", "TD506").values()) == {"warning"}
+
+
+def test_the_timing_message_says_how_to_time_cheaper():
+    text = (RULES / "TD506" / "fire_timed_steps.py").read_text()
+    message = analyse_text(text, "trainer.py", codes=["TD506"]).results[0].finding.message
+    assert "to time the step" in message and "steps you log" in message
+
+
+def test_a_file_named_for_benchmarking_is_not_reported():
+    text = (RULES / "TD506" / "fire_timed_steps.py").read_text()
+    assert not analyse_text(text, "tools/benchmark_train.py", codes=["TD506"]).results
