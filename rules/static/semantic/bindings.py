@@ -132,7 +132,18 @@ class Bindings:
         if name is not None and name.rsplit(".", 1)[-1].split("_", 1)[0].lower() in self.names["model_function_verbs"] \
                 and "_" in name.rsplit(".", 1)[-1]:
             return False  # `self.unwrap_dist_model(...)` (a base class's method, LAVIS), `save_model`: a function
-        return looks_like_model(name)
+        return looks_like_model(name) or (b is None and name is not None and self._hands_out_parameters(name))
+
+    def _hands_out_parameters(self, name: str) -> bool:
+        """Duck typing for a name bound to a class we cannot see (`classifier = PointNetCls(...)`, imported from
+        another file): the file asks it for its parameters (`optim.SGD(classifier.parameters())`). Only the
+        methods no optimizer, scheduler or trainer object answers."""
+        cache = self.__dict__.setdefault("_parameter_owners", None)
+        if cache is None:
+            cache = self.__dict__["_parameter_owners"] = {
+                dotted(c.func.value) for m in ("parameters", "named_parameters")  # type: ignore[attr-defined]
+                for c in self.method_calls(m) if not c.args and not c.keywords}
+        return name in cache
 
     def is_submodule(self, expr: ast.AST | None) -> bool:
         """`self.g` inside an nn.Module (or LightningModule) whose methods assign it a built object: a module
