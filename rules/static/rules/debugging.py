@@ -289,6 +289,79 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             continue
         ctx.report(call, variable=variable, loader=loop.source or "the validation data",
                    cause="nothing calls `.eval()` before this validation loop")
+    _test_batches_in_training(ctx)
+
+
+def _test_batches_in_training(ctx: Context) -> None:
+    """A training loop that scores a batch drawn from evaluation data every few steps (pointnet.pytorch's
+    `j, data = next(enumerate(testdataloader, 0))` then `classifier(points)` under `if i % 10 == 0:`): the model is
+    in training mode there, since this very loop trains it, unless an `.eval()` runs between the draw and the
+    forward."""
+    index = ctx.index
+    for loop in index.training_loops():
+        if not (loop.has_backward or loop.has_step):
+            continue
+        draws = [c for c in loop.calls if isinstance(c.func, ast.Name) and c.func.id == "next" and c.args
+                 and _eval_source(c.args[0])]
+        for draw in draws:
+            stmt = index.statement_of(draw)
+            if not isinstance(stmt, ast.Assign):
+                continue
+            names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            for call in loop.calls:
+                if (call.lineno, call.col_offset) <= (stmt.lineno, stmt.col_offset):
+                    continue
+                if _mode_of(index, call) is not None and (call.lineno, call.col_offset) > (stmt.lineno, 0):
+                    break  # a mode switch after the draw: the forward below runs in that mode
+                model = _model_run(index, call)
+                if model is None or not any(_derived_from(index, a, names, stmt, call) for a in
+                                            [*call.args, *(k.value for k in call.keywords)]):
+                    continue
+                if model_mode_layers(index, model) is False:
+                    break
+                source = dotted(_eval_source(draw.args[0])) or "the evaluation data"
+                ctx.report(call, variable=dotted(model) or "model", loader=source,
+                           cause="this loop trains it, and nothing calls `.eval()` between drawing the "
+                                 f"`{source}` batch and this forward")
+                break
+
+
+def _eval_source(expr: ast.AST) -> ast.expr | None:
+    """The evaluation loader inside `iter(test_loader)`, `enumerate(testdataloader, 0)`, `val_loader` itself."""
+    for _ in range(3):
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("iter", "enumerate") \
+                and expr.args:
+            expr = expr.args[0]
+            continue
+        break
+    if isinstance(expr, ast.Name | ast.Attribute) and is_eval_word(dotted(expr)):
+        return expr
+    return None
+
+
+def _derived_from(index: Index, expr: ast.AST, names: set[str], after: ast.stmt, at: ast.AST) -> bool:
+    """Whether `expr` is built from `names` (bound at `after`), directly or through the assignments between
+    `after` and `at` in the same block (`points, target = data`, `points = points.transpose(2, 1)`)."""
+    seen = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for stmt in ast.walk(index.function_of(at) or _module_of(index, at)):
+            if isinstance(stmt, ast.Assign) and after.lineno < stmt.lineno < at.lineno and any(  # type: ignore[attr-defined]
+                    isinstance(n, ast.Name) and n.id in seen for n in ast.walk(stmt.value)):
+                new = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)} - seen
+                if new:
+                    seen |= new
+                    changed = True
+    return any(isinstance(n, ast.Name) and n.id in seen for n in ast.walk(expr))
+
+
+def _module_of(index: Index, node: ast.AST) -> ast.AST:
+    """The module a node sits in: the scope of top-level script code."""
+    root = node
+    for anc in index.ancestors(node):
+        root = anc
+    return root
 
 
 def _model_run(index: Index, call: ast.Call) -> ast.expr | None:
