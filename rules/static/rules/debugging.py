@@ -270,6 +270,13 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         model = _model_run(index, call)
         layers = model_mode_layers(index, model)
         explicit = _train_set_before(ctx, call)
+        trained = _trained_never_switched(ctx, model) if layers is None and explicit is None else None
+        if trained is not None:  # giotto-deep's Pipeline: `_train_loop` trains self.model, `_val_loop` runs it
+            if not _eval_before(ctx, call):
+                ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
+                           cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
+                                 "model, so it is still in the training mode every module starts in")
+            continue
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
@@ -290,6 +297,27 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         ctx.report(call, variable=variable, loader=loop.source or "the validation data",
                    cause="nothing calls `.eval()` before this validation loop")
     _test_batches_in_training(ctx)
+
+
+def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
+    """The call that runs `model` in a training loop of this file, when no `.eval()` / `.train(...)` runs on any
+    model anywhere in the file: nobody manages the modes, so the model is in training mode (what every module
+    starts in) when the validation loop runs it. None otherwise."""
+    index = ctx.index
+    key = dotted(model)
+    if key is None:
+        return None
+    if ctx.memo("debugging:any-mode-switch", lambda: any(
+            _mode_of(index, c) is not None for c in index.method_calls("eval") + index.method_calls("train"))):
+        return None
+    for loop in index.training_loops():
+        if not (loop.has_backward or loop.has_step):
+            continue
+        for c in loop.calls:
+            found = _model_run(index, c)
+            if found is not None and dotted(found) == key:
+                return c
+    return None
 
 
 def _test_batches_in_training(ctx: Context) -> None:
