@@ -297,6 +297,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         ctx.report(call, variable=variable, loader=loop.source or "the validation data",
                    cause="nothing calls `.eval()` before this validation loop")
     _test_batches_in_training(ctx)
+    _phase_loops(ctx)
 
 
 def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
@@ -318,6 +319,53 @@ def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
             if found is not None and dotted(found) == key:
                 return c
     return None
+
+
+def _phase_loops(ctx: Context) -> None:
+    """`for phase in ('train', 'val'):` around one batch loop that steps only under `if phase == 'train':`
+    (ZOO_Attack_PyTorch's `fit`): the 'val' pass runs the same forward, and with no `.train()`/`.eval()` keyed
+    on the phase it runs in training mode."""
+    index = ctx.index
+    for outer in index.loops.values():
+        phase = _phase_variable(outer.node)
+        if phase is None or any(_mode_of(index, c) is not None for c in outer.all_calls()):
+            continue
+        steps = set(index.backward_calls) | set(index.step_calls)
+        for inner in outer.children:
+            mine = [c for c in inner.all_calls() if c in steps]
+            if not mine or not all(_under_phase_test(index, c, phase, inner) for c in mine):
+                continue
+            call = next((c for c in inner.all_calls() if _model_run(index, c) is not None
+                         and not _under_phase_test(index, c, phase, inner)), None)
+            if call is None or model_mode_layers(index, _model_run(index, call)) is False:
+                continue
+            model = _model_run(index, call)
+            phases = ctx.segment(outer.node.iter, 40)  # type: ignore[attr-defined]
+            loader = inner.source or ctx.segment(getattr(inner.node, "iter", inner.node), 40)
+            ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data",
+                       cause=f"the loop over `{phase}` in `{phases}` runs this forward in every phase but steps "
+                             "only in training, and nothing calls `.eval()` for the evaluation phase")
+
+
+def _phase_variable(node: ast.AST) -> str | None:
+    """`phase` in `for phase in ('train', 'val'):` (a literal list of names, one of them evaluation data)."""
+    if not isinstance(node, ast.For) or not isinstance(node.target, ast.Name):
+        return None
+    if not isinstance(node.iter, ast.Tuple | ast.List) or len(node.iter.elts) < 2:
+        return None
+    words = [e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    if len(words) != len(node.iter.elts) or not any(is_eval_word(w) for w in words):
+        return None
+    return node.target.id
+
+
+def _under_phase_test(index: Index, node: ast.AST, phase: str, loop) -> bool:
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            return False
+        if isinstance(anc, ast.If) and any(isinstance(n, ast.Name) and n.id == phase for n in ast.walk(anc.test)):
+            return True
+    return False
 
 
 def _test_batches_in_training(ctx: Context) -> None:
