@@ -165,10 +165,11 @@ def _mode_of(index: Index, call: ast.Call) -> str | None:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
         return None
-    b = index.binding(func.value)
+    receiver = mode_receiver(call)
+    b = index.binding(receiver)
     if b is not None and b.kind != "module":
         return None
-    if not index.is_model(func.value):
+    if not index.is_model(receiver):
         return None
     if func.attr == "eval":
         return "eval" if not call.args and not call.keywords else None
@@ -178,6 +179,16 @@ def _mode_of(index: Index, call: ast.Call) -> str | None:
     if is_constant(mode, False):
         return "eval"
     return "unknown"
+
+
+def mode_receiver(call: ast.Call) -> ast.expr:
+    """The model of a mode switch, through same-object calls: `transformer` in
+    `transformer.to(device).train()` (pytorch/examples' fast_neural_style, after a CPU checkpoint save)."""
+    expr = call.func.value  # type: ignore[attr-defined]
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double"):
+        expr = expr.func.value
+    return expr
 
 
 def _model_key(expr: ast.AST) -> str | None:
@@ -306,7 +317,7 @@ def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
     starts in) when the validation loop runs it. None otherwise."""
     index = ctx.index
     key = dotted(model)
-    if key is None:
+    if key is None or not _handed_in(index, model):
         return None
     if ctx.memo("debugging:any-mode-switch", lambda: any(
             _mode_of(index, c) is not None for c in index.method_calls("eval") + index.method_calls("train"))):
@@ -366,6 +377,33 @@ def _under_phase_test(index: Index, node: ast.AST, phase: str, loop) -> bool:
         if isinstance(anc, ast.If) and any(isinstance(n, ast.Name) and n.id == phase for n in ast.walk(anc.test)):
             return True
     return False
+
+
+def _handed_in(index: Index, model: ast.expr) -> bool:
+    """A model this code receives rather than builds (`self.model = model` from the constructor's parameters, or
+    a parameter of the function): its class is the caller's, so managing its mode is this code's job. A model
+    built in the project from a class whose layers we cannot read here is left out: it may hold no dropout or
+    batch norm at all (pytorch/examples' super-resolution net)."""
+    fn = index.function_of(model)
+    if isinstance(model, ast.Name):
+        return fn is not None and model.id in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    if not (isinstance(model, ast.Attribute) and isinstance(model.value, ast.Name) and model.value.id == "self"):
+        return False
+    info = index.class_of(model)
+    init = info.method("__init__") if info is not None else None
+    if init is None:
+        return False
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    return any(a.attr == model.attr and _receiver_name(a.value) in params
+               for a in index.self_assignments(info, "__init__"))
+
+
+def _receiver_name(expr: ast.AST) -> str | None:
+    """`model` in `model`, `model.to(DEVICE)`, `model.cuda()` (the same object)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double", "train"):
+        expr = expr.func.value
+    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _test_batches_in_training(ctx: Context) -> None:
@@ -441,7 +479,7 @@ def _module_of(index: Index, node: ast.AST) -> ast.AST:
 
 
 def _model_run(index: Index, call: ast.Call) -> ast.expr | None:
-    """The model a call runs: `model(x)`, `model.generate(x)`, `model.forward(x)`."""
+    """The model a call runs: `model(x)`, `model.generate(x)`."""
     if isinstance(call.func, ast.Name | ast.Attribute) and index.is_model(call.func):
         return call.func
     return index.model_run_method(call)
@@ -479,7 +517,7 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
         if mode == "unknown":
             return None  # `model.train(flag)`: we cannot follow it
         if mode is not None:
-            key = _model_key(call.func.value)  # type: ignore[attr-defined]
+            key = _model_key(mode_receiver(call))
             if key and not (mode == "eval" and _leaves_loop(index, call, depth)):
                 out.append((mode, call, frozenset({key})))
             continue
@@ -585,6 +623,8 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
             continue
         if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
             continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
+        if _frozen_with_the_switch(index, found):
+            continue
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
         # Reached through a call in the loop (`self.validate()` every N steps): the loop's line is where the mode
@@ -620,6 +660,15 @@ def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]
         return bool(mine) and all(any(other.get(p) is (not v) for p, v in mine.items()) for other in step_needs)
 
     return [c for c in calls if c in steps or not exclusive(c)]
+
+
+def _frozen_with_the_switch(index: Index, call: ast.Call) -> bool:
+    """`text_encoder.train(False); text_encoder.requires_grad_(False)` (kohya's sd-scripts, when text-encoder
+    training stops at a given step): the model leaves training for good, so eval mode is what is meant."""
+    key = dotted(mode_receiver(call))
+    fn = index.function_of(call)
+    return any(dotted(c.func.value) == key and is_constant(kwarg(c, "requires_grad", 0), False)  # type: ignore[attr-defined]
+               and index.function_of(c) is fn for c in index.method_calls("requires_grad_"))
 
 
 def _frozen_mode_training(index: Index, call: ast.Call) -> bool:

@@ -132,18 +132,27 @@ class Bindings:
         if name is not None and name.rsplit(".", 1)[-1].split("_", 1)[0].lower() in self.names["model_function_verbs"] \
                 and "_" in name.rsplit(".", 1)[-1]:
             return False  # `self.unwrap_dist_model(...)` (a base class's method, LAVIS), `save_model`: a function
-        return looks_like_model(name) or (b is None and name is not None and self._hands_out_parameters(name))
+        return looks_like_model(name) or (isinstance(expr, ast.Name) and self._hands_out_parameters(expr))
 
-    def _hands_out_parameters(self, name: str) -> bool:
+    def _hands_out_parameters(self, expr: ast.Name) -> bool:
         """Duck typing for a name bound to a class we cannot see (`classifier = PointNetCls(...)`, imported from
         another file): the file asks it for its parameters (`optim.SGD(classifier.parameters())`). Only the
-        methods no optimizer, scheduler or trainer object answers."""
+        methods no optimizer, scheduler or trainer object answers, and not an instance of a plain class of this
+        file (rtdl's `net_ensemble = DynamicNet(...)`, which gathers the parameters of its members)."""
         cache = self.__dict__.setdefault("_parameter_owners", None)
         if cache is None:
             cache = self.__dict__["_parameter_owners"] = {
                 dotted(c.func.value) for m in ("parameters", "named_parameters")  # type: ignore[attr-defined]
                 for c in self.method_calls(m) if not c.args and not c.keywords}
-        return name in cache
+        if expr.id not in cache:
+            return False
+        for value in self.definitions(expr.id, expr):
+            func = value.func if isinstance(value, ast.Call) else None
+            while isinstance(func, ast.Attribute):  # `DynamicNet.from_file(...)`
+                func = func.value
+            if isinstance(func, ast.Name) and func.id in self.classes and not self.classes[func.id].is_module:
+                return False
+        return True
 
     def is_submodule(self, expr: ast.AST | None) -> bool:
         """`self.g` inside an nn.Module (or LightningModule) whose methods assign it a built object: a module

@@ -55,8 +55,8 @@ _EVAL_WORD = re.compile(
     r"prediction|inference|infer)(?:[^a-z]|loader|dl|set|data|ds|$)"
 )
 
-# Methods of a model that run its forward pass.
-_RUN_METHODS = frozenset({"generate", "forward"})
+# Methods of a model that run its forward pass (Hugging Face and minGPT `generate`, decorated with no_grad).
+_RUN_METHODS = frozenset({"generate"})
 # Calls in a loop condition whose value depends only on their arguments (`isinstance(x, T)`, `len(xs)`).
 _PURE_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "len", "callable", "type", "bool", "int", "str"})
 # Methods that change the container they are called on: a loop that calls them rebinds that name's contents.
@@ -391,8 +391,8 @@ class Loops:
         func = call.func
         if isinstance(func, ast.Name | ast.Attribute | ast.Subscript) and self.is_model(func):
             return True
-        if self.model_run_method(call) is not None:
-            return True
+        if _depth == 0 and self.model_run_method(call) is not None:
+            return True  # in the loop itself: a helper that generates is often decorated with no_grad
         if _depth >= 2:
             return False
         target = self.local_target(call)
@@ -400,7 +400,7 @@ class Loops:
 
     def model_run_method(self, call: ast.Call) -> ast.expr | None:
         """The model a method call runs through its forward: `model.generate(x)` (Hugging Face decoding; TrOCR's
-        `predict`), `model.forward(x)`; None for anything else."""
+        `predict`); None for anything else."""
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in _RUN_METHODS and self.is_model(func.value):
             return func.value
