@@ -358,3 +358,14 @@ def test_a_name_that_hands_its_parameters_to_an_optimizer_is_a_model():
     assert index.is_model(call_at(index, "classifier(points)").func)
     # a trainer-like object that only has .train() is not taken for a model
     assert not index.is_model(call_at(index, "runner(batch)").func)
+
+
+def test_an_instance_of_a_plain_class_of_the_file_is_not_a_duck_typed_model():
+    # rtdl's grownet: DynamicNet is a plain class that gathers its members' parameters
+    index = build(
+        "import torch\nclass DynamicNet:\n    def parameters(self):\n        return []\n"
+        "net_ensemble = DynamicNet()\nopt = torch.optim.Adam(net_ensemble.parameters())\n"
+        "def predict(x):\n    return net_ensemble.forward(x)\n"
+    )
+    assert not index.is_model(call_at(index, "net_ensemble.forward(x)").func.value)
+

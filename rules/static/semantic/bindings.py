@@ -135,10 +135,11 @@ class Bindings:
         return looks_like_model(name) or (isinstance(expr, ast.Name) and self._hands_out_parameters(expr))
 
     def _hands_out_parameters(self, expr: ast.Name) -> bool:
-        """Duck typing for a name bound to a class we cannot see (`classifier = PointNetCls(...)`, imported from
-        another file): the file asks it for its parameters (`optim.SGD(classifier.parameters())`). Only the
-        methods no optimizer, scheduler or trainer object answers, and not an instance of a plain class of this
-        file (rtdl's `net_ensemble = DynamicNet(...)`, which gathers the parameters of its members)."""
+        """Duck typing for a name bound to an instance of a class we cannot see (`classifier = PointNetCls(...)`,
+        imported from another file): the file asks it for its parameters (`optim.SGD(classifier.parameters())`).
+        Only the methods no optimizer, scheduler or trainer object answers; only names every assignment binds to
+        a constructor call (not `netG = self._unwrap_net(...)`), and not to a plain class of this file (rtdl's
+        `net_ensemble = DynamicNet(...)`, which gathers the parameters of its members)."""
         cache = self.__dict__.setdefault("_parameter_owners", None)
         if cache is None:
             cache = self.__dict__["_parameter_owners"] = {
@@ -146,11 +147,18 @@ class Bindings:
                 for c in self.method_calls(m) if not c.args and not c.keywords}
         if expr.id not in cache:
             return False
-        for value in self.definitions(expr.id, expr):
+        values = [a.value for a in self.nodes(ast.Assign)  # any scope: a module-level instance used in a function
+                  if any(isinstance(t, ast.Name) and t.id == expr.id for t in a.targets)]  # type: ignore[attr-defined]
+        if not values:
+            return False  # a parameter or a loop variable: who knows what it is
+        for value in values:
             func = value.func if isinstance(value, ast.Call) else None
-            while isinstance(func, ast.Attribute):  # `DynamicNet.from_file(...)`
-                func = func.value
-            if isinstance(func, ast.Name) and func.id in self.classes and not self.classes[func.id].is_module:
+            while isinstance(func, ast.Attribute) and not (last_name(func) or "")[:1].isupper():
+                func = func.value  # `DynamicNet.from_file(...)`: the class
+            name = last_name(func) if isinstance(func, ast.Name | ast.Attribute) else None
+            if not name or not name[:1].isupper():
+                return False  # `netG = self._unwrap_net(...)`: not an instance built here
+            if name in self.classes and not self.classes[name].is_module:
                 return False
         return True
 
