@@ -346,3 +346,26 @@ def test_a_call_in_an_asserts_message_is_not_guarded_and_does_not_crash():
     assert index.guarded_in_loop(message, loop) is True
     assert index.guarded_in_loop(message, loop, rare=True) in (True, False)  # answered, not raised
     assert index.guarded_in_loop(test.left, loop)  # the test itself: the iteration decides
+
+
+def test_a_name_that_hands_its_parameters_to_an_optimizer_is_a_model():
+    # pointnet.pytorch: the class comes from another file; the optimizer takes its parameters
+    index = build(
+        "import torch.optim as optim\nfrom pointnet import PointNetCls\n"
+        "classifier = PointNetCls(k=16)\noptimizer = optim.SGD(classifier.parameters(), lr=0.01)\n"
+        "pred = classifier(points)\nrunner = Runner(cfg)\nrunner.train()\nout = runner(batch)\n"
+    )
+    assert index.is_model(call_at(index, "classifier(points)").func)
+    # a trainer-like object that only has .train() is not taken for a model
+    assert not index.is_model(call_at(index, "runner(batch)").func)
+
+
+def test_an_instance_of_a_plain_class_of_the_file_is_not_a_duck_typed_model():
+    # rtdl's grownet: DynamicNet is a plain class that gathers its members' parameters
+    index = build(
+        "import torch\nclass DynamicNet:\n    def parameters(self):\n        return []\n"
+        "net_ensemble = DynamicNet()\nopt = torch.optim.Adam(net_ensemble.parameters())\n"
+        "def predict(x):\n    return net_ensemble.forward(x)\n"
+    )
+    assert not index.is_model(call_at(index, "net_ensemble.forward(x)").func.value)
+

@@ -92,6 +92,7 @@ class Hit:
     rule: Rule
     node: ast.AST
     values: dict[str, object] = field(default_factory=dict)
+    severity: str | None = None  # lower than the rule's own for a milder shape of its problem; None: the rule's
 
 
 class Context:
@@ -155,12 +156,17 @@ class Context:
         """A fact for the project pass (`@project` rules): a class defined here, a call to another file."""
         self.facts.setdefault(key, []).append(value)
 
-    def report(self, node: ast.AST, **values: object) -> None:
+    def report(self, node: ast.AST, *, severity: str | None = None, **values: object) -> None:
+        """Record a finding at `node`. `severity` lowers it below the rule's own, for a shape of the problem that
+        matters less often (TD507's running totals: a sync that only costs time when steps are short)."""
         assert self.rule is not None
+        if severity is not None and (severity not in SEVERITIES
+                                     or SEVERITIES.index(severity) < SEVERITIES.index(self.rule.doc.severity)):
+            raise ValueError(f"{self.rule.doc.code}: a finding may lower its severity, not raise it: {severity!r}")
         # JSON scalars and lists of names travel as they are (specialists test `is True`, compare numbers,
         # list names); the rest as text. Every key is declared in rules/data/evidence.toml.
         kept = {k: v if isinstance(v, (str, bool, int, float)) or _names(v) else str(v) for k, v in values.items()}
-        self.hits.append(Hit(self.rule, node, kept))
+        self.hits.append(Hit(self.rule, node, kept, severity))
 
 
 def _names(value: object) -> bool:

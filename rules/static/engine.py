@@ -272,7 +272,7 @@ def _finding(
         Finding(
             code=doc.code,
             name=doc.name,
-            severity=doc.severity,
+            severity=hit.severity or doc.severity,
             symptom=doc.symptom,
             specialist=doc.specialist,
             path=unit.path,

@@ -437,6 +437,9 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
         return zero_reachable(index, value, value, depth + 1) if value is not None else None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        value = latest_self_value(index, expr, at)  # ASL's optimized loss keeps `self.xs_pos = torch.sigmoid(x)`
+        return zero_reachable(index, value, value, depth + 1) if value is not None else None
     if isinstance(expr, ast.Subscript):
         return zero_reachable(index, expr.value, at, depth + 1)
     if isinstance(expr, ast.BinOp):
@@ -461,6 +464,36 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
     if isinstance(func, ast.Attribute) and q is None and func.attr in _SAME_VALUE:
         return zero_reachable(index, func.value, at, depth + 1)
     return None
+
+
+def latest_self_value(index: Index, attr: ast.Attribute, at: ast.AST) -> ast.expr | None:
+    """The value last assigned to `self.<attr>` in the same function before `at` (`self.xs_pos =
+    torch.sigmoid(x)` a few lines above the log), or None: none there, or an in-place change since that may
+    move it (`self.xs_neg.add_(clip).clamp_(max=1)`) or one we cannot read."""
+    fn = index.function_of(at)
+    if fn is None:
+        return None
+    name, line = dotted(attr), getattr(at, "lineno", 0)
+    value: ast.expr | None = None
+    assigned = 0
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and node.lineno < line and node.lineno >= assigned and any(
+                dotted(t) == name for t in node.targets):
+            value, assigned = node.value, node.lineno
+    if value is None:
+        return None
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                and assigned < node.lineno <= line and _receiver_is(node.func.value, name):
+            return None  # changed in place after the assignment (add_, clamp_, mul_): not followed
+    return value
+
+
+def _receiver_is(expr: ast.AST, name: str | None) -> bool:
+    """`self.x` in `self.x.add_(c).clamp_(max=1)`: the chain's innermost receiver."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        expr = expr.func.value
+    return dotted(expr) == name
 
 
 def _floored(index: Index, expr: ast.AST, depth: int) -> bool:

@@ -165,10 +165,11 @@ def _mode_of(index: Index, call: ast.Call) -> str | None:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
         return None
-    b = index.binding(func.value)
+    receiver = mode_receiver(call)
+    b = index.binding(receiver)
     if b is not None and b.kind != "module":
         return None
-    if not index.is_model(func.value):
+    if not index.is_model(receiver):
         return None
     if func.attr == "eval":
         return "eval" if not call.args and not call.keywords else None
@@ -178,6 +179,16 @@ def _mode_of(index: Index, call: ast.Call) -> str | None:
     if is_constant(mode, False):
         return "eval"
     return "unknown"
+
+
+def mode_receiver(call: ast.Call) -> ast.expr:
+    """The model of a mode switch, through same-object calls: `transformer` in
+    `transformer.to(device).train()` (pytorch/examples' fast_neural_style, after a CPU checkpoint save)."""
+    expr = call.func.value  # type: ignore[attr-defined]
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double"):
+        expr = expr.func.value
+    return expr
 
 
 def _model_key(expr: ast.AST) -> str | None:
@@ -235,9 +246,12 @@ def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
     return bool(callers) and all(_eval_before(ctx, c, depth + 1) for c in callers)
 
 
-def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
+def _train_set_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> ast.Call | None:
     """The `model.train()` that is the last mode switch before `anchor` in its function: the evaluation runs in
-    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`)."""
+    training mode because the code said so (`def eval_one_epoch(model, loader): model.train(); ...`). When the
+    function switches nothing, the same question for the places that call it (up to 3 calls up), when all of them
+    agree: `train()` calls `model.train()`, then `validate(ctx)`, which calls `predict(model, loader)` (TrOCR), or a
+    solver's `train` calls `task_model.train()` and then `self.test(task_model)` (VAAL)."""
     index = ctx.index
     fn = index.function_of(anchor)
     position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
@@ -248,31 +262,227 @@ def _train_set_before(ctx: Context, anchor: ast.AST) -> ast.Call | None:
         mode = _mode_of(index, call)
         if mode is not None:
             last = (mode, call)
-    return last[1] if last is not None and last[0] == "train" else None
+    if last is not None:
+        return last[1] if last[0] == "train" else None
+    if fn is None or depth >= 3:
+        return None
+    callers = index.callers(fn)
+    found = [_train_set_before(ctx, c, depth + 1) for c in callers]
+    return found[0] if found and all(f is not None for f in found) else None
 
 
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     for loop in index.validation_loops():
-        call = next(
-            (c for c in loop.all_calls() if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func)),
-            None,
-        )
+        call = next((c for c in loop.all_calls() if _model_run(index, c) is not None), None)
         if call is None:
             continue
-        layers = model_mode_layers(index, call.func)
+        model = _model_run(index, call)
+        layers = model_mode_layers(index, model)
         explicit = _train_set_before(ctx, call)
+        trained = _trained_never_switched(ctx, model) if layers is None and explicit is None else None
+        if trained is not None:  # giotto-deep's Pipeline: `_train_loop` trains self.model, `_val_loop` runs it
+            if not _eval_before(ctx, call):
+                ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
+                           cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
+                                 "model, so it is still in the training mode every module starts in")
+            continue
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
             continue
-        if layers is None and explicit is not None:  # the evidence is the `model.train()` before it: the line to change
-            ctx.report(explicit, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+        variable = dotted(model) or "model"
+        if layers is None and explicit is not None and index.function_of(explicit) is index.function_of(call):
+            # the evidence is the `model.train()` before it in the same function: the line to change
+            ctx.report(explicit, variable=variable, loader=loop.source or "the validation data",
                        cause=f"`{ctx.segment(explicit, 40)}` switches it to training mode before the forward")
             continue
-        ctx.report(call, variable=dotted(call.func) or "model", loader=loop.source or "the validation data",
+        if layers is None and explicit is not None:  # put in training mode by a caller, and never switched back
+            caller = index.function_of(explicit)
+            where = f" in `{caller.name}`" if isinstance(caller, ast.FunctionDef | ast.AsyncFunctionDef) else ""
+            ctx.report(call, variable=variable, loader=loop.source or "the validation data",
+                       cause=f"`{ctx.segment(explicit, 40)}` (line {explicit.lineno}{where}) leaves it in training "
+                             "mode, and nothing calls `.eval()` on the way to this validation loop")
+            continue
+        ctx.report(call, variable=variable, loader=loop.source or "the validation data",
                    cause="nothing calls `.eval()` before this validation loop")
+    _test_batches_in_training(ctx)
+    _phase_loops(ctx)
+
+
+def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
+    """The call that runs `model` in a training loop of this file, when no `.eval()` / `.train(...)` runs on any
+    model anywhere in the file: nobody manages the modes, so the model is in training mode (what every module
+    starts in) when the validation loop runs it. None otherwise."""
+    index = ctx.index
+    key = dotted(model)
+    if key is None or not _handed_in(index, model):
+        return None
+    if ctx.memo("debugging:any-mode-switch", lambda: any(
+            _mode_of(index, c) is not None for c in index.method_calls("eval") + index.method_calls("train"))):
+        return None
+    for loop in index.training_loops():
+        if not (loop.has_backward or loop.has_step):
+            continue
+        for c in loop.calls:
+            found = _model_run(index, c)
+            if found is not None and dotted(found) == key:
+                return c
+    return None
+
+
+def _phase_loops(ctx: Context) -> None:
+    """`for phase in ('train', 'val'):` around one batch loop that steps only under `if phase == 'train':`
+    (ZOO_Attack_PyTorch's `fit`): the 'val' pass runs the same forward, and with no `.train()`/`.eval()` keyed
+    on the phase it runs in training mode."""
+    index = ctx.index
+    for outer in index.loops.values():
+        phase = _phase_variable(outer.node)
+        if phase is None or any(_mode_of(index, c) is not None for c in outer.all_calls()):
+            continue
+        steps = set(index.backward_calls) | set(index.step_calls)
+        for inner in outer.children:
+            mine = [c for c in inner.all_calls() if c in steps]
+            if not mine or not all(_under_phase_test(index, c, phase, inner) for c in mine):
+                continue
+            call = next((c for c in inner.all_calls() if _model_run(index, c) is not None
+                         and not _under_phase_test(index, c, phase, inner)), None)
+            if call is None or model_mode_layers(index, _model_run(index, call)) is False:
+                continue
+            model = _model_run(index, call)
+            phases = ctx.segment(outer.node.iter, 40)  # type: ignore[attr-defined]
+            loader = inner.source or ctx.segment(getattr(inner.node, "iter", inner.node), 40)
+            ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data",
+                       cause=f"the loop over `{phase}` in `{phases}` runs this forward in every phase but steps "
+                             "only in training, and nothing calls `.eval()` for the evaluation phase")
+
+
+def _phase_variable(node: ast.AST) -> str | None:
+    """`phase` in `for phase in ('train', 'val'):` (a literal list of names, one of them evaluation data)."""
+    if not isinstance(node, ast.For) or not isinstance(node.target, ast.Name):
+        return None
+    if not isinstance(node.iter, ast.Tuple | ast.List) or len(node.iter.elts) < 2:
+        return None
+    words = [e.value for e in node.iter.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    if len(words) != len(node.iter.elts) or not any(is_eval_word(w) for w in words):
+        return None
+    return node.target.id
+
+
+def _under_phase_test(index: Index, node: ast.AST, phase: str, loop) -> bool:
+    for anc in index.ancestors(node):
+        if anc is loop.node:
+            return False
+        if isinstance(anc, ast.If) and any(isinstance(n, ast.Name) and n.id == phase for n in ast.walk(anc.test)):
+            return True
+    return False
+
+
+def _handed_in(index: Index, model: ast.expr) -> bool:
+    """A model this code receives rather than builds (`self.model = model` from the constructor's parameters, or
+    a parameter of the function): its class is the caller's, so managing its mode is this code's job. A model
+    built in the project from a class whose layers we cannot read here is left out: it may hold no dropout or
+    batch norm at all (pytorch/examples' super-resolution net)."""
+    fn = index.function_of(model)
+    if isinstance(model, ast.Name):
+        return fn is not None and model.id in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    if not (isinstance(model, ast.Attribute) and isinstance(model.value, ast.Name) and model.value.id == "self"):
+        return False
+    info = index.class_of(model)
+    init = info.method("__init__") if info is not None else None
+    if init is None:
+        return False
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    return any(a.attr == model.attr and _receiver_name(a.value) in params
+               for a in index.self_assignments(info, "__init__"))
+
+
+def _receiver_name(expr: ast.AST) -> str | None:
+    """`model` in `model`, `model.to(DEVICE)`, `model.cuda()` (the same object)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double", "train"):
+        expr = expr.func.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _test_batches_in_training(ctx: Context) -> None:
+    """A training loop that scores a batch drawn from evaluation data every few steps (pointnet.pytorch's
+    `j, data = next(enumerate(testdataloader, 0))` then `classifier(points)` under `if i % 10 == 0:`): the model is
+    in training mode there, since this very loop trains it, unless an `.eval()` runs between the draw and the
+    forward."""
+    index = ctx.index
+    for loop in index.training_loops():
+        if not (loop.has_backward or loop.has_step):
+            continue
+        draws = [c for c in loop.calls if isinstance(c.func, ast.Name) and c.func.id == "next" and c.args
+                 and _eval_source(c.args[0])]
+        for draw in draws:
+            stmt = index.statement_of(draw)
+            if not isinstance(stmt, ast.Assign):
+                continue
+            names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            for call in loop.calls:
+                if (call.lineno, call.col_offset) <= (stmt.lineno, stmt.col_offset):
+                    continue
+                if _mode_of(index, call) is not None and (call.lineno, call.col_offset) > (stmt.lineno, 0):
+                    break  # a mode switch after the draw: the forward below runs in that mode
+                model = _model_run(index, call)
+                if model is None or not any(_derived_from(index, a, names, stmt, call) for a in
+                                            [*call.args, *(k.value for k in call.keywords)]):
+                    continue
+                if model_mode_layers(index, model) is False:
+                    break
+                source = dotted(_eval_source(draw.args[0])) or "the evaluation data"
+                ctx.report(call, variable=dotted(model) or "model", loader=source,
+                           cause="this loop trains it, and nothing calls `.eval()` between drawing the "
+                                 f"`{source}` batch and this forward")
+                break
+
+
+def _eval_source(expr: ast.AST) -> ast.expr | None:
+    """The evaluation loader inside `iter(test_loader)`, `enumerate(testdataloader, 0)`, `val_loader` itself."""
+    for _ in range(3):
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("iter", "enumerate") \
+                and expr.args:
+            expr = expr.args[0]
+            continue
+        break
+    if isinstance(expr, ast.Name | ast.Attribute) and is_eval_word(dotted(expr)):
+        return expr
+    return None
+
+
+def _derived_from(index: Index, expr: ast.AST, names: set[str], after: ast.stmt, at: ast.AST) -> bool:
+    """Whether `expr` is built from `names` (bound at `after`), directly or through the assignments between
+    `after` and `at` in the same block (`points, target = data`, `points = points.transpose(2, 1)`)."""
+    seen = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for stmt in ast.walk(index.function_of(at) or _module_of(index, at)):
+            if isinstance(stmt, ast.Assign) and after.lineno < stmt.lineno < at.lineno and any(  # type: ignore[attr-defined]
+                    isinstance(n, ast.Name) and n.id in seen for n in ast.walk(stmt.value)):
+                new = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)} - seen
+                if new:
+                    seen |= new
+                    changed = True
+    return any(isinstance(n, ast.Name) and n.id in seen for n in ast.walk(expr))
+
+
+def _module_of(index: Index, node: ast.AST) -> ast.AST:
+    """The module a node sits in: the scope of top-level script code."""
+    root = node
+    for anc in index.ancestors(node):
+        root = anc
+    return root
+
+
+def _model_run(index: Index, call: ast.Call) -> ast.expr | None:
+    """The model a call runs: `model(x)`, `model.generate(x)`."""
+    if isinstance(call.func, ast.Name | ast.Attribute) and index.is_model(call.func):
+        return call.func
+    return index.model_run_method(call)
 
 
 # A train/eval switch or a training step, in execution order: (kind, call, model keys).
@@ -307,7 +517,7 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
         if mode == "unknown":
             return None  # `model.train(flag)`: we cannot follow it
         if mode is not None:
-            key = _model_key(call.func.value)  # type: ignore[attr-defined]
+            key = _model_key(mode_receiver(call))
             if key and not (mode == "eval" and _leaves_loop(index, call, depth)):
                 out.append((mode, call, frozenset({key})))
             continue
@@ -413,6 +623,8 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
             continue
         if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
             continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
+        if _frozen_with_the_switch(index, found):
+            continue
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
         # Reached through a call in the loop (`self.validate()` every N steps): the loop's line is where the mode
@@ -448,6 +660,15 @@ def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]
         return bool(mine) and all(any(other.get(p) is (not v) for p, v in mine.items()) for other in step_needs)
 
     return [c for c in calls if c in steps or not exclusive(c)]
+
+
+def _frozen_with_the_switch(index: Index, call: ast.Call) -> bool:
+    """`text_encoder.train(False); text_encoder.requires_grad_(False)` (kohya's sd-scripts, when text-encoder
+    training stops at a given step): the model leaves training for good, so eval mode is what is meant."""
+    key = dotted(mode_receiver(call))
+    fn = index.function_of(call)
+    return any(dotted(c.func.value) == key and is_constant(kwarg(c, "requires_grad", 0), False)  # type: ignore[attr-defined]
+               and index.function_of(c) is fn for c in index.method_calls("requires_grad_"))
 
 
 def _frozen_mode_training(index: Index, call: ast.Call) -> bool:

@@ -186,6 +186,8 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
         for call in loop.all_calls():
             if not index.call_runs_model(call):
                 continue
+            if index.model_run_method(call) is not None:
+                continue  # `model.generate(...)`: Hugging Face's and minGPT's generate run under no_grad themselves
             model_call = _first_model_call(index, call)
             if model_call is not None and _parameter_free(index, model_call):
                 continue  # `similarity(enrol, test)` with nn.CosineSimilarity: nothing to record a graph for

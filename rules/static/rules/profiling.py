@@ -658,31 +658,42 @@ def _compile_in_training_loop(node: ast.Call, ctx: Context) -> None:
 
 
 _TIMER_NAME = re.compile(r"timer|stopwatch", re.I)
+# A function (or file) whose purpose is measuring.
+_MEASURING = re.compile(r"bench|profil|timing|measure|speed|(?:^|_)time(?:_|$)", re.I)
 
 
-def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> bool:
-    """The loop (or its function) measures time or profiles: synchronising is how GPU timing works."""
-    for call in loop.all_calls():
-        q = index.callee(call) or ""
-        if q in _TIMERS or q.startswith(_PROFILERS):
-            return True
-        if isinstance(call.func, ast.Attribute) and call.func.attr in ("elapsed_time", "record_function"):
-            return True
-        if isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or _TIMER_NAME.search(
-                last_name(call.func.value) or "")):
-            return True  # `fw_timer.tic()` ... `torch.cuda.synchronize(); fw_timer.toc()` (pycls's benchmark)
-        if q.startswith(("torch.cuda.max_memory", "torch.cuda.memory_", "torch.cuda.reset_peak_memory")):
-            return True  # measuring memory: the synchronisation makes the figure exact
-    if fn is not None and re.search(r"bench|profil|timing|measure|speed", getattr(fn, "name", ""), re.I):
-        return True
+def _timed(index: Index, loop: Loop, fn: ast.AST | None) -> str | None:
+    """How the loop (or its function) measures: "benchmark" for code whose purpose is measuring (a profiler, a
+    memory figure, a function named for benchmarking), where synchronising is the point; "timer" for a training
+    loop that times its own steps (a clock, CUDA events, a timer object), where the synchronisation makes the
+    figure right but still costs every step; None when nothing is measured."""
+    if fn is not None and _MEASURING.search(getattr(fn, "name", "")):
+        return "benchmark"  # `benchmark_step`, pycls's `compute_time_train`
     for anc in index.ancestors(loop.node):
         if isinstance(anc, ast.With | ast.AsyncWith):
             for item in anc.items:
                 expr = item.context_expr
                 q = index.callee(expr) if isinstance(expr, ast.Call) else index.resolve(expr)
-                if (q or "").startswith(_PROFILERS) or "profil" in (dotted(expr) or "").lower():
-                    return True
-    return False
+                if (q or "").startswith(_PROFILERS) and "Event" not in (q or "") or \
+                        "profil" in (dotted(expr) or "").lower():
+                    return "benchmark"
+    found = None
+    for call in loop.all_calls():
+        q = index.callee(call) or ""
+        if q.startswith(("torch.cuda.max_memory", "torch.cuda.memory_", "torch.cuda.reset_peak_memory")):
+            return "benchmark"  # measuring memory: the synchronisation makes the figure exact
+        if q.startswith(_PROFILERS) and not q.startswith("torch.cuda.Event"):
+            return "benchmark"
+        if q in _TIMERS or q.startswith("torch.cuda.Event"):
+            found = "timer"
+        elif isinstance(call.func, ast.Attribute) and call.func.attr == "record_function":
+            return "benchmark"
+        elif isinstance(call.func, ast.Attribute) and call.func.attr == "elapsed_time":
+            found = "timer"
+        elif isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or _TIMER_NAME.search(
+                last_name(call.func.value) or "")):
+            found = "timer"  # `fw_timer.tic()` ... `torch.cuda.synchronize(); fw_timer.toc()` (pycls's benchmark)
+    return found
 
 
 @rule("TD506", ast.Module)
@@ -697,9 +708,21 @@ def _synchronize_in_training_loop(node: ast.Call, ctx: Context) -> None:
     loop = index.step_loop_of(node)
     if loop is None or _conditional_within(index, node, loop):
         return
-    if _timed(index, loop, index.function_of(node)):
+    timed = _timed(index, loop, index.function_of(node))
+    if timed == "timer" and _MEASURING.search(ctx.path.replace("\\", "/").rsplit("/", 1)[-1]):
+        timed = "benchmark"  # benchmark.py, profile_step.py: measuring is the file's purpose
+    if timed == "benchmark":
         return
-    ctx.report(node, variable=snippet(ctx, node, 40))
+    if timed == "timer" and not loop.trains:
+        return  # a timed loop that does not train (a throughput test): measuring is its purpose
+    if timed == "timer":
+        # The figure is right only with the wait, but the training pays it every step (KPConv's trainer was about
+        # 25% slower with it; torchtitan removed its per-step one): info, with the cheaper way to time.
+        ctx.report(node, severity="info", variable=snippet(ctx, node, 40),
+                   timing=" to time the step (it makes the timing exact, but training pays for it every step: "
+                          "synchronise only on the steps you log, or read CUDA events a step later)")
+        return
+    ctx.report(node, variable=snippet(ctx, node, 40), timing="")
 
 
 def _chained_into_sync(index: Index, node: ast.Call) -> bool:
@@ -803,8 +826,8 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
     candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
     # One cause, one finding: the first host read after GPU work waits for it; the reads right after it find
-    # nothing queued and wait for nothing. So each sync point of a step gets one finding, and none when a read
-    # this rule does not report (a running total) synced first.
+    # nothing queued and wait for nothing. So each sync point of a step gets one finding, at the severity of its
+    # first read (info when that is a running total), and none when a wait it does not report came first.
     reads: dict[int, tuple[Loop, list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]]] = {}
     for call in sorted(set(candidates), key=_position):
         found = _host_sync_every_step(call, ctx)
@@ -838,21 +861,24 @@ def _gpu_work(index: Index, loop: Loop) -> list[tuple[int, int]]:
 
 
 def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]) -> None:
-    """Reads with no GPU work queued between them wait once, at the first: one finding, or none when the first is
-    a read the rule does not report (a running total)."""
+    """Reads with no GPU work queued between them wait once, at the first: one finding (at the first read's
+    severity), or none when the first is a wait the rule does not report (a timing synchronize, a read whose value
+    decides a branch)."""
     first = point[0]
     if first[1] is None:
         return
     later = sum(1 for item in point if item[1] is not None) - 1
     values = dict(first[2])
+    severity = values.pop("severity", None)
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
-    ctx.report(first[1], **values)
+    ctx.report(first[1], severity=severity, **values)
 
 
 def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str, str]] | None:
-    """(the step loop, the finding's values) for a per-step host read; (loop, {}) for a read that syncs the
-    step but is not reported itself (a running total); None for anything else."""
+    """(the step loop, the finding's values) for a per-step host read (with "severity": "info" for a running total
+    or a history); (loop, {}) for a read that waits but is not reported (its value decides the step's control
+    flow); None for anything else."""
     func = node.func
     if isinstance(func, ast.Attribute):
         if func.attr not in _SYNC_METHODS or node.args or node.keywords:
@@ -870,8 +896,9 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
         return None
     if index.grad_disabled(node) and index.grad_disabled(loop.node):
         return None  # a loop that only looks like a step loop
-    if _conditional_within(index, node, loop) or _feeds_a_branch(index, node, loop):
+    if _conditional_within(index, node, loop):
         return None
+    decides = _feeds_a_branch(index, node, loop)  # a wait the step needs: not reported, but later reads find nothing
     synced_anyway = _accumulated(index, node, loop)  # exempt from a finding, but the step still waits here
     fn = index.function_of(node)
     names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
@@ -894,13 +921,28 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
             variable = snippet(ctx, node, 50)
             kind = "print() of a tensor"
         else:
-            if not _tensor_value(index, node.args[0], node, names):
+            if not _tensor_value(index, _undetached(node.args[0]), node, names):
                 return None
             variable = snippet(ctx, node, 50)
-    if synced_anyway:
+    if decides:
         return loop, {}
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    if synced_anyway:
+        # A running total or a history still waits every step, but TD101 recommends exactly this over keeping the
+        # graph, and the wait only costs much when steps are short: info, with the device-side fix in the message.
+        kind = f"{kind} kept in a running total or history: one wait per step, which costs throughput when " \
+               "steps are short (small models, fast GPUs); sum `loss.detach()` on the device instead"
+        return loop, {"variable": variable, "kind": kind, "loop": where, "severity": "info"}
     return loop, {"variable": variable, "kind": kind, "loop": where}
+
+
+def _undetached(expr: ast.expr) -> ast.expr:
+    """`loss.detach()` -> `loss`: a detached copy is still on the device, and reading it still waits (ptgnn's
+    `sum_epoch_loss += float(mb_loss.detach())`)."""
+    while (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "detach"
+           and not expr.args and not expr.keywords):
+        expr = expr.func.value
+    return expr
 
 
 def _derived_tensor(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:

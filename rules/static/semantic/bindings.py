@@ -132,7 +132,35 @@ class Bindings:
         if name is not None and name.rsplit(".", 1)[-1].split("_", 1)[0].lower() in self.names["model_function_verbs"] \
                 and "_" in name.rsplit(".", 1)[-1]:
             return False  # `self.unwrap_dist_model(...)` (a base class's method, LAVIS), `save_model`: a function
-        return looks_like_model(name)
+        return looks_like_model(name) or (isinstance(expr, ast.Name) and self._hands_out_parameters(expr))
+
+    def _hands_out_parameters(self, expr: ast.Name) -> bool:
+        """Duck typing for a name bound to an instance of a class we cannot see (`classifier = PointNetCls(...)`,
+        imported from another file): the file asks it for its parameters (`optim.SGD(classifier.parameters())`).
+        Only the methods no optimizer, scheduler or trainer object answers; only names every assignment binds to
+        a constructor call (not `netG = self._unwrap_net(...)`), and not to a plain class of this file (rtdl's
+        `net_ensemble = DynamicNet(...)`, which gathers the parameters of its members)."""
+        cache = self.__dict__.setdefault("_parameter_owners", None)
+        if cache is None:
+            cache = self.__dict__["_parameter_owners"] = {
+                dotted(c.func.value) for m in ("parameters", "named_parameters")  # type: ignore[attr-defined]
+                for c in self.method_calls(m) if not c.args and not c.keywords}
+        if expr.id not in cache:
+            return False
+        values = [a.value for a in self.nodes(ast.Assign)  # any scope: a module-level instance used in a function
+                  if any(isinstance(t, ast.Name) and t.id == expr.id for t in a.targets)]  # type: ignore[attr-defined]
+        if not values:
+            return False  # a parameter or a loop variable: who knows what it is
+        for value in values:
+            func = value.func if isinstance(value, ast.Call) else None
+            while isinstance(func, ast.Attribute) and not (last_name(func) or "")[:1].isupper():
+                func = func.value  # `DynamicNet.from_file(...)`: the class
+            name = last_name(func) if isinstance(func, ast.Name | ast.Attribute) else None
+            if not name or not name[:1].isupper():
+                return False  # `netG = self._unwrap_net(...)`: not an instance built here
+            if name in self.classes and not self.classes[name].is_module:
+                return False
+        return True
 
     def is_submodule(self, expr: ast.AST | None) -> bool:
         """`self.g` inside an nn.Module (or LightningModule) whose methods assign it a built object: a module

@@ -55,6 +55,8 @@ _EVAL_WORD = re.compile(
     r"prediction|inference|infer)(?:[^a-z]|loader|dl|set|data|ds|$)"
 )
 
+# Methods of a model that run its forward pass (Hugging Face and minGPT `generate`, decorated with no_grad).
+_RUN_METHODS = frozenset({"generate"})
 # Calls in a loop condition whose value depends only on their arguments (`isinstance(x, T)`, `len(xs)`).
 _PURE_BUILTINS = frozenset({"isinstance", "hasattr", "getattr", "len", "callable", "type", "bool", "int", "str"})
 # Methods that change the container they are called on: a loop that calls them rebinds that name's contents.
@@ -389,10 +391,20 @@ class Loops:
         func = call.func
         if isinstance(func, ast.Name | ast.Attribute | ast.Subscript) and self.is_model(func):
             return True
+        if _depth == 0 and self.model_run_method(call) is not None:
+            return True  # in the loop itself: a helper that generates is often decorated with no_grad
         if _depth >= 2:
             return False
         target = self.local_target(call)
         return target is not None and any(self.call_runs_model(c, _depth + 1) for c in self.calls_in(target))
+
+    def model_run_method(self, call: ast.Call) -> ast.expr | None:
+        """The model a method call runs through its forward: `model.generate(x)` (Hugging Face decoding; TrOCR's
+        `predict`); None for anything else."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in _RUN_METHODS and self.is_model(func.value):
+            return func.value
+        return None
 
     def local_target(self, call: ast.Call) -> ast.AST | None:
         """The function or method of this file a call runs (`helper(x)`, `self._eval_step(batch)`), if any."""

@@ -1,0 +1,86 @@
+"""TD506 / TD507 beyond the table-driven fixtures: which host waits are warnings and which are info.
+
+Running totals and histories (`total += loss.item()`), and synchronisations that only time the step, still wait
+every step; they are reported at info severity, the shapes TD507/TD506 flagged before stay warnings, and a
+log-interval guard silences both. The fixtures themselves run in tests/test_check_rules.py.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.conftest import FIXTURES
+from torchdoctor.rules.static import registry
+from torchdoctor.rules.static.api import Context
+from torchdoctor.rules.static.engine import analyse_text
+
+RULES = FIXTURES / "check" / "rules"
+
+
+def severities(path, code: str) -> dict[int, str]:
+    result = analyse_text(path.read_text(), str(path), codes=[code])
+    return {r.finding.line: r.finding.severity for r in result.results if r.finding.code == code}
+
+
+def test_running_totals_are_info():
+    found = severities(RULES / "TD507" / "fire_running_total.py", "TD507")
+    assert found and set(found.values()) == {"info"}, found
+
+
+@pytest.mark.parametrize("name", ["fire.py", "fire_config_branch.py", "fire_loss_stats.py"])
+def test_other_per_step_reads_stay_warnings(name):
+    found = severities(RULES / "TD507" / name, "TD507")
+    assert found and set(found.values()) == {"warning"}, found
+
+
+def test_the_running_total_message_says_when_it_matters():
+    text = (RULES / "TD507" / "fire_running_total.py").read_text()
+    result = analyse_text(text, "train.py", codes=["TD507"])
+    message = result.results[0].finding.message
+    assert "running total" in message and "steps are short" in message and "loss.detach()" in message
+
+
+def test_a_running_total_under_a_log_interval_guard_is_silent():
+    text = '''
+import torch
+model = torch.nn.Linear(4, 1).cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0.0
+for step in range(1000):
+    loss = model(torch.randn(8, 4, device="cuda")).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if step % 100 == 0:
+        total += loss.item()
+'''
+    assert not analyse_text(text, "train.py", codes=["TD507"]).results
+
+
+def test_a_finding_may_lower_its_severity_but_not_raise_it():
+    rule = registry.rules()["TD507"]
+    ctx = Context("x.py", "", None, None, None)
+    ctx.rule = rule
+    ctx.report(ast.Pass(), severity="info", variable="v", kind="k", loop="l")
+    assert ctx.hits[0].severity == "info"
+    with pytest.raises(ValueError):
+        ctx.report(ast.Pass(), severity="error", variable="v", kind="k", loop="l")
+
+
+def test_a_training_loop_that_times_its_steps_is_info():
+    found = severities(RULES / "TD506" / "fire_timed_steps.py", "TD506")
+    assert found and set(found.values()) == {"info"}, found
+    assert set(severities(RULES / "TD506" / "fire.py", "TD506").values()) == {"warning"}
+
+
+def test_the_timing_message_says_how_to_time_cheaper():
+    text = (RULES / "TD506" / "fire_timed_steps.py").read_text()
+    message = analyse_text(text, "trainer.py", codes=["TD506"]).results[0].finding.message
+    assert "to time the step" in message and "steps you log" in message
+
+
+def test_a_file_named_for_benchmarking_is_not_reported():
+    text = (RULES / "TD506" / "fire_timed_steps.py").read_text()
+    assert not analyse_text(text, "tools/benchmark_train.py", codes=["TD506"]).results
