@@ -112,6 +112,31 @@ def test_max_file_bytes_can_be_raised(tmp_path):
     assert proc.returncode == 0 and "Checked 1 file: no findings." in proc.stdout_text
 
 
+def _notebook(code: str, output_bytes: int) -> bytes:
+    """A notebook with one code cell and one saved output of about `output_bytes` (an embedded PNG)."""
+    output = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * output_bytes}}
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": code, "outputs": [output]}
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}).encode()
+
+
+def test_notebook_size_limit_counts_its_code_not_its_outputs(tmp_path):
+    # A lesson notebook is mostly saved plots: 3 MiB on disk, a few hundred bytes of code, which is analysed.
+    (tmp_path / "lesson.ipynb").write_bytes(_notebook(LEAK, 3 * 2**20))
+    report = json.loads(cli("check", "--format", "json", "lesson.ipynb", cwd=tmp_path).stdout_text)
+    assert td000(report) == {}
+    assert ("TD101", 1, 9) in {(f["code"], f["cell"], f["line"]) for f in report["findings"]}
+
+
+def test_notebook_code_over_the_limit_and_huge_notebooks_are_not_analysed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\nmax-file-bytes = 100_000\n")
+    (tmp_path / "long.ipynb").write_bytes(_notebook("x = 1\n" * 40_000, 0))  # 240 kB of code
+    (tmp_path / "huge.ipynb").write_bytes(_notebook(LEAK, 2_000_000))  # over 16 times the limit on disk
+    report = json.loads(cli("check", "--format", "json", ".", cwd=tmp_path).stdout_text)
+    messages = td000(report)
+    assert messages["long.ipynb"].startswith("could not analyse: its code is 0.2 MiB, over the 0.1 MiB limit")
+    assert messages["huge.ipynb"].startswith("could not analyse: the file is 1.9 MiB, over the 1.5 MiB limit")
+
+
 def test_missing_path_is_a_usage_error(tmp_path):
     (tmp_path / "train.py").write_text("x = 1\n")
     proc = cli("check", "train.py", "missing_dir/", cwd=tmp_path)
