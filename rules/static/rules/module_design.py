@@ -649,9 +649,44 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
         return
+    if _rate_left_at_zero(index, info, kwarg(node, "p", 1)):
+        return
     if index.grad_disabled(node):
         return  # sampling code under no_grad (latent-diffusion's `noise_dropout` in p_sample): dropout there is the point
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
+
+
+def _rate_left_at_zero(index: Index, info, rate: ast.AST | None) -> bool:
+    """`self.dropout_prob = do_prob` with `do_prob=0.` in `__init__`, and every construction of the class in this
+    file leaves it at that default (uvadlc's NRI `MLPDecoder(n_in_node=dims, ...)`): p is 0 in either mode."""
+    if not (isinstance(rate, ast.Attribute) and dotted(rate.value) == "self"):
+        return False
+    init = info.method("__init__")
+    if init is None:
+        return False
+    sets = [a for a in index.self_assignments(info, None) if a.attr == rate.attr]
+    if len(sets) != 1 or sets[0].method is not init or not isinstance(sets[0].value, ast.Name):
+        return False
+    param = sets[0].value.id
+    positional = init.args.posonlyargs + init.args.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(init.args.defaults):]], init.args.defaults,
+                        strict=True))
+    defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d})
+    default = defaults.get(param)
+    if not (isinstance(default, ast.Constant) and default.value in (0, 0.0) and not isinstance(default.value, bool)):
+        return False
+    position = [a.arg for a in positional].index(param) - 1 if param in [a.arg for a in positional] else None
+    if any(info.name in [dotted(b) for b in c.node.bases] for c in index.module_classes):
+        return False  # a subclass may pass a rate up through super().__init__
+    built = [c for c in index.nodes(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == info.name]
+    if not built:
+        return False  # built elsewhere: we cannot see the rate it gets
+    for call in built:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
+            return False
+        if kwarg(call, param, position) is not None:
+            return False
+    return True
 
 
 def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:
