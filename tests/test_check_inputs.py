@@ -4,6 +4,7 @@ checked, and `check` never runs the code it reads."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -135,6 +136,15 @@ def test_notebook_code_over_the_limit_and_huge_notebooks_are_not_analysed(tmp_pa
     messages = td000(report)
     assert messages["long.ipynb"].startswith("could not analyse: its code is 0.2 MiB, over the 0.1 MiB limit")
     assert messages["huge.ipynb"].startswith("could not analyse: the file is 1.9 MiB, over the 1.5 MiB limit")
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 parses PEP 701 f-strings")
+def test_a_python_312_f_string_is_named_as_such(tmp_path):
+    # facebookresearch/lingua apps/mtp/train.py:138: double quotes inside the braces of a double-quoted f-string.
+    (tmp_path / "train.py").write_text('from pathlib import Path\nd = "x"\nprint(f"at {str(Path(d) / "ckpt")}")\n')
+    message = td000(json.loads(cli("check", "--format", "json", "train.py", cwd=tmp_path).stdout_text))["train.py"]
+    assert message.startswith("could not analyse: the f-string at line 3 does not parse on Python 3.1")
+    assert "Python 3.12 and later accept quotes" in message and "syntax error" not in message
 
 
 def test_missing_path_is_a_usage_error(tmp_path):
