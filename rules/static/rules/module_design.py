@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import ClassInfo, Index, dotted, kwarg, last_name
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name
 from torchdoctor.rules.static.patterns import (
     attention_probs,
     latest_value,
@@ -649,11 +649,47 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
         return
-    if _rate_left_at_zero(index, info, kwarg(node, "p", 1)):
+    if _rate_left_at_zero(index, info, kwarg(node, "p", 1)) or _never_runs(index, info, node, fn):
         return
     if index.grad_disabled(node):
         return  # sampling code under no_grad (latent-diffusion's `noise_dropout` in p_sample): dropout there is the point
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
+
+
+def _never_runs(index: Index, info, node: ast.AST, fn: ast.AST) -> bool:
+    """Under `if self.mask_cond_ratio is not None:` (or `if self.flag:`) where this file only ever sets that
+    attribute to None or False (DDSP-SVC's NaiveV2Diff): the branch is dead code."""
+    child = node
+    for anc in index.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, ast.If) and any(child is stmt for stmt in anc.body):
+            tests = anc.test.values if isinstance(anc.test, ast.BoolOp) and isinstance(anc.test.op, ast.And) \
+                else [anc.test]
+            for test in tests:
+                attr = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+                    isinstance(test.ops[0], ast.IsNot) and is_constant(test.comparators[0], None) else test
+                if isinstance(attr, ast.Attribute) and dotted(attr.value) == "self" and _always_unset(index, attr.attr):
+                    return True
+        child = anc
+    return False
+
+
+def _always_unset(index: Index, attr: str) -> bool:
+    """Every assignment to `.attr` in the file stores None or False (and there is at least one)."""
+    stores = [n for n in index.nodes(ast.Attribute) if n.attr == attr and isinstance(n.ctx, ast.Store)]
+    if not stores:
+        return False
+    for target in stores:
+        stmt = index.parent(target)
+        if not isinstance(stmt, ast.Assign | ast.AnnAssign) or stmt.value is None:
+            return False
+        value = stmt.value
+        if isinstance(value, ast.Tuple):
+            return False  # `self.a, self.b = ...`: not read here
+        if not (is_constant(value, None) or is_constant(value, False)):
+            return False
+    return True
 
 
 def _rate_left_at_zero(index: Index, info, rate: ast.AST | None) -> bool:
