@@ -326,7 +326,34 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
         return isinstance(index.parent(parent), ast.Call)
     if isinstance(parent, ast.Assign) and read in parent.targets:
         return True
-    return isinstance(read.ctx, ast.Store)
+    if isinstance(read.ctx, ast.Store):
+        return True
+    return _moved_through_local(index, read)
+
+
+_MOVES = ("to", "type_as", "cuda")
+
+
+def _moved_through_local(index, read: ast.Attribute) -> bool:
+    """`t = self.integration_time if t is None else t` then `t = t.to(x.device)` (a neural-ODE block): the
+    local the attribute goes into is moved before anything else reads it."""
+    node: ast.AST = read
+    parent = index.parent(node)
+    while isinstance(parent, ast.IfExp) and node is not parent.test:
+        node, parent = parent, index.parent(parent)
+    if not (isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name, fn = parent.targets[0].id, index.function_of(read)
+    if fn is None:
+        return False
+    after = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                    and (n.lineno, n.col_offset) >= (parent.end_lineno, parent.end_col_offset)),
+                   key=lambda n: (n.lineno, n.col_offset))
+    if not after:
+        return False
+    first = index.parent(after[0])
+    return isinstance(first, ast.Attribute) and first.attr in _MOVES and isinstance(index.parent(first), ast.Call)
 
 
 def _loss_kind(index, node: ast.Call) -> str | None:
