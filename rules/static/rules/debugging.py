@@ -284,6 +284,10 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     (or its function when the step is not in a loop)."""
     loop = index.loop_of(step)
     calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
+    optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else c.args[0]  # type: ignore[attr-defined]
+                  for c in calls if index.is_optimizer_step(c)]
+    if optimizers and all(_tensors_only(index, o) for o in optimizers):
+        return frozenset()  # the step trains an input, a patch or an image (`SGD([patch])`): no model at all
     keys: set[str] = set()
     for c in calls:
         if index.grad_disabled(c):
@@ -298,6 +302,16 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
                 if key:
                     keys.add(key)
     return frozenset(keys)
+
+
+def _tensors_only(index: Index, optimizer: ast.AST) -> bool:
+    """An optimizer built over a literal list of names that are no module's parameters (`SGD([patch])`,
+    `LBFGS([input_img])`): an adversarial patch, a style-transfer image, a prompt on a frozen model."""
+    b = index.binding(optimizer)
+    params = b.arg("params", 0) if b is not None and b.kind == "optimizer" else None
+    if not isinstance(params, ast.List | ast.Tuple) or not params.elts:
+        return False
+    return all(isinstance(e, ast.Name) and not index.is_model(e) for e in params.elts)
 
 
 def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AST, ...]) -> list[Event] | None:
