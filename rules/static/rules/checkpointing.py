@@ -859,7 +859,7 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
     if _checks_own_keys(index, node, dotted(func.value)):
         return  # the function compares the checkpoint's keys with the model's before loading
-    if _own_state_dict_pair(index, node):
+    if _own_state_dict_pair(index, node) or _part_of_split_dict(index, node):
         return
     if _trunk_pretrained_elsewhere(index, node):
         return  # the checkpoint holds the parts the pretrained trunk does not: the missing keys are by design
@@ -903,6 +903,25 @@ def _own_state_dict_pair(index: Index, node: ast.Call) -> bool:
     owner = index.parent(fn)
     return isinstance(owner, ast.ClassDef) and any(
         isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == "state_dict" for m in owner.body)
+
+
+def _part_of_split_dict(index: Index, node: ast.Call) -> bool:
+    """nerfstudio's `Pipeline.load_state_dict(self, state_dict, ...)`: the `_model.` keys go to `self.model`, and
+    `super().load_state_dict(rest, strict=False)` gets `rest = {k: v for k, v in state_dict.items() if not ...}`:
+    the override splits its own argument, so the other part's keys are missing by design."""
+    fn = index.function_of(node)
+    if fn is None or getattr(fn, "name", "") != "load_state_dict" or len(fn.args.args) < 2:  # type: ignore[attr-defined]
+        return False
+    param = fn.args.args[1].arg  # type: ignore[attr-defined]
+    loaded = kwarg(node, "state_dict", 0)
+    values = index.definitions(loaded.id, node) if isinstance(loaded, ast.Name) else []
+    for value in values:
+        if isinstance(value, ast.DictComp) and any(
+                gen.ifs and isinstance(gen.iter, ast.Call) and isinstance(gen.iter.func, ast.Attribute)
+                and gen.iter.func.attr == "items" and dotted(gen.iter.func.value) == param
+                for gen in value.generators):
+            return True
+    return False
 
 
 _OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})
