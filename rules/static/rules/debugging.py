@@ -284,9 +284,10 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     (or its function when the step is not in a loop)."""
     loop = index.loop_of(step)
     calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
-    optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else c.args[0]  # type: ignore[attr-defined]
+    # `optimizer.step()`, or `scaler.step(optimizer)`; a bare `scaler.step()` names no optimizer (None: unknown)
+    optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else kwarg(c, "optimizer", 0)  # type: ignore[attr-defined]
                   for c in calls if index.is_optimizer_step(c)]
-    if optimizers and all(_tensors_only(index, o) for o in optimizers):
+    if optimizers and all(o is not None and _tensors_only(index, o) for o in optimizers):
         return frozenset()  # the step trains an input, a patch or an image (`SGD([patch])`): no model at all
     keys: set[str] = set()
     for c in calls:
