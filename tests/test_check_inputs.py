@@ -4,6 +4,7 @@ checked, and `check` never runs the code it reads."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -110,6 +111,40 @@ def test_max_file_bytes_can_be_raised(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\nmax-file-bytes = 8_000_000\n")
     proc = cli("check", "big.py", cwd=tmp_path)
     assert proc.returncode == 0 and "Checked 1 file: no findings." in proc.stdout_text
+
+
+def _notebook(code: str, output_bytes: int) -> bytes:
+    """A notebook with one code cell and one saved output of about `output_bytes` (an embedded PNG)."""
+    output = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * output_bytes}}
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": code, "outputs": [output]}
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}).encode()
+
+
+def test_notebook_size_limit_counts_its_code_not_its_outputs(tmp_path):
+    # A lesson notebook is mostly saved plots: 3 MiB on disk, a few hundred bytes of code, which is analysed.
+    (tmp_path / "lesson.ipynb").write_bytes(_notebook(LEAK, 3 * 2**20))
+    report = json.loads(cli("check", "--format", "json", "lesson.ipynb", cwd=tmp_path).stdout_text)
+    assert td000(report) == {}
+    assert ("TD101", 1, 9) in {(f["code"], f["cell"], f["line"]) for f in report["findings"]}
+
+
+def test_notebook_code_over_the_limit_and_huge_notebooks_are_not_analysed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\nmax-file-bytes = 100_000\n")
+    (tmp_path / "long.ipynb").write_bytes(_notebook("x = 1\n" * 40_000, 0))  # 240 kB of code
+    (tmp_path / "huge.ipynb").write_bytes(_notebook(LEAK, 2_000_000))  # over 16 times the limit on disk
+    report = json.loads(cli("check", "--format", "json", ".", cwd=tmp_path).stdout_text)
+    messages = td000(report)
+    assert messages["long.ipynb"].startswith("could not analyse: its code is 0.2 MiB, over the 0.1 MiB limit")
+    assert messages["huge.ipynb"].startswith("could not analyse: the file is 1.9 MiB, over the 1.5 MiB limit")
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 parses PEP 701 f-strings")
+def test_a_python_312_f_string_is_named_as_such(tmp_path):
+    # facebookresearch/lingua apps/mtp/train.py:138: double quotes inside the braces of a double-quoted f-string.
+    (tmp_path / "train.py").write_text('from pathlib import Path\nd = "x"\nprint(f"at {str(Path(d) / "ckpt")}")\n')
+    message = td000(json.loads(cli("check", "--format", "json", "train.py", cwd=tmp_path).stdout_text))["train.py"]
+    assert message.startswith("could not analyse: the f-string at line 3 does not parse on Python 3.1")
+    assert "Python 3.12 and later accept quotes" in message and "syntax error" not in message
 
 
 def test_missing_path_is_a_usage_error(tmp_path):

@@ -653,3 +653,42 @@ def test_a_load_of_a_file_no_file_of_the_project_writes_is_found(tmp_path, monke
 def test_the_resume_checked_alone_is_found(tmp_path, monkeypatch):
     files = {"utils.py": SAVE_HELPER, "train.py": RESUME}
     assert ("train.py", 11, "TD703") in _findings(tmp_path, monkeypatch, files, paths=("train.py",))
+
+
+BASE_TRAINER = """import torch
+from torch import nn
+
+
+class Trainer:
+    def __init__(self):
+        self.network = nn.Linear(4, 4)
+        self.optimizer = torch.optim.SGD(self.network.parameters(), lr=0.1)
+
+    def save_checkpoint(self, filename):
+        torch.save({"network_weights": self.network.state_dict(),
+                    "optimizer_state": self.optimizer.state_dict()}, filename)
+"""
+VARIANT_TRAINER = """import torch
+
+from trainers.base import Trainer
+
+
+class WarmupTrainer(Trainer):
+    def load_checkpoint(self, checkpoint):
+        if isinstance(checkpoint, str):
+            checkpoint = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        self.network.load_state_dict(checkpoint["network_weights"])
+        self.optimizer.load_state_dict(checkpoint["optimizer_state"])
+"""
+
+
+def test_a_load_checkpoint_override_reading_what_a_base_class_of_another_file_saves_is_quiet(tmp_path, monkeypatch):
+    # nnU-Net's trainer variants override load_checkpoint; save_checkpoint is nnUNetTrainer's, in another file.
+    files = {"trainers/__init__.py": "", "trainers/base.py": BASE_TRAINER, "trainers/warmup.py": VARIANT_TRAINER}
+    assert _findings(tmp_path, monkeypatch, files) == []
+
+
+def test_a_load_checkpoint_override_whose_bases_save_nothing_is_found(tmp_path, monkeypatch):
+    files = {"trainers/__init__.py": "", "trainers/base.py": BASE_TRAINER.replace("save_checkpoint", "export"),
+             "trainers/warmup.py": VARIANT_TRAINER}
+    assert _findings(tmp_path, monkeypatch, files) == [("trainers/warmup.py", 9, "TD702")]

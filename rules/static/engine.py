@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -343,6 +344,13 @@ def _syntax_error(unit: Unit, exc: SyntaxError) -> Result:
         cell, in_cell = unit.cell_at(line)
         if cell is not None:
             where = f"cell {cell.number}, line {in_cell}"
+    if msg.startswith("f-string") and sys.version_info < (3, 12):
+        # PEP 701: quotes, backslashes and comments inside f-string braces are valid from Python 3.12 on, so
+        # this is the analyser's Python falling short, not the file's error.
+        running = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        return _td000(unit, f"the f-string at {where} does not parse on Python {running} ({msg}); Python 3.12 "
+                            "and later accept quotes and backslashes inside the braces, so for a project on 3.12+ "
+                            "the file is fine and only torchdoctor's Python cannot read it", line=line, col=col)
     return _td000(unit, f"syntax error at {where}: {msg}{hint}", line=line, col=col)
 
 

@@ -72,6 +72,10 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
     if isinstance(expr, ast.Name):
         if not device_only and _unpacked_beside_the_loss(index, expr, backward_names):
             return False
+        elements = _returned_elements(index, expr) if depth < DEPTH - 1 and not device_only else None
+        if elements is not None:  # `loss, elapsed = dknn_loss(...)`: what that function returns in this position
+            found = [_graph(index, e, e, backward_names, depth + 2, device_only) for e in elements]
+            return True if any(found) else False if all(f is False for f in found) else None
         value = latest_value(index, expr.id, expr)
         if value is None:
             value = _loop_element(index, expr, at)
@@ -119,17 +123,43 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
     return None
 
 
+def _unpacking_of(index: Index, name: ast.Name) -> ast.Assign | None:
+    """The tuple-unpacking assignment (`a, b = f(...)`) that last set `name` before it is read, if that is what did."""
+    stmt_here = index.statement_of(name) or name
+    here = (getattr(stmt_here, "lineno", 0), getattr(stmt_here, "col_offset", 0))
+    found = [s for s, _v in index.defs(index.scope_of(name)).get(name.id, []) if (s.lineno, s.col_offset) < here]
+    stmt = found[-1] if found else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Tuple):
+        return None
+    return stmt
+
+
+def _returned_elements(index: Index, name: ast.Name) -> list[ast.expr] | None:
+    """`losses, timing = dknn_loss(q, n)` with `def dknn_loss(...): ... return loss, elapsed` in this file: the
+    expressions the function returns in `timing`'s position (None when that cannot be read)."""
+    stmt = _unpacking_of(index, name)
+    if stmt is None or not isinstance(stmt.value, ast.Call):
+        return None
+    targets = stmt.targets[0].elts  # type: ignore[attr-defined]
+    position = next((i for i, e in enumerate(targets) if isinstance(e, ast.Name) and e.id == name.id), None)
+    if position is None or any(isinstance(e, ast.Starred) for e in targets):
+        return None
+    target = index.local_target(stmt.value)
+    returns = index.returns_of(target) if target is not None else []
+    if not returns or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(targets) and
+                              not any(isinstance(e, ast.Starred) for e in r.elts) for r in returns):
+        return None
+    return [r.elts[position] for r in returns]  # type: ignore[attr-defined]
+
+
 def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
     """`ppo_loss, stats = self.compute_loss(batch)` then `backward(ppo_loss)`: a loss function's other results
     (counts, logged stats) are not the graph holder; the one the backward runs on is. A model's outputs are
     different: `loss, logits = model(x)` both carry the graph."""
     if name.id in backward_names:
         return False
-    stmt_here = index.statement_of(name) or name
-    here = (getattr(stmt_here, "lineno", 0), getattr(stmt_here, "col_offset", 0))
-    found = [s for s, _v in index.defs(index.scope_of(name)).get(name.id, []) if (s.lineno, s.col_offset) < here]
-    stmt = found[-1] if found else None
-    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Tuple):
+    stmt = _unpacking_of(index, name)
+    if stmt is None:
         return False
     value = stmt.value
     if not isinstance(value, ast.Call) or index.is_model(value.func) or not is_loss_callable(index, value.func):

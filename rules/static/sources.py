@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from torchdoctor.rules.static.gitignore import IgnoreFile, is_ignored
 
 SOURCE_SUFFIXES = (".py", ".ipynb")
+# How many times `max-file-bytes` a notebook file may be on disk: the limit applies to its code cells.
+NOTEBOOK_FILE_ALLOWANCE = 16
 
 # Directories nobody wants checked: virtual environments, caches, VCS metadata.
 DEFAULT_EXCLUDE = (
@@ -216,17 +218,28 @@ def read_unit(path: str, display: str, max_bytes: int) -> Unit:
             kind = file_kind(info.st_mode)
             if kind is not None:
                 raise _not_regular(kind)
-            if info.st_size > max_bytes:
-                raise UnreadableSource(
-                    f"the file is {info.st_size / 2**20:.1f} MiB, over the {max_bytes / 2**20:.1f} MiB limit "
-                    "(raise `max-file-bytes` in [tool.torchdoctor] to analyse it)"
-                )
+            notebook = display.endswith(".ipynb")
+            # A notebook's bytes are mostly its saved outputs (base64 images): the limit is for the code
+            # analysed, so a notebook may be larger on disk, up to a hard cap that still bounds the JSON parse.
+            cap = max_bytes * NOTEBOOK_FILE_ALLOWANCE if notebook else max_bytes
+            if info.st_size > cap:
+                raise _too_large("the file", info.st_size, cap)
             data = fh.read()
     except UnreadableSource:
         raise
     except OSError as exc:
         raise UnreadableSource(f"cannot read the file: {exc.strerror or exc}") from None
-    return unit_from_bytes(display, data)
+    unit = unit_from_bytes(display, data)
+    if notebook and len(unit.text.encode("utf-8")) > max_bytes:
+        raise _too_large("its code", len(unit.text.encode("utf-8")), max_bytes)
+    return unit
+
+
+def _too_large(what: str, size: int, limit: int) -> UnreadableSource:
+    return UnreadableSource(
+        f"{what} is {size / 2**20:.1f} MiB, over the {limit / 2**20:.1f} MiB limit "
+        "(raise `max-file-bytes` in [tool.torchdoctor] to analyse it)"
+    )
 
 
 def unit_from_bytes(display: str, data: bytes) -> Unit:

@@ -542,8 +542,62 @@ def _written_here(index: Index, path: ast.AST | None) -> bool:
 @rule("TD702", ast.Module)
 def unsafe_torch_load(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    savers = [{"class": info.name, "method": name} for info in index.classes.values()
+              for name, method in info.methods.items() if _saves_its_parameter(index, method)]
+    if savers:
+        ctx.leave("torch-save-methods", savers)
+    ctx.leave("class-bases", {info.name: [b.rsplit(".", 1)[-1] for b in info.bases] for info in index.classes.values()})
     for call in index.calls_to("torch.load"):
         _unsafe_torch_load(call, ctx)
+
+
+@project("TD702")
+def unsafe_torch_load_in_project(proj: Project) -> list[ProjectHit]:
+    """A `load_checkpoint(self, path)` override whose `save_checkpoint` pair lives in a base class of another
+    file (nnU-Net's trainer variants): the file it reads is one the trainer family writes itself."""
+    savers = {(row["class"], row["method"]) for _f, rows in proj.facts("torch-save-methods") for row in rows}
+    bases: dict[str, set[str]] = {}
+    for _f, table in proj.facts("class-bases"):
+        for name, names in table.items():
+            bases.setdefault(name, set()).update(names)
+    hits = []
+    for f, fact in proj.facts("TD702-method"):
+        seen, todo = set(), [fact["class"]]
+        while todo and len(seen) < 50:
+            cls = todo.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            todo += sorted(bases.get(cls, ()))
+        if not any((cls, fact["save"]) in savers for cls in seen):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], fact["values"]))
+    return hits
+
+
+def _saves_its_parameter(index: Index, method: ast.AST) -> bool:
+    """`def save_checkpoint(self, filename): ... torch.save(checkpoint, filename)`."""
+    params = {a.arg for a in method.args.args}  # type: ignore[attr-defined]
+    return any(index.function_of(save) is method and isinstance(kwarg(save, "f", 1), ast.Name)
+               and kwarg(save, "f", 1).id in params for save in index.calls_to("torch.save"))  # type: ignore[union-attr]
+
+
+_LOAD_VERBS = ("load", "restore", "resume")
+
+
+def _paired_save(index: Index, node: ast.Call) -> tuple[str, str] | None:
+    """(class, save method) for a load of the path handed to `load_X(self, path)` in a class: the method its
+    `save_X` pair (`load_checkpoint` -> `save_checkpoint`) would be, in this class or a base."""
+    fn = index.function_of(node)
+    path = kwarg(node, "f", 0)
+    info = index.class_of(node)
+    if fn is None or info is None or not isinstance(path, ast.Name):
+        return None
+    if path.id not in {a.arg for a in fn.args.args[1:]}:
+        return None
+    verb = next((v for v in _LOAD_VERBS if fn.name.startswith(v)), None)
+    if verb is None:
+        return None
+    return info.name, "save" + fn.name[len(verb):]
 
 
 def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
@@ -566,6 +620,12 @@ def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
         if _written_here(index, path):
             return  # a file this script wrote itself
         problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
+        pair = _paired_save(index, node)
+        if pair is not None:  # `load_checkpoint` reading what `save_checkpoint` writes, here or in a base class
+            ctx.leave("TD702-method", {"class": pair[0], "save": pair[1], "line": node.lineno,
+                                       "col": node.col_offset + 1,
+                                       "values": {"variable": _load_call(ctx, node), "problem": problem}})
+            return
     else:
         return  # True, or a value chosen at run time
     ctx.report(node, variable=_load_call(ctx, node), problem=problem)
@@ -642,7 +702,9 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if reason is None:
         return
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
-    if not several and _written_here(index, path):
+    if not several and _gpu_branch(index, node):
+        return  # under `if torch.cuda.is_available():` the saving GPU is there (the CPU branch is its own load)
+    if not several and (_written_here(index, path) or _listed_from_save_dir(index, path)):
         return  # a file this single-process script writes itself: saved and loaded by the same setup
     if _per_rank_path(index, path) or _saves_host_tensors(index, path):
         return  # each rank reads back its own file, saved from its own device; or tensors saved from the CPU
@@ -694,6 +756,74 @@ def _mapped_elsewhere(index: Index, node: ast.Call, path: ast.AST | None) -> str
                     "device; this load puts them back on the GPU that saved them (on every rank of a multi-GPU run, "
                     "that one GPU)")
     return None
+
+
+_LISTINGS = ("os.listdir", "glob.glob", "glob.iglob", "os.scandir")
+
+
+def _join_parts(index: Index, expr: ast.AST | None, depth: int = 0) -> list[str] | None:
+    """The arguments of an `os.path.join(...)` path (a name followed to its value), as comparable dumps."""
+    if isinstance(expr, ast.Name) and depth < 2:
+        value = latest_value(index, expr.id, expr)
+        return _join_parts(index, value, depth + 1) if value is not None else None
+    if isinstance(expr, ast.Call) and (dotted(expr.func) or "").endswith("path.join") and expr.args \
+            and not any(isinstance(a, ast.Starred) for a in expr.args):
+        return [ast.dump(a) for a in expr.args]
+    return None
+
+
+def _listed_dirs(index: Index, expr: ast.AST | None, depth: int = 0) -> list[ast.AST]:
+    """The folders a path was picked from by listing them: `ckpts = [join(d, f) for f in sorted(os.listdir(d))]`,
+    `ckpt_path = ckpts[-1]` -> [d]; `glob.glob(join(d, "*.tar"))` -> [join(d, "*.tar")]."""
+    if expr is None or depth > 3:
+        return []
+    found: list[ast.AST] = []
+    for sub in ast.walk(expr):
+        if isinstance(sub, ast.Call) and sub.args and (index.resolve(sub.func) or "") in _LISTINGS:
+            found.append(sub.args[0])
+        elif isinstance(sub, ast.Name):
+            for value in index.definitions(sub.id, sub):
+                found += _listed_dirs(index, value, depth + 1)
+    return found
+
+
+def _listed_from_save_dir(index: Index, path: ast.AST | None) -> bool:
+    """nerf-pytorch: the run resumes the newest file listed in `os.path.join(basedir, expname)`, the folder its
+    `torch.save(..., os.path.join(basedir, expname, '{:06d}.tar'.format(i)))` writes into."""
+    folders = []
+    for listed in _listed_dirs(index, path):
+        parts = _join_parts(index, listed)
+        if parts is not None:
+            folders.append(parts)
+    if not folders:
+        return False
+    for save in index.calls_to("torch.save"):
+        saved = _join_parts(index, kwarg(save, "f", 1))
+        if saved is not None and len(saved) >= 2 and any(
+                f == saved[:-1] or len(f) == len(saved) and f[:-1] == saved[:-1] for f in folders):
+            return True  # the listed folder is the save's folder (or a pattern inside it, as glob's)
+    return False
+
+
+def _gpu_branch(index: Index, node: ast.AST) -> bool:
+    """`node` only runs where CUDA is available: in the body of `if torch.cuda.is_available() [and ...]:` or the
+    `else` of `if not torch.cuda.is_available():`."""
+    def cuda_test(test: ast.AST) -> bool:
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        return any(isinstance(p, ast.Call) and index.callee(p) == "torch.cuda.is_available" for p in parts)
+
+    child = node
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return False
+        if isinstance(anc, ast.If):
+            negated = isinstance(anc.test, ast.UnaryOp) and isinstance(anc.test.op, ast.Not)
+            if not negated and child in anc.body and cuda_test(anc.test):
+                return True
+            if negated and child in anc.orelse and cuda_test(anc.test.operand):  # type: ignore[attr-defined]
+                return True
+        child = anc
+    return False
 
 
 def _load_call(ctx: Context, node: ast.Call) -> str:
@@ -776,9 +906,38 @@ def _strict_false_result_ignored(node: ast.Call, ctx: Context) -> None:
         return  # a deliberate partial load: the dict was cut down to (or filled from) the model's own keys
     if _checks_own_keys(index, node, dotted(func.value)):
         return  # the function compares the checkpoint's keys with the model's before loading
-    if _own_state_dict_pair(index, node):
+    if _own_state_dict_pair(index, node) or _part_of_split_dict(index, node):
         return
+    if _trunk_pretrained_elsewhere(index, node):
+        return  # the checkpoint holds the parts the pretrained trunk does not: the missing keys are by design
     ctx.report(node, variable=dotted(func.value) or snippet(ctx, func.value, 30), call=snippet(ctx, node, 60))
+
+
+def _trunk_pretrained_elsewhere(index: Index, node: ast.Call) -> bool:
+    """LPIPS: `self.net = vgg16(pretrained=True)` in `__init__`, then `self.load_state_dict(torch.load(ckpt),
+    strict=False)` (or `model = cls(); model.load_state_dict(...)`) loads only the linear heads the checkpoint
+    has; the trunk's weights come from its own pretrained source (Stability-AI generative-models, taming)."""
+    target = node.func.value  # type: ignore[attr-defined]
+    info = index.class_of(node)
+    if info is None or not info.is_module:
+        return False
+    if not (isinstance(target, ast.Name) and (target.id == "self" or any(
+            isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("cls", info.name)
+            for v in index.definitions(target.id, node)))):
+        return False
+    init = info.method("__init__")
+    if init is None:
+        return False
+    for call in ast.walk(init):
+        if not isinstance(call, ast.Call):
+            continue
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "from_pretrained":
+            return True
+        for kw in call.keywords:
+            if kw.arg == "pretrained" and is_constant(kw.value, True) or \
+                    kw.arg == "weights" and not (isinstance(kw.value, ast.Constant) and kw.value.value is None):
+                return True
+    return False
 
 
 def _own_state_dict_pair(index: Index, node: ast.Call) -> bool:
@@ -791,6 +950,25 @@ def _own_state_dict_pair(index: Index, node: ast.Call) -> bool:
     owner = index.parent(fn)
     return isinstance(owner, ast.ClassDef) and any(
         isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == "state_dict" for m in owner.body)
+
+
+def _part_of_split_dict(index: Index, node: ast.Call) -> bool:
+    """nerfstudio's `Pipeline.load_state_dict(self, state_dict, ...)`: the `_model.` keys go to `self.model`, and
+    `super().load_state_dict(rest, strict=False)` gets `rest = {k: v for k, v in state_dict.items() if not ...}`:
+    the override splits its own argument, so the other part's keys are missing by design."""
+    fn = index.function_of(node)
+    if fn is None or getattr(fn, "name", "") != "load_state_dict" or len(fn.args.args) < 2:  # type: ignore[attr-defined]
+        return False
+    param = fn.args.args[1].arg  # type: ignore[attr-defined]
+    loaded = kwarg(node, "state_dict", 0)
+    values = index.definitions(loaded.id, node) if isinstance(loaded, ast.Name) else []
+    for value in values:
+        if isinstance(value, ast.DictComp) and any(
+                gen.ifs and isinstance(gen.iter, ast.Call) and isinstance(gen.iter.func, ast.Attribute)
+                and gen.iter.func.attr == "items" and dotted(gen.iter.func.value) == param
+                for gen in value.generators):
+            return True
+    return False
 
 
 _OWN_KEYS = frozenset({"state_dict", "named_parameters", "named_buffers", "parameters"})

@@ -494,8 +494,15 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     (or its function when the step is not in a loop)."""
     loop = index.loop_of(step)
     calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
+    # `optimizer.step()`, or `scaler.step(optimizer)`; a bare `scaler.step()` names no optimizer (None: unknown)
+    optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else kwarg(c, "optimizer", 0)  # type: ignore[attr-defined]
+                  for c in calls if index.is_optimizer_step(c)]
+    if optimizers and all(o is not None and _tensors_only(index, o) for o in optimizers):
+        return frozenset()  # the step trains an input, a patch or an image (`SGD([patch])`): no model at all
     keys: set[str] = set()
     for c in calls:
+        if index.grad_disabled(c):
+            continue  # a frozen reference or teacher run under no_grad is not what the step trains
         if isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func):
             key = _model_key(c.func)
             if key and not (isinstance(c.func, ast.Attribute) and c.func.attr in ("eval", "train", "zero_grad")):
@@ -508,14 +515,24 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     return frozenset(keys)
 
 
+def _tensors_only(index: Index, optimizer: ast.AST) -> bool:
+    """An optimizer built over a literal list of names that are no module's parameters (`SGD([patch])`,
+    `LBFGS([input_img])`): an adversarial patch, a style-transfer image, a prompt on a frozen model."""
+    b = index.binding(optimizer)
+    params = b.arg("params", 0) if b is not None and b.kind == "optimizer" else None
+    if not isinstance(params, ast.List | ast.Tuple) or not params.elts:
+        return False
+    return all(isinstance(e, ast.Name) and not index.is_model(e) for e in params.elts)
+
+
 def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AST, ...]) -> list[Event] | None:
     index = ctx.index
     steps = ctx.memo("debugging:steps", lambda: set(index.backward_calls) | set(index.step_calls))
     out: list[Event] = []
     for call in calls:
         mode = _mode_of(index, call)
-        if mode == "unknown":
-            return None  # `model.train(flag)`: we cannot follow it
+        if mode == "unknown" or mode is not None and _mode_from_flag(index, call, mode):
+            return None  # `model.train(flag)`, or `if flag: model.train() else: model.eval()`: we cannot follow it
         if mode is not None:
             key = _model_key(mode_receiver(call))
             if key and not (mode == "eval" and _leaves_loop(index, call, depth)):
@@ -542,6 +559,23 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
                         anchors.setdefault(inner_call, call)
             out.extend(inner)
     return out
+
+
+def _mode_from_flag(index: Index, call: ast.Call, mode: str) -> bool:
+    """`if train: model.train() else: model.eval()`: the branch that runs depends on a flag, as in
+    `model.train(train)` (a step function shared by training and validation, r9y9/wavenet_vocoder)."""
+    stmt = index.statement_of(call)
+    parent = index.parent(stmt) if stmt is not None else None
+    if not isinstance(parent, ast.If) or not parent.orelse:
+        return False
+    other = parent.orelse if stmt in parent.body else parent.body
+    key = _model_key(call.func.value)  # type: ignore[attr-defined]
+    for s in other:
+        if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
+            theirs = _mode_of(index, s.value)
+            if theirs is not None and theirs != mode and _model_key(s.value.func.value) == key:  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _ruled_out(index: Index, target: ast.AST, call: ast.Call) -> set[ast.Call]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import ClassInfo, Index, dotted, kwarg, last_name
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name
 from torchdoctor.rules.static.patterns import (
     attention_probs,
     latest_value,
@@ -326,7 +326,34 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
         return isinstance(index.parent(parent), ast.Call)
     if isinstance(parent, ast.Assign) and read in parent.targets:
         return True
-    return isinstance(read.ctx, ast.Store)
+    if isinstance(read.ctx, ast.Store):
+        return True
+    return _moved_through_local(index, read)
+
+
+_MOVES = ("to", "type_as", "cuda")
+
+
+def _moved_through_local(index, read: ast.Attribute) -> bool:
+    """`t = self.integration_time if t is None else t` then `t = t.to(x.device)` (a neural-ODE block): the
+    local the attribute goes into is moved before anything else reads it."""
+    node: ast.AST = read
+    parent = index.parent(node)
+    while isinstance(parent, ast.IfExp) and node is not parent.test:
+        node, parent = parent, index.parent(parent)
+    if not (isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1
+            and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name, fn = parent.targets[0].id, index.function_of(read)
+    if fn is None:
+        return False
+    after = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                    and (n.lineno, n.col_offset) >= (parent.end_lineno, parent.end_col_offset)),
+                   key=lambda n: (n.lineno, n.col_offset))
+    if not after:
+        return False
+    first = index.parent(after[0])
+    return isinstance(first, ast.Attribute) and first.attr in _MOVES and isinstance(index.parent(first), ast.Call)
 
 
 def _loss_kind(index, node: ast.Call) -> str | None:
@@ -649,9 +676,80 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
         return
+    if _rate_left_at_zero(index, info, kwarg(node, "p", 1)) or _never_runs(index, info, node, fn):
+        return
     if index.grad_disabled(node):
         return  # sampling code under no_grad (latent-diffusion's `noise_dropout` in p_sample): dropout there is the point
     ctx.report(node, variable=ctx.segment(node.func), cls=info.name)
+
+
+def _never_runs(index: Index, info, node: ast.AST, fn: ast.AST) -> bool:
+    """Under `if self.mask_cond_ratio is not None:` (or `if self.flag:`) where this file only ever sets that
+    attribute to None or False (DDSP-SVC's NaiveV2Diff): the branch is dead code."""
+    child = node
+    for anc in index.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, ast.If) and any(child is stmt for stmt in anc.body):
+            tests = anc.test.values if isinstance(anc.test, ast.BoolOp) and isinstance(anc.test.op, ast.And) \
+                else [anc.test]
+            for test in tests:
+                attr = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+                    isinstance(test.ops[0], ast.IsNot) and is_constant(test.comparators[0], None) else test
+                if isinstance(attr, ast.Attribute) and dotted(attr.value) == "self" and _always_unset(index, attr.attr):
+                    return True
+        child = anc
+    return False
+
+
+def _always_unset(index: Index, attr: str) -> bool:
+    """Every assignment to `.attr` in the file stores None or False (and there is at least one)."""
+    stores = [n for n in index.nodes(ast.Attribute) if n.attr == attr and isinstance(n.ctx, ast.Store)]
+    if not stores:
+        return False
+    for target in stores:
+        stmt = index.parent(target)
+        if not isinstance(stmt, ast.Assign | ast.AnnAssign) or stmt.value is None:
+            return False
+        value = stmt.value
+        if isinstance(value, ast.Tuple):
+            return False  # `self.a, self.b = ...`: not read here
+        if not (is_constant(value, None) or is_constant(value, False)):
+            return False
+    return True
+
+
+def _rate_left_at_zero(index: Index, info, rate: ast.AST | None) -> bool:
+    """`self.dropout_prob = do_prob` with `do_prob=0.` in `__init__`, and every construction of the class in this
+    file leaves it at that default (uvadlc's NRI `MLPDecoder(n_in_node=dims, ...)`): p is 0 in either mode."""
+    if not (isinstance(rate, ast.Attribute) and dotted(rate.value) == "self"):
+        return False
+    init = info.method("__init__")
+    if init is None:
+        return False
+    sets = [a for a in index.self_assignments(info, None) if a.attr == rate.attr]
+    if len(sets) != 1 or sets[0].method is not init or not isinstance(sets[0].value, ast.Name):
+        return False
+    param = sets[0].value.id
+    positional = init.args.posonlyargs + init.args.args
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(init.args.defaults):]], init.args.defaults,
+                        strict=True))
+    defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True) if d})
+    default = defaults.get(param)
+    if not (isinstance(default, ast.Constant) and default.value in (0, 0.0) and not isinstance(default.value, bool)):
+        return False
+    position = [a.arg for a in positional].index(param) - 1 if param in [a.arg for a in positional] else None
+    if any(info.name in [dotted(b) for b in c.node.bases] for c in index.module_classes):
+        return False  # a subclass may pass a rate up through super().__init__
+    built = [c for c in index.nodes(ast.Call) if isinstance(c.func, ast.Name) and c.func.id == info.name]
+    if not built:
+        return False  # built elsewhere: we cannot see the rate it gets
+    for call in built:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(kw.arg is None for kw in call.keywords):
+            return False
+        if kwarg(call, param, position) is not None:
+            return False
+    return True
 
 
 def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:

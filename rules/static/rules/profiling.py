@@ -362,7 +362,7 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
             continue
         fn = index.function_of(call)
         if fn is not None and isinstance(index.parent(fn), ast.Module) and index.loop_of(call) is None \
-                and not index.guarded_in_function(call):
+                and not index.guarded_in_function(call) and not _runs_whole_training(index, fn):
             ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
                                         "variable": name, "cost": _rebuild_cost(index, call)})
     _iterator_rebuilt_per_step(ctx)
@@ -513,6 +513,15 @@ def _rebuild_cost(index: Index, call: ast.Call) -> str:
     return "its worker processes are started again and each gets a fresh copy of the dataset"
 
 
+def _runs_whole_training(index: Index, fn: ast.AST) -> bool:
+    """The function has its own epoch loop over the loaders it builds (`def patch_attack(...): loader = ...;
+    for epoch in range(n): for x in loader: ... optimizer.step()`): each call is a complete run, so a loop
+    calling it is a sweep over runs (uvadlc's patch sizes), not a loop over epochs."""
+    return any(lp.trains and lp.parent is None and lp.kind != "batch" and index.function_of(lp.node) is fn
+               and any(inner.trains for inner in index.loops.values() if inner.parent is lp)
+               for lp in index.loops.values())
+
+
 def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
     """The training loop on whose every pass `call` runs: an enclosing loop that trains, or the loop around a
     call of the function holding it (one level), with no per-epoch condition between."""
@@ -524,7 +533,7 @@ def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
     if index.loops_around(call):
         return None  # inside a loop that does not train (over datasets, folds, configurations)
     fn = index.function_of(call)
-    if fn is None or index.guarded_in_function(call):
+    if fn is None or index.guarded_in_function(call) or _runs_whole_training(index, fn):
         return None
     for caller in index.callers(fn):
         for loop in index.loops_around(caller):

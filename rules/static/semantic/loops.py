@@ -269,7 +269,7 @@ class Loops:
                 if rare:
                     if not in_else and self.rare_in(anc.test, loop):
                         return True
-                elif self.varies_in(anc.test, loop):
+                elif self.varies_in(anc.test, loop) or _period_test(anc.test):
                     return True
             elif isinstance(anc, ast.ExceptHandler):
                 return True
@@ -446,3 +446,10 @@ class Loops:
 
     def epoch_loops(self) -> list[Loop]:
         return [lp for lp in self.loops.values() if lp.kind == "epoch"]
+
+
+def _period_test(test: ast.AST) -> bool:
+    """`saver.global_step % interval == 0`: a period test skips iterations even when the counter it reads is
+    advanced out of sight (`saver.global_step_increment()` in DDSP-SVC's solver), not rebound in the loop."""
+    return isinstance(test, ast.Compare) and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                                                 for n in ast.walk(test))
