@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import FUNCTIONS, ClassInfo, Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.patterns import latest_self_value
 from torchdoctor.rules.static.rules.profiling import snippet
 
 _CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
@@ -758,7 +759,7 @@ def _generator_loss_on_detached(call: ast.Call, arg: ast.AST, fake: ast.AST, ctx
     """`d_fake = self.d(fake.detach())` then `G_loss = mse(d_fake, ones)`: the discriminator scores a copy of the
     generator's output cut from its graph, and that score is the generator's loss: it reaches D's weights only."""
     index = ctx.index
-    if not isinstance(fake, ast.Name) or not index.is_submodule(call.func):
+    if not isinstance(fake, ast.Name | ast.Attribute) or not index.is_submodule(call.func):
         return False
     made = latest_model_output(index, fake)
     if made is None or dotted(made.func) == dotted(call.func):
@@ -775,10 +776,17 @@ def _generator_loss_on_detached(call: ast.Call, arg: ast.AST, fake: ast.AST, ctx
     return True
 
 
-def latest_model_output(index: Index, name: ast.Name) -> ast.Call | None:
-    """The model call that last assigned `name` in its function (`fake = self.g(z)`), if that is what it holds."""
-    values = index.definitions(name.id, name)
-    value = values[-1] if values else None
+def latest_model_output(index: Index, name: ast.Name | ast.Attribute) -> ast.Call | None:
+    """The model call that last assigned `name` in its function (`fake = self.g(z)`, or skip-ganomaly's
+    `self.fake = self.netg(self.input + self.noise)` a few lines above `self.netd(self.fake.detach())`), if that
+    is what it holds."""
+    if isinstance(name, ast.Attribute):
+        if not (isinstance(name.value, ast.Name) and name.value.id == "self"):
+            return None
+        value = latest_self_value(index, name, name)
+    else:
+        values = index.definitions(name.id, name)
+        value = values[-1] if values else None
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
             and value.func.attr in ("view", "reshape", "squeeze", "unsqueeze", "float", "to", "contiguous"):
         value = value.func.value
