@@ -531,7 +531,20 @@ def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
                         for n in nodes) and not any(isinstance(n, ast.DictComp | ast.ListComp) for n in nodes)
             if moved and not as_is:
                 return True
+            if _rng_states_only(values):
+                return True
     return False
+
+
+_RNG_GETTERS = frozenset({"get_rng_state", "get_rng_state_all", "getstate", "get_state"})
+
+
+def _rng_states_only(values: list[ast.AST | None]) -> bool:
+    """`{"python": random.getstate(), "cpu": torch.random.get_rng_state(), "cuda": torch.cuda.get_rng_state()}`:
+    random-number-generator states, which torch hands back as CPU byte tensors even for CUDA generators."""
+    entries = [v for d in values if isinstance(d, ast.Dict) for v in d.values]
+    return bool(entries) and all(isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
+                                 and e.func.attr in _RNG_GETTERS for e in entries)
 
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:
