@@ -667,6 +667,8 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
                 continue
             if cut.kind == "detach" and val.sources:
                 continue  # later layers still train (a frozen feature extractor, a probe): deliberate
+            if cut.kind == "detach" and all(_frozen_table(index, info, k) for k in cut.killed):
+                continue  # a fixed lookup table (sinusoidal embedding): indices in, nothing to train
             if cut.kind == "host" and not cut.back_to_tensor:
                 continue
             reported.add(cut.node)
@@ -682,6 +684,41 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
                 cls=owner.name,
                 upstream=snippet(ctx, upstream, 40),
             )
+
+
+def _frozen_table(index, info, node: ast.AST) -> bool:
+    """`self.emb(x)` where `__init__` builds `self.emb = nn.Embedding(...)` and freezes it (`self.emb.weight =
+    nn.Parameter(w, requires_grad=False)`, `...requires_grad = False`, `requires_grad_(False)`), or builds it with
+    `nn.Embedding.from_pretrained(w)` (frozen by default): Informer's and PatchTST's FixedEmbedding."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and dotted(node.func.value) == "self"):
+        return False
+    attr = node.func.attr
+    built = frozen = False
+    for a in index.self_assignments(info, "__init__"):
+        if a.attr != attr or not isinstance(a.value, ast.Call):
+            continue
+        q = index.resolve(a.value.func) or ""
+        if q == "torch.nn.Embedding":
+            built = True
+        elif q == "torch.nn.Embedding.from_pretrained":
+            built = True
+            frozen = frozen or not is_constant(kwarg(a.value, "freeze", 1), False)
+    init = info.method("__init__")
+    if not built or init is None:
+        return False
+    for sub in ast.walk(init):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+            target = dotted(sub.targets[0]) or ""
+            if target == f"self.{attr}.weight" and isinstance(sub.value, ast.Call) and \
+                    is_constant(kwarg(sub.value, "requires_grad", 1), False):
+                frozen = True
+            if target == f"self.{attr}.weight.requires_grad" and is_constant(sub.value, False):
+                frozen = True
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "requires_grad_" \
+                and dotted(sub.func.value) in (f"self.{attr}", f"self.{attr}.weight") \
+                and is_constant(kwarg(sub, "requires_grad", 0), False):
+            frozen = True
+    return frozen
 
 
 # -- TD806 -------------------------------------------------------------------------------------

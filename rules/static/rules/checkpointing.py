@@ -517,10 +517,13 @@ def _per_rank_path(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
 
 
 def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
-    """The file at `path` is written by this script from `.cpu()` tensors: it loads back onto the CPU."""
-    for save in index.calls_to("torch.save"):
+    """The file at `path` is written by this script from `.cpu()` tensors, RNG states or dataset objects: it
+    loads back onto the CPU."""
+    for save in _save_calls(index):
         if _same_path(index, path, kwarg(save, "f", 1)):
             obj = kwarg(save, "obj", 0)
+            if _dataset_cache(index, obj, save):
+                return True
             values = [obj, *index.definitions(obj.id, save)] if isinstance(obj, ast.Name) else [obj]
             nodes = [n for v in values if v is not None for n in ast.walk(v)]
             moved = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cpu"
@@ -531,7 +534,43 @@ def _saves_host_tensors(index: Index, path: ast.AST | None) -> bool:
                         for n in nodes) and not any(isinstance(n, ast.DictComp | ast.ListComp) for n in nodes)
             if moved and not as_is:
                 return True
+            if _rng_states_only(values):
+                return True
     return False
+
+
+def _dataset_cache(index: Index, obj: ast.AST | None, at: ast.AST) -> bool:
+    """`save_on_master((dataset, traindir), cache_path)` with `dataset = torchvision.datasets.ImageFolder(...)`:
+    torchvision's reference scripts cache the dataset object (file lists and transforms), not tensors."""
+    items = obj.elts if isinstance(obj, ast.Tuple | ast.List) else [obj]
+    datasets = 0
+    for item in items:
+        if isinstance(item, ast.Name):
+            values = [v for v in index.definitions(item.id, at)  # the cache read back in the other branch aside
+                      if not (isinstance(v, ast.Call) and index.callee(v) == "torch.load")]
+            if values and all(isinstance(v, ast.Call) and ((index.resolve(v.func) or "").startswith("torchvision.datasets.")
+                                                           or (last_name(v.func) or "").endswith("Dataset"))
+                              for v in values):
+                datasets += 1
+                continue
+        if isinstance(item, ast.Constant | ast.JoinedStr) or isinstance(item, ast.Name) and _PATHISH.search(item.id):
+            continue  # the folder the dataset was read from, kept beside it (`(dataset, traindir)`)
+        return False
+    return datasets > 0
+
+
+_PATHISH = re.compile(r"(?:dir|path|root|folder|file)s?$", re.IGNORECASE)
+
+
+_RNG_GETTERS = frozenset({"get_rng_state", "get_rng_state_all", "getstate", "get_state"})
+
+
+def _rng_states_only(values: list[ast.AST | None]) -> bool:
+    """`{"python": random.getstate(), "cpu": torch.random.get_rng_state(), "cuda": torch.cuda.get_rng_state()}`:
+    random-number-generator states, which torch hands back as CPU byte tensors even for CUDA generators."""
+    entries = [v for d in values if isinstance(d, ast.Dict) for v in d.values]
+    return bool(entries) and all(isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute)
+                                 and e.func.attr in _RNG_GETTERS for e in entries)
 
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:

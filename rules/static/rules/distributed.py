@@ -314,8 +314,9 @@ def _single_process_test(test: ast.AST) -> bool:
     """`if not ddp:` / `if not dist.is_initialized():` / `if world_size == 1:`: only one process runs."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return last_name(test.operand) in _DISTRIBUTED_FLAGS
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-        return last_name(test.left) in ("world_size", "WORLD_SIZE") and is_constant(test.comparators[0], 1)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and last_name(test.left) in ("world_size", "WORLD_SIZE"):
+        op, right = test.ops[0], test.comparators[0]  # `world_size == 1`, `<= 1`, `< 2`
+        return isinstance(op, ast.Eq | ast.LtE) and is_constant(right, 1) or isinstance(op, ast.Lt) and is_constant(right, 2)
     return False
 
 

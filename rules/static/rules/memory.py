@@ -188,10 +188,13 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
                 continue
             if index.model_run_method(call) is not None:
                 continue  # `model.generate(...)`: Hugging Face's and minGPT's generate run under no_grad themselves
-            model_call = _first_model_call(index, call)
+            path = _model_call_path(index, call)
+            model_call = path[-1] if path else None
             if model_call is not None and _parameter_free(index, model_call):
                 continue  # `similarity(enrol, test)` with nn.CosineSimilarity: nothing to record a graph for
-            if index.grad_disabled(call) or (model_call is not None and index.grad_disabled(model_call)) \
+            # `self.prediction_step(...)` whose body runs `self.compute_loss(model, ...)` under no_grad, which
+            # runs `model(**inputs)`: any call on the way to the model turning grad off is enough
+            if index.grad_disabled(call) or any(index.grad_disabled(c) for c in path) \
                     or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
@@ -205,19 +208,20 @@ def _parameter_free(index: Index, call: ast.Call) -> bool:
     return b is not None and b.cls in index.names["parameter_free_layers"]
 
 
-def _first_model_call(index: Index, call: ast.Call, depth: int = 0) -> ast.Call | None:
-    """The model call itself: `call` when it calls a model, else the first one inside the local function it
-    calls (`self._eval_step(batch)` -> `self.model["generator"](z, c)`)."""
+def _model_call_path(index: Index, call: ast.Call, depth: int = 0) -> list[ast.Call]:
+    """The calls from `call` to the model call itself: [call] when it calls a model, else `call` and the path
+    inside the local function it calls (`self._eval_step(batch)` -> `self.model["generator"](z, c)`), to the
+    first model call found; [] when there is none."""
     if isinstance(call.func, ast.Name | ast.Attribute | ast.Subscript) and index.is_model(call.func):
-        return call
+        return [call]
     target = index.local_target(call) if depth < 2 else None
     if target is None:
-        return None
+        return []
     for inner in index.calls_in(target):
-        found = _first_model_call(index, inner, depth + 1)
-        if found is not None:
-            return found
-    return None
+        found = _model_call_path(index, inner, depth + 1)
+        if found:
+            return [call, *found]
+    return []
 
 
 @rule("TD103", ast.Call)

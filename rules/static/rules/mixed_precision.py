@@ -568,9 +568,11 @@ def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: 
         return None  # a scaler built anew each iteration keeps no unscaled mark from the last one
     around = {id(a) for a in index.ancestors(unscale)}
     guards = [ast.dump(a.test) for a in index.ancestors(unscale) if isinstance(a, ast.If)]
+    # Names the iteration binds (`skip_step = ...`, `a, b = ...`), not the objects whose attributes it sets:
+    # `self.state.global_step += 1` does not make a test on `self.deepspeed` an in-iteration decision.
     assigned = {
         t.id for n in ast.walk(loop.node) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
-        for t in ast.walk(n.target if not isinstance(n, ast.Assign) else ast.Tuple(elts=n.targets)) if isinstance(t, ast.Name)
+        for t in _bound_names(n.targets if isinstance(n, ast.Assign) else [n.target])
     }
     scaler = dotted(unscale.func.value)  # type: ignore[attr-defined]
     found = None
@@ -590,6 +592,18 @@ def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: 
             return None
         found = found or (update, deciding)
     return found
+
+
+def _bound_names(targets: list[ast.expr]) -> list[ast.Name]:
+    out: list[ast.Name] = []
+    for t in targets:
+        if isinstance(t, ast.Name):
+            out.append(t)
+        elif isinstance(t, ast.Tuple | ast.List):
+            out += _bound_names(list(t.elts))
+        elif isinstance(t, ast.Starred):
+            out += _bound_names([t.value])
+    return out
 
 
 def _nested_in(index: Index, node: ast.AST, loop) -> bool:

@@ -4,6 +4,7 @@ softmax before a loss that expects logits, hand-written attention. Docs: module_
 from __future__ import annotations
 
 import ast
+import re
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name
@@ -106,7 +107,41 @@ def _registered_attrs(index: Index, info: ClassInfo) -> set[str]:
         if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
             if index.class_of(call) is info:
                 registered.add(call.args[0].value)
+    registered |= _handed_to_a_registrar(index, info)
     return registered
+
+
+_REGISTRAR = re.compile(r"regist|(?:^|_)add_?to|add_param|add_module", re.IGNORECASE)
+
+
+def _handed_to_a_registrar(index: Index, info: ClassInfo) -> set[str]:
+    """`self._add_to_parameters(self.kernels, 'TDNN_kernel')`, or `for i, m in enumerate(self.gate):
+    self._add_to_parameters(m.parameters(), ...)`: a registration helper of the project (kefirski/pytorch_RVAE
+    patches one onto nn.Module) registers the list's parameters one by one."""
+    out: set[str] = set()
+    for call in index.nodes(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self" and _REGISTRAR.search(func.attr)):
+            continue
+        if index.class_of(call) is not info:
+            continue
+        for arg in call.args:  # type: ignore[attr-defined]
+            name = dotted(arg) or ""
+            if name.startswith("self."):
+                out.add(name[5:])
+                continue
+            base = arg.func.value if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) \
+                and arg.func.attr == "parameters" else arg
+            if not isinstance(base, ast.Name):
+                continue
+            for anc in index.ancestors(call):
+                if isinstance(anc, ast.For) and base.id in {n.id for n in ast.walk(anc.target) if isinstance(n, ast.Name)}:
+                    it = anc.iter.args[0] if isinstance(anc.iter, ast.Call) and dotted(anc.iter.func) == "enumerate" \
+                        and anc.iter.args else anc.iter
+                    if (dotted(it) or "").startswith("self."):
+                        out.add((dotted(it) or "")[5:])
+                    break
+    return out
 
 
 _REPLACEMENT = {

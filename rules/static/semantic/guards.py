@@ -193,7 +193,10 @@ class Guards:
         return last_name(test) in main
 
     def is_not_rank_zero_test(self, test: ast.AST) -> bool:
-        """A condition true on every process except the main one (`if rank != 0: return`)."""
+        """A condition true on every process except the main one (`if rank != 0: return`), also as one
+        alternative of an `or` (`if not self.is_world_process_zero() or done: return`)."""
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+            return any(self.is_not_rank_zero_test(v) for v in test.values)
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self.is_rank_zero_test(test.operand)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:

@@ -89,7 +89,10 @@ class Loops:
         return bool(call.args) and self.kind_of(call.args[0]) == "optimizer"
 
     def _build_training(self) -> None:
-        backward = [c for c in self.method_calls("backward") + self.method_calls("manual_backward")]
+        # autograd's backward returns None: a `.backward(...)` whose result is used (`z, ld = flow.backward(z)`,
+        # a normalizing flow's inverse pass) is a method of the project's own, not a training step.
+        backward = [c for c in self.method_calls("backward") + self.method_calls("manual_backward")
+                    if isinstance(self.parent(c), ast.Expr)]
         backward += self.calls_to("torch.autograd.backward")
         self.backward_calls = sorted(backward, key=_position)
         self.step_calls = [c for c in self.method_calls("step") if self.is_optimizer_step(c)]
