@@ -308,10 +308,16 @@ def ranks_diverged(case: Case) -> Advice:
 def grad_sync_misplaced(case: Case) -> Advice:
     where = case.at("The micro-step loop")
     model = case.text("variable") or "model"
+    effect = case.text("effect")
+    facts = (f"{where} switches DDP's gradient sync after the forward of the micro-step: DDP decided in that forward "
+             "whether the backward all-reduces, ")
+    if effect:
+        facts += f"so {effect}."
+    else:
+        facts += ("so the last micro-step (the one that must sync the sum) does not, the first one does, and each "
+                  "rank steps with its own gradients. The replicas drift apart without an error.")
     return Advice(
-        f"{where} switches DDP's gradient sync after the forward of the micro-step: DDP decided in that forward "
-        "whether the backward all-reduces, so the last micro-step (the one that must sync the sum) does not, the "
-        "first one does, and each rank steps with its own gradients. The replicas drift apart without an error.",
+        facts,
         [
             advice.fix("distributed", "no-sync-around-forward", location=case.location, model=model),
             advice.fix("distributed", "require-sync-before-forward", location=case.location, model=model),

@@ -829,8 +829,16 @@ def _check_expand(node: ast.Call, ctx: Context) -> None:
 # -- TD308 -------------------------------------------------------------------------------------
 
 
-@rule("TD308", ast.Assign)
-def grad_sync_set_after_forward(node: ast.Assign, ctx: Context) -> None:
+_EFFECT_FLAG = "the last micro-step's backward does not all-reduce and the ranks' gradients drift apart"
+_EFFECT_NO_SYNC = ("the backward under it all-reduces anyway: this no_sync() changes nothing, and every micro-step "
+                   "all-reduces")
+
+
+@rule("TD308", ast.Assign, ast.With)
+def grad_sync_set_after_forward(node: ast.Assign | ast.With, ctx: Context) -> None:
+    if isinstance(node, ast.With):
+        _no_sync_after_forward(node, ctx)
+        return
     target = node.targets[0] if len(node.targets) == 1 else None
     if not (isinstance(target, ast.Attribute) and target.attr == "require_backward_grad_sync"):
         return
@@ -844,7 +852,31 @@ def grad_sync_set_after_forward(node: ast.Assign, ctx: Context) -> None:
     forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < here]
     backward = [c for c in loop.calls if c in set(ctx.index.backward_calls) and _position(c) > here]
     if forwards and backward:
-        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno)
+        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno,
+                   switch=f"`{model}.require_backward_grad_sync = ...`", effect=_EFFECT_FLAG)
+
+
+def _no_sync_after_forward(node: ast.With, ctx: Context) -> None:
+    """`ret = model(batch)`, then `with model.no_sync(): loss.backward()` (LVSM #22): DDP prepared the all-reduce
+    in that forward, with sync on, so the backward inside no_sync() still all-reduces."""
+    index = ctx.index
+    for item in node.items:
+        call = item.context_expr
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "no_sync"):
+            continue
+        model = dotted(call.func.value)
+        loop = index.loop_of(node)
+        if model is None or loop is None:
+            continue
+        start, end = _position(node), (node.end_lineno or node.lineno, node.end_col_offset or 0)
+        inside = [c for c in loop.calls if start <= _position(c) <= end]
+        if any(dotted(c.func) == model for c in inside):
+            continue  # the forward runs under no_sync too: the right shape
+        forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < start]
+        backward = set(index.backward_calls)
+        if forwards and any(c in backward for c in inside):
+            ctx.report(call, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno,
+                       switch=f"`with {model}.no_sync():`", effect=_EFFECT_NO_SYNC)
 
 
 # -- TD309 ---------------------------------------------------------------------------------------
