@@ -263,6 +263,25 @@ def test_notebook_cells_map_lines_and_skip_magics(tmp_path):
     assert "explore.ipynb:cell 4:2:7  TD202" in text
 
 
+def test_a_notebook_findings_message_names_other_lines_by_cell(tmp_path):
+    """A rule names another line by its number in the joined source; in a notebook the user reads cells."""
+    cells = [
+        {"cell_type": "code", "metadata": {}, "source": "import torch\nfrom torch import nn\n", "outputs": []},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": (
+            "def train(model, loader, opt):\n    for x, y in loader:\n        loss = nn.functional.mse_loss(model(x), y)\n"
+            "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n")},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "source": (
+            "def evaluate(model, loader):\n    total = 0.0\n    with torch.no_grad():\n        for x, y in loader:\n"
+            "            total += nn.functional.mse_loss(model(x), y)\n    return total\n")},
+    ]
+    nb = {"cells": cells, "metadata": {"language_info": {"name": "python"}}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "train.ipynb").write_text(json.dumps(nb))
+    _, report = run_json(".", cwd=tmp_path)
+    td601 = next(f for f in report["findings"] if f["code"] == "TD601")
+    assert (td601["cell"], td601["line"]) == (3, 5)
+    assert "this file trains it (cell 2 line 3)" in td601["message"]  # line 5 of the joined source
+
+
 def test_rules_command():
     proc = cli("rules", "--format", "json")
     rows = json.loads(proc.stdout_text)

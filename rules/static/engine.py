@@ -253,7 +253,7 @@ def _finding(
         end_line, end_col = line, len(text.rstrip()) + 1  # a def/class/loop: its header line only
     elif end_line is not None and 0 < end_line <= len(lines):
         end_col = _char_col(lines[end_line - 1], getattr(node, "end_col_offset", 0) or 0)
-    values = hit.values
+    values = _lines_as_cells(unit, line, hit.values) if unit.cells else hit.values
     message = doc.message.format_map(values)
     fix = doc.fix.format_map(values)
     cell_number = None
@@ -290,6 +290,24 @@ def _finding(
         code=text.strip(),
         function=fn.name if fn is not None else None,
     )
+
+
+_LINE_REF = re.compile(r"\bline (\d+)\b")
+
+
+def _lines_as_cells(unit: Unit, line: int, values: dict) -> dict:
+    """Rules name other lines by their number in the notebook's joined source ("line 371 loads the same file");
+    the user sees cells. Each such reference becomes the line within its cell, with the cell named when it is not
+    the finding's own."""
+    own, _ = unit.cell_at(line)
+
+    def shown(match: re.Match) -> str:
+        cell, within = unit.cell_at(int(match.group(1)))
+        if cell is None:
+            return match.group(0)
+        return f"line {within}" if cell is own else f"cell {cell.number} line {within}"
+
+    return {k: _LINE_REF.sub(shown, v) if isinstance(v, str) else v for k, v in values.items()}
 
 
 def _td000_doc() -> RuleDoc:

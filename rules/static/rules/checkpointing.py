@@ -735,7 +735,12 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if lightning:
         # Lightning maps CUDA storages to the CPU itself when no GPU is present (saving._default_map_location), so
         # only the multi-process pile-up on the saving GPU, or a file the script maps elsewhere, makes a reason
-        reason = (_SEVERAL_RANKS if _lightning_ranks(index) else None) or _mapped_elsewhere(index, node, path)
+        if _lightning_ranks(index):
+            reason = _SEVERAL_RANKS
+        elif _lightning_one_device(index):
+            reason = None  # one process on one device: Lightning maps to the CPU where no GPU is, the saving GPU else
+        else:
+            reason = _mapped_elsewhere(index, node, path)
     else:
         reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
     if reason is None:
@@ -778,6 +783,23 @@ def _lightning_ranks(index: Index) -> bool:
                 return True
             if kw.arg in ("devices", "gpus") and (value == -1 or isinstance(kw.value, ast.List | ast.Tuple) and len(kw.value.elts) > 1):
                 return True
+    return False
+
+
+def _lightning_one_device(index: Index) -> bool:
+    """A Lightning Trainer built for one device with no strategy (`Trainer(devices=1)`, `accelerator="cpu"`): a
+    single process, so a load without map_location piles nothing onto one GPU (uvadlc tutorial 12's pretrained
+    PixelCNN, loaded and then moved with `.to(device)`)."""
+    for call in index.nodes(ast.Call):
+        if last_name(call.func) != "Trainer":  # type: ignore[attr-defined]
+            continue
+        given = {kw.arg: kw.value for kw in call.keywords}  # type: ignore[attr-defined]
+        if "strategy" in given or "num_nodes" in given:
+            continue
+        one = any(isinstance(given.get(k), ast.Constant) and given[k].value == 1 for k in ("devices", "gpus"))
+        cpu = isinstance(given.get("accelerator"), ast.Constant) and given["accelerator"].value == "cpu"
+        if one or cpu:
+            return True
     return False
 
 

@@ -283,7 +283,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         explicit = _train_set_before(ctx, call)
         trained = _trained_never_switched(ctx, model) if layers is None and explicit is None else None
         if trained is not None:  # giotto-deep's Pipeline: `_train_loop` trains self.model, `_val_loop` runs it
-            if not _eval_before(ctx, call):
+            if not _eval_before(ctx, call) and not _own_models_mode_free(index):
                 ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
                            cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
                                  "model, so it is still in the training mode every module starts in")
@@ -309,6 +309,33 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
                    cause="nothing calls `.eval()` before this validation loop")
     _test_batches_in_training(ctx)
     _phase_loops(ctx)
+
+
+def _own_models_mode_free(index: Index) -> bool:
+    """The file defines the models it trains and none holds dropout or batch norm (torchbeast's IMPALA `Net`, run
+    by its actors under no_grad): training and evaluation mode compute the same thing, so the mode never matters."""
+    models = [info for info in index.classes.values() if info.is_module]
+    return bool(models) and not any(
+        _class_has_mode_layers(index, info, set()) or _calls_handed_modules(index, info) for info in models)
+
+
+def _calls_handed_modules(index: Index, info: ClassInfo) -> bool:
+    """The class calls something its constructor was handed (`self.head = head` ... `self.head(x)`): layers its
+    callers choose. A handed number (`self.num_actions = num_actions`) is not a layer."""
+    init = info.method("__init__")
+    if init is None:
+        return False
+    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    handed = set()
+    for assign in index.self_assignments(info, "__init__"):
+        value = assign.value
+        if isinstance(value, ast.Call) and value.args:  # `self.encoders = nn.ModuleList(encoders)`
+            value = value.args[0]
+        if isinstance(value, ast.Name) and value.id in params:
+            handed.add(assign.attr)
+    return any(isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+               and call.func.value.id == "self" and call.func.attr in handed
+               for call in ast.walk(info.node) if isinstance(call, ast.Call))
 
 
 def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
