@@ -15,7 +15,8 @@ call's arguments (references, as for a module's call) to the nan probe before ru
 Replay (probes/nanlocate.py) runs such a call again on copies of its tensor arguments, under no_grad and
 the op check: the first op that turns finite inputs into non-finite outputs is named at its line.
 
-Cost: one step under the mode (a frame walk per op), then one Python call per loss-function call.
+Cost: one step under the mode (a frame walk per op), then one Python call per loss-function call. The mode is
+popped at the optimizer step after its backward (never left on the stack: every op would pay for it).
 """
 
 from __future__ import annotations
@@ -98,17 +99,19 @@ class LossFunctions:
             return
         self.armed = False
         self.done = True
-        self._pop()
+        self.tidy()
         try:
             self._wrap_callees(caller)
         finally:
             self.edges = {}
             self.user = {}
 
-    def _pop(self) -> None:
+    def tidy(self) -> None:
+        """Pop the mode when it is the innermost one. Inside backward() (a torch function the mode's handler runs,
+        with the mode off the stack meanwhile), or under a mode the script entered later, it is not: it stays
+        inert and the nan probe pops it at the optimizer step."""
         from torch.overrides import _get_current_function_mode
 
-        # under a mode the script entered later, popping would take the script's: ours stays inert on the stack
         if self.mode is not None and _get_current_function_mode() is self.mode:
             self.mode.__exit__(None, None, None)
             self.mode = None

@@ -614,6 +614,10 @@ class NanProbe(Probe):
         self.stepped_once = True
         if step % self.param_every == 0:
             self._check_params(step)
+        if self.loss_functions.mode is not None and not self.loss_functions.armed:
+            # disarmed inside backward(), itself run by the mode's handler (which takes the mode off the stack
+            # meanwhile): popped here, at the optimizer step, where it is the innermost mode again
+            self.loss_functions.tidy()
         if step == self.loss_functions_step and self.names is not None and not self.localised \
                 and 0 < self._step_s < self.loss_functions_max_step_s and not self._compiled_anything():
             self.loss_functions.arm()  # the next loss computation, until its backward

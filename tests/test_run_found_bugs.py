@@ -372,7 +372,8 @@ def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assign
 @pytest.mark.parametrize(("how", "text", "severity"), [
     ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
     ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
-    ("handed", "optimizer = type(optimizer)(model.parameters()", "error"),
+    # heavy: one more run (~4-8 s); the quick suite is at its budget
+    pytest.param("handed", "optimizer = type(optimizer)(model.parameters()", "error", marks=pytest.mark.heavy),
 ])
 def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factory, validate_report, how, text,
                                                                  severity):
@@ -387,7 +388,9 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
 
 @pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
                                            ("own", "return torch.log(x * 0)"),
-                                           ("nested", "self.body = torch.nn.Sequential(")])
+                                           # heavy: one more run (~4-8 s); the quick suite is at its budget
+                                           pytest.param("nested", "self.body = torch.nn.Sequential(",
+                                                        marks=pytest.mark.heavy)])
 def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_factory, validate_report, how, text):
     # a torch layer called by the container: the line that built it; the script's own module: its forward's op
     result = shared_run(tmp_path_factory, f"nan-in-sequential-{how}", "nan_in_sequential.py", "--fail-on", "never",
@@ -399,6 +402,8 @@ def test_nan_made_inside_an_nn_sequential_names_a_line_of_the_script(tmp_path_fa
     assert ("built on line" in found[0]["evidence"][0]["summary"]) == (how != "own"), found[0]
 
 
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["bug", "healthy"])
 def test_model_train_called_inside_a_validation_block_is_named_at_that_call(tmp_path_factory, validate_report, how):
     # model.eval() and then model.train() before the validation forwards: the train() call is the line to fix;
@@ -416,6 +421,8 @@ def test_model_train_called_inside_a_validation_block_is_named_at_that_call(tmp_
     assert f"model.train() on line {line}" in found[0]["evidence"][0]["summary"], found[0]
 
 
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["bug", "healthy"])
 def test_nan_made_in_the_scripts_own_loss_function_is_named_at_its_op(tmp_path_factory, validate_report, how):
     # the model's outputs are finite: the loss function (a plain function, no module) is replayed on the step's
@@ -433,6 +440,8 @@ def test_nan_made_in_the_scripts_own_loss_function_is_named_at_its_op(tmp_path_f
     assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
 
 
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["bug", "healthy"])
 def test_losses_kept_on_a_callbacks_attribute_are_a_leak_named_in_its_class(tmp_path_factory, validate_report, how):
     # the trainer's frame holds the callbacks (objects of the script's own class); one level into their attributes
@@ -469,6 +478,8 @@ def test_a_loss_function_replay_runs_only_on_copies_of_plain_arguments():
     assert copies[2]["name"] == "geo" and copies[1][1] == 2.0 and copies[3] is None
 
 
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["bug", "gradcache", "pseudo"])
 def test_a_term_built_on_an_integer_copy_made_a_leaf_again_is_non_differentiable(tmp_path_factory, validate_report,
                                                                                   how):
@@ -485,3 +496,11 @@ def test_a_term_built_on_an_integer_copy_made_a_leaf_again_is_non_differentiable
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("integer_cut_term.py", "rounded = out.int()"), found[0]
     assert found[0]["evidence"][0]["values"]["rebuilt_leaf"] is True, found[0]
+
+
+def test_no_watch_mode_is_left_on_the_stack_after_its_steps(tmp_path_factory, validate_report):
+    # the loss-function watch is disarmed inside backward(), where its mode is off the stack: it must still be
+    # popped (at the optimizer step), or every later op pays a Python call (a 20-30 % slower step, measured)
+    result = shared_run(tmp_path_factory, "mode-stack", "mode_stack.py", "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "modes []" in result.stdout + result.stderr, result.stderr[-2000:]
