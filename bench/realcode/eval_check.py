@@ -372,6 +372,8 @@ FAMILY_SPECIALIST = {
     "num-workers-zero": "5",
     "host-sync-per-step": "5",
     "train-not-restored": "6",
+    "validation-in-train-mode": "6",
+    "modules-in-plain-list": "2",
     "backward-in-validation": "6",
     "log-of-zero": "6",
     "deprecated-api": "4",
