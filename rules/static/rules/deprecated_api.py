@@ -178,6 +178,13 @@ def _one_class(index: Any, expr: ast.expr) -> str | None:
     return classes.pop()
 
 
+@cache
+def _argument_methods() -> frozenset[str]:
+    """The method names with a deprecated argument (`step` of a scheduler): only calls of these need the class of
+    the object they are called on, a lookup most method calls of a file would otherwise pay."""
+    return frozenset(q.rsplit(".", 1)[-1] for q in deprecations().arguments)
+
+
 @rule("TD608", ast.Name, ast.Attribute, ast.Call)
 def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     table = deprecations()
@@ -185,7 +192,7 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.Call):
         q = index.callee(node)
         entries = table.arguments.get(q or "", [])
-        if not entries and isinstance(node.func, ast.Attribute):
+        if not entries and isinstance(node.func, ast.Attribute) and node.func.attr in _argument_methods():
             # `scheduler.step(epoch)`: the method of the object's class, when the index knows the class.
             cls = _one_class(index, node.func.value)
             if cls:
