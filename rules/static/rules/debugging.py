@@ -84,18 +84,25 @@ def _class_has_mode_layers(index: Index, info: ClassInfo, seen: set[str]) -> boo
 def _layers_from_outside(index: Index, info: ClassInfo) -> bool:
     """The class keeps modules it is handed (`def __init__(self, encoders, fusion, head): self.head = head`,
     `self.encoders = nn.ModuleList(encoders)`): what layers it holds is decided by its callers."""
+    return bool(_handed_attributes(index, info))
+
+
+def _handed_attributes(index: Index, info: ClassInfo) -> set[str]:
+    """The attributes `__init__` sets to something it was handed: `self.head = head`,
+    `self.encoders = nn.ModuleList(encoders)`."""
     init = info.method("__init__")
     if init is None:
-        return False
+        return set()
     params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
+    handed = set()
     for assign in index.self_assignments(info, "__init__"):
         value = assign.value
         if isinstance(value, ast.Call) and index.resolve(value.func) in ("torch.nn.ModuleList", "torch.nn.Sequential",
                                                                        "torch.nn.ModuleDict") and value.args:
             value = value.args[0]
         if isinstance(value, ast.Name) and value.id in params:
-            return True
-    return False
+            handed.add(assign.attr)
+    return handed
 
 
 def model_has_mode_layers(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
@@ -322,20 +329,11 @@ def _own_models_mode_free(index: Index) -> bool:
 def _calls_handed_modules(index: Index, info: ClassInfo) -> bool:
     """The class calls something its constructor was handed (`self.head = head` ... `self.head(x)`): layers its
     callers choose. A handed number (`self.num_actions = num_actions`) is not a layer."""
-    init = info.method("__init__")
-    if init is None:
-        return False
-    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
-    handed = set()
-    for assign in index.self_assignments(info, "__init__"):
-        value = assign.value
-        if isinstance(value, ast.Call) and value.args:  # `self.encoders = nn.ModuleList(encoders)`
-            value = value.args[0]
-        if isinstance(value, ast.Name) and value.id in params:
-            handed.add(assign.attr)
-    return any(isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
-               and call.func.value.id == "self" and call.func.attr in handed
-               for call in ast.walk(info.node) if isinstance(call, ast.Call))
+    handed = _handed_attributes(index, info)
+    return bool(handed) and any(
+        isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self" and call.func.attr in handed
+        for call in ast.walk(info.node) if isinstance(call, ast.Call))
 
 
 def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
