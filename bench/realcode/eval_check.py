@@ -294,6 +294,9 @@ def score_healthy(
                 }
             )
     checked = {(o.project.repo, o.project.commit) for o in outcomes if not o.error}
+    # A true finding merged into another (netG's and netD's saves are one finding now) or moved to the line that
+    # causes it is still reported, as a true finding of the same rule in the same file: moved, not lost.
+    still = {(r["repo"], r["commit"], r["path"], r["code"]) for r in rows if r["verdict"] == "true"}
     gone = [
         j
         for key, j in verdicts.items()
@@ -309,7 +312,8 @@ def score_healthy(
         "by_repo": precision_table(rows, "repo"),
         "rows": rows,
         "judged_not_reported": [
-            {k: j.get(k) for k in ("repo", "commit", "path", "line", "cell", "code", "verdict", "reason")}
+            {**{k: j.get(k) for k in ("repo", "commit", "path", "line", "cell", "code", "verdict", "reason")},
+             "moved": j.get("verdict") == "true" and (j["repo"], j["commit"], j["path"], j["code"]) in still}
             for j in gone
         ],
     }
@@ -484,7 +488,11 @@ def print_healthy(h: dict[str, Any], list_unjudged: bool) -> None:
         counts = Counter(j["verdict"] for j in gone)
         print(f"\njudged findings no longer reported: {dict(counts)}")
         for j in gone:
-            if j["verdict"] == "true":
+            if j["verdict"] != "true":
+                continue
+            if j["moved"]:
+                print(f"  true, now reported on another line of its file: {j['repo']} {j['path']}:{j['line']} {j['code']}")
+            else:
                 print(
                     f"  lost true positive: {j['repo']} {j['path']}:{j['line']} {j['code']}  ({j['reason']})"
                 )

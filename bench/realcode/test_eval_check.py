@@ -140,6 +140,24 @@ def test_precision_recall_and_unjudged(
                 "verdict": "false",
                 "reason": "a verdict whose finding is gone",
             },
+            {
+                "repo": "acme/trainer",
+                "commit": corpus["fixed"],
+                "path": "src/other.py",
+                "line": 98,
+                "code": "TD401",
+                "verdict": "true",
+                "reason": "a true finding since merged into the one on line 4",
+            },
+            {
+                "repo": "acme/trainer",
+                "commit": corpus["fixed"],
+                "path": "src/other.py",
+                "line": 97,
+                "code": "TD704",
+                "verdict": "true",
+                "reason": "a true finding no longer reported: lost",
+            },
         ],
     )
     (tmp_path / "labels").mkdir()
@@ -182,7 +200,8 @@ def test_precision_recall_and_unjudged(
     by_rule = report["healthy"]["by_rule"]
     assert by_rule["TD401"]["true"] == 1 and by_rule["TD401"]["precision"] == 1.0
     assert by_rule["TD704"]["unjudged"] == 1
-    assert [j["line"] for j in report["healthy"]["judged_not_reported"]] == [99]
+    gone = {j["line"]: j["moved"] for j in report["healthy"]["judged_not_reported"]}
+    assert gone == {99: False, 98: True, 97: False}  # TD401 is still reported true in the file; TD704 only unjudged
 
     found = {r["id"]: r["found"] for r in report["bugs"]["rows"]}
     assert found == {"t-001": True, "t-002": False}  # line 30 is far from the TD410 finding
