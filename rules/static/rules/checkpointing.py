@@ -767,21 +767,25 @@ _SEVERAL_RANKS = ("every rank of this distributed script runs it: each rank firs
                   "that saved them (usually cuda:0), piling copies onto one GPU")
 
 
+def _trainer_keywords(index: Index) -> list[dict[str | None, ast.expr]]:
+    """The keyword arguments of each Lightning `Trainer(...)` call in the file."""
+    return [{kw.arg: kw.value for kw in call.keywords}  # type: ignore[attr-defined]
+            for call in index.nodes(ast.Call) if last_name(call.func) == "Trainer"]  # type: ignore[attr-defined]
+
+
 def _lightning_ranks(index: Index) -> bool:
     """A Lightning script that runs as several processes: a distributed setup call, or a Trainer asked for a
     DDP/FSDP/DeepSpeed strategy, several devices or several nodes."""
     if index.calls_to("torch.distributed.init_process_group", *sorted(index.names["ddp"] | index.names["fsdp"])):
         return True
-    for call in index.nodes(ast.Call):
-        if last_name(call.func) != "Trainer":  # type: ignore[attr-defined]
-            continue
-        for kw in call.keywords:  # type: ignore[attr-defined]
-            value = kw.value.value if isinstance(kw.value, ast.Constant) else None
-            if kw.arg == "strategy" and isinstance(value, str) and any(w in value for w in ("ddp", "fsdp", "deepspeed")):
+    for given in _trainer_keywords(index):
+        for arg, node in given.items():
+            value = node.value if isinstance(node, ast.Constant) else None
+            if arg == "strategy" and isinstance(value, str) and any(w in value for w in ("ddp", "fsdp", "deepspeed")):
                 return True
-            if kw.arg in ("devices", "gpus", "num_nodes") and isinstance(value, int) and not isinstance(value, bool) and value > 1:
+            if arg in ("devices", "gpus", "num_nodes") and isinstance(value, int) and not isinstance(value, bool) and value > 1:
                 return True
-            if kw.arg in ("devices", "gpus") and (value == -1 or isinstance(kw.value, ast.List | ast.Tuple) and len(kw.value.elts) > 1):
+            if arg in ("devices", "gpus") and (value == -1 or isinstance(node, ast.List | ast.Tuple) and len(node.elts) > 1):
                 return True
     return False
 
@@ -790,14 +794,11 @@ def _lightning_one_device(index: Index) -> bool:
     """A Lightning Trainer built for one device with no strategy (`Trainer(devices=1)`, `accelerator="cpu"`): a
     single process, so a load without map_location piles nothing onto one GPU (uvadlc tutorial 12's pretrained
     PixelCNN, loaded and then moved with `.to(device)`)."""
-    for call in index.nodes(ast.Call):
-        if last_name(call.func) != "Trainer":  # type: ignore[attr-defined]
-            continue
-        given = {kw.arg: kw.value for kw in call.keywords}  # type: ignore[attr-defined]
+    for given in _trainer_keywords(index):
         if "strategy" in given or "num_nodes" in given:
             continue
-        one = any(isinstance(given.get(k), ast.Constant) and given[k].value == 1 for k in ("devices", "gpus"))
-        cpu = isinstance(given.get("accelerator"), ast.Constant) and given["accelerator"].value == "cpu"
+        one = any(isinstance(given.get(k), ast.Constant) and given[k].value == 1 for k in ("devices", "gpus"))  # type: ignore[union-attr]
+        cpu = isinstance(given.get("accelerator"), ast.Constant) and given["accelerator"].value == "cpu"  # type: ignore[union-attr]
         if one or cpu:
             return True
     return False
