@@ -39,6 +39,9 @@ class Rule:
     doc: RuleDoc
     check: CheckFunction | None  # None for TD000, which the engine raises itself
     nodes: tuple[type[ast.AST], ...]
+    # Node types the check reads with `index.nodes(...)` without being called once per node: the walk must
+    # still collect them when no other enabled rule subscribes to them (`--select TD608`).
+    reads: tuple[type[ast.AST], ...] = ()
 
     @property
     def code(self) -> str:
@@ -49,22 +52,26 @@ class Rule:
         return self.doc.name
 
 
-# (code, node types, function, module) in registration order; registry.py pairs them with docs.
-REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str]] = []
+# (code, node types, function, module, node types read) in registration order; registry.py pairs them with docs.
+REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str, tuple[type[ast.AST], ...]]] = []
 
 
-def rule(code: str, *nodes: type[ast.AST]) -> Callable[[CheckFunction], CheckFunction]:
+def rule(
+    code: str, *nodes: type[ast.AST], reads: tuple[type[ast.AST], ...] = ()
+) -> Callable[[CheckFunction], CheckFunction]:
     """Register a check for the node types it subscribes to.
 
     The function is called as `check(node, ctx)` once for every node of those
     types in a file (in source order), after the file's semantic index is built.
-    Subscribe to `ast.Module` for a once-per-file check.
+    Subscribe to `ast.Module` for a once-per-file check. `reads` names node types
+    the check takes from `ctx.index.nodes(...)` itself: a once-per-file loop over
+    every `ast.Name` costs far less than a call per name.
     """
-    if not nodes or not all(isinstance(n, type) and issubclass(n, ast.AST) for n in nodes):
+    if not nodes or not all(isinstance(n, type) and issubclass(n, ast.AST) for n in (*nodes, *reads)):
         raise TypeError(f"@rule({code!r}, ...) needs at least one ast node type")
 
     def register(fn: CheckFunction) -> CheckFunction:
-        REGISTERED.append((code, tuple(nodes), fn, fn.__module__))
+        REGISTERED.append((code, tuple(nodes), fn, fn.__module__, tuple(reads)))
         return fn
 
     return register

@@ -120,6 +120,7 @@ def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, in
     wanted = set(INDEX_NODES)
     for r in rules:
         wanted.update(r.nodes)
+        wanted.update(r.reads)
     try:
         buckets, parents = walk(tree, wanted)
         index = Index(tree, buckets, parents, unit.text)

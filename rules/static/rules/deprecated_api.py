@@ -185,34 +185,49 @@ def _argument_methods() -> frozenset[str]:
     return frozenset(q.rsplit(".", 1)[-1] for q in deprecations().arguments)
 
 
-@rule("TD608", ast.Name, ast.Attribute, ast.Call)
+@rule("TD608", ast.Module, reads=(ast.Name, ast.Attribute, ast.Call))
 def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
+    # One loop per file over the walk's buckets, not a call per node: most names of a file are locals, and
+    # a function call for each of them was the largest single cost of `check` on torch's own tree.
     table = deprecations()
     index = ctx.index
-    if isinstance(node, ast.Call):
-        q = index.callee(node)
-        entries = table.arguments.get(q or "", [])
-        if not entries and isinstance(node.func, ast.Attribute) and node.func.attr in _argument_methods():
-            # `scheduler.step(epoch)`: the method of the object's class, when the index knows the class.
-            cls = _one_class(index, node.func.value)
-            if cls:
-                q = f"{cls}.{node.func.attr}"
-                entries = table.arguments.get(q, [])
-        for entry in entries:
-            used = _argument_used(node, entry, index)
-            wanted = entry.get("when") != "omitted"
-            if used is not None and used == wanted and _applies(ctx, table, entry):
-                ctx.report(node, **_deprecation_values(ctx, table, node.func, q or "", entry))
-                return
+    for call in index.nodes(ast.Call):
+        _deprecated_argument(call, ctx, table)  # type: ignore[arg-type]
+    roots = set(index.aliases) | set(index.vocab["conventional_aliases"])
+    if not roots:
         return
-    if not isinstance(getattr(node, "ctx", None), ast.Load):
-        return
-    root = node
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    if not isinstance(root, ast.Name) or (root.id not in index.aliases
-                                          and root.id not in index.vocab["conventional_aliases"]):
-        return  # a local name (most nodes): nothing imported to resolve, skip before the parent lookups
+    name_cls, attribute_cls, load_cls = ast.Name, ast.Attribute, ast.Load
+    for kind in (ast.Name, ast.Attribute):
+        for used in index.nodes(kind):
+            root = used
+            while root.__class__ is attribute_cls:
+                root = root.value  # type: ignore[attr-defined]
+            if root.__class__ is not name_cls or root.id not in roots:  # type: ignore[attr-defined]
+                continue  # a local name (most nodes): nothing imported to resolve
+            if used.ctx.__class__ is load_cls:  # type: ignore[attr-defined]
+                _deprecated_name(used, ctx, table)
+
+
+def _deprecated_argument(node: ast.Call, ctx: Context, table: _Deprecations) -> None:
+    index = ctx.index
+    q = index.callee(node)
+    entries = table.arguments.get(q or "", [])
+    if not entries and isinstance(node.func, ast.Attribute) and node.func.attr in _argument_methods():
+        # `scheduler.step(epoch)`: the method of the object's class, when the index knows the class.
+        cls = _one_class(index, node.func.value)
+        if cls:
+            q = f"{cls}.{node.func.attr}"
+            entries = table.arguments.get(q, [])
+    for entry in entries:
+        used = _argument_used(node, entry, index)
+        wanted = entry.get("when") != "omitted"
+        if used is not None and used == wanted and _applies(ctx, table, entry):
+            ctx.report(node, **_deprecation_values(ctx, table, node.func, q or "", entry))
+            return
+
+
+def _deprecated_name(node: ast.AST, ctx: Context, table: _Deprecations) -> None:
+    index = ctx.index
     parent = index.parent(node)
     if isinstance(parent, ast.Attribute) and parent.value is node:
         return  # `torch.jit` in `torch.jit.script`: the longest name is the one used
