@@ -166,6 +166,27 @@ def symptom_of(result: Result) -> Symptom:
     return make_symptom(f.symptom, severity=f.severity, location=location, evidence=[evidence])
 
 
+def level_for(result: Result, levels: dict[str, str]) -> str:
+    """The finding's severity under the config's `severity` table (the longest matching code prefix decides). The
+    table sets the rule's level, raising a calibrated rule back or lowering one; a finding the rule itself
+    reported below its own level (a milder shape of the problem) is never raised above what it reported, and a
+    rule's own bug (TD000) keeps its level."""
+    finding = result.finding
+    if not levels or finding.code == "TD000":
+        return finding.severity
+    matches = [prefix for prefix in levels if prefix == "ALL" or finding.code.startswith(prefix)]
+    if not matches:
+        return finding.severity
+    level = levels[max(matches, key=lambda p: 0 if p == "ALL" else len(p))]
+    from torchdoctor.rules.static import registry
+    from torchdoctor.rules.static.api import milder
+
+    rule = registry.rules().get(finding.code)
+    if rule is not None and result.reported and result.reported != rule.doc.severity:
+        return milder(level, result.reported)
+    return level
+
+
 def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None = None) -> Report:
     from torchdoctor.rules.static import registry
     from torchdoctor.rules.static.engine import Options, analyse_bytes
@@ -196,6 +217,8 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
     root = os.path.abspath(settings.root)
     pfi = _per_file_ignored(settings)
     results = [r for r in results if r.finding.code in codes and not _dropped(r.finding, pfi, root)]
+    for r in results:
+        r.finding.severity = level_for(r, settings.severity)
     results.sort(key=lambda r: (r.finding.path, r.finding.cell or 0, r.finding.line, r.finding.col, r.finding.code))
 
     report = Report(
@@ -324,6 +347,9 @@ def prepare(request: CheckRequest) -> Settings:
         unknown = registry.unknown_selectors(codes)
         if unknown:
             raise UsageError(f"unknown rule code or prefix in per-file-ignores: {unknown[0]}")
+    unknown = registry.unknown_selectors(list(settings.severity))
+    if unknown:
+        raise UsageError(f"unknown rule code or prefix in severity: {unknown[0]}")
     if request.jobs is not None and request.jobs < 0:
         raise UsageError("--jobs must be 0 (automatic) or more")
     return settings

@@ -6,6 +6,7 @@
     per-file-ignores = { "tests/**" = ["TD1"], "scripts/legacy.py" = ["TD000"] }
     exclude = ["third_party/", "notebooks/scratch/*.ipynb"]   # gitignore-style, from this file's folder
     fail-on = "warning"                  # error | warning | info | never
+    severity = { TD703 = "warning" }     # a rule's level (codes or prefixes; the longest prefix wins)
     torch-version = "2.4"                # the torch the code targets (default: the installed one)
     respect-gitignore = true
     include-tests = false                # tests/, test_*.py, conftest.py, benchmarks/ are skipped by default
@@ -28,8 +29,9 @@ from typing import Any
 
 FAIL_ON = ("error", "warning", "info", "never")
 DEFAULT_MAX_BYTES = 2 * 2**20
-KEYS = ("select", "ignore", "per-file-ignores", "exclude", "fail-on", "torch-version", "respect-gitignore", "include-tests",
-        "max-file-bytes")
+KEYS = ("select", "ignore", "per-file-ignores", "exclude", "fail-on", "severity", "torch-version", "respect-gitignore",
+        "include-tests", "max-file-bytes")
+LEVELS = ("error", "warning", "info")
 
 
 class ConfigError(Exception):
@@ -43,6 +45,7 @@ class Settings:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     fail_on: str = "warning"
+    severity: dict[str, str] = field(default_factory=dict)  # code or prefix -> the level its findings get
     torch_version: tuple[int, int] | None = None
     torch_version_source: str = "unknown"
     respect_gitignore: bool = True
@@ -163,6 +166,11 @@ def _apply(settings: Settings, table: dict[str, Any], where: str) -> None:
         settings.per_file_ignores = {k: _strings(v, f"per-file-ignores.{k}", where) for k, v in value.items()}
     if "fail-on" in table:
         settings.fail_on = check_fail_on(table["fail-on"], where)
+    if "severity" in table:
+        value = table["severity"]
+        if not isinstance(value, dict) or not all(isinstance(v, str) and v in LEVELS for v in value.values()):
+            raise ConfigError(f"{where}: `severity` must be a table of code = \"error\" | \"warning\" | \"info\"")
+        settings.severity = {str(k).upper(): v for k, v in value.items()}
     if "torch-version" in table:
         version = parse_version(str(table["torch-version"]))
         if version is None:

@@ -63,6 +63,8 @@ def project(tmp_path_factory) -> Path:
     (root / "pyproject.toml").write_text(
         '[project]\nname = "demo"\n\n[tool.torchdoctor]\nexclude = ["vendor/"]\nignore = ["TD206"]\n'
         'per-file-ignores = { "models/heads.py" = ["TD203"] }\n'
+        # TD101 reports at info by default (its record on real code); this project raises it back to its claim
+        'severity = { TD101 = "error" }\n'
     )
     return root
 
@@ -194,7 +196,8 @@ def test_sarif_validates_and_carries_rule_metadata(project):
     rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
     td101 = rules["TD101"]
     assert td101["name"] == "GraphAccumulatedAcrossSteps"
-    assert td101["defaultConfiguration"]["level"] == "error"
+    assert td101["defaultConfiguration"]["level"] == "note"  # the default; the project's config raises it
+    assert td101["properties"]["precision"] == "low" and rules["TD202"]["properties"]["precision"] == "high"
     assert "total_loss += loss.item()" in td101["help"]["markdown"] and "memory" in td101["properties"]["tags"]
     assert rules["TD206"]["defaultConfiguration"]["level"] == "note"
     result = next(r for r in run["results"] if r["ruleId"] == "TD101" and "train.py" in json.dumps(r))
@@ -204,6 +207,7 @@ def test_sarif_validates_and_carries_rule_metadata(project):
     assert location["region"]["snippet"]["text"] == "    total += loss"
     assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"].startswith("file:///")
     assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "TD101"
+    assert result["level"] == "error"  # `severity = { TD101 = "error" }` in the project's config
 
 
 def test_github_annotations(project):
@@ -287,7 +291,8 @@ def test_rules_command():
     rows = json.loads(proc.stdout_text)
     assert proc.returncode == 0 and len(rows) >= 15
     assert set(rows[0]) == {"code", "name", "severity", "specialist", "symptom", "summary"}
-    assert {"code": "TD101", "name": "graph-accumulated-across-steps", "severity": "error", "specialist": "memory", "symptom": "memory-growth"}.items() <= next(r for r in rows if r["code"] == "TD101").items()
+    assert {"code": "TD101", "name": "graph-accumulated-across-steps", "severity": "info", "specialist": "memory", "symptom": "memory-growth"}.items() <= next(r for r in rows if r["code"] == "TD101").items()
+    assert next(r for r in rows if r["code"] == "TD607")["severity"] == "error"  # a rule with a good record
     text = cli("rules").stdout_text
     assert all(r["code"] in text for r in rows)
 
@@ -306,6 +311,8 @@ def test_explain():
     assert missing.returncode == 2 and missing.stderr_text == "torchdoctor: unknown rule 'TD999' (see `torchdoctor rules` for the list)\n"
     as_json = json.loads(cli("explain", "TD101", "--format", "json").stdout_text)
     assert as_json["code"] == "TD101" and as_json["bad"].startswith("import torch")
+    assert as_json["severity"] == "info" and as_json["claim_severity"] == "error"
+    assert 'severity = { TD101 = "error" }' in cli("explain", "TD101").stdout_text
 
 
 @pytest.mark.parametrize("fmt", ["json", "sarif", "github"])

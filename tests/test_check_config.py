@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.conftest import cli
 from torchdoctor.check import CheckRequest, UsageError, build_report, prepare
 from torchdoctor.config import ConfigError, find_config, load
 from torchdoctor.rules.static.gitignore import IgnoreFile, matches_path_or_parent
@@ -82,6 +83,8 @@ def test_config_values_are_validated(tmp_path):
         ("per-file-ignores = ['x']", "`per-file-ignores` must be a table"),
         ("max-file-bytes = -1", "`max-file-bytes` must be a positive integer"),
         ("respect-gitignore = 'yes'", "`respect-gitignore` must be true or false"),
+        ("severity = { TD703 = 'loud' }", "`severity` must be a table of code"),
+        ("severity = ['TD703']", "`severity` must be a table of code"),
     ]:
         cfg.write_text(body + "\n")
         with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
@@ -140,3 +143,10 @@ def test_tests_and_benchmarks_are_skipped_by_default(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text("[tool.torchdoctor]\ninclude-tests = 1\n")
     with pytest.raises(UsageError, match="include-tests"):
         prepare(CheckRequest(paths=["."]))
+
+
+def test_an_unknown_code_in_severity_is_a_usage_error(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdoctor]\nseverity = { TD999 = "error" }\n')
+    (tmp_path / "train.py").write_text("x = 1\n")
+    proc = cli("check", "train.py", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr_text == "torchdoctor: unknown rule code or prefix in severity: TD999\n"

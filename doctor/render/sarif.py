@@ -37,11 +37,11 @@ def _descriptor(doc) -> dict:
         "shortDescription": {"text": doc.summary},
         "fullDescription": {"text": " ".join(first.split())},
         "help": {"text": help_text(doc), "markdown": help_markdown(doc)},
-        "defaultConfiguration": {"level": LEVEL[doc.severity]},
+        "defaultConfiguration": {"level": LEVEL[doc.level]},
         "properties": {
             "tags": ["torchdoctor", "pytorch", doc.specialist, doc.symptom],
-            "precision": "high",
-            "problem.severity": {"error": "error", "warning": "warning", "info": "recommendation"}[doc.severity],
+            "precision": "low" if doc.calibrated else "high",  # calibrated: its real-code record is weak
+            "problem.severity": {"error": "error", "warning": "warning", "info": "recommendation"}[doc.level],
             "specialist": doc.specialist,
             "symptom": doc.symptom,
         },

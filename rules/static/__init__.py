@@ -51,6 +51,8 @@ Adding a rule (ruff-style: a small unit with its docs and two fixtures)
        code = "TD103"
        name = "empty-cache-in-training-loop"       # kebab-case
        severity = "warning"                        # error | warning | info
+       # calibrated = "info"                      # optional: the default level when the rule's record on real
+       #                                          # code is weaker than its claim (bench/realcode/README.md)
        symptom = "empty-cache-in-loop"             # an id of rules/data/symptoms.toml
        summary = "one line for `torchdoctor rules`"
        message = "`{variable}` runs every training step ..."   # names the user's variable or call

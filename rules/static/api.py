@@ -13,6 +13,11 @@ from typing import Any
 SEVERITIES = ("error", "warning", "info")
 
 
+def milder(a: str, b: str) -> str:
+    """The lower of two severities."""
+    return a if SEVERITIES.index(a) >= SEVERITIES.index(b) else b
+
+
 @dataclass(frozen=True)
 class RuleDoc:
     """A rule's documentation and metadata: data, read from the family's TOML file."""
@@ -29,6 +34,14 @@ class RuleDoc:
     bad: str  # an example that fires
     good: str  # the same example, fixed (must not fire)
     family: str = ""  # the TOML file's stem: memory, module_design, ...
+    # The level its findings get by default when the rule's record on real code is weaker than its claim
+    # (bench/realcode/README.md, "Severity"); empty: `severity` itself.
+    calibrated: str = ""
+
+    @property
+    def level(self) -> str:
+        """The severity the rule's findings are reported at unless a project's config says otherwise."""
+        return self.calibrated or self.severity
 
 
 CheckFunction = Callable[[Any, "Context"], None]

@@ -29,7 +29,7 @@ def rule_rows() -> list[dict[str, str]]:
         {
             "code": r.doc.code,
             "name": r.doc.name,
-            "severity": r.doc.severity,
+            "severity": r.doc.level,
             "specialist": r.doc.specialist,
             "symptom": r.doc.symptom,
             "summary": r.doc.summary,
@@ -66,12 +66,19 @@ def find(code_or_name: str) -> RuleDoc | None:
     return found.doc if found is not None else None
 
 
+def _level(doc: RuleDoc) -> str:
+    if not doc.calibrated:
+        return doc.severity
+    return (f"{doc.level} (by its record on real code; `severity = {{ {doc.code} = \"{doc.severity}\" }}` in "
+            f"[tool.torchdoctor] makes it {doc.severity})")
+
+
 def explanation_blocks(doc: RuleDoc) -> list:
     from torchdoctor.render.document import Code, Heading, Section, Text
 
     return [
         Heading(f"{doc.code} {doc.name}"),
-        Text(f"{doc.severity} · specialist: {doc.specialist} · symptom: {doc.symptom}", "dim"),
+        Text(f"{_level(doc)} · specialist: {doc.specialist} · symptom: {doc.symptom}", "dim"),
         Text(doc.summary, "bold"),
         Section("Why", [Text(" ".join(p.split()) ) for p in _paragraphs(doc.why)]),
         Section("Example that fires", [Code(doc.bad)]),
@@ -107,7 +114,11 @@ def print_explanation(code: str, fmt: str = "text", stream: TextIO | None = None
         return exitcodes.USAGE
     if fmt == "json":
         fields = ("code", "name", "severity", "specialist", "symptom", "summary", "message", "fix", "why", "bad", "good")
-        stream.write(json.dumps({f: getattr(doc, f) for f in fields}, indent=2) + "\n")
+        row = {f: getattr(doc, f) for f in fields}
+        row["severity"] = doc.level
+        if doc.calibrated:
+            row["claim_severity"] = doc.severity  # the level `severity = {...}` in the config restores
+        stream.write(json.dumps(row, indent=2) + "\n")
         return exitcodes.OK
     from torchdoctor.render import render_blocks
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from torchdoctor.model import Finding
 from torchdoctor.rules.static import registry
-from torchdoctor.rules.static.api import Context, Hit, Rule, RuleDoc, split_lines
+from torchdoctor.rules.static.api import Context, Hit, Rule, RuleDoc, milder, split_lines
 from torchdoctor.rules.static.index import INDEX_NODES, Index
 from torchdoctor.rules.static.sources import Unit, UnreadableSource, read_unit, unit_from_bytes
 
@@ -47,6 +47,7 @@ class Result:
     values: dict[str, str] = field(default_factory=dict)
     code: str = ""  # the source line, stripped
     function: str | None = None
+    reported: str = ""  # the level the rule reported (its own, or lower for a milder shape), before calibration
 
 
 @dataclass
@@ -274,7 +275,7 @@ def _finding(
         Finding(
             code=doc.code,
             name=doc.name,
-            severity=hit.severity or doc.severity,
+            severity=milder(hit.severity or doc.severity, doc.level),
             symptom=doc.symptom,
             specialist=doc.specialist,
             path=unit.path,
@@ -290,6 +291,7 @@ def _finding(
         values=dict(values),
         code=text.strip(),
         function=fn.name if fn is not None else None,
+        reported=hit.severity or doc.severity,
     )
 
 

@@ -50,7 +50,7 @@ def _load_docs(path: Path) -> list[RuleDoc]:
         missing = [f for f in DOC_FIELDS if not isinstance(row.get(f), str) or not row[f].strip()]
         if missing:
             raise RuleError(f"{path.name}: rule {row.get('code', '?')} lacks {', '.join(missing)}")
-        extra = set(row) - set(DOC_FIELDS)
+        extra = set(row) - set(DOC_FIELDS) - {"calibrated"}
         if extra:
             raise RuleError(f"{path.name}: rule {row['code']} has unknown fields {sorted(extra)}")
         docs.append(
@@ -58,6 +58,7 @@ def _load_docs(path: Path) -> list[RuleDoc]:
                 **{f: row[f].strip("\n") if f in ("bad", "good") else row[f].strip() for f in DOC_FIELDS},
                 specialist=specialist or "",
                 family=path.stem,
+                calibrated=str(row.get("calibrated", "")).strip(),
             )
         )
     return docs
@@ -107,6 +108,9 @@ def _validate(doc: RuleDoc) -> None:
         raise RuleError(f"bad rule code {doc.code!r}: TD and three digits")
     if doc.severity not in SEVERITIES:
         raise RuleError(f"{doc.code}: severity {doc.severity!r} is not one of {SEVERITIES}")
+    if doc.calibrated and (doc.calibrated not in SEVERITIES
+                           or SEVERITIES.index(doc.calibrated) <= SEVERITIES.index(doc.severity)):
+        raise RuleError(f"{doc.code}: calibrated {doc.calibrated!r} must be a severity below {doc.severity!r}")
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", doc.name):
         raise RuleError(f"{doc.code}: name {doc.name!r} is not kebab-case")
     catalog.symptom(doc.symptom)  # raises on an unknown id
