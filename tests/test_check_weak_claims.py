@@ -1,0 +1,39 @@
+"""Findings whose claim rests on code the file cannot show report at info, the clear shapes stay warnings.
+
+A rule may lower a finding's severity (`ctx.report(..., severity="info")`): info does not gate CI, and the
+finding is still there for a reader (and for recall). Each weak shape here comes from real code where the
+warning was wrong; its strong neighbour, where the file itself shows the problem, keeps the rule's severity.
+"""
+
+from __future__ import annotations
+
+from tests.conftest import FIXTURES
+from torchdoctor.rules.static.engine import analyse_text
+
+RULES = FIXTURES / "check" / "rules"
+
+
+def severities(text: str, code: str, path: str = "model.py") -> dict[int, str]:
+    result = analyse_text(text, path, codes=[code])
+    return {r.finding.line: r.finding.severity for r in result.results if r.finding.code == code}
+
+
+def test_a_dropout_rate_handed_in_by_unseen_callers_is_info():
+    text = (RULES / "TD209" / "fire_rate_from_unseen_caller.py").read_text()
+    found = severities(text, "TD209")
+    assert found and set(found.values()) == {"info"}, found
+
+
+def test_the_same_rate_with_the_callers_in_the_file_stays_a_warning():
+    text = (RULES / "TD209" / "fire_rate_from_unseen_caller.py").read_text() + '''
+
+decoder = Decoder(8, 4, 16, 100)
+logits, _ = decoder(torch.randn(2, 5, 8), torch.randn(2, 4), 0.3)
+'''
+    found = severities(text, "TD209")
+    assert found and set(found.values()) == {"warning"}, found
+
+
+def test_a_fixed_rate_stays_a_warning():
+    found = severities((RULES / "TD209" / "fire.py").read_text(), "TD209")
+    assert found and set(found.values()) == {"warning"}, found
