@@ -456,28 +456,33 @@ _SAME_VALUE = frozenset({"squeeze", "unsqueeze", "view", "reshape", "flatten", "
                          "to", "gather", "index_select", "masked_select", "permute", "transpose", "type_as"})
 
 
-def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> str | None:
+def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0, *,
+                   seen: bool = False) -> str | None:
     """Why `expr` can be exactly 0, as a short phrase, or None when nothing says so (or a clamp or an
     epsilon keeps it away from 0). A value in [0, 1] reaches 0 in float32: a sigmoid or softmax output
     underflows (a logit below about -104) and its complement `1 - p` is 0 once p rounds to 1 (a logit
     above about 17). So: a sigmoid/softmax output, `1 - p`, and `torch.where(c, p, 1 - p)` (the focal-loss
-    p_t), followed through the function's own assignments."""
+    p_t), followed through the function's own assignments. With `seen`, the complement counts only when its `p`
+    is itself a sigmoid/softmax output here: `1 - pred` of a parameter says nothing about what the caller passed
+    (CenterNet's focal loss receives a prediction already clamped away from 0 and 1)."""
     if expr is None or depth > DEPTH:
         return None
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
-        return zero_reachable(index, value, value, depth + 1) if value is not None else None
+        return zero_reachable(index, value, value, depth + 1, seen=seen) if value is not None else None
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         value = latest_self_value(index, expr, at)  # ASL's optimized loss keeps `self.xs_pos = torch.sigmoid(x)`
-        return zero_reachable(index, value, value, depth + 1) if value is not None else None
+        return zero_reachable(index, value, value, depth + 1, seen=seen) if value is not None else None
     if isinstance(expr, ast.Subscript):
-        return zero_reachable(index, expr.value, at, depth + 1)
+        return zero_reachable(index, expr.value, at, depth + 1, seen=seen)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, ast.Sub) and isinstance(expr.left, ast.Constant) and expr.left.value == 1 \
                 and not _floored(index, expr.right, depth):
+            if seen and zero_reachable(index, expr.right, at, depth + 1, seen=True) is None:
+                return None
             return "a complement `1 - p`, which is 0 once p rounds to 1"
         if isinstance(expr.op, ast.Mult | ast.Pow):
-            return zero_reachable(index, expr.left, at, depth + 1)
+            return zero_reachable(index, expr.left, at, depth + 1, seen=seen)
         return None  # `p + eps`, `p - q`, `p / n`: not asked further
     if not isinstance(expr, ast.Call):
         return None
@@ -487,12 +492,12 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
         return "a sigmoid/softmax output, which underflows to 0 (and rounds to 1)"
     if q == "torch.where" and len(expr.args) == 3:
         for branch in expr.args[1:]:
-            found = zero_reachable(index, branch, at, depth + 1)
+            found = zero_reachable(index, branch, at, depth + 1, seen=seen)
             if found is not None:
                 return found
         return None
     if isinstance(func, ast.Attribute) and q is None and func.attr in _SAME_VALUE:
-        return zero_reachable(index, func.value, at, depth + 1)
+        return zero_reachable(index, func.value, at, depth + 1, seen=seen)
     return None
 
 

@@ -306,7 +306,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _evaluation_export(index, node, path):
         return
-    if _read_only_after_training(ctx, loop, path):
+    if _read_only_after_training(ctx, loop, path) or _read_instead_of_training(index, loop, path):
         return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
@@ -412,6 +412,44 @@ def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) ->
     if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
         return False
     return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
+
+
+def _read_instead_of_training(index: Index, loop: Loop, path: ast.AST | None) -> bool:
+    """Every load of the saved file runs only where the loop's training does not (GraphMAE: `if not load_model:
+    model = pretrain(...)` then `if load_model: model.load_state_dict(torch.load("checkpoint.pt"))`): the file is
+    the finished model, read back in place of training, not a point training goes on from."""
+    loads = [c for c in index.calls_to("torch.load") if _same_path(index, path, kwarg(c, "f", 0))]
+    steps = set(index.backward_calls) | set(index.step_calls)
+    training = [c for c in loop.all_calls() if c in steps or index.local_target(c) in index.training_functions]
+    return bool(loads) and bool(training) and all(
+        _exclusive(index, load, run) or _opposite_flags(index, load, run) for load in loads for run in training)
+
+
+def _branch_flag(index: Index, node: ast.AST) -> tuple[ast.expr, bool] | None:
+    """The test of the innermost `if` around `node` in its function and which way it went to get there:
+    `if load_model:` body is (load_model, True), `if not load_model:` body and `if load_model:` else (.., False)."""
+    child = node
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.Module):
+            return None
+        if isinstance(anc, ast.If) and child is not anc.test:
+            test, taken = anc.test, any(child is stmt for stmt in anc.body)
+            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, taken = test.operand, not taken
+            return test, taken
+        child = anc
+    return None
+
+
+def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
+    """`a` under `if X:` and `b` under `if not X:` (two separate ifs on one flag the code does not rebind between)."""
+    fa, fb = _branch_flag(index, a), _branch_flag(index, b)
+    if fa is None or fb is None or ast.dump(fa[0]) != ast.dump(fb[0]) or fa[1] == fb[1]:
+        return False
+    flag = {dotted(n) for n in ast.walk(fa[0]) if isinstance(n, ast.Name | ast.Attribute)}
+    lo, hi = sorted((getattr(a, "lineno", 0), getattr(b, "lineno", 0)))
+    stores = [n for n in [*index.nodes(ast.Name), *index.nodes(ast.Attribute)] if isinstance(n.ctx, ast.Store)]  # type: ignore[attr-defined]
+    return not any(lo < n.lineno < hi and dotted(n) in flag for n in stores)  # type: ignore[attr-defined]
 
 
 _RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)

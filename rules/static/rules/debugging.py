@@ -1022,16 +1022,22 @@ def _in_loss_code(index: Index, node: ast.AST) -> bool:
 def log_of_zero(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     calls = [*index.calls_to(*sorted(_LOG_FUNCTIONS)), *index.method_calls("log")]
-    reported: set[ast.AST | None] = set()  # one finding per function: its logs share one cause
+    # One finding per function (its logs share one cause): the first whose claim the function shows itself, else
+    # the first at all (at info).
+    chosen: dict[ast.AST | None, tuple[ast.Call, str, bool]] = {}
     for call in sorted(set(calls), key=lambda c: (c.lineno, c.col_offset)):
         fn = index.function_of(call)
-        if fn in reported:
+        if fn in chosen and not chosen[fn][2]:
             continue
-        if _log_of_zero(call, ctx):
-            reported.add(fn)
+        found = _log_of_zero(call, ctx)
+        if found is not None and (fn not in chosen or not found[1]):
+            chosen[fn] = (call, found[0], found[1])
+    for call, why, weak in chosen.values():
+        ctx.report(call, severity="info" if weak else None, variable=snippet(ctx, call, 50), why=why)
 
 
-def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
+def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
+    """(why the log's argument can be 0, whether that rests on a value the function did not make) or None."""
     index = ctx.index
     func = node.func
     q = index.resolve(func)
@@ -1040,18 +1046,21 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
     elif isinstance(func, ast.Attribute) and func.attr == "log" and q is None and not node.args and not node.keywords:
         inner = func.value
     else:
-        return False
+        return None
     if inner is None or not _in_loss_code(index, node):
-        return False
+        return None
     if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
-        return False  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
+        return None  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
     why = zero_reachable(index, inner, node)
-    if why is None and not _floored_input(index, inner) and _feeds_nll(index, node):
+    # Only a complement `1 - p` of a value this function did not squash itself (a parameter: CenterNet's focal loss
+    # gets its prediction clamped to [1e-4, 1 - 1e-4] three calls away): whether p can round to 1 is the caller's.
+    weak = why is not None and zero_reachable(index, inner, node, seen=True) is None
+    if (why is None or weak) and not _floored_input(index, inner) and _feeds_nll(index, node):
         why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
+        weak = False
     if why is None:
-        return False
-    ctx.report(node, variable=snippet(ctx, node, 50), why=why)
-    return True
+        return None
+    return why, weak
 
 
 _NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})

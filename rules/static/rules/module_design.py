@@ -363,7 +363,29 @@ def _moved_or_replaced(index, read: ast.Attribute) -> bool:
         return True
     if isinstance(read.ctx, ast.Store):
         return True
-    return _moved_through_local(index, read)
+    return _moved_through_local(index, read) or _read_on_the_host(index, read)
+
+
+def _read_on_the_host(index, read: ast.Attribute) -> bool:
+    """A read that Python itself consumes (tabnet's `self.continuous_idx` column mask): the iterable of a `for`
+    (through enumerate/zip/list), an element compared in an `if`/`while` test, or an element written in
+    `__init__`. Such a tensor never meets the device tensors, so leaving it on the CPU is right."""
+    parent = index.parent(read)
+    if isinstance(parent, ast.Subscript) and parent.value is read:
+        if isinstance(parent.ctx, ast.Store):
+            fn = index.function_of(read)
+            return fn is not None and fn.name == "__init__"
+        node, up = parent, index.parent(parent)
+        if not isinstance(up, ast.Compare):
+            return False
+        while up is not None and not isinstance(up, ast.stmt):
+            node, up = up, index.parent(up)
+        return isinstance(up, ast.If | ast.While) and node is up.test
+    node = read
+    while isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) \
+            and parent.func.id in ("enumerate", "zip", "list", "reversed") and node in parent.args:
+        node, parent = parent, index.parent(parent)
+    return isinstance(parent, ast.For | ast.comprehension) and parent.iter is node
 
 
 _MOVES = ("to", "type_as", "cuda")
