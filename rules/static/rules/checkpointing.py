@@ -21,6 +21,7 @@ from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+from torchdoctor.rules.static.semantic.syntax import _position
 
 _COUNTER = re.compile(r"epoch|step|iter", re.I)
 
@@ -314,6 +315,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     values, keys = list(contents[0]), list(contents[1])
     model = _model_in(index, values)
+    if direct and _end_of_run(index, loop, node, model, path):
+        return
     optimizer = _optimizer_name(index, model)
     if optimizer is None:
         return
@@ -396,10 +399,12 @@ _SAVE_HELPER = re.compile(r"save|checkpoint", re.I)
 
 
 def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) -> bool:
-    """Every read of a checkpoint comes after the training loop, in its scope (pyGAT: `torch.save` each epoch,
-    then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the best epoch): the saves feed that
-    evaluation, and nothing reads one back into training. One of those reads must name the saved files
-    (`_same_path`: the same expression, constant or format skeleton): a load of another file says nothing."""
+    """Every read of a checkpoint comes after training has run, in the training loop's scope: after the loop
+    (pyGAT: `torch.save` each epoch, then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the
+    best epoch), or inside it after its first step (TGN: the best epoch reloaded on early stop, then `break`).
+    The process that reads the file still holds the optimizer, so no read is a resume. One of those reads must
+    name the saved files (`_same_path`: the same expression, constant or format skeleton): a load of another file
+    says nothing."""
     index = ctx.index
     if not any(_same_path(index, path, kwarg(c, "f", 0)) for c in index.calls_to("torch.load")):
         return False
@@ -408,10 +413,55 @@ def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) ->
         top = top.parent
     end = top.node.end_lineno or top.node.lineno
     scope = index.scope_of(top.node)
+    steps = set(index.backward_calls) | set(index.step_calls)
+    first = min((_position(c) for c in loop.all_calls()
+                 if c in steps or index.local_target(c) in index.training_functions), default=None)
     reads = [*index.calls_to("torch.load"), *index.method_calls("load_state_dict")]
-    if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
+    if not reads or any(index.scope_of(c) is not scope or c.lineno <= end and (
+            first is None or _position(c) <= first or c.lineno < top.node.lineno) for c in reads):
         return False
-    return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
+    clocks = _clock_names(index)
+    return not any(_RESUME_WORDS.search(dotted(n) or "") and dotted(n) not in clocks
+                   for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
+
+
+def _clock_names(index: Index) -> set[str]:
+    """Names only ever assigned a clock reading (`start_epoch = time.time()`, TGN's epoch timer): a timer that
+    happens to be named like a resume point."""
+    assigned: dict[str, bool] = {}
+    for node in index.nodes(ast.Assign):
+        for target in node.targets:  # type: ignore[attr-defined]
+            name = dotted(target)
+            if name is None:
+                continue
+            value = node.value  # type: ignore[attr-defined]
+            clock = isinstance(value, ast.Call) and (index.resolve(value.func) or "").startswith(("time.", "datetime."))
+            assigned[name] = assigned.get(name, True) and clock
+    return {name for name, clock in assigned.items() if clock}
+
+
+def _end_of_run(index: Index, loop: Loop, save: ast.Call, model: str, path: ast.AST | None) -> bool:
+    """The loop builds the saved model afresh each pass (`tgn = TGN(...)` in `for i in range(args.n_runs):`), and
+    the save follows that pass's training: each pass is a whole run, and the file is its finished model. No later
+    pass continues from it (the next one starts from a new model), so it is an export, not a checkpoint; unless
+    the file is loaded before training starts (a warm start from the last run), in place of training aside."""
+    if index.loop_of(save) is not loop:
+        return False
+    steps = set(index.backward_calls) | set(index.step_calls)
+    training = [c for c in loop.all_calls() if c in steps or index.local_target(c) in index.training_functions]
+    first = min((_position(c) for c in training), default=None)
+    if first is None or _position(save) <= first:
+        return False
+    for load in index.calls_to("torch.load"):
+        if _same_path(index, path, kwarg(load, "f", 0)) and _position(load) < first and not all(
+                _exclusive(index, load, run) or _opposite_flags(index, load, run) for run in training):
+            return False
+    for stmt in loop.node.body:
+        if isinstance(stmt, ast.Assign) and _position(stmt) < first and isinstance(stmt.value, ast.Call) \
+                and any(dotted(t) == model for t in stmt.targets) \
+                and not any(dotted(n) == model for n in ast.walk(stmt.value) if isinstance(n, ast.Name | ast.Attribute)):
+            return True
+    return False
 
 
 def _read_instead_of_training(index: Index, loop: Loop, path: ast.AST | None) -> bool:
@@ -452,7 +502,8 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
     return not any(lo < n.lineno < hi and dotted(n) in flag for n in stores)  # type: ignore[attr-defined]
 
 
-_RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
+# `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
+_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
 
 
 def _resumes(ctx: Context) -> bool:
@@ -517,7 +568,20 @@ def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
         template = _path_template(expr)
         if template is not None:
             forms.add(f"template:{template}")
+        builder = _path_builder(index, expr)
+        if builder is not None:
+            forms.add(f"builder:{builder}")
     return bool(forms_a & forms_b)
+
+
+def _path_builder(index: Index, expr: ast.AST) -> str | None:
+    """`get_checkpoint_path(epoch)`, a call of the file's own function or lambda: the same files for any epoch."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)):
+        return None
+    name = expr.func.id
+    if name in index.functions or isinstance(latest_value(index, name, expr), ast.Lambda):
+        return name
+    return None
 
 
 def _path_template(expr: ast.AST | None) -> str | None:
@@ -783,6 +847,8 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
         reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
     if reason is None:
         return
+    if reason == _SEVERAL_RANKS and index.rank_guarded(node):
+        return  # YOLOP's `if rank in [-1, 0]:` resume: one process reads it, on the GPU rank 0 saved from
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
     if not several and _gpu_branch(index, node):
         return  # under `if torch.cuda.is_available():` the saving GPU is there (the CPU branch is its own load)

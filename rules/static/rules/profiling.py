@@ -364,7 +364,8 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
         if fn is not None and isinstance(index.parent(fn), ast.Module) and index.loop_of(call) is None \
                 and not index.guarded_in_function(call) and not _runs_whole_training(index, fn):
             ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
-                                        "variable": name, "cost": _rebuild_cost(index, call)})
+                                        "variable": name, "cost": _rebuild_cost(index, call),
+                                        "shaped_by": _params_shaping(index, fn, call)})
     _iterator_rebuilt_per_step(ctx)
     for loop in index.training_loops():
         for call in loop.calls:
@@ -373,7 +374,7 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
             q = index.resolve(call.func)
             if q and "." in q and q.split(".", 1)[0] not in _LIBRARY_ROOTS:
                 where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
-                ctx.leave("calls-per-epoch", {"callee": q, "loop": where})
+                ctx.leave("calls-per-epoch", {"callee": q, "loop": where, "varying": _varying_arguments(call, loop)})
 
 
 def _iterator_rebuilt_per_step(ctx: Context) -> None:
@@ -421,12 +422,39 @@ def dataloader_rebuilt_across_files(project: Project) -> list[ProjectHit]:
     for _f, fact in project.facts("calls-per-epoch"):
         for g, name in project.defining(fact["callee"]):
             found = builders.get((g.module, name))
-            if found is not None:
+            if found is not None and not set(found[1].get("shaped_by", [])) & set(fact.get("varying", [])):
                 owner, b = found
                 hits.setdefault((owner.path, b["line"]), ProjectHit(owner.path, b["line"], b["col"], {
                     "variable": b["variable"], "cost": b["cost"],
                     "loop": f"{fact['loop']} in {_f.path} (through `{fact['callee']}`)"}))
     return list(hits.values())
+
+
+def _params_shaping(index: Index, fn: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call) -> list[str]:
+    """The parameters of `fn` the loader is built from (directly, or through a name assigned from them in `fn`),
+    each as its position ("0") and its name: WaveRNN's `get_tts_datasets(path, batch_size, r)` sizes the batches
+    and the collate function from its arguments."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+    for name in list(names):
+        value = latest_value(index, name, call)
+        if value is not None and index.function_of(value) is fn:
+            names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    out = []
+    for i, p in enumerate(params):
+        if p in names:
+            out += [str(i - (1 if params[0] in ("self", "cls") else 0)), p]
+    out += [a.arg for a in fn.args.kwonlyargs if a.arg in names]
+    return out
+
+
+def _varying_arguments(call: ast.Call, loop: Loop) -> list[str]:
+    """Which arguments of a call in `loop` change from pass to pass (built from the loop's targets): positions as
+    "0", "1", ..., keywords by name."""
+    varying = _varying_names(loop)
+    out = [str(i) for i, a in enumerate(call.args) if any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(a))]
+    return out + [k.arg for k in call.keywords
+                  if k.arg and any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(k.value))]
 
 
 def _loader_name(index: Index, call: ast.Call) -> str:
@@ -535,10 +563,12 @@ def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
     fn = index.function_of(call)
     if fn is None or index.guarded_in_function(call) or _runs_whole_training(index, fn):
         return None
+    shaped_by = set(_params_shaping(index, fn, call)) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) else set()
     for caller in index.callers(fn):
         for loop in index.loops_around(caller):
             if loop.trains:
-                if not index.guarded_in_loop(caller, loop, rare=True):
+                if not index.guarded_in_loop(caller, loop, rare=True) \
+                        and not shaped_by & set(_varying_arguments(caller, loop)):
                     return loop
                 break
     return None
