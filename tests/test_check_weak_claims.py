@@ -74,3 +74,12 @@ def mixed_loss(pred, logits):
     return loss
 '''
     assert severities(text, "TD609", "losses.py") == {6: "warning"}
+
+
+def test_forward_on_an_optional_argument_named_like_a_model_is_info():
+    text = (RULES / "TD202" / "fire_optional_model_argument.py").read_text()
+    found = severities(text, "TD202", "degradation.py")
+    lines = text.splitlines()
+    optional = next(n for n, line in enumerate(lines, 1) if "isp_model.forward" in line)
+    required = next(n for n, line in enumerate(lines, 1) if "model.forward(x)" in line)
+    assert found == {optional: "info", required: "warning"}, found

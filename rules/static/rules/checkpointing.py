@@ -677,7 +677,7 @@ def _rng_states_only(values: list[ast.AST | None]) -> bool:
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:
     """The loaded path is one this file writes with torch.save (same expression or same constant)."""
-    return any(_same_path(index, path, kwarg(save, "f", 1)) for save in index.calls_to("torch.save"))
+    return any(_same_path(index, _opened(path), _opened(kwarg(save, "f", 1))) for save in index.calls_to("torch.save"))
 
 
 @rule("TD702", ast.Module)
@@ -716,20 +716,30 @@ def unsafe_torch_load_in_project(proj: Project) -> list[ProjectHit]:
 
 
 def _saves_its_parameter(index: Index, method: ast.AST) -> bool:
-    """`def save_checkpoint(self, filename): ... torch.save(checkpoint, filename)`."""
-    params = {a.arg for a in method.args.args}  # type: ignore[attr-defined]
-    return any(index.function_of(save) is method and isinstance(kwarg(save, "f", 1), ast.Name)
-               and kwarg(save, "f", 1).id in params for save in index.calls_to("torch.save"))  # type: ignore[union-attr]
+    """`def save_checkpoint(self, filename): ... torch.save(checkpoint, filename)`, or a save to a file the method
+    names itself from its arguments (diffusion_policy's `save_snapshot(self, tag)`: `torch.save(self,
+    path.open('wb'))` with the path built from `tag`)."""
+    return any(index.function_of(save) is method for save in index.calls_to("torch.save"))
 
 
-_LOAD_VERBS = ("load", "restore", "resume")
+_LOAD_VERBS = ("load", "restore", "resume", "create_from")
+
+
+def _opened(expr: ast.AST | None) -> ast.AST | None:
+    """The path inside `open(path, "rb")` / `path.open("rb")` (a file object handed to torch.load or torch.save)."""
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id == "open" and expr.args:
+            return expr.args[0]
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "open":
+            return expr.func.value
+    return expr
 
 
 def _paired_save(index: Index, node: ast.Call) -> tuple[str, str] | None:
     """(class, save method) for a load of the path handed to `load_X(self, path)` in a class: the method its
     `save_X` pair (`load_checkpoint` -> `save_checkpoint`) would be, in this class or a base."""
     fn = index.function_of(node)
-    path = kwarg(node, "f", 0)
+    path = _opened(kwarg(node, "f", 0))
     info = index.class_of(node)
     if fn is None or info is None or not isinstance(path, ast.Name):
         return None
@@ -757,17 +767,19 @@ def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
             problem = "runs with the pre-2.6 default `weights_only=False`: unpickling the file can run arbitrary code it contains"
         else:
             return  # weights_only=True is the default since 2.6
-    elif is_constant(weights_only, False):
+    if is_constant(weights_only, False) or pickle_module is not None and weights_only is None:
+        # A custom pickle module (dill) is full unpickling too: the same files are fine to read that way.
         if _written_here(index, path):
             return  # a file this script wrote itself
-        problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
+        if weights_only is not None:
+            problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
         pair = _paired_save(index, node)
         if pair is not None:  # `load_checkpoint` reading what `save_checkpoint` writes, here or in a base class
             ctx.leave("TD702-method", {"class": pair[0], "save": pair[1], "line": node.lineno,
                                        "col": node.col_offset + 1,
                                        "values": {"variable": _load_call(ctx, node), "problem": problem}})
             return
-    else:
+    elif weights_only is not None:
         return  # True, or a value chosen at run time
     ctx.report(node, variable=_load_call(ctx, node), problem=problem)
 

@@ -245,7 +245,24 @@ def forward_called_directly(node: ast.Call, ctx: Context) -> None:
                 return
         elif not index.is_model(receiver):
             return
+        if _optional_parameter(index, receiver, node):
+            # `def degradation_bsrgan(img, ..., isp_model=None)`: an optional argument that only its name calls a
+            # model (BSRGAN's camera-pipeline hook, which no caller passes): whether it is an nn.Module, and has
+            # hooks to skip, is the caller's business. Reported at info.
+            ctx.report(node, severity="info", variable=name)
+            return
     ctx.report(node, variable=name)
+
+
+def _optional_parameter(index: Index, receiver: ast.AST, at: ast.AST) -> bool:
+    """`receiver` is a parameter of the enclosing function whose default is None."""
+    fn = index.function_of(at)
+    if not isinstance(receiver, ast.Name) or not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    args = fn.args.posonlyargs + fn.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(fn.args.defaults):]], fn.args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d})
+    return receiver.id in defaults and is_constant(defaults[receiver.id], None) and not index.definitions(receiver.id, at)
 
 
 @rule("TD203", ast.ClassDef)
