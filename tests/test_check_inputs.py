@@ -318,3 +318,18 @@ def test_a_shell_command_continued_with_backslashes_is_one_shell_line():
     # A Python line ending in a backslash after a shell line is not carried: only the shell line continues.
     unit = notebook_unit("ft.ipynb", _notebook("!ls\nx = 1 + \\\n    2\n", 0))
     assert unit.text.split("\n") == ["pass", "x = 1 + \\", "    2", ""]
+
+
+def test_a_databricks_notebook_exported_as_python_has_its_shell_lines_neutralised():
+    # dolly's train_dolly.py: `# Databricks notebook source`, then cells with `!deepspeed ... \` continued over
+    # several lines. Without the header the same text is a syntax error (TD000), as it would be for Python.
+    from torchdoctor.rules.static.sources import unit_from_bytes
+
+    body = "!deepspeed {flags} \\\n    --module training.trainer \\\n    --epochs 2\n\n# COMMAND ----------\n" + LEAK
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    exported = ("# Databricks notebook source\n" + body).encode()
+    assert unit_from_bytes("train.py", exported).text.split("\n")[1:4] == ["pass"] * 3
+    found = {(r.finding.code, r.finding.line) for r in analyse_bytes(exported, "train.py", options).results}
+    assert ("TD101", 15) in found and not any(code == "TD000" for code, _ in found), found
+    plain = {r.finding.code for r in analyse_bytes(body.encode(), "train.py", options).results}
+    assert plain == {"TD000"}

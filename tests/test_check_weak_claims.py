@@ -1,4 +1,5 @@
-"""Findings whose claim rests on code the file cannot show report at info, the clear shapes stay warnings.
+"""Findings claim only what the code shows: a claim that rests on code the file cannot show reports at info
+(the clear shapes stay warnings), and a message does not state a cost the code does not have.
 
 A rule may lower a finding's severity (`ctx.report(..., severity="info")`): info does not gate CI, and the
 finding is still there for a reader (and for recall). Each weak shape here comes from real code where the
@@ -83,3 +84,30 @@ def test_forward_on_an_optional_argument_named_like_a_model_is_info():
     optional = next(n for n, line in enumerate(lines, 1) if "isp_model.forward" in line)
     required = next(n for n, line in enumerate(lines, 1) if "model.forward(x)" in line)
     assert found == {optional: "info", required: "warning"}, found
+
+
+def test_a_loader_rebuilt_each_epoch_around_a_dataset_built_once_does_not_claim_the_dataset_is_rebuilt():
+    # Real-Time-Voice-Cloning's vocoder/train.py: the dataset is built once, the DataLoader every epoch.
+    text = '''
+import torch
+from torch.utils.data import DataLoader
+from vocoder.dataset import VocoderDataset
+
+def train(model, optimizer, metadata, mels, wavs):
+    dataset = VocoderDataset(metadata, mels, wavs)
+    for epoch in range(1, 350):
+        data_loader = DataLoader(dataset, 32, shuffle=True, num_workers=2)
+        for x, y in data_loader:
+            loss = (model(x.cuda()) - y.cuda()).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+'''
+    result = analyse_text(text, "train.py", codes=["TD508"])
+    messages = [r.finding.message for r in result.results]
+    assert len(messages) == 1 and "worker processes are started again" in messages[0], messages
+    inside = text.replace("    dataset = VocoderDataset(metadata, mels, wavs)\n", "").replace(
+        "        data_loader = DataLoader(dataset,", "        dataset = VocoderDataset(metadata, mels, wavs)\n"
+        "        data_loader = DataLoader(dataset,")
+    messages = [r.finding.message for r in analyse_text(inside, "train.py", codes=["TD508"]).results]
+    assert len(messages) == 1 and "dataset is constructed again" in messages[0], messages

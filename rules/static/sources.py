@@ -260,10 +260,18 @@ def _too_large(what: str, size: int, limit: int) -> UnreadableSource:
     )
 
 
+_DATABRICKS_HEADER = "# Databricks notebook source"
+
+
 def unit_from_bytes(display: str, data: bytes) -> Unit:
     if display.endswith(".ipynb"):
         return notebook_unit(display, data)
-    return Unit(path=display, text=decode_python(data))
+    text = decode_python(data)
+    if text.lstrip("\ufeff").startswith(_DATABRICKS_HEADER):
+        # A Databricks notebook exported as .py (dolly's train_dolly.py): its cells may hold `!shell` and `%magic`
+        # lines, as a Jupyter cell does; they become `pass`, line for line, and the Python around them is analysed.
+        text = "\n".join(_neutralise_cell(text.split("\n")))
+    return Unit(path=display, text=text)
 
 
 # -- discovery -------------------------------------------------------------------------------

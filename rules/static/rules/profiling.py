@@ -536,9 +536,21 @@ _RANDOM_DRAWS = frozenset(("randperm", "permutation", "shuffle", "choice", "samp
 
 
 def _rebuild_cost(index: Index, call: ast.Call) -> str:
-    if _dataset_built_here(index, call):
+    if _dataset_built_here(index, call) and not _dataset_built_before_the_loop(index, call):
         return "its dataset is constructed again (files listed and read) and its workers restarted"
     return "its worker processes are started again and each gets a fresh copy of the dataset"
+
+
+def _dataset_built_before_the_loop(index: Index, call: ast.Call) -> bool:
+    """`dataset = VocoderDataset(...)` once, then `DataLoader(dataset, ...)` inside the epoch loop (Real-Time-Voice-
+    Cloning's vocoder/train.py): the loader and its workers are rebuilt, the dataset is not."""
+    dataset = kwarg(call, "dataset", 0)
+    loops = index.loops_around(call)
+    if not isinstance(dataset, ast.Name) or not loops:
+        return False
+    value = latest_value(index, dataset.id, dataset)
+    loop = loops[0].node  # the loop whose every pass builds the loader
+    return value is not None and not (loop.lineno <= value.lineno <= (loop.end_lineno or loop.lineno))
 
 
 def _runs_whole_training(index: Index, fn: ast.AST) -> bool:
