@@ -571,7 +571,21 @@ def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
         builder = _path_builder(index, expr)
         if builder is not None:
             forms.add(f"builder:{builder}")
-    return bool(forms_a & forms_b)
+    if forms_a & forms_b:
+        return True
+    # `self.cache_dir / f"{tag}_dataset"` names `self.cache_dir / "train_dataset"` too: a placeholder stands for any
+    # text, when the template has enough literal text around it to name a file.
+    templates_a = [f[9:] for f in forms_a if f.startswith("template:")]
+    templates_b = [f[9:] for f in forms_b if f.startswith("template:")]
+    return any(_fits(ta, tb) or _fits(tb, ta) for ta in templates_a for tb in templates_b)
+
+
+def _fits(template: str, path: str) -> bool:
+    """`path` is one of the files `template` names, its `{}` placeholders standing for any text."""
+    if "{}" not in template or len(template.replace("{}", "").strip("/._-")) < 4:
+        return False
+    pattern = ".+".join(re.escape(part) for part in template.split("{}"))
+    return re.fullmatch(pattern, path) is not None
 
 
 def _path_builder(index: Index, expr: ast.AST) -> str | None:
@@ -602,6 +616,16 @@ def _path_template(expr: ast.AST | None) -> str | None:
     if isinstance(expr, ast.Call) and (dotted(expr.func) or "").endswith("path.join") and expr.args:
         parts = [_path_template(arg) or (arg.value if isinstance(arg, ast.Constant) else "{}") for arg in expr.args]
         return "/".join(str(p) for p in parts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):  # pathlib: `self.cache_dir / "train_dataset"`
+        parts = []
+        for side in (expr.left, expr.right):
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                parts.append(side.value)
+            elif dotted(side) is not None:
+                parts.append(f"<{dotted(side)}>")  # the same folder object on both sides, not any folder
+            else:
+                parts.append(_path_template(side) or "{}")
+        return "/".join(parts)
     return None
 
 

@@ -108,7 +108,24 @@ def _registered_attrs(index: Index, info: ClassInfo) -> set[str]:
             if index.class_of(call) is info:
                 registered.add(call.args[0].value)
     registered |= _handed_to_a_registrar(index, info)
+    registered |= _wrapped_in_a_container(index, info)
     return registered
+
+
+def _wrapped_in_a_container(index: Index, info: ClassInfo) -> set[str]:
+    """`self.paths = [...]` then `self.path_module_list = nn.ModuleList(self.paths)` (pytorch-semseg's
+    pyramidPooling): the same modules are registered through the container, so the plain list is only a view."""
+    containers = index.names["module_containers"]
+    out: set[str] = set()
+    for a in index.self_assignments(info, None):
+        value = a.value
+        if isinstance(value, ast.Call) and (index.resolve(value.func) or "") in containers:
+            for arg in value.args:
+                inner = arg.value if isinstance(arg, ast.Starred) else arg
+                name = dotted(inner) or ""
+                if name.startswith("self.") and name.count(".") == 1:
+                    out.add(name[5:])
+    return out
 
 
 _REGISTRAR = re.compile(r"regist|(?:^|_)add_?to|add_param|add_module", re.IGNORECASE)
