@@ -111,3 +111,13 @@ def train(model, optimizer, metadata, mels, wavs):
         "        data_loader = DataLoader(dataset,")
     messages = [r.finding.message for r in analyse_text(inside, "train.py", codes=["TD508"]).results]
     assert len(messages) == 1 and "dataset is constructed again" in messages[0], messages
+
+
+def test_eval_mode_left_on_in_a_file_that_never_steps_an_optimizer_is_info():
+    text = (RULES / "TD602" / "fire_backward_without_optimizer.py").read_text()
+    assert set(severities(text, "TD602", "bench.py").values()) == {"info"}
+    stepped = text.replace("def score_rounds(pruner, imp,", "def score_rounds(pruner, imp, optimizer,").replace(
+        "            loss.backward()\n", "            loss.backward()\n            optimizer.step()\n")
+    stepped = stepped.replace("    for _ in range(rounds):", "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                              "    for _ in range(rounds):")
+    assert set(severities(stepped, "TD602", "bench.py").values()) == {"warning"}

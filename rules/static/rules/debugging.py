@@ -691,8 +691,12 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         anchor = ctx.memo("debugging:eval-anchors", dict).get(found)
         at = anchor if anchor is not None and index.loop_of(anchor) is not None else found
         via = f" (set at line {found.lineno}, inside `{ctx.segment(at.func, 40)}()`)" if at is not found else ""
-        ctx.report(at, variable=dotted(found.func.value) or "model", loop=where, via=via,  # type: ignore[attr-defined]
-                   train_not_restored=True)
+        # A file with backward passes but no optimizer anywhere (Torch-Pruning's importance benchmark: gradients
+        # scored for pruning on a model built in eval mode) may train nothing: whether a later step trains in eval
+        # mode is decided where the parameters are updated, which this file does not show. Info.
+        weak = not index.step_calls and not index.training_step_calls() and not index.bindings_of("optimizer")
+        ctx.report(at, severity="info" if weak else None, variable=dotted(found.func.value) or "model",  # type: ignore[attr-defined]
+                   loop=where, via=via, train_not_restored=True)
 
 
 def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]:
