@@ -121,3 +121,12 @@ def test_eval_mode_left_on_in_a_file_that_never_steps_an_optimizer_is_info():
     stepped = stepped.replace("    for _ in range(rounds):", "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n"
                               "    for _ in range(rounds):")
     assert set(severities(stepped, "TD602", "bench.py").values()) == {"warning"}
+
+
+def test_a_host_read_of_results_another_file_returns_beside_the_loss_is_info():
+    text = (RULES / "TD507" / "fire_loss_stats_from_another_file.py").read_text()
+    found = severities(text, "TD507", "train.py")
+    lines = text.splitlines()
+    first = next(n for n, line in enumerate(lines, 1) if "loss_components[0])))  # expect" in line)
+    second = next(n for n, line in enumerate(lines, 1) if "loss.item()" in line)
+    assert found == {first: "info", second: "warning"}, found

@@ -167,6 +167,16 @@ def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[
     return any(isinstance(e, ast.Name) and e.id != name.id and e.id in backward_names for e in stmt.targets[0].elts)
 
 
+def unpacked_beside_the_loss_from_elsewhere(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
+    """`loss, loss_components = compute_loss(outputs, targets, model)` with `compute_loss` imported from another
+    file (PyTorch-YOLOv3): the other results sit beside the loss the step backpropagates, and whether they are
+    still on the device (or already `.cpu()`, as there) is decided in a body this file does not show."""
+    if not _unpacked_beside_the_loss(index, name, backward_names):
+        return False
+    stmt = _unpacking_of(index, name)
+    return stmt is not None and isinstance(stmt.value, ast.Call) and index.local_target(stmt.value) is None
+
+
 def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:
     """For a loop variable, what it is taken from: `for v in xs` -> xs, `for k, v in d.items()` -> d (its values)."""
     for loop in index.loops_around(at):

@@ -17,7 +17,12 @@ from torchdoctor.rules.static.index import (
     last_name,
     looks_like_loader,
 )
-from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.patterns import (
+    backward_names,
+    holds_graph,
+    latest_value,
+    unpacked_beside_the_loss_from_elsewhere,
+)
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
@@ -918,8 +923,12 @@ def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call
     first = point[0]
     if first[1] is None:
         return
+    if first[2].get("weak"):  # a read that may wait for nothing: the first read known to wait speaks for the point
+        first = next((item for item in point if item[1] is not None and not item[2].get("weak")), first)
+        point = point[point.index(first):]
     later = sum(1 for item in point if item[1] is not None) - 1
     values = dict(first[2])
+    values.pop("weak", None)
     severity = values.pop("severity", None)
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
@@ -978,6 +987,13 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
     if decides:
         return loop, {}
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    read = func.value if isinstance(func, ast.Attribute) else node.args[0]
+    while isinstance(read, ast.Subscript | ast.Attribute):
+        read = read.value
+    if isinstance(read, ast.Name) and unpacked_beside_the_loss_from_elsewhere(index, read, names):
+        # Where that value lives is decided in another file: a wait we cannot vouch for. Info, and a read right after
+        # it that surely waits is the one reported (`_report_sync_point`).
+        return loop, {"variable": variable, "kind": kind, "loop": where, "severity": "info", "weak": "yes"}
     if synced_anyway:
         # A running total or a history still waits every step, but TD101 recommends exactly this over keeping the
         # graph, and the wait only costs much when steps are short: info, with the device-side fix in the message.
