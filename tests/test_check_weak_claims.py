@@ -130,3 +130,9 @@ def test_a_host_read_of_results_another_file_returns_beside_the_loss_is_info():
     first = next(n for n, line in enumerate(lines, 1) if "loss_components[0])))  # expect" in line)
     second = next(n for n, line in enumerate(lines, 1) if "loss.item()" in line)
     assert found == {first: "info", second: "warning"}, found
+
+
+def test_a_save_under_a_private_local_rank_attribute_is_one_writer_per_node():
+    text = (RULES / "TD303" / "fire_private_local_rank_attribute.py").read_text()
+    messages = [r.finding.message for r in analyse_text(text, "modeling_utils.py", codes=["TD303"]).results]
+    assert len(messages) == 1 and "first process of every node" in messages[0], messages

@@ -518,7 +518,10 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     """Models run next to a backward/optimizer step: called, or passed to a function, in its loop
     (or its function when the step is not in a loop)."""
     loop = index.loop_of(step)
-    calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
+    # Outside a loop, the models the step trains ran before it: a model run after it in the same function (the
+    # reconstructions muse-maskgit samples every N steps) is what the step's function evaluates, not what it trains.
+    calls = loop.calls if loop is not None else [c for c in _calls_by_function(ctx).get(index.function_of(step), [])
+                                                 if (c.lineno, c.col_offset) < (step.lineno, step.col_offset)]
     # `optimizer.step()`, or `scaler.step(optimizer)`; a bare `scaler.step()` names no optimizer (None: unknown)
     optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else kwarg(c, "optimizer", 0)  # type: ignore[attr-defined]
                   for c in calls if index.is_optimizer_step(c)]

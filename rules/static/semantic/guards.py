@@ -95,7 +95,7 @@ class Guards:
         kinds = {self._locality(v, depth + 1) for v in values} - {None}
         if kinds:
             return "local" if kinds == {"local"} else "global"
-        return "local" if last_name(expr) in self.vocab["rank"]["local_rank_names"] else None
+        return "local" if (last_name(expr) or "").lstrip("_") in self.vocab["rank"]["local_rank_names"] else None
 
     def _rank_expr(self, expr: ast.AST) -> bool:
         """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, ..."""
@@ -114,7 +114,8 @@ class Guards:
             return self._rank_expr(expr.slice)
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value in names
-        return last_name(expr) in names or (dotted(expr) or "") in self._rank_aliases()
+        # `cfg.environment._local_rank` (H2O LLM Studio): a private attribute is still the rank
+        return (last_name(expr) or "").lstrip("_") in names or (dotted(expr) or "") in self._rank_aliases()
 
     def _rank_aliases(self) -> set[str]:
         """Names the file hands to `init_process_group(rank=...)`, and what is assigned from them: fastMRI's
