@@ -75,7 +75,13 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
         elements = _returned_elements(index, expr) if depth < DEPTH - 1 and not device_only else None
         if elements is not None:  # `loss, elapsed = dknn_loss(...)`: what that function returns in this position
             found = [_graph(index, e, e, backward_names, depth + 2, device_only) for e in elements]
-            return True if any(found) else False if all(f is False for f in found) else None
+            if any(found):
+                return True
+            if all(f is False for f in found):
+                return False
+            stmt = _unpacking_of(index, expr)
+            if not (stmt is not None and isinstance(stmt.value, ast.Call) and index.is_model(stmt.value.func)):
+                return None  # a helper's result we cannot read; a model's output position left unknown holds its graph
         value = latest_value(index, expr.id, expr)
         if value is None:
             value = _loop_element(index, expr, at)
@@ -144,12 +150,25 @@ def _returned_elements(index: Index, name: ast.Name) -> list[ast.expr] | None:
     position = next((i for i, e in enumerate(targets) if isinstance(e, ast.Name) and e.id == name.id), None)
     if position is None or any(isinstance(e, ast.Starred) for e in targets):
         return None
-    target = index.local_target(stmt.value)
+    target = index.local_target(stmt.value) or _local_forward(index, stmt.value)
     returns = index.returns_of(target) if target is not None else []
     if not returns or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(targets) and
                               not any(isinstance(e, ast.Starred) for e in r.elts) for r in returns):
         return None
     return [r.elts[position] for r in returns]  # type: ignore[attr-defined]
+
+
+def _local_forward(index: Index, call: ast.Call) -> ast.AST | None:
+    """`res, loss, acc, nll, ppl, n, bsz = model(**inputs)` where `model` is a module of a class this file defines
+    (textgen's SongNet): that class's `forward`, whose returned tuple says what each position holds."""
+    func = call.func
+    if not isinstance(func, ast.Name | ast.Attribute):
+        return None
+    b = index.binding(func)
+    if b is None or b.kind != "module" or not b.cls:
+        return None
+    info = index.classes.get(b.cls)
+    return info.method("forward") if info is not None else None
 
 
 def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
