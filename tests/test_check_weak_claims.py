@@ -136,3 +136,8 @@ def test_a_save_under_a_private_local_rank_attribute_is_one_writer_per_node():
     text = (RULES / "TD303" / "fire_private_local_rank_attribute.py").read_text()
     messages = [r.finding.message for r in analyse_text(text, "modeling_utils.py", codes=["TD303"]).results]
     assert len(messages) == 1 and "first process of every node" in messages[0], messages
+
+
+def test_a_log_of_a_parameter_a_caller_here_fills_with_a_sigmoid_stays_a_warning():
+    text = (RULES / "TD609" / "fire_caller_hands_in_a_sigmoid.py").read_text()
+    assert set(severities(text, "TD609", "bgan.py").values()) == {"warning"}

@@ -1061,13 +1061,32 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
     why = zero_reachable(index, inner, node)
     # Only a complement `1 - p` of a value this function did not squash itself (a parameter: CenterNet's focal loss
     # gets its prediction clamped to [1e-4, 1 - 1e-4] three calls away): whether p can round to 1 is the caller's.
-    weak = why is not None and zero_reachable(index, inner, node, seen=True) is None
+    weak = why is not None and zero_reachable(index, inner, node, seen=True) is None \
+        and not _squashed_by_a_caller(index, node, inner)
     if (why is None or weak) and not _floored_input(index, inner) and _feeds_nll(index, node):
         why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
         weak = False
     if why is None:
         return None
     return why, weak
+
+
+def _squashed_by_a_caller(index: Index, node: ast.AST, inner: ast.AST) -> bool:
+    """The parameter under the log is handed a sigmoid output by a call in this file (PyTorch-GAN's bgan:
+    `boundary_seeking_loss(discriminator(gen_imgs), valid)`, a discriminator ending in nn.Sigmoid)."""
+    fn = index.function_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    used = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)} & set(params)
+    for call in index.callers(fn):
+        for name in used:
+            arg = kwarg(call, name, params.index(name))
+            if arg is not None and _is_sigmoid(index, arg, sequential=True):
+                return True
+    return False
 
 
 _NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})
@@ -1109,12 +1128,14 @@ def _is_nll_call(index: Index, call: ast.Call) -> bool:
 # -- BCE on sigmoid --------------------------------------------------------------------------
 
 
-def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0, sequential: bool = False) -> bool:
+    """A sigmoid output; with `sequential`, also a submodule `nn.Sequential(..., nn.Sigmoid())` of the model (TD609's
+    reading of what a caller hands in; TD605 keeps its narrower reading)."""
     if expr is None or depth > 8:
         return False
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
-        return value is not None and _is_sigmoid(index, value, depth + 1)
+        return value is not None and _is_sigmoid(index, value, depth + 1, sequential)
     if not isinstance(expr, ast.Call):
         return False
     func = expr.func
@@ -1122,12 +1143,12 @@ def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     if q in _SIGMOID:
         return True
     if q in ("torch.clamp", "torch.clip") and expr.args:
-        return _is_sigmoid(index, expr.args[0], depth + 1)
+        return _is_sigmoid(index, expr.args[0], depth + 1, sequential)
     if isinstance(func, ast.Attribute) and q is None:
         if func.attr == "sigmoid" and not expr.args:
             return True
         if func.attr in _SHAPE_METHODS or func.attr in ("clamp", "clip"):
-            return _is_sigmoid(index, func.value, depth + 1)
+            return _is_sigmoid(index, func.value, depth + 1, sequential)
         if func.attr == "sigmoid":
             return False
     if isinstance(func, ast.Call) and index.resolve(func.func) == "torch.nn.Sigmoid":
@@ -1137,12 +1158,16 @@ def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
         if info is not None:
             for assign in index.self_assignments(info, None):
                 if assign.attr == func.attr and isinstance(assign.value, ast.Call):
-                    return index.resolve(assign.value.func) == "torch.nn.Sigmoid"
+                    made = assign.value
+                    if sequential and index.resolve(made.func) == "torch.nn.Sequential" and made.args:
+                        last = made.args[-1]
+                        return isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Sigmoid"
+                    return index.resolve(made.func) == "torch.nn.Sigmoid"
         return False
-    return _model_ends_in_sigmoid(index, func)
+    return _model_ends_in_sigmoid(index, func, sequential)
 
 
-def _model_ends_in_sigmoid(index: Index, func: ast.AST) -> bool:
+def _model_ends_in_sigmoid(index: Index, func: ast.AST, sequential: bool = False) -> bool:
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None:
         return False
@@ -1156,7 +1181,7 @@ def _model_ends_in_sigmoid(index: Index, func: ast.AST) -> bool:
     if forward is None:
         return False
     returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
-    return bool(returns) and all(_is_sigmoid(index, r, 1) for r in returns)
+    return bool(returns) and all(_is_sigmoid(index, r, 1, sequential) for r in returns)
 
 
 def _bce_candidates(index: Index) -> list[ast.Call]:
