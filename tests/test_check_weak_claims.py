@@ -2,7 +2,8 @@
 (the clear shapes stay warnings), and a message does not state a cost the code does not have.
 
 A rule may lower a finding's severity (`ctx.report(..., severity="info")`): info does not gate CI, and the
-finding is still there for a reader (and for recall). Each weak shape here comes from real code where the
+finding is still there for a reader (and for recall). The levels compared here are the ones the rule reports,
+before calibration (`Result.reported`). Each weak shape here comes from real code where the
 warning was wrong; its strong neighbour, where the file itself shows the problem, keeps the rule's severity.
 """
 
@@ -15,8 +16,11 @@ RULES = FIXTURES / "check" / "rules"
 
 
 def severities(text: str, code: str, path: str = "model.py") -> dict[int, str]:
+    """The level each finding's rule reported it at, before the rule's calibration to its record on real code
+    (a rule calibrated to info reports everything at info by default; a project can raise it, and then the weak
+    shapes here stay at info while the strong ones become warnings)."""
     result = analyse_text(text, path, codes=[code])
-    return {r.finding.line: r.finding.severity for r in result.results if r.finding.code == code}
+    return {r.finding.line: r.reported or r.finding.severity for r in result.results if r.finding.code == code}
 
 
 def test_a_dropout_rate_handed_in_by_unseen_callers_is_info():
