@@ -301,3 +301,35 @@ def test_a_rules_broken_message_template_is_its_own_td000_and_the_others_still_r
     assert "KeyError" in internal[0].finding.message
     clean = analyse_text(LEAK, codes=other)
     assert sorted(c for c in codes if c != "TD000") == sorted(r.finding.code for r in clean.results)
+
+
+def test_a_shell_command_continued_with_backslashes_is_one_shell_line():
+    # Qwen's fine-tuning notebooks: `!python finetune.py \` with an indented option on each following line. The
+    # continuation lines are shell text: they become `pass` like the first, and the rest of the cell is analysed.
+    from torchdoctor.rules.static.sources import notebook_unit
+
+    code = "!export CUDA_VISIBLE_DEVICES=0\n!python finetune.py \\\n    --bf16 \\\n    --lr 1e-5\n" + LEAK
+    unit = notebook_unit("ft.ipynb", _notebook(code, 0))
+    lines = unit.text.split("\n")
+    assert lines[:4] == ["pass"] * 4 and lines[4] == "import torch"
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    found = {(r.finding.code, r.finding.line) for r in analyse_bytes(_notebook(code, 0), "ft.ipynb", options).results}
+    assert not [f for f in found if f[0] == "TD000"] and ("TD101", 13) in found, found
+    # A Python line ending in a backslash after a shell line is not carried: only the shell line continues.
+    unit = notebook_unit("ft.ipynb", _notebook("!ls\nx = 1 + \\\n    2\n", 0))
+    assert unit.text.split("\n") == ["pass", "x = 1 + \\", "    2", ""]
+
+
+def test_a_databricks_notebook_exported_as_python_has_its_shell_lines_neutralised():
+    # dolly's train_dolly.py: `# Databricks notebook source`, then cells with `!deepspeed ... \` continued over
+    # several lines. Without the header the same text is a syntax error (TD000), as it would be for Python.
+    from torchdoctor.rules.static.sources import unit_from_bytes
+
+    body = "!deepspeed {flags} \\\n    --module training.trainer \\\n    --epochs 2\n\n# COMMAND ----------\n" + LEAK
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    exported = ("# Databricks notebook source\n" + body).encode()
+    assert unit_from_bytes("train.py", exported).text.split("\n")[1:4] == ["pass"] * 3
+    found = {(r.finding.code, r.finding.line) for r in analyse_bytes(exported, "train.py", options).results}
+    assert ("TD101", 15) in found and not any(code == "TD000" for code, _ in found), found
+    plain = {r.finding.code for r in analyse_bytes(body.encode(), "train.py", options).results}
+    assert plain == {"TD000"}

@@ -221,6 +221,48 @@ def test_a_loader_built_in_a_function_called_every_tenth_epoch_is_quiet(tmp_path
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD508"] == []
 
 
+DATASETS = """from torch.utils.data import DataLoader
+
+from utils.data import TTSDataset, collate_tts
+
+
+def get_tts_datasets(path, batch_size, r, epoch=0):
+    train_dataset = TTSDataset(path)
+    train_set = DataLoader(train_dataset, collate_fn=lambda batch: collate_tts(batch, r),
+                           batch_size=batch_size, num_workers=1, pin_memory=True)
+    return train_set
+"""
+TRAIN_PER_SESSION = """from utils.dataset import get_tts_datasets
+
+SCHEDULE = [(7, 1e-3, 10_000, 32), (5, 1e-4, 20_000, 32), (2, 1e-4, 40_000, 16)]
+
+
+def main(paths, model, optimizer):
+    for i, session in enumerate(SCHEDULE):
+        r, lr, max_step, batch_size = session
+        model.r = r
+        train_set = get_tts_datasets(paths.data, batch_size, r)
+        for x, m in train_set:
+            optimizer.zero_grad()
+            model(x, m).mean().backward()
+            optimizer.step()
+"""
+
+
+def test_a_loader_shaped_by_what_each_pass_hands_the_builder_is_quiet(tmp_path, monkeypatch):
+    # From WaveRNN (train_tacotron.py, utils/dataset.py): each session of the schedule has its own batch size and
+    # reduction factor, and the builder makes the loader from them: a new loader per session is the point.
+    files = {"utils/__init__.py": "", "utils/dataset.py": DATASETS, "train.py": TRAIN_PER_SESSION}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD508"] == []
+
+
+def test_a_varying_argument_the_loader_does_not_use_does_not_excuse_it(tmp_path, monkeypatch):
+    train = TRAIN_PER_SESSION.replace("get_tts_datasets(paths.data, batch_size, r)",
+                                      "get_tts_datasets(paths.data, 32, 2, epoch=i)")
+    files = {"utils/__init__.py": "", "utils/dataset.py": DATASETS, "train.py": train}
+    assert ("utils/dataset.py", 8, "TD508") in _findings(tmp_path, monkeypatch, files)
+
+
 BASE_MODEL = """import torch
 from torch.nn.parallel import DistributedDataParallel
 

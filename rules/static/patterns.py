@@ -75,7 +75,13 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
         elements = _returned_elements(index, expr) if depth < DEPTH - 1 and not device_only else None
         if elements is not None:  # `loss, elapsed = dknn_loss(...)`: what that function returns in this position
             found = [_graph(index, e, e, backward_names, depth + 2, device_only) for e in elements]
-            return True if any(found) else False if all(f is False for f in found) else None
+            if any(found):
+                return True
+            if all(f is False for f in found):
+                return False
+            stmt = _unpacking_of(index, expr)
+            if not (stmt is not None and isinstance(stmt.value, ast.Call) and index.is_model(stmt.value.func)):
+                return None  # a helper's result we cannot read; a model's output position left unknown holds its graph
         value = latest_value(index, expr.id, expr)
         if value is None:
             value = _loop_element(index, expr, at)
@@ -144,12 +150,25 @@ def _returned_elements(index: Index, name: ast.Name) -> list[ast.expr] | None:
     position = next((i for i, e in enumerate(targets) if isinstance(e, ast.Name) and e.id == name.id), None)
     if position is None or any(isinstance(e, ast.Starred) for e in targets):
         return None
-    target = index.local_target(stmt.value)
+    target = index.local_target(stmt.value) or _local_forward(index, stmt.value)
     returns = index.returns_of(target) if target is not None else []
     if not returns or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(targets) and
                               not any(isinstance(e, ast.Starred) for e in r.elts) for r in returns):
         return None
     return [r.elts[position] for r in returns]  # type: ignore[attr-defined]
+
+
+def _local_forward(index: Index, call: ast.Call) -> ast.AST | None:
+    """`res, loss, acc, nll, ppl, n, bsz = model(**inputs)` where `model` is a module of a class this file defines
+    (textgen's SongNet): that class's `forward`, whose returned tuple says what each position holds."""
+    func = call.func
+    if not isinstance(func, ast.Name | ast.Attribute):
+        return None
+    b = index.binding(func)
+    if b is None or b.kind != "module" or not b.cls:
+        return None
+    info = index.classes.get(b.cls)
+    return info.method("forward") if info is not None else None
 
 
 def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
@@ -165,6 +184,16 @@ def _unpacked_beside_the_loss(index: Index, name: ast.Name, backward_names: set[
     if not isinstance(value, ast.Call) or index.is_model(value.func) or not is_loss_callable(index, value.func):
         return False
     return any(isinstance(e, ast.Name) and e.id != name.id and e.id in backward_names for e in stmt.targets[0].elts)
+
+
+def unpacked_beside_the_loss_from_elsewhere(index: Index, name: ast.Name, backward_names: set[str]) -> bool:
+    """`loss, loss_components = compute_loss(outputs, targets, model)` with `compute_loss` imported from another
+    file (PyTorch-YOLOv3): the other results sit beside the loss the step backpropagates, and whether they are
+    still on the device (or already `.cpu()`, as there) is decided in a body this file does not show."""
+    if not _unpacked_beside_the_loss(index, name, backward_names):
+        return False
+    stmt = _unpacking_of(index, name)
+    return stmt is not None and isinstance(stmt.value, ast.Call) and index.local_target(stmt.value) is None
 
 
 def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:
@@ -456,28 +485,33 @@ _SAME_VALUE = frozenset({"squeeze", "unsqueeze", "view", "reshape", "flatten", "
                          "to", "gather", "index_select", "masked_select", "permute", "transpose", "type_as"})
 
 
-def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> str | None:
+def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0, *,
+                   seen: bool = False) -> str | None:
     """Why `expr` can be exactly 0, as a short phrase, or None when nothing says so (or a clamp or an
     epsilon keeps it away from 0). A value in [0, 1] reaches 0 in float32: a sigmoid or softmax output
     underflows (a logit below about -104) and its complement `1 - p` is 0 once p rounds to 1 (a logit
     above about 17). So: a sigmoid/softmax output, `1 - p`, and `torch.where(c, p, 1 - p)` (the focal-loss
-    p_t), followed through the function's own assignments."""
+    p_t), followed through the function's own assignments. With `seen`, the complement counts only when its `p`
+    is itself a sigmoid/softmax output here: `1 - pred` of a parameter says nothing about what the caller passed
+    (CenterNet's focal loss receives a prediction already clamped away from 0 and 1)."""
     if expr is None or depth > DEPTH:
         return None
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
-        return zero_reachable(index, value, value, depth + 1) if value is not None else None
+        return zero_reachable(index, value, value, depth + 1, seen=seen) if value is not None else None
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         value = latest_self_value(index, expr, at)  # ASL's optimized loss keeps `self.xs_pos = torch.sigmoid(x)`
-        return zero_reachable(index, value, value, depth + 1) if value is not None else None
+        return zero_reachable(index, value, value, depth + 1, seen=seen) if value is not None else None
     if isinstance(expr, ast.Subscript):
-        return zero_reachable(index, expr.value, at, depth + 1)
+        return zero_reachable(index, expr.value, at, depth + 1, seen=seen)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, ast.Sub) and isinstance(expr.left, ast.Constant) and expr.left.value == 1 \
                 and not _floored(index, expr.right, depth):
+            if seen and zero_reachable(index, expr.right, at, depth + 1, seen=True) is None:
+                return None
             return "a complement `1 - p`, which is 0 once p rounds to 1"
         if isinstance(expr.op, ast.Mult | ast.Pow):
-            return zero_reachable(index, expr.left, at, depth + 1)
+            return zero_reachable(index, expr.left, at, depth + 1, seen=seen)
         return None  # `p + eps`, `p - q`, `p / n`: not asked further
     if not isinstance(expr, ast.Call):
         return None
@@ -487,12 +521,12 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
         return "a sigmoid/softmax output, which underflows to 0 (and rounds to 1)"
     if q == "torch.where" and len(expr.args) == 3:
         for branch in expr.args[1:]:
-            found = zero_reachable(index, branch, at, depth + 1)
+            found = zero_reachable(index, branch, at, depth + 1, seen=seen)
             if found is not None:
                 return found
         return None
     if isinstance(func, ast.Attribute) and q is None and func.attr in _SAME_VALUE:
-        return zero_reachable(index, func.value, at, depth + 1)
+        return zero_reachable(index, func.value, at, depth + 1, seen=seen)
     return None
 
 

@@ -159,7 +159,7 @@ def notebook_unit(path: str, data: bytes) -> Unit:
             if not first.startswith(_PASSTHROUGH_CELL_MAGICS):
                 unit.skipped_cells.append((number, f"cell magic {first.split()[0]}"))
                 continue
-        lines = [_neutralise(text) for text in lines]
+        lines = _neutralise_cell(lines)
         unit.cells.append(Cell(number, line, len(lines)))
         parts.append("\n".join(lines))
         line += len(lines)
@@ -170,6 +170,24 @@ def notebook_unit(path: str, data: bytes) -> Unit:
 # `%time STATEMENT` and `%timeit STATEMENT` (no options) time Python code: keep the statement, which later
 # lines may need (`%time model = train()`) and rules should read.
 _TIMED = re.compile(r"^(\s*)%(?:time|timeit)\s+(?!-)(\S.*)$")
+
+
+def _neutralise_cell(lines: list[str]) -> list[str]:
+    """Each line through `_neutralise`; a magic or shell line that ends in a backslash goes on to the next line
+    (`!python finetune.py \\` then `    --bf16 \\`, Qwen's fine-tuning notebooks), so its continuation lines are
+    shell text too: `pass` at the indentation of the line that started the command."""
+    out: list[str] = []
+    carried: str | None = None  # the indentation of a shell/magic command still going on
+    for text in lines:
+        if carried is not None:
+            out.append(carried + "pass")
+        else:
+            out.append(_neutralise(text))
+            if _MAGIC.match(text) and not _TIMED.match(text):
+                carried = text[: len(text) - len(text.lstrip())]
+        if carried is not None and not text.rstrip().endswith("\\"):
+            carried = None
+    return out
 
 
 def _neutralise(line: str) -> str:
@@ -242,10 +260,18 @@ def _too_large(what: str, size: int, limit: int) -> UnreadableSource:
     )
 
 
+_DATABRICKS_HEADER = "# Databricks notebook source"
+
+
 def unit_from_bytes(display: str, data: bytes) -> Unit:
     if display.endswith(".ipynb"):
         return notebook_unit(display, data)
-    return Unit(path=display, text=decode_python(data))
+    text = decode_python(data)
+    if text.lstrip("\ufeff").startswith(_DATABRICKS_HEADER):
+        # A Databricks notebook exported as .py (dolly's train_dolly.py): its cells may hold `!shell` and `%magic`
+        # lines, as a Jupyter cell does; they become `pass`, line for line, and the Python around them is analysed.
+        text = "\n".join(_neutralise_cell(text.split("\n")))
+    return Unit(path=display, text=text)
 
 
 # -- discovery -------------------------------------------------------------------------------

@@ -667,8 +667,9 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
                 continue
             if cut.kind == "detach" and val.sources:
                 continue  # later layers still train (a frozen feature extractor, a probe): deliberate
-            if cut.kind == "detach" and all(_frozen_table(index, info, k) for k in cut.killed):
-                continue  # a fixed lookup table (sinusoidal embedding): indices in, nothing to train
+            if cut.kind == "detach" and all(_frozen_table(index, info, k) or _plain_attribute(index, info, k)
+                                            for k in cut.killed):
+                continue  # a fixed lookup table (sinusoidal embedding), a constant mask: nothing to train
             if cut.kind == "host" and not cut.back_to_tensor:
                 continue
             reported.add(cut.node)
@@ -684,6 +685,30 @@ def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
                 cls=owner.name,
                 upstream=snippet(ctx, upstream, 40),
             )
+
+
+def _plain_attribute(index, info, node: ast.AST) -> bool:
+    """`self.weights[:n, :n].to(self.device).detach()` (textgen's SelfAttentionMask): the cut's inputs are attributes
+    the class only ever sets to values that are no parameter or module (a mask from a static method, the device it
+    was handed), so there is no parameter before the cut to lose its gradient."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    name = dotted(node) or ""
+    if not (isinstance(node, ast.Attribute) and name.count(".") == 1 and name.startswith("self.")):
+        return False
+    sets = [a for a in index.self_assignments(info, None) if a.attr == node.attr]
+    if not sets:
+        return False
+    for a in sets:
+        for sub in ast.walk(a.value):
+            if isinstance(sub, ast.keyword) and sub.arg == "requires_grad":
+                return False
+            if isinstance(sub, ast.Call):
+                q = index.resolve(sub.func) or ""
+                local = index.classes.get(dotted(sub.func) or "")
+                if q.startswith("torch.nn.") or (local is not None and local.is_module):
+                    return False  # a parameter, a layer: something trainable
+    return True
 
 
 def _frozen_table(index, info, node: ast.AST) -> bool:

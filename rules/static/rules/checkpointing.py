@@ -21,6 +21,7 @@ from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+from torchdoctor.rules.static.semantic.syntax import _position
 
 _COUNTER = re.compile(r"epoch|step|iter", re.I)
 
@@ -306,7 +307,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _evaluation_export(index, node, path):
         return
-    if _read_only_after_training(ctx, loop, path):
+    if _read_only_after_training(ctx, loop, path) or _read_instead_of_training(index, loop, path):
         return
     obj = kwarg(node, "obj", 0)
     contents = saved_contents(ctx, obj, node)
@@ -314,6 +315,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     values, keys = list(contents[0]), list(contents[1])
     model = _model_in(index, values)
+    if direct and _end_of_run(index, loop, node, model, path):
+        return
     optimizer = _optimizer_name(index, model)
     if optimizer is None:
         return
@@ -396,10 +399,12 @@ _SAVE_HELPER = re.compile(r"save|checkpoint", re.I)
 
 
 def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) -> bool:
-    """Every read of a checkpoint comes after the training loop, in its scope (pyGAT: `torch.save` each epoch,
-    then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the best epoch): the saves feed that
-    evaluation, and nothing reads one back into training. One of those reads must name the saved files
-    (`_same_path`: the same expression, constant or format skeleton): a load of another file says nothing."""
+    """Every read of a checkpoint comes after training has run, in the training loop's scope: after the loop
+    (pyGAT: `torch.save` each epoch, then `model.load_state_dict(torch.load(f"{best_epoch}.pkl"))` to test the
+    best epoch), or inside it after its first step (TGN: the best epoch reloaded on early stop, then `break`).
+    The process that reads the file still holds the optimizer, so no read is a resume. One of those reads must
+    name the saved files (`_same_path`: the same expression, constant or format skeleton): a load of another file
+    says nothing."""
     index = ctx.index
     if not any(_same_path(index, path, kwarg(c, "f", 0)) for c in index.calls_to("torch.load")):
         return False
@@ -408,13 +413,97 @@ def _read_only_after_training(ctx: Context, loop: Loop, path: ast.AST | None) ->
         top = top.parent
     end = top.node.end_lineno or top.node.lineno
     scope = index.scope_of(top.node)
+    steps = set(index.backward_calls) | set(index.step_calls)
+    first = min((_position(c) for c in loop.all_calls()
+                 if c in steps or index.local_target(c) in index.training_functions), default=None)
     reads = [*index.calls_to("torch.load"), *index.method_calls("load_state_dict")]
-    if not reads or any(c.lineno <= end or index.scope_of(c) is not scope for c in reads):
+    if not reads or any(index.scope_of(c) is not scope or c.lineno <= end and (
+            first is None or _position(c) <= first or c.lineno < top.node.lineno) for c in reads):
         return False
-    return not any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
+    clocks = _clock_names(index)
+    return not any(_RESUME_WORDS.search(dotted(n) or "") and dotted(n) not in clocks
+                   for n in ast.walk(ctx.tree) if isinstance(n, ast.Name | ast.Attribute))
 
 
-_RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
+def _clock_names(index: Index) -> set[str]:
+    """Names only ever assigned a clock reading (`start_epoch = time.time()`, TGN's epoch timer): a timer that
+    happens to be named like a resume point."""
+    assigned: dict[str, bool] = {}
+    for node in index.nodes(ast.Assign):
+        for target in node.targets:  # type: ignore[attr-defined]
+            name = dotted(target)
+            if name is None:
+                continue
+            value = node.value  # type: ignore[attr-defined]
+            clock = isinstance(value, ast.Call) and (index.resolve(value.func) or "").startswith(("time.", "datetime."))
+            assigned[name] = assigned.get(name, True) and clock
+    return {name for name, clock in assigned.items() if clock}
+
+
+def _end_of_run(index: Index, loop: Loop, save: ast.Call, model: str, path: ast.AST | None) -> bool:
+    """The loop builds the saved model afresh each pass (`tgn = TGN(...)` in `for i in range(args.n_runs):`), and
+    the save follows that pass's training: each pass is a whole run, and the file is its finished model. No later
+    pass continues from it (the next one starts from a new model), so it is an export, not a checkpoint; unless
+    the file is loaded before training starts (a warm start from the last run), in place of training aside."""
+    if index.loop_of(save) is not loop:
+        return False
+    steps = set(index.backward_calls) | set(index.step_calls)
+    training = [c for c in loop.all_calls() if c in steps or index.local_target(c) in index.training_functions]
+    first = min((_position(c) for c in training), default=None)
+    if first is None or _position(save) <= first:
+        return False
+    for load in index.calls_to("torch.load"):
+        if _same_path(index, path, kwarg(load, "f", 0)) and _position(load) < first and not all(
+                _exclusive(index, load, run) or _opposite_flags(index, load, run) for run in training):
+            return False
+    for stmt in loop.node.body:
+        if isinstance(stmt, ast.Assign) and _position(stmt) < first and isinstance(stmt.value, ast.Call) \
+                and any(dotted(t) == model for t in stmt.targets) \
+                and not any(dotted(n) == model for n in ast.walk(stmt.value) if isinstance(n, ast.Name | ast.Attribute)):
+            return True
+    return False
+
+
+def _read_instead_of_training(index: Index, loop: Loop, path: ast.AST | None) -> bool:
+    """Every load of the saved file runs only where the loop's training does not (GraphMAE: `if not load_model:
+    model = pretrain(...)` then `if load_model: model.load_state_dict(torch.load("checkpoint.pt"))`): the file is
+    the finished model, read back in place of training, not a point training goes on from."""
+    loads = [c for c in index.calls_to("torch.load") if _same_path(index, path, kwarg(c, "f", 0))]
+    steps = set(index.backward_calls) | set(index.step_calls)
+    training = [c for c in loop.all_calls() if c in steps or index.local_target(c) in index.training_functions]
+    return bool(loads) and bool(training) and all(
+        _exclusive(index, load, run) or _opposite_flags(index, load, run) for load in loads for run in training)
+
+
+def _branch_flag(index: Index, node: ast.AST) -> tuple[ast.expr, bool] | None:
+    """The test of the innermost `if` around `node` in its function and which way it went to get there:
+    `if load_model:` body is (load_model, True), `if not load_model:` body and `if load_model:` else (.., False)."""
+    child = node
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.Module):
+            return None
+        if isinstance(anc, ast.If) and child is not anc.test:
+            test, taken = anc.test, any(child is stmt for stmt in anc.body)
+            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, taken = test.operand, not taken
+            return test, taken
+        child = anc
+    return None
+
+
+def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
+    """`a` under `if X:` and `b` under `if not X:` (two separate ifs on one flag the code does not rebind between)."""
+    fa, fb = _branch_flag(index, a), _branch_flag(index, b)
+    if fa is None or fb is None or ast.dump(fa[0]) != ast.dump(fb[0]) or fa[1] == fb[1]:
+        return False
+    flag = {dotted(n) for n in ast.walk(fa[0]) if isinstance(n, ast.Name | ast.Attribute)}
+    lo, hi = sorted((getattr(a, "lineno", 0), getattr(b, "lineno", 0)))
+    stores = [n for n in [*index.nodes(ast.Name), *index.nodes(ast.Attribute)] if isinstance(n.ctx, ast.Store)]  # type: ignore[attr-defined]
+    return not any(lo < n.lineno < hi and dotted(n) in flag for n in stores)  # type: ignore[attr-defined]
+
+
+# `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
+_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
 
 
 def _resumes(ctx: Context) -> bool:
@@ -479,7 +568,34 @@ def _same_path(index: Index, a: ast.AST | None, b: ast.AST | None) -> bool:
         template = _path_template(expr)
         if template is not None:
             forms.add(f"template:{template}")
-    return bool(forms_a & forms_b)
+        builder = _path_builder(index, expr)
+        if builder is not None:
+            forms.add(f"builder:{builder}")
+    if forms_a & forms_b:
+        return True
+    # `self.cache_dir / f"{tag}_dataset"` names `self.cache_dir / "train_dataset"` too: a placeholder stands for any
+    # text, when the template has enough literal text around it to name a file.
+    templates_a = [f[9:] for f in forms_a if f.startswith("template:")]
+    templates_b = [f[9:] for f in forms_b if f.startswith("template:")]
+    return any(_fits(ta, tb) or _fits(tb, ta) for ta in templates_a for tb in templates_b)
+
+
+def _fits(template: str, path: str) -> bool:
+    """`path` is one of the files `template` names, its `{}` placeholders standing for any text."""
+    if "{}" not in template or len(template.replace("{}", "").strip("/._-")) < 4:
+        return False
+    pattern = ".+".join(re.escape(part) for part in template.split("{}"))
+    return re.fullmatch(pattern, path) is not None
+
+
+def _path_builder(index: Index, expr: ast.AST) -> str | None:
+    """`get_checkpoint_path(epoch)`, a call of the file's own function or lambda: the same files for any epoch."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name)):
+        return None
+    name = expr.func.id
+    if name in index.functions or isinstance(latest_value(index, name, expr), ast.Lambda):
+        return name
+    return None
 
 
 def _path_template(expr: ast.AST | None) -> str | None:
@@ -500,6 +616,16 @@ def _path_template(expr: ast.AST | None) -> str | None:
     if isinstance(expr, ast.Call) and (dotted(expr.func) or "").endswith("path.join") and expr.args:
         parts = [_path_template(arg) or (arg.value if isinstance(arg, ast.Constant) else "{}") for arg in expr.args]
         return "/".join(str(p) for p in parts)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Div):  # pathlib: `self.cache_dir / "train_dataset"`
+        parts = []
+        for side in (expr.left, expr.right):
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                parts.append(side.value)
+            elif dotted(side) is not None:
+                parts.append(f"<{dotted(side)}>")  # the same folder object on both sides, not any folder
+            else:
+                parts.append(_path_template(side) or "{}")
+        return "/".join(parts)
     return None
 
 
@@ -575,7 +701,7 @@ def _rng_states_only(values: list[ast.AST | None]) -> bool:
 
 def _written_here(index: Index, path: ast.AST | None) -> bool:
     """The loaded path is one this file writes with torch.save (same expression or same constant)."""
-    return any(_same_path(index, path, kwarg(save, "f", 1)) for save in index.calls_to("torch.save"))
+    return any(_same_path(index, _opened(path), _opened(kwarg(save, "f", 1))) for save in index.calls_to("torch.save"))
 
 
 @rule("TD702", ast.Module)
@@ -614,20 +740,30 @@ def unsafe_torch_load_in_project(proj: Project) -> list[ProjectHit]:
 
 
 def _saves_its_parameter(index: Index, method: ast.AST) -> bool:
-    """`def save_checkpoint(self, filename): ... torch.save(checkpoint, filename)`."""
-    params = {a.arg for a in method.args.args}  # type: ignore[attr-defined]
-    return any(index.function_of(save) is method and isinstance(kwarg(save, "f", 1), ast.Name)
-               and kwarg(save, "f", 1).id in params for save in index.calls_to("torch.save"))  # type: ignore[union-attr]
+    """`def save_checkpoint(self, filename): ... torch.save(checkpoint, filename)`, or a save to a file the method
+    names itself from its arguments (diffusion_policy's `save_snapshot(self, tag)`: `torch.save(self,
+    path.open('wb'))` with the path built from `tag`)."""
+    return any(index.function_of(save) is method for save in index.calls_to("torch.save"))
 
 
-_LOAD_VERBS = ("load", "restore", "resume")
+_LOAD_VERBS = ("load", "restore", "resume", "create_from")
+
+
+def _opened(expr: ast.AST | None) -> ast.AST | None:
+    """The path inside `open(path, "rb")` / `path.open("rb")` (a file object handed to torch.load or torch.save)."""
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id == "open" and expr.args:
+            return expr.args[0]
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "open":
+            return expr.func.value
+    return expr
 
 
 def _paired_save(index: Index, node: ast.Call) -> tuple[str, str] | None:
     """(class, save method) for a load of the path handed to `load_X(self, path)` in a class: the method its
     `save_X` pair (`load_checkpoint` -> `save_checkpoint`) would be, in this class or a base."""
     fn = index.function_of(node)
-    path = kwarg(node, "f", 0)
+    path = _opened(kwarg(node, "f", 0))
     info = index.class_of(node)
     if fn is None or info is None or not isinstance(path, ast.Name):
         return None
@@ -655,17 +791,19 @@ def _unsafe_torch_load(node: ast.Call, ctx: Context) -> None:
             problem = "runs with the pre-2.6 default `weights_only=False`: unpickling the file can run arbitrary code it contains"
         else:
             return  # weights_only=True is the default since 2.6
-    elif is_constant(weights_only, False):
+    if is_constant(weights_only, False) or pickle_module is not None and weights_only is None:
+        # A custom pickle module (dill) is full unpickling too: the same files are fine to read that way.
         if _written_here(index, path):
             return  # a file this script wrote itself
-        problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
+        if weights_only is not None:
+            problem = "sets `weights_only=False` for a file this script does not write itself: unpickling it runs any code the file carries"
         pair = _paired_save(index, node)
         if pair is not None:  # `load_checkpoint` reading what `save_checkpoint` writes, here or in a base class
             ctx.leave("TD702-method", {"class": pair[0], "save": pair[1], "line": node.lineno,
                                        "col": node.col_offset + 1,
                                        "values": {"variable": _load_call(ctx, node), "problem": problem}})
             return
-    else:
+    elif weights_only is not None:
         return  # True, or a value chosen at run time
     ctx.report(node, variable=_load_call(ctx, node), problem=problem)
 
@@ -745,6 +883,8 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
         reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
     if reason is None:
         return
+    if reason == _SEVERAL_RANKS and index.rank_guarded(node):
+        return  # YOLOP's `if rank in [-1, 0]:` resume: one process reads it, on the GPU rank 0 saved from
     several = index.uses_accelerate() or "distributed" in ctx.memo("checkpointing:contexts", index.contexts)
     if not several and _gpu_branch(index, node):
         return  # under `if torch.cuda.is_available():` the saving GPU is there (the CPU branch is its own load)

@@ -518,7 +518,10 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     """Models run next to a backward/optimizer step: called, or passed to a function, in its loop
     (or its function when the step is not in a loop)."""
     loop = index.loop_of(step)
-    calls = loop.calls if loop is not None else _calls_by_function(ctx).get(index.function_of(step), [])
+    # Outside a loop, the models the step trains ran before it: a model run after it in the same function (the
+    # reconstructions muse-maskgit samples every N steps) is what the step's function evaluates, not what it trains.
+    calls = loop.calls if loop is not None else [c for c in _calls_by_function(ctx).get(index.function_of(step), [])
+                                                 if (c.lineno, c.col_offset) < (step.lineno, step.col_offset)]
     # `optimizer.step()`, or `scaler.step(optimizer)`; a bare `scaler.step()` names no optimizer (None: unknown)
     optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else kwarg(c, "optimizer", 0)  # type: ignore[attr-defined]
                   for c in calls if index.is_optimizer_step(c)]
@@ -691,8 +694,12 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
         anchor = ctx.memo("debugging:eval-anchors", dict).get(found)
         at = anchor if anchor is not None and index.loop_of(anchor) is not None else found
         via = f" (set at line {found.lineno}, inside `{ctx.segment(at.func, 40)}()`)" if at is not found else ""
-        ctx.report(at, variable=dotted(found.func.value) or "model", loop=where, via=via,  # type: ignore[attr-defined]
-                   train_not_restored=True)
+        # A file with backward passes but no optimizer anywhere (Torch-Pruning's importance benchmark: gradients
+        # scored for pruning on a model built in eval mode) may train nothing: whether a later step trains in eval
+        # mode is decided where the parameters are updated, which this file does not show. Info.
+        weak = not index.step_calls and not index.training_step_calls() and not index.bindings_of("optimizer")
+        ctx.report(at, severity="info" if weak else None, variable=dotted(found.func.value) or "model",  # type: ignore[attr-defined]
+                   loop=where, via=via, train_not_restored=True)
 
 
 def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]:
@@ -1022,16 +1029,22 @@ def _in_loss_code(index: Index, node: ast.AST) -> bool:
 def log_of_zero(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     calls = [*index.calls_to(*sorted(_LOG_FUNCTIONS)), *index.method_calls("log")]
-    reported: set[ast.AST | None] = set()  # one finding per function: its logs share one cause
+    # One finding per function (its logs share one cause): the first whose claim the function shows itself, else
+    # the first at all (at info).
+    chosen: dict[ast.AST | None, tuple[ast.Call, str, bool]] = {}
     for call in sorted(set(calls), key=lambda c: (c.lineno, c.col_offset)):
         fn = index.function_of(call)
-        if fn in reported:
+        if fn in chosen and not chosen[fn][2]:
             continue
-        if _log_of_zero(call, ctx):
-            reported.add(fn)
+        found = _log_of_zero(call, ctx)
+        if found is not None and (fn not in chosen or not found[1]):
+            chosen[fn] = (call, found[0], found[1])
+    for call, why, weak in chosen.values():
+        ctx.report(call, severity="info" if weak else None, variable=snippet(ctx, call, 50), why=why)
 
 
-def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
+def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
+    """(why the log's argument can be 0, whether that rests on a value the function did not make) or None."""
     index = ctx.index
     func = node.func
     q = index.resolve(func)
@@ -1040,18 +1053,40 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> bool:
     elif isinstance(func, ast.Attribute) and func.attr == "log" and q is None and not node.args and not node.keywords:
         inner = func.value
     else:
-        return False
+        return None
     if inner is None or not _in_loss_code(index, node):
-        return False
+        return None
     if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
-        return False  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
+        return None  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
     why = zero_reachable(index, inner, node)
-    if why is None and not _floored_input(index, inner) and _feeds_nll(index, node):
+    # Only a complement `1 - p` of a value this function did not squash itself (a parameter: CenterNet's focal loss
+    # gets its prediction clamped to [1e-4, 1 - 1e-4] three calls away): whether p can round to 1 is the caller's.
+    weak = why is not None and zero_reachable(index, inner, node, seen=True) is None \
+        and not _squashed_by_a_caller(index, node, inner)
+    if (why is None or weak) and not _floored_input(index, inner) and _feeds_nll(index, node):
         why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
+        weak = False
     if why is None:
+        return None
+    return why, weak
+
+
+def _squashed_by_a_caller(index: Index, node: ast.AST, inner: ast.AST) -> bool:
+    """The parameter under the log is handed a sigmoid output by a call in this file (PyTorch-GAN's bgan:
+    `boundary_seeking_loss(discriminator(gen_imgs), valid)`, a discriminator ending in nn.Sigmoid)."""
+    fn = index.function_of(node)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
         return False
-    ctx.report(node, variable=snippet(ctx, node, 50), why=why)
-    return True
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if params and params[0] in ("self", "cls"):
+        params = params[1:]
+    used = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)} & set(params)
+    for call in index.callers(fn):
+        for name in used:
+            arg = kwarg(call, name, params.index(name))
+            if arg is not None and _is_sigmoid(index, arg, sequential=True):
+                return True
+    return False
 
 
 _NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})
@@ -1093,12 +1128,14 @@ def _is_nll_call(index: Index, call: ast.Call) -> bool:
 # -- BCE on sigmoid --------------------------------------------------------------------------
 
 
-def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
+def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0, sequential: bool = False) -> bool:
+    """A sigmoid output; with `sequential`, also a submodule `nn.Sequential(..., nn.Sigmoid())` of the model (TD609's
+    reading of what a caller hands in; TD605 keeps its narrower reading)."""
     if expr is None or depth > 8:
         return False
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, expr)
-        return value is not None and _is_sigmoid(index, value, depth + 1)
+        return value is not None and _is_sigmoid(index, value, depth + 1, sequential)
     if not isinstance(expr, ast.Call):
         return False
     func = expr.func
@@ -1106,12 +1143,12 @@ def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
     if q in _SIGMOID:
         return True
     if q in ("torch.clamp", "torch.clip") and expr.args:
-        return _is_sigmoid(index, expr.args[0], depth + 1)
+        return _is_sigmoid(index, expr.args[0], depth + 1, sequential)
     if isinstance(func, ast.Attribute) and q is None:
         if func.attr == "sigmoid" and not expr.args:
             return True
         if func.attr in _SHAPE_METHODS or func.attr in ("clamp", "clip"):
-            return _is_sigmoid(index, func.value, depth + 1)
+            return _is_sigmoid(index, func.value, depth + 1, sequential)
         if func.attr == "sigmoid":
             return False
     if isinstance(func, ast.Call) and index.resolve(func.func) == "torch.nn.Sigmoid":
@@ -1121,12 +1158,16 @@ def _is_sigmoid(index: Index, expr: ast.AST | None, depth: int = 0) -> bool:
         if info is not None:
             for assign in index.self_assignments(info, None):
                 if assign.attr == func.attr and isinstance(assign.value, ast.Call):
-                    return index.resolve(assign.value.func) == "torch.nn.Sigmoid"
+                    made = assign.value
+                    if sequential and index.resolve(made.func) == "torch.nn.Sequential" and made.args:
+                        last = made.args[-1]
+                        return isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Sigmoid"
+                    return index.resolve(made.func) == "torch.nn.Sigmoid"
         return False
-    return _model_ends_in_sigmoid(index, func)
+    return _model_ends_in_sigmoid(index, func, sequential)
 
 
-def _model_ends_in_sigmoid(index: Index, func: ast.AST) -> bool:
+def _model_ends_in_sigmoid(index: Index, func: ast.AST, sequential: bool = False) -> bool:
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None:
         return False
@@ -1140,7 +1181,7 @@ def _model_ends_in_sigmoid(index: Index, func: ast.AST) -> bool:
     if forward is None:
         return False
     returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
-    return bool(returns) and all(_is_sigmoid(index, r, 1) for r in returns)
+    return bool(returns) and all(_is_sigmoid(index, r, 1, sequential) for r in returns)
 
 
 def _bce_candidates(index: Index) -> list[ast.Call]:

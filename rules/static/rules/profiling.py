@@ -17,7 +17,12 @@ from torchdoctor.rules.static.index import (
     last_name,
     looks_like_loader,
 )
-from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
+from torchdoctor.rules.static.patterns import (
+    backward_names,
+    holds_graph,
+    latest_value,
+    unpacked_beside_the_loss_from_elsewhere,
+)
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.syntax import _position
 
@@ -364,7 +369,8 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
         if fn is not None and isinstance(index.parent(fn), ast.Module) and index.loop_of(call) is None \
                 and not index.guarded_in_function(call) and not _runs_whole_training(index, fn):
             ctx.leave("builds-loader", {"function": fn.name, "line": call.lineno, "col": call.col_offset + 1,
-                                        "variable": name, "cost": _rebuild_cost(index, call)})
+                                        "variable": name, "cost": _rebuild_cost(index, call),
+                                        "shaped_by": _params_shaping(index, fn, call)})
     _iterator_rebuilt_per_step(ctx)
     for loop in index.training_loops():
         for call in loop.calls:
@@ -373,7 +379,7 @@ def dataloader_rebuilt_per_epoch(node: ast.Module, ctx: Context) -> None:
             q = index.resolve(call.func)
             if q and "." in q and q.split(".", 1)[0] not in _LIBRARY_ROOTS:
                 where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
-                ctx.leave("calls-per-epoch", {"callee": q, "loop": where})
+                ctx.leave("calls-per-epoch", {"callee": q, "loop": where, "varying": _varying_arguments(call, loop)})
 
 
 def _iterator_rebuilt_per_step(ctx: Context) -> None:
@@ -421,12 +427,39 @@ def dataloader_rebuilt_across_files(project: Project) -> list[ProjectHit]:
     for _f, fact in project.facts("calls-per-epoch"):
         for g, name in project.defining(fact["callee"]):
             found = builders.get((g.module, name))
-            if found is not None:
+            if found is not None and not set(found[1].get("shaped_by", [])) & set(fact.get("varying", [])):
                 owner, b = found
                 hits.setdefault((owner.path, b["line"]), ProjectHit(owner.path, b["line"], b["col"], {
                     "variable": b["variable"], "cost": b["cost"],
                     "loop": f"{fact['loop']} in {_f.path} (through `{fact['callee']}`)"}))
     return list(hits.values())
+
+
+def _params_shaping(index: Index, fn: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call) -> list[str]:
+    """The parameters of `fn` the loader is built from (directly, or through a name assigned from them in `fn`),
+    each as its position ("0") and its name: WaveRNN's `get_tts_datasets(path, batch_size, r)` sizes the batches
+    and the collate function from its arguments."""
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+    for name in list(names):
+        value = latest_value(index, name, call)
+        if value is not None and index.function_of(value) is fn:
+            names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    out = []
+    for i, p in enumerate(params):
+        if p in names:
+            out += [str(i - (1 if params[0] in ("self", "cls") else 0)), p]
+    out += [a.arg for a in fn.args.kwonlyargs if a.arg in names]
+    return out
+
+
+def _varying_arguments(call: ast.Call, loop: Loop) -> list[str]:
+    """Which arguments of a call in `loop` change from pass to pass (built from the loop's targets): positions as
+    "0", "1", ..., keywords by name."""
+    varying = _varying_names(loop)
+    out = [str(i) for i, a in enumerate(call.args) if any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(a))]
+    return out + [k.arg for k in call.keywords
+                  if k.arg and any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(k.value))]
 
 
 def _loader_name(index: Index, call: ast.Call) -> str:
@@ -508,9 +541,21 @@ _RANDOM_DRAWS = frozenset(("randperm", "permutation", "shuffle", "choice", "samp
 
 
 def _rebuild_cost(index: Index, call: ast.Call) -> str:
-    if _dataset_built_here(index, call):
+    if _dataset_built_here(index, call) and not _dataset_built_before_the_loop(index, call):
         return "its dataset is constructed again (files listed and read) and its workers restarted"
     return "its worker processes are started again and each gets a fresh copy of the dataset"
+
+
+def _dataset_built_before_the_loop(index: Index, call: ast.Call) -> bool:
+    """`dataset = VocoderDataset(...)` once, then `DataLoader(dataset, ...)` inside the epoch loop (Real-Time-Voice-
+    Cloning's vocoder/train.py): the loader and its workers are rebuilt, the dataset is not."""
+    dataset = kwarg(call, "dataset", 0)
+    loops = index.loops_around(call)
+    if not isinstance(dataset, ast.Name) or not loops:
+        return False
+    value = latest_value(index, dataset.id, dataset)
+    loop = loops[0].node  # the loop whose every pass builds the loader
+    return value is not None and not (loop.lineno <= value.lineno <= (loop.end_lineno or loop.lineno))
 
 
 def _runs_whole_training(index: Index, fn: ast.AST) -> bool:
@@ -535,10 +580,12 @@ def _rebuilt_in(index: Index, call: ast.Call) -> Loop | None:
     fn = index.function_of(call)
     if fn is None or index.guarded_in_function(call) or _runs_whole_training(index, fn):
         return None
+    shaped_by = set(_params_shaping(index, fn, call)) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) else set()
     for caller in index.callers(fn):
         for loop in index.loops_around(caller):
             if loop.trains:
-                if not index.guarded_in_loop(caller, loop, rare=True):
+                if not index.guarded_in_loop(caller, loop, rare=True) \
+                        and not shaped_by & set(_varying_arguments(caller, loop)):
                     return loop
                 break
     return None
@@ -876,8 +923,12 @@ def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call
     first = point[0]
     if first[1] is None:
         return
+    if first[2].get("weak"):  # a read that may wait for nothing: the first read known to wait speaks for the point
+        first = next((item for item in point if item[1] is not None and not item[2].get("weak")), first)
+        point = point[point.index(first):]
     later = sum(1 for item in point if item[1] is not None) - 1
     values = dict(first[2])
+    values.pop("weak", None)
     severity = values.pop("severity", None)
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
@@ -936,6 +987,13 @@ def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str,
     if decides:
         return loop, {}
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    read = func.value if isinstance(func, ast.Attribute) else node.args[0]
+    while isinstance(read, ast.Subscript | ast.Attribute):
+        read = read.value
+    if isinstance(read, ast.Name) and unpacked_beside_the_loss_from_elsewhere(index, read, names):
+        # Where that value lives is decided in another file: a wait we cannot vouch for. Info, and a read right after
+        # it that surely waits is the one reported (`_report_sync_point`).
+        return loop, {"variable": variable, "kind": kind, "loop": where, "severity": "info", "weak": "yes"}
     if synced_anyway:
         # A running total or a history still waits every step, but TD101 recommends exactly this over keeping the
         # graph, and the wait only costs much when steps are short: info, with the device-side fix in the message.

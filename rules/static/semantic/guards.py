@@ -95,7 +95,7 @@ class Guards:
         kinds = {self._locality(v, depth + 1) for v in values} - {None}
         if kinds:
             return "local" if kinds == {"local"} else "global"
-        return "local" if last_name(expr) in self.vocab["rank"]["local_rank_names"] else None
+        return "local" if (last_name(expr) or "").lstrip("_") in self.vocab["rank"]["local_rank_names"] else None
 
     def _rank_expr(self, expr: ast.AST) -> bool:
         """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, ..."""
@@ -114,7 +114,8 @@ class Guards:
             return self._rank_expr(expr.slice)
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             return expr.value in names
-        return last_name(expr) in names or (dotted(expr) or "") in self._rank_aliases()
+        # `cfg.environment._local_rank` (H2O LLM Studio): a private attribute is still the rank
+        return (last_name(expr) or "").lstrip("_") in names or (dotted(expr) or "") in self._rank_aliases()
 
     def _rank_aliases(self) -> set[str]:
         """Names the file hands to `init_process_group(rank=...)`, and what is assigned from them: fastMRI's
@@ -170,10 +171,18 @@ class Guards:
         if isinstance(test, ast.BoolOp):
             if isinstance(test.op, ast.And):
                 return any(self.is_rank_zero_test(v, _depth + 1) for v in test.values)
-            # `not dist.is_initialized() or dist.get_rank() == 0`
+            # `not dist.is_initialized() or dist.get_rank() == 0`, `args.local_rank == -1 or dist.get_rank() == 0`
             return any(self.is_rank_zero_test(v, _depth + 1) for v in test.values) and all(
-                self.is_rank_zero_test(v, _depth + 1) or _is_single_process_test(v) for v in test.values
+                self.is_rank_zero_test(v, _depth + 1) or _is_single_process_test(v) or self._no_rank(v)
+                for v in test.values
             )
+        if isinstance(test, ast.Call) and not test.args and not test.keywords and _depth < 3:
+            # `if not self.is_world_master(): return` with `def is_world_master(self): return self.args.local_rank
+            # == -1 or torch.distributed.get_rank() == 0` (textgen, simpletransformers): the method is the test
+            target = self.local_target(test)
+            returns = self.returns_of(target) if target is not None else []
+            if returns and all(r is not None and self.is_rank_zero_test(r, _depth + 1) for r in returns):
+                return True
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             return self._rank_expr(test.operand)  # `if not rank:`
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
@@ -191,6 +200,15 @@ class Guards:
         if self._global_only and last_name(test) in self.vocab["rank"]["local_main_process_names"]:
             return False
         return last_name(test) in main
+
+    def _no_rank(self, test: ast.AST) -> bool:
+        """`args.local_rank == -1`: the launcher's sentinel for a run that is not distributed."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+            return False
+        right = test.comparators[0]
+        minus_one = isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and is_constant(right.operand, 1)
+        with self._any_rank():  # `local_rank == -1` says "one process" whichever rank it names
+            return minus_one and self._rank_expr(test.left)
 
     def is_not_rank_zero_test(self, test: ast.AST) -> bool:
         """A condition true on every process except the main one (`if rank != 0: return`), also as one
