@@ -133,6 +133,48 @@ def test_the_same_model_returning_logits_is_quiet(tmp_path, monkeypatch):
     assert _findings(tmp_path, monkeypatch, files) == []
 
 
+# musikalkemist/pytorchforaudio: the entry point hands the model to `train`, which hands it on to
+# `train_single_epoch`, where its output meets the CrossEntropyLoss it was also handed.
+CHAINED = """import torch
+import torch.nn as nn
+
+from model import Classifier
+
+
+def train_single_epoch(net, loader, loss_fn, optimiser):
+    for x, y in loader:
+        prediction = net(x)
+        loss = loss_fn(prediction, y)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+
+
+def train(net, loader, loss_fn, optimiser, epochs):
+    for _ in range(epochs):
+        train_single_epoch(net, loader, loss_fn, optimiser)
+
+
+if __name__ == "__main__":
+    classifier = Classifier()
+    loss_fn = nn.CrossEntropyLoss()
+    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    train(classifier, [], loss_fn, optimiser, 10)
+"""
+
+
+def test_a_softmax_model_handed_through_two_functions_to_cross_entropy(tmp_path, monkeypatch):
+    assert _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": CHAINED}) == [("model.py", 11, "TD205")]
+
+
+def test_the_chain_is_quiet_when_the_helper_scores_the_output_with_another_loss(tmp_path, monkeypatch):
+    mse = CHAINED.replace("nn.CrossEntropyLoss()", "nn.MSELoss()")
+    assert _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": mse}) == []
+    # the model is handed on, but in the slot of something else (the loader), not the one whose output is scored
+    swapped = CHAINED.replace("        train_single_epoch(net, loader,", "        train_single_epoch(loader, net,")
+    assert ("model.py", 11, "TD205") not in _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": swapped})
+
+
 DATASET = """import numpy as np
 import torch
 from torch.utils import data
