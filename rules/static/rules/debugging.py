@@ -293,7 +293,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             if not _eval_before(ctx, call) and not _own_models_mode_free(index):
                 ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
                            cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
-                                 "model, so it is still in the training mode every module starts in")
+                                 "model, so it is still in training mode")
             continue
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
@@ -363,15 +363,17 @@ def _calls_handed_modules(index: Index, info: ClassInfo) -> bool:
 
 
 def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
-    """The call that runs `model` in a training loop of this file, when no `.eval()` / `.train(...)` runs on any
-    model anywhere in the file: nobody manages the modes, so the model is in training mode (what every module
-    starts in) when the validation loop runs it. None otherwise."""
+    """The call that runs `model` in a training loop of this file, when nothing in the file ever switches any
+    model out of training mode (no `.eval()`, no `.train(False)` or `.train(flag)`; a plain `.train()` before the
+    training loop is fine): the model is in training mode (what every module starts in, and what `.train()` asks
+    for) when the validation loop runs it. dnnbrain's `dnn_train_model` calls `model.train()` and its
+    `dnn_test_model(dataloaders, model)` runs the model with no `.eval()` anywhere. None otherwise."""
     index = ctx.index
     key = dotted(model)
     if key is None or not _handed_in(index, model):
         return None
-    if ctx.memo("debugging:any-mode-switch", lambda: any(
-            _mode_of(index, c) is not None for c in index.method_calls("eval") + index.method_calls("train"))):
+    if ctx.memo("debugging:any-switch-out-of-training", lambda: any(
+            _mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train"))):
         return None
     for loop in index.training_loops():
         if not (loop.has_backward or loop.has_step):
