@@ -734,3 +734,47 @@ def test_a_load_checkpoint_override_whose_bases_save_nothing_is_found(tmp_path, 
     files = {"trainers/__init__.py": "", "trainers/base.py": BASE_TRAINER.replace("save_checkpoint", "export"),
              "trainers/warmup.py": VARIANT_TRAINER}
     assert _findings(tmp_path, monkeypatch, files) == [("trainers/warmup.py", 9, "TD702")]
+
+
+# OpenGVLab/efficient-video-recognition (issue #18): checkpoint.py writes with torch.save and sets up nothing;
+# main.py sets up DDP and calls it every N steps with no rank test, so every process writes the same file.
+CKPT_HELPER = """import os
+
+import torch
+
+
+def save_checkpoint(model, optimizer, step, out_dir):
+    to_save = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": step}
+    torch.save(to_save, os.path.join(out_dir, f"checkpoint-{step}.pth"))
+"""
+DDP_MAIN = """import torch
+import torch.distributed as dist
+
+import checkpoint
+
+
+def main(args):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(args.local_rank)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(args.loader):
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if (i + 1) % args.save_freq == 0:
+            checkpoint.save_checkpoint(model, optimizer, i + 1, args.out_dir)
+"""
+
+
+def test_a_save_helper_of_another_file_called_on_every_rank(tmp_path, monkeypatch):
+    found = _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": DDP_MAIN})
+    assert found == [("main.py", 18, "TD303")]
+
+
+def test_the_helper_call_is_quiet_under_a_rank_test_or_when_the_helper_tests_the_rank(tmp_path, monkeypatch):
+    guarded = DDP_MAIN.replace("if (i + 1) % args.save_freq == 0:", "if (i + 1) % args.save_freq == 0 and dist.get_rank() == 0:")
+    assert _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": guarded}) == []
+    self_guarded = CKPT_HELPER.replace("    to_save =", "    if torch.distributed.get_rank() != 0:\n        return\n    to_save =")
+    assert _findings(tmp_path, monkeypatch, {"checkpoint.py": self_guarded, "main.py": DDP_MAIN}) == []
