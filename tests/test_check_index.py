@@ -155,6 +155,35 @@ def test_env_step_is_not_an_optimizer_step():
     assert index.step_calls == [] and not any(lp.trains for lp in index.loops.values())
 
 
+FROM_USE = """
+optimizer, scheduler = model.get_optimizer(total_steps=steps)
+warmup = trainer.build_warmup()
+for batch in loader:
+    env.step()
+    loss = model(batch)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    scheduler.step()
+    self.lr_sched.step()
+    helper.step()
+print(warmup.get_last_lr())
+warmup.step()
+helper.zero_grad()
+"""
+
+
+def test_a_scheduler_is_known_by_use_when_no_constructor_shows_it():
+    index = build(FROM_USE)
+    kinds = {name: index.kind_of(ast.parse(name, mode="eval").body)
+             for name in ("scheduler", "self.lr_sched", "warmup", "env", "helper", "optimizer")}
+    # stepped after the optimizer in the same block, or asked for its learning rate: a scheduler; `env` steps
+    # before any optimizer step, and `helper` also answers zero_grad() (an optimizer-like object, not a schedule)
+    assert kinds == {"scheduler": "scheduler", "self.lr_sched": "scheduler", "warmup": "scheduler",
+                     "env": None, "helper": None, "optimizer": "optimizer"}
+    assert index.binding("scheduler").guessed
+
+
 GUARDS = """
 import torch.distributed as dist
 

@@ -133,6 +133,48 @@ def test_the_same_model_returning_logits_is_quiet(tmp_path, monkeypatch):
     assert _findings(tmp_path, monkeypatch, files) == []
 
 
+# musikalkemist/pytorchforaudio: the entry point hands the model to `train`, which hands it on to
+# `train_single_epoch`, where its output meets the CrossEntropyLoss it was also handed.
+CHAINED = """import torch
+import torch.nn as nn
+
+from model import Classifier
+
+
+def train_single_epoch(net, loader, loss_fn, optimiser):
+    for x, y in loader:
+        prediction = net(x)
+        loss = loss_fn(prediction, y)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+
+
+def train(net, loader, loss_fn, optimiser, epochs):
+    for _ in range(epochs):
+        train_single_epoch(net, loader, loss_fn, optimiser)
+
+
+if __name__ == "__main__":
+    classifier = Classifier()
+    loss_fn = nn.CrossEntropyLoss()
+    optimiser = torch.optim.Adam(classifier.parameters(), lr=1e-3)
+    train(classifier, [], loss_fn, optimiser, 10)
+"""
+
+
+def test_a_softmax_model_handed_through_two_functions_to_cross_entropy(tmp_path, monkeypatch):
+    assert _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": CHAINED}) == [("model.py", 11, "TD205")]
+
+
+def test_the_chain_is_quiet_when_the_helper_scores_the_output_with_another_loss(tmp_path, monkeypatch):
+    mse = CHAINED.replace("nn.CrossEntropyLoss()", "nn.MSELoss()")
+    assert _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": mse}) == []
+    # the model is handed on, but in the slot of something else (the loader), not the one whose output is scored
+    swapped = CHAINED.replace("        train_single_epoch(net, loader,", "        train_single_epoch(loader, net,")
+    assert ("model.py", 11, "TD205") not in _findings(tmp_path, monkeypatch, {"model.py": MODEL, "train.py": swapped})
+
+
 DATASET = """import numpy as np
 import torch
 from torch.utils import data
@@ -734,3 +776,47 @@ def test_a_load_checkpoint_override_whose_bases_save_nothing_is_found(tmp_path, 
     files = {"trainers/__init__.py": "", "trainers/base.py": BASE_TRAINER.replace("save_checkpoint", "export"),
              "trainers/warmup.py": VARIANT_TRAINER}
     assert _findings(tmp_path, monkeypatch, files) == [("trainers/warmup.py", 9, "TD702")]
+
+
+# OpenGVLab/efficient-video-recognition (issue #18): checkpoint.py writes with torch.save and sets up nothing;
+# main.py sets up DDP and calls it every N steps with no rank test, so every process writes the same file.
+CKPT_HELPER = """import os
+
+import torch
+
+
+def save_checkpoint(model, optimizer, step, out_dir):
+    to_save = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "next_step": step}
+    torch.save(to_save, os.path.join(out_dir, f"checkpoint-{step}.pth"))
+"""
+DDP_MAIN = """import torch
+import torch.distributed as dist
+
+import checkpoint
+
+
+def main(args):
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(args.local_rank)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i, (x, y) in enumerate(args.loader):
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if (i + 1) % args.save_freq == 0:
+            checkpoint.save_checkpoint(model, optimizer, i + 1, args.out_dir)
+"""
+
+
+def test_a_save_helper_of_another_file_called_on_every_rank(tmp_path, monkeypatch):
+    found = _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": DDP_MAIN})
+    assert found == [("main.py", 18, "TD303")]
+
+
+def test_the_helper_call_is_quiet_under_a_rank_test_or_when_the_helper_tests_the_rank(tmp_path, monkeypatch):
+    guarded = DDP_MAIN.replace("if (i + 1) % args.save_freq == 0:", "if (i + 1) % args.save_freq == 0 and dist.get_rank() == 0:")
+    assert _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": guarded}) == []
+    self_guarded = CKPT_HELPER.replace("    to_save =", "    if torch.distributed.get_rank() != 0:\n        return\n    to_save =")
+    assert _findings(tmp_path, monkeypatch, {"checkpoint.py": self_guarded, "main.py": DDP_MAIN}) == []

@@ -134,5 +134,6 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._build_bindings()
         self._bind_parameters()
         self._late_copies()
+        self._bind_from_use()
         self._build_training()
         self._build_loops()

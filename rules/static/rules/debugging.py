@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, is_eval_word, kwarg
+from torchdoctor.rules.static.index import ClassInfo, Index, Loop, dotted, is_constant, is_eval_word, kwarg
 from torchdoctor.rules.static.patterns import (
     is_loss_callable,
     is_probabilities,
@@ -293,7 +293,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             if not _eval_before(ctx, call) and not _own_models_mode_free(index):
                 ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
                            cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
-                                 "model, so it is still in the training mode every module starts in")
+                                 "model, so it is still in training mode")
             continue
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
@@ -301,6 +301,14 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             continue
         variable = dotted(model) or "model"
         if layers is None and explicit is not None and index.function_of(explicit) is index.function_of(call):
+            trainer = _training_loop_between(index, explicit, call)
+            if trainer is not None:
+                # `model.train()` is right for the training loop it opens (deepspeech.pytorch's epoch loop): the
+                # validation loop after that training loop is what lacks its `.eval()`, so it is the line to change
+                ctx.report(call, variable=variable, loader=loop.source or "the validation data",
+                           cause=f"`{ctx.segment(explicit, 40)}` (line {explicit.lineno}) puts it in training mode for "
+                                 f"the training loop at line {trainer.line}, and nothing calls `.eval()` after it")
+                continue
             # the evidence is the `model.train()` before it in the same function: the line to change
             ctx.report(explicit, variable=variable, loader=loop.source or "the validation data",
                        cause=f"`{ctx.segment(explicit, 40)}` switches it to training mode before the forward")
@@ -316,6 +324,24 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
                    cause="nothing calls `.eval()` before this validation loop")
     _test_batches_in_training(ctx)
     _phase_loops(ctx)
+
+
+def _training_loop_between(index: Index, switch: ast.Call, call: ast.Call) -> Loop | None:
+    """A training loop of the same function that starts after the `.train()` switch and ends before the validation
+    forward: the switch served that loop."""
+    fn = index.function_of(call)
+    start = (switch.lineno, switch.col_offset)
+    end = (call.lineno, call.col_offset)
+    for loop in index.training_loops():
+        node = loop.node
+        if loop.scope is not fn and index.function_of(node) is not fn:
+            continue
+        if not (loop.has_backward or loop.has_step or loop.calls_training):
+            continue
+        last = getattr(node, "end_lineno", None) or node.lineno
+        if start < (node.lineno, node.col_offset) and (last, 1 << 30) < end:
+            return loop
+    return None
 
 
 def _own_models_mode_free(index: Index) -> bool:
@@ -337,15 +363,17 @@ def _calls_handed_modules(index: Index, info: ClassInfo) -> bool:
 
 
 def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
-    """The call that runs `model` in a training loop of this file, when no `.eval()` / `.train(...)` runs on any
-    model anywhere in the file: nobody manages the modes, so the model is in training mode (what every module
-    starts in) when the validation loop runs it. None otherwise."""
+    """The call that runs `model` in a training loop of this file, when nothing in the file ever switches any
+    model out of training mode (no `.eval()`, no `.train(False)` or `.train(flag)`; a plain `.train()` before the
+    training loop is fine): the model is in training mode (what every module starts in, and what `.train()` asks
+    for) when the validation loop runs it. dnnbrain's `dnn_train_model` calls `model.train()` and its
+    `dnn_test_model(dataloaders, model)` runs the model with no `.eval()` anywhere. None otherwise."""
     index = ctx.index
     key = dotted(model)
     if key is None or not _handed_in(index, model):
         return None
-    if ctx.memo("debugging:any-mode-switch", lambda: any(
-            _mode_of(index, c) is not None for c in index.method_calls("eval") + index.method_calls("train"))):
+    if ctx.memo("debugging:any-switch-out-of-training", lambda: any(
+            _mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train"))):
         return None
     for loop in index.training_loops():
         if not (loop.has_backward or loop.has_step):

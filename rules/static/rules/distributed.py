@@ -345,6 +345,7 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
         return
     setup = _distributed_setup(ctx)
     if setup is None:
+        _leave_unguarded_helpers(ctx, saves)  # a helper module (checkpoint.py): its callers may run on every rank
         return
     for call in saves:
         path = kwarg(call, "f", 1)
@@ -372,6 +373,26 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
                                         "values": values})
             continue
         ctx.report(where, **values)
+
+
+def _leave_unguarded_helpers(ctx: Context, saves: list[ast.Call]) -> None:
+    """For the project pass: the functions of a file with no distributed setup of its own that write a file with
+    torch.save and no rank test (`def save_checkpoint(model, optimizer, ...): torch.save(to_save, path)` in
+    efficient-video-recognition's checkpoint.py). The file that sets up the process group and calls them on every
+    rank is where the finding goes."""
+    index = ctx.index
+    for call in saves:
+        path = kwarg(call, "f", 1)
+        if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
+            continue
+        if _main_process_only(index, call):
+            continue
+        fn = _outermost_uncalled(index, call)
+        if fn is None or isinstance(index.parent(fn), ast.ClassDef):
+            continue  # a method: which object's, and who calls it, the name alone does not say
+        what = kwarg(call, "obj", 0)
+        ctx.leave("TD303-helper", {"function": fn.name,
+                                   "variable": ctx.segment(what, 40) if what is not None else "the checkpoint"})
 
 
 def _node_guard_site(index: Index, node: ast.AST, depth: int = 0) -> ast.AST:
@@ -444,22 +465,25 @@ def _leave_guard(ctx: Context, call: ast.Call) -> None:
     if guarded:
         with index.global_rank_only():
             once = _main_process_only(index, call)
-    ctx.leave("call-guard", {"name": name, "guarded": guarded, "once": once})
+    setup = _distributed_setup(ctx)
+    ctx.leave("call-guard", {"name": name, "guarded": guarded, "once": once, "line": call.lineno,
+                             "col": call.col_offset + 1, "callee": q or dotted(call.func) or name,
+                             "setup": ctx.segment(setup.func, 40) if setup is not None else None})  # type: ignore[attr-defined]
 
 
 @project("TD303")
 def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     """base_model.py's `save_networks` writes with torch.save, and train.py calls `model.save_networks(epoch)`
     only under `if rank_0:`: one process writes. Reported when some call of it is not guarded, or none is seen."""
+    hits = _unguarded_helper_calls(project)
     pending = list(project.facts("TD303-pending"))
     if not pending:
-        return []
+        return hits
     guards: dict[str, list[bool]] = {}
     once: dict[str, list[bool]] = {}  # guarded by a global-rank test, not only by `local_rank == 0`
     for _f, fact in project.facts("call-guard"):
         guards.setdefault(fact["name"], []).append(fact["guarded"])
         once.setdefault(fact["name"], []).append(fact.get("once", fact["guarded"]))
-    hits = []
     for f, fact in pending:
         seen = guards.get(fact["function"], [])
         values = fact["values"]
@@ -469,6 +493,29 @@ def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
             values = {**values, "runs_on": _EVERY_NODE}  # guarded by `local_rank == 0` at some call site
         hits.append(ProjectHit(f.path, fact["line"], fact["col"], values))
     return hits
+
+
+def _unguarded_helper_calls(project: Project) -> list[ProjectHit]:
+    """main.py sets up DDP and calls `checkpoint.save_checkpoint(...)` with no rank test; checkpoint.py's
+    save_checkpoint writes with torch.save and tests no rank either: every process writes the file. Reported at the
+    call, where the guard belongs, when the call names a module of the project that defines the helper."""
+    helpers: dict[tuple[str, str], str] = {}
+    for f, fact in project.facts("TD303-helper"):
+        helpers.setdefault((f.module, fact["function"]), fact["variable"])
+    if not helpers:
+        return []
+    hits: dict[tuple[str, int, int], ProjectHit] = {}  # a call is left once by method name, once by callee name
+    for f, fact in project.facts("call-guard"):
+        if fact.get("guarded") or not fact.get("setup") or "line" not in fact:
+            continue
+        owners = [(g.module, name) for g, name in project.defining(fact["callee"])] if "." in fact["callee"] else []
+        variable = next((helpers[o] for o in owners if o in helpers), None)
+        if variable is None:
+            continue
+        hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
+            "variable": variable, "path": "", "setup": fact["setup"],
+            "runs_on": f"every rank (through `{fact['callee']}(...)`, which tests no rank itself)"}))
+    return list(hits.values())
 
 
 # -- TD304 ---------------------------------------------------------------------------------------

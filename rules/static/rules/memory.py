@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import Index, dotted, is_constant, kwarg
+from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kwarg, looks_like_loader
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 
@@ -200,6 +200,103 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
             ctx.report(call, variable=shown, loader=loop.source or "the validation data")
             break
+    _flag_shared_loops(ctx, {id(lp) for lp in validation})
+
+
+def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
+    """One function for training and evaluation, keyed on a flag (particleflow's `train_and_valid(..., is_train)`):
+    the loop calls backward and steps only under `if is_train:`, a call of the file passes `False`, and the forward
+    they share runs with autograd on in that evaluation pass. `with torch.set_grad_enabled(is_train):` around the
+    forward (the usual fix), `torch.no_grad()`, or a forward of its own under the flag's `else` are quiet."""
+    index = ctx.index
+    steps = set(index.backward_calls) | set(index.step_calls)
+    for loop in index.loops.values():
+        if id(loop) in reported or not (loop.has_backward or loop.has_step):
+            continue
+        fn = index.function_of(loop.node)
+        if fn is None or (loop.parent is not None and index.function_of(loop.parent.node) is fn):
+            continue  # the outermost loop of the function speaks for the loops inside it
+        flag, evaluation = _evaluation_call(index, fn)
+        if flag is None:
+            continue
+        mine = [c for c in loop.all_calls() if c in steps]
+        if not mine or not all(_under_flag(index, c, flag, fn) for c in mine):
+            continue
+        for call in loop.all_calls():
+            if not index.call_runs_model(call) or index.model_run_method(call) is not None:
+                continue
+            if _under_flag(index, call, flag, fn) or index.grad_disabled(call) or _grad_follows(index, call, fn):
+                break
+            shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
+            source = _argument_for(index, fn, evaluation, loop.source) or next(
+                (dotted(a) for a in evaluation.args if looks_like_loader(dotted(a))), None) or loop.source \
+                or "the evaluation data"
+            ctx.report(call, variable=shown, loader=source)  # the loader the evaluation call hands in
+            break
+
+
+def _evaluation_call(index: Index, fn: ast.AST) -> tuple[str | None, ast.Call | None]:
+    """(flag parameter, the call that passes it False) for a function of this file that some call runs with a
+    boolean parameter set to a literal False and another call with True (or leaves it at a True default)."""
+    args = fn.args.posonlyargs + fn.args.args  # type: ignore[attr-defined]
+    names = [a.arg for a in args]
+    defaults = dict(zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults, strict=True))  # type: ignore[attr-defined]
+    for call in index.callers(fn):
+        offset = 1 if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+        passed = {names[i + offset]: a for i, a in enumerate(call.args) if i + offset < len(names)}
+        passed.update({k.arg: k.value for k in call.keywords if k.arg in names})
+        for name, value in passed.items():
+            if not is_constant(value, False):
+                continue
+            others = [c for c in index.callers(fn) if c is not call]
+            if is_constant(defaults.get(name), True) or any(_passes(c, names, name, True) for c in others):
+                return name, call
+    return None, None
+
+
+def _passes(call: ast.Call, names: list[str], name: str, value: bool) -> bool:
+    offset = 1 if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+    position = names.index(name) - offset
+    if 0 <= position < len(call.args) and is_constant(call.args[position], value):
+        return True
+    return any(k.arg == name and is_constant(k.value, value) for k in call.keywords)
+
+
+def _under_flag(index: Index, node: ast.AST, flag: str, fn: ast.AST) -> bool:
+    """Inside `if <flag>` (or its `else`, or any test that reads the flag) within the function."""
+    for anc in index.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, ast.If | ast.IfExp) and any(isinstance(n, ast.Name) and n.id == flag for n in ast.walk(anc.test)):
+            return True
+    return False
+
+
+def _grad_follows(index: Index, node: ast.AST, fn: ast.AST) -> bool:
+    """Under `with torch.set_grad_enabled(<not a literal>):`: grad follows the caller's choice."""
+    for anc in index.ancestors(node):
+        if anc is fn:
+            return False
+        if isinstance(anc, WITHS) and any(
+                isinstance(item.context_expr, ast.Call)
+                and index.resolve(item.context_expr.func) in index.names["set_grad_enabled"]
+                and not isinstance(kwarg(item.context_expr, "mode", 0), ast.Constant) for item in anc.items):
+            return True
+    return False
+
+
+def _argument_for(index: Index, fn: ast.AST, call: ast.Call, param: str | None) -> str | None:
+    """What `call` passes for the parameter `param` of `fn` (`valid_loader` for `data_loader`)."""
+    if param is None:
+        return None
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+    if param not in names:
+        return None
+    offset = 1 if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+    position = names.index(param) - offset
+    if 0 <= position < len(call.args):
+        return dotted(call.args[position])
+    return next((dotted(k.value) for k in call.keywords if k.arg == param), None)
 
 
 def _parameter_free(index: Index, call: ast.Call) -> bool:

@@ -551,6 +551,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
             ctx.leave("softmax-class", {"class": info.name, "line": origins[0].lineno,  # type: ignore[union-attr]
                                         "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
     kinds = _loss_kinds(ctx)
+    fed: dict[tuple[ast.AST, int], dict] = {}  # (function, parameter position) -> the loss it feeds
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
         if kind == "cross_entropy":
@@ -561,8 +562,16 @@ def _leave_softmax_facts(ctx: Context) -> None:
             if fn is not None and isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Name):
                 params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
                 if inputs.func.id in params and isinstance(index.parent(fn), ast.Module):
-                    ctx.leave("loss-on-param", {"function": fn.name, "position": params.index(inputs.func.id),
-                                                "loss": ctx.segment(call.func, 40), "line": call.lineno})
+                    fed.setdefault((fn, params.index(inputs.func.id)),
+                                   {"loss": ctx.segment(call.func, 40), "line": call.lineno})
+    for (fn, position), loss in _fed_through_callers(index, fed).items():
+        ctx.leave("loss-on-param", {"function": fn.name, "position": position, **loss})  # type: ignore[attr-defined]
+    for call in index.nodes(ast.Call):
+        kind = kinds.get(call)  # type: ignore[call-overload]
+        if kind == "cross_entropy":
+            inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+            if isinstance(inputs, ast.Name):
+                inputs = latest_value(index, inputs.id, inputs)
             if isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute):
                 # `logits = self.linear_layer(feats)` with `self.linear_layer = SSLEvaluator(...)`, or
                 # `pl_module.evaluator(x)` assigned `SSLEvaluator(...)` in another hook: the class is another file's
@@ -581,6 +590,36 @@ def _leave_softmax_facts(ctx: Context) -> None:
             if cls is not None:
                 ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
                                            "callee_local": local})
+
+
+def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> dict[tuple[ast.AST, int], dict]:
+    """A model parameter that feeds a cross-entropy loss in a helper feeds it for every function of the file that
+    hands its own parameter on: `train(model, ...)` calls `train_single_epoch(model, ...)`, whose loss reads
+    `model(x)`, so position 0 of `train` feeds the loss too. Followed through three calls, module-level functions
+    only (what another file can import and call)."""
+    out = dict(fed)
+    for _ in range(3):
+        added = False
+        for fn in index.functions.values():
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+            for call in index.calls_in(fn):
+                target = index.local_target(call)
+                if target is None or target is fn or not isinstance(index.parent(target), ast.Module):
+                    continue
+                names = [a.arg for a in target.args.posonlyargs + target.args.args]  # type: ignore[attr-defined]
+                handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+                handed += [(names.index(k.arg), k.value) for k in call.keywords if k.arg in names]
+                for position, arg in handed:
+                    loss = out.get((target, position))
+                    if loss is None or not isinstance(arg, ast.Name) or arg.id not in params:
+                        continue
+                    key = (fn, params.index(arg.id))
+                    if key not in out:
+                        out[key] = loss
+                        added = True
+        if not added:
+            break
+    return out
 
 
 def _constructed_class(index, expr: ast.AST) -> str | None:

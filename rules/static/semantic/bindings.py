@@ -372,6 +372,55 @@ class Bindings:
                         self._add(Binding(name, source.kind, source.cls, stmt, source.call, source.wrapper,
                                           source.compiled, source.inner, source.guessed))
 
+    def _bind_from_use(self) -> None:
+        """Kinds from use, for a scheduler no constructor of this file shows: `optimizer, scheduler =
+        train_model.get_optimizer(...)` (lightly-train), a parameter, `self.lr_scheduler` built in another module.
+        A name with no kind whose `.step()` runs right after an optimizer step in the same block, or that answers
+        `get_last_lr()`, is a learning-rate scheduler when nothing calls `zero_grad()` on it and its name says
+        nothing else (a loader, a scaler, an optimizer, a model). `env.step(action)` takes an argument and has no
+        optimizer step before it."""
+        stepped: dict[str, list[ast.Call]] = {}
+        for call in self.method_calls("step"):
+            name = dotted(call.func.value)  # type: ignore[attr-defined]
+            if name is None or name in self.bindings or call.keywords or len(call.args) > 1:
+                continue
+            stepped.setdefault(name, []).append(call)
+        if not stepped:
+            return
+        zeroed = {dotted(c.func.value) for c in self.method_calls("zero_grad")}  # type: ignore[attr-defined]
+        reads_lr = {dotted(c.func.value) for c in self.method_calls("get_last_lr")}  # type: ignore[attr-defined]
+        for name, calls in stepped.items():
+            short = name.rsplit(".", 1)[-1]
+            if name in zeroed or looks_like_loader(short) or looks_like_model(short) \
+                    or _SCALER_NAME.search(short) or _OPTIMIZER_NAME.search(short):
+                continue
+            if name not in reads_lr and not any(not c.args and self._after_optimizer_step(c) for c in calls):
+                continue
+            self._add(Binding(name, "scheduler", None, self._bound_at(name, calls[0]), None, guessed=True))
+
+    def _after_optimizer_step(self, call: ast.Call) -> bool:
+        """An optimizer step in a statement before this call's statement, in the same block."""
+        stmt = self.statement_of(call)
+        parent = self.parent(stmt) if stmt is not None else None
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(parent, field, None)
+            if isinstance(block, list) and stmt in block:
+                before = block[:block.index(stmt)]
+                return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) for s in before for n in ast.walk(s))
+        return False
+
+    def _bound_at(self, name: str, fallback: ast.AST) -> ast.AST:
+        """The statement that binds a name (a tuple assignment, a `self.x = ...`), else the function it is a
+        parameter of, else the statement of its first use."""
+        for stmt in self.nodes(ast.Assign):
+            for target in stmt.targets:  # type: ignore[attr-defined]
+                if any(dotted(t) == name for t in ast.walk(target) if isinstance(t, ast.Name | ast.Attribute)):
+                    return stmt
+        fn = self.function_of(fallback)
+        if fn is not None and name in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}:
+            return fn
+        return self.statement_of(fallback) or fallback
+
     def _handed(self, call: ast.Call) -> list[ast.expr]:
         """The arguments of a pass-through call, in order: all positional ones when there are any (prepare's
         contract), else the keyword values that hold a training object or sit in a training object's slot
