@@ -504,3 +504,57 @@ def test_no_watch_mode_is_left_on_the_stack_after_its_steps(tmp_path_factory, va
     result = shared_run(tmp_path_factory, "mode-stack", "mode_stack.py", "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.OK)
     assert "modes []" in result.stdout + result.stderr, result.stderr[-2000:]
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_batch_made_non_finite_by_the_datasets_code_is_named_at_its_op(tmp_path_factory, validate_report, how):
+    # the batch reaches the model holding nan: the shuffled sampler's indices for that batch are fetched again and
+    # the 0/0 of the script's transform is named, not the DataLoader's line; the guarded twin draws nothing
+    result = shared_run(tmp_path_factory, f"nan-made-in-dataset-{how}", "nan_made_in_dataset.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 1" in result.stdout + result.stderr
+    if how == "healthy":
+        assert diagnosed(result) == [], result.report["symptoms"]
+        return
+    found = result.symptoms("nonfinite-input")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_made_in_dataset.py", "return (color - lo) / span"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["dataset"] == "Scans" and values["dataset_item"] % 5 == 3, values
+
+
+def test_the_dataset_refetch_restores_the_random_states_and_skips_what_it_cannot_fetch():
+    # the items of a batch are fetched again under the op check: a random augmentation's draws there must not
+    # shift the script's own random streams, and an iterable dataset (no index) is never fetched
+    import random
+
+    import torch
+    from torch.utils.data import IterableDataset
+
+    from torchdoctor.probes.nanlocate import locate_in_dataset
+
+    class Jitter(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            x = torch.rand(4) + random.random()
+            return x / (x - x) if i == 2 else x
+
+    torch.manual_seed(3)
+    random.seed(3)
+    made = locate_in_dataset(torch, Jitter(), [0, 1, 2, 3])
+    assert made is not None and made["item"] == 2 and made["op"] == "Tensor.div", made
+    assert made["line"] == next(n for n, text in enumerate(open(__file__).read().splitlines(), 1)
+                                if "return x / (x - x)" in text)
+    after = (torch.rand(1).item(), random.random())
+    torch.manual_seed(3)
+    random.seed(3)
+    assert after == (torch.rand(1).item(), random.random())
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield torch.zeros(1) / 0
+
+    assert locate_in_dataset(torch, Stream(), [None]) is None
+    assert locate_in_dataset(torch, Jitter(), [0, 1]) is None
