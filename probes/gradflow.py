@@ -12,7 +12,10 @@ Measures
   tensor that requires grad, and `Tensor.detach`, `.numpy`, `.item` and
   `.tolist` are watched (patched for that one forward only) for calls from
   the user's code on tensors that require grad: the first such call after
-  the owning module ran is where the graph was cut;
+  the owning module ran is where the graph was cut; when nothing was cut,
+  the values made from those modules' outputs are followed until the next
+  backward (probes/dropped.py): the last op that made one names where a
+  term was built and then left out of the loss;
 - the parameters of the script's models (probes/forwards.py) that hold a
   gradient but belong to no optimizer that steps: they are trained by
   nothing;
@@ -48,6 +51,7 @@ from typing import Any
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.detached import DetachedSummands
+from torchdoctor.probes.dropped import DroppedTerms
 from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
 from torchdoctor.probes.patches import backward_watch, compile_watch, user_site
@@ -79,6 +83,7 @@ class GradflowProbe(Probe):
         self.optimizers: list[weakref.ref] = []
         self.classified = False
         self.localising: dict[str, Any] | None = None
+        self.dropped = DroppedTerms(torch, self.is_user_file)
         self.backwards = 0
         self.loss: dict[str, Any] = {"samples": 0, "equal": True, "first": None, "last": None}
         self.loss_site: dict[str, Any] | None = None
@@ -108,6 +113,8 @@ class GradflowProbe(Probe):
             self.optimizers.append(weakref.ref(optimizer))
         if not self.enabled:
             return
+        if self.dropped.mode is not None and not self.dropped.armed:
+            self.dropped.tidy()
         if self.detached.armed:
             # every optimizer's step judges the backwards before it; the watch ends two primary steps later, so
             # that a whole iteration is seen whichever of several optimizers is the primary one
@@ -133,6 +140,8 @@ class GradflowProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
+        if self.dropped.armed and self.localising is not None:
+            self.localising["dropped"] = self.dropped.disarm()
         if self.detached.armed:
             self.detached.on_backward(tensors)
         n = self.backwards
@@ -257,10 +266,12 @@ class GradflowProbe(Probe):
         for entry in loc["owners"].values():
             loc["hooks"].append(entry["module"].register_forward_hook(self._owner_ran(entry), always_call=True))
         self._patch_cut_ops(loc)
+        self.dropped.arm()
         return True
 
     def _owner_ran(self, entry: dict[str, Any]) -> Any:
         loc = self.localising
+        probe = self
         tensor = self.torch.Tensor
 
         def hook(module: Any, args: Any, output: Any) -> None:
@@ -268,6 +279,7 @@ class GradflowProbe(Probe):
             outs = output if isinstance(output, (tuple, list)) else [output]
             if any(isinstance(o, tensor) and o.requires_grad for o in outs):
                 entry["grad_out"] = True
+            probe.dropped.mark(output)
             if entry["seq"] is None and loc is not None:
                 entry["seq"] = next(loc["seq"])
 
@@ -312,6 +324,8 @@ class GradflowProbe(Probe):
     def _localised(self) -> None:
         loc, self.localising = self.localising, None
         assert loc is not None
+        if self.dropped.armed:  # no backward since the watched forward
+            loc["dropped"] = self.dropped.disarm()
         cut, unused, unknown = [], [], []
         for entry in loc["owners"].values():
             if not loc["done"]:
@@ -328,6 +342,7 @@ class GradflowProbe(Probe):
             unused=[{"module": e["name"], "parameters": e["params"][:10], "ran": e["ran"]} for e in unused],
             unknown=[{"module": e["name"], "parameters": e["params"][:10]} for e in unknown],
             call=call,
+            dropped=loc.get("dropped") if call is None and cut else None,
             count=loc["count"],
             unnamed=loc["unnamed"],
         )

@@ -558,3 +558,23 @@ def test_the_dataset_refetch_restores_the_random_states_and_skips_what_it_cannot
 
     assert locate_in_dataset(torch, Stream(), [None]) is None
     assert locate_in_dataset(torch, Jitter(), [0, 1]) is None
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_term_built_and_left_out_of_the_loss_is_named_where_it_was_last_used(tmp_path_factory, validate_report,
+                                                                                 how):
+    # the offset head runs with a graph and nothing detaches its output: its values are followed to the last op
+    # that used them (the weighted total the helper then replaced), named next to the line that dropped it
+    result = shared_run(tmp_path_factory, f"dropped-term-{how}", "dropped_term.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 11" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if how == "healthy":
+        assert not found and not result.symptoms("frozen-parameters"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("dropped_term.py", "total = score_loss + 0.5"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["modules"] == ["offset"] and values["dropped_op"] == "Tensor.add", values
