@@ -3,6 +3,8 @@
 # Bug: after a refactor the checkpointer reads the optimizer's saved state on resume but never hands it to the
 # optimizer (the load_state_dict call went missing): the weights resume, Adam's moments and step counts restart.
 import os
+import subprocess
+import sys
 import tempfile
 
 import torch
@@ -44,13 +46,18 @@ def train(model, optimizer, steps):
     return loss.item()
 
 
-checkpointer = Checkpointer(tempfile.mkdtemp())
-# the first job: trains and checkpoints
-model = make_model()
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-print("first job", round(train(model, optimizer, 30), 4))
-path = checkpointer.save(30, model, optimizer)
+root = tempfile.mkdtemp()
+if len(sys.argv) > 1 and sys.argv[1] == "first-job":  # the earlier job (its own process): trains, checkpoints
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    print("first job", round(train(model, optimizer, 30), 4))
+    Checkpointer(sys.argv[2]).save(30, model, optimizer)
+    sys.exit(0)
+subprocess.run([sys.executable, __file__, "first-job", root], check=True,
+               env={k: v for k, v in os.environ.items() if not k.startswith("TORCHDOCTOR")})
 # the resumed job: a fresh model and optimizer, restored from the checkpoint
+checkpointer = Checkpointer(root)
+path = os.path.join(root, "step_30")
 model = make_model()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 checkpointer.load_model(model, path)
