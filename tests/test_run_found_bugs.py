@@ -580,3 +580,25 @@ def test_a_term_built_and_left_out_of_the_loss_is_named_where_it_was_last_used(t
     assert found[0]["location"]["line"] == line_of("dropped_term.py", "total = score_loss + 0.5"), found[0]
     values = found[0]["evidence"][0]["values"]
     assert values["modules"] == ["offset"] and values["dropped_op"] == "Tensor.add", values
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "restored", "frozen"])
+def test_eval_mode_switched_on_inside_every_training_step_is_named_at_the_call(tmp_path_factory, validate_report,
+                                                                               how):
+    # the loss puts the model in train mode, then calls a helper whose model.eval() is still in force when the
+    # step's training forward runs: named at the helper's call in the loss; a helper followed by model.train(),
+    # and batch norm frozen once before training, are quiet
+    result = shared_run(tmp_path_factory, f"eval-inside-step-{how}", "eval_inside_step.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 11" in result.stdout + result.stderr
+    found = [s for s in result.symptoms("eval-mode-missing") if s["evidence"][0]["kind"] == "probe"]
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_inside_step.py", "positives = count_positives(model, x)")
+    values = found[0]["evidence"][0]["values"]
+    assert values["switched_in_step"] == 3 and values["train_not_restored"] is True, values
