@@ -602,3 +602,24 @@ def test_eval_mode_switched_on_inside_every_training_step_is_named_at_the_call(t
     assert found[0]["location"]["line"] == line_of("eval_inside_step.py", "positives = count_positives(model, x)")
     values = found[0]["evidence"][0]["values"]
     assert values["switched_in_step"] == 3 and values["train_not_restored"] is True, values
+
+
+# heavy: a torchdoctor run of a Lightning script per case (~8-15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_nan_made_in_a_loss_function_that_lightnings_training_step_calls_is_named(tmp_path_factory, validate_report,
+                                                                                   how):
+    # Lightning calls backward(): the user's frame above it is trainer.fit(...); the loss function is found among
+    # the callees of training_step (user code that Lightning entered) and its 0/0 is named at its line
+    pytest.importorskip("lightning", reason="lightning is an optional test extra")
+    result = shared_run(tmp_path_factory, f"nan-in-lightning-loss-{how}", "nan_in_lightning_loss.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 16" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_lightning_loss.py", "return -torch.log((empty * free)")
+    assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
