@@ -68,6 +68,15 @@ class DroppedTerms:
             if isinstance(t, self.torch.Tensor):
                 self.marks[t] = True
 
+    def made_from_owners(self, t: Any) -> bool:
+        """Whether `t` was made from a watched module's output (True when nothing is followed: no narrowing)."""
+        if not self.armed or self.marks is None:
+            return True
+        try:
+            return t in self.marks
+        except TypeError:
+            return False
+
     def _follow(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         if getattr(func, "__name__", "") == "__get__" or not len(self.marks):
             return

@@ -140,8 +140,8 @@ class GradflowProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
-        if self.dropped.armed and self.localising is not None:
-            self.localising["dropped"] = self.dropped.disarm()
+        if self.localising is not None and "saved" in self.localising:
+            self._close_window()  # the loss is computed: the forward and everything made from it were watched
         if self.detached.armed:
             self.detached.on_backward(tensors)
         n = self.backwards
@@ -298,7 +298,7 @@ class GradflowProbe(Probe):
         probe = self
 
         def watched(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False):
+            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False) and probe.dropped.made_from_owners(t):
                 site = user_site(sys._getframe(1))
                 if site is not None and probe.is_user_file(site[0]):
                     loc["calls"].append({"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)})
@@ -307,9 +307,15 @@ class GradflowProbe(Probe):
         return transparent(watched)
 
     def _forward_end(self, module: Any, output: Any, token: Any) -> None:
+        """The watch stays open past the forward, until the backward of the loss computed from it: the owning
+        modules may run later in the step (a framework's training_step calls them one by one), and the cut may
+        sit in the loss code (`.detach()` on a term)."""
+
+    def _close_window(self) -> None:
         loc = self.localising
         if loc is None or "saved" not in loc:
             return
+        loc["dropped"] = self.dropped.disarm()
         tensor = self.torch.Tensor
         for op, (own, original) in loc.pop("saved").items():
             if own:
@@ -324,8 +330,8 @@ class GradflowProbe(Probe):
     def _localised(self) -> None:
         loc, self.localising = self.localising, None
         assert loc is not None
-        if self.dropped.armed:  # no backward since the watched forward
-            loc["dropped"] = self.dropped.disarm()
+        if "saved" in loc:  # no backward since the watched forward
+            self._close_window()
         cut, unused, unknown = [], [], []
         for entry in loc["owners"].values():
             if not loc["done"]:
@@ -359,8 +365,8 @@ class GradflowProbe(Probe):
             self.classified = True
             self._classify()
         if self.localising is not None:
-            if "saved" in self.localising:  # the script ended inside the localising forward
-                self._forward_end(None, None, True)
+            if "saved" in self.localising:  # the script ended inside the localising window
+                self._close_window()
             self._localised()
         loss = self.loss
         self.emit(

@@ -623,3 +623,25 @@ def test_nan_made_in_a_loss_function_that_lightnings_training_step_calls_is_name
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_in_lightning_loss.py", "return -torch.log((empty * free)")
     assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
+
+
+# heavy: a torchdoctor run of a Lightning script per case (~8-15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_head_cut_off_in_lightnings_training_step_is_named_at_the_detach(tmp_path_factory, validate_report, how):
+    # training_step runs the encoder and the heads as separate top-level calls: the head that gets no gradient runs
+    # after the first one ends, and the cut sits in the loss code; both are watched until the backward
+    pytest.importorskip("lightning", reason="lightning is an optional test extra")
+    result = shared_run(tmp_path_factory, f"lightning-detached-head-{how}", "lightning_detached_head.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 16" in result.stdout + result.stderr
+    if how == "healthy":
+        assert not result.symptoms("non-differentiable") and not result.symptoms("frozen-parameters"), \
+            result.report["symptoms"]
+        return
+    assert not result.symptoms("frozen-parameters"), result.report["symptoms"]  # the aux head does run
+    found = result.symptoms("non-differentiable")
+    line = line_of("lightning_detached_head.py", "recon = recon.detach()")
+    assert found and all(s["location"]["line"] == line for s in found), found
+    assert any("at `.detach()`" in e["summary"] for s in found for e in s["evidence"]), found
