@@ -645,3 +645,16 @@ def test_a_head_cut_off_in_lightnings_training_step_is_named_at_the_detach(tmp_p
     line = line_of("lightning_detached_head.py", "recon = recon.detach()")
     assert found and all(s["location"]["line"] == line for s in found), found
     assert any("at `.detach()`" in e["summary"] for s in found for e in s["evidence"]), found
+
+
+# heavy: a torchdoctor run of a Hugging Face Trainer script (~15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+def test_nan_made_in_a_loss_function_that_a_trainers_compute_loss_calls_is_named(tmp_path_factory, validate_report):
+    # the Trainer's own code calls backward(): the loss function is found among compute_loss's callees
+    pytest.importorskip("transformers", reason="transformers is an optional test extra")
+    result = shared_run(tmp_path_factory, "nan-in-trainer-compute-loss", "nan_in_trainer_compute_loss.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_trainer_compute_loss.py", "return -(torch.log(p) * w)")
