@@ -658,3 +658,21 @@ def test_nan_made_in_a_loss_function_that_a_trainers_compute_loss_calls_is_named
     found = result.symptoms("nan-loss")
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_in_trainer_compute_loss.py", "return -(torch.log(p) * w)")
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_generator_never_zeroed_is_missing_zero_grad_at_its_own_backward(tmp_path_factory, validate_report, how):
+    # the discriminator's backward comes first after the generator's step and does not reach its gradients: the
+    # backward named is the generator's, the one that adds into them; zeroed in place, the twin is quiet
+    result = shared_run(tmp_path_factory, f"gan-missing-zero-grad-{how}", "gan_missing_zero_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 39" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("gan_missing_zero_grad.py", "g_loss.backward()"), found[0]
