@@ -97,6 +97,9 @@ class AccumulationProbe(Probe):
         # next step if no zero_grad() covering the optimizer ran in between.
         self.stale_watch: list[tuple[weakref.ref, weakref.ref, int]] = []
         self.stale_candidate: dict[str, Any] | None = None  # the site of the backward that added into old grads
+        # the latest backward that found the watched gradients untouched: it adds into them if their version moves
+        # before the next backward (with several optimizers, the next backward may not reach them: a GAN's D loss)
+        self.stale_pending: dict[str, Any] | None = None
         self.zeroed_since_step: list[Any] = []  # zero_grad owners since the primary optimizer's last step
         self.stale_steps = 0
         self.stale_checked = 0
@@ -238,7 +241,7 @@ class AccumulationProbe(Probe):
             self.window_input = None
 
     def _backward(self, tensors: Any) -> None:
-        if self.stale_watch and not self.micro and not self.stepping:
+        if self.stale_watch and not self.stepping:
             self._stale_at_backward()
         self.micro += 1
         if not self.window and self.params:
@@ -265,23 +268,41 @@ class AccumulationProbe(Probe):
         return param._version if param is not None else None
 
     def _stale_at_backward(self) -> None:
-        """The first backward since the primary step: are the gradients that step applied still there?"""
-        watch, self.stale_watch = self.stale_watch, []
-        for ref, grad_ref, version in watch:
+        """A backward since the primary step, while the gradients that step applied are watched: did the backward
+        before this one add into them? Else, are they still there, untouched, for this one to add into?"""
+        if self._stale_added():
+            return
+        for ref, grad_ref, version in self.stale_watch:
             param, grad = ref(), grad_ref()
             current = getattr(param, "grad", None) if param is not None else None
             # The same tensor, untouched since the step (zero_() bumps the version; grad = None replaces it),
-            # and not zero (`p.grad.data.zero_()` bypasses the version counter): this backward adds into it.
+            # and not zero (`p.grad.data.zero_()` bypasses the version counter): this backward may add into it.
             if current is None or current is not grad or current._version != version:
+                self.stale_watch, self.stale_pending = [], None
                 return
             if not bool(current.detach().reshape(-1)[:256].any()):
+                self.stale_watch, self.stale_pending = [], None
                 return
-        if watch:
-            self.stale_candidate = here() or {}
+        if self.stale_watch:
+            self.stale_pending = here() or {}
+
+    def _stale_added(self) -> bool:
+        """Whether the backward noted as pending added into the watched gradients (the same tensors, a version
+        moved): that backward is the one a zero_grad() should have preceded."""
+        if self.stale_pending is None:
+            return False
+        for ref, grad_ref, version in self.stale_watch:
+            param, grad = ref(), grad_ref()
+            current = getattr(param, "grad", None) if param is not None else None
+            if current is not None and current is grad and current._version != version:
+                self.stale_candidate, self.stale_pending, self.stale_watch = self.stale_pending, None, []
+                return True
+        return False
 
     def _note_gradients(self, optimizer: Any) -> None:
         """After a primary step: the grad tensors (and versions) of a few of its parameters, for the next backward."""
         self.stale_candidate = None
+        self.stale_pending = None
         self.zeroed_since_step = []
         if self.stale_steps >= self.stale_limit or (self.step > self.stale_dense and self.step % self.stale_every):
             return  # a missing zero_grad() repeats every step: a sample of the steps finds it
@@ -299,9 +320,10 @@ class AccumulationProbe(Probe):
         self.stale_sampled = bool(picked)
 
     def _stale_at_step(self, optimizer: Any) -> None:
-        """The primary optimizer is about to step: did its first backward add into the last step's gradients?"""
+        """The primary optimizer is about to step: did a backward since the last step add into that step's gradients?"""
+        self._stale_added()  # the last backward before this step
         candidate, self.stale_candidate = self.stale_candidate, None
-        self.stale_watch = []
+        self.stale_watch, self.stale_pending = [], None
         if not self.stale_sampled or self.stale_steps >= self.stale_limit:
             return
         self.stale_sampled = False

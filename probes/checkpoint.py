@@ -292,8 +292,12 @@ class CheckpointProbe(Probe):
             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
         )
         self._emit("load", **described)
-        if "optimizer" in described["holds"] and "model" in described["holds"] and self.loaded_optimizer_state is None:
-            self.loaded_optimizer_state = {"site": described["site"], "file": described["file"]}
+        if "optimizer" in described["holds"] and self.loaded_optimizer_state is None and (
+                "model" in described["holds"] or not self.step):
+            # the weights and the optimizer in one file, or the optimizer's own file read before training starts
+            # (a checkpoint saved as several files): state a resume must hand to the optimizer that steps
+            self.loaded_optimizer_state = {"site": described["site"], "file": described["file"],
+                                           "with_model": "model" in described["holds"]}
 
     # -- load_state_dict ---------------------------------------------------------------------------
 
@@ -319,8 +323,8 @@ class CheckpointProbe(Probe):
         missing = list(getattr(result, "missing_keys", []) or [])
         unexpected = list(getattr(result, "unexpected_keys", []) or [])
         total = len(state_dict) if isinstance(state_dict, Mapping) else None
-        if self.loaded_optimizer_state is not None and self.model_restore_site is None and not self.step:
-            self.model_restore_site = here()
+        if self.model_restore_site is None and not self.step:
+            self.model_restore_site = here()  # weights restored before training (the optimizer's file may come next)
         self._emit(
             "load-state-dict",
             what="model",
@@ -412,7 +416,8 @@ class CheckpointProbe(Probe):
         elif self.loaded_optimizer_state is not None and self.model_restore_site is not None:
             self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
-                       model_site=self.model_restore_site, at_step=step)
+                       model_site=self.model_restore_site, at_step=step,
+                       own_file=not self.loaded_optimizer_state.get("with_model"))
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())

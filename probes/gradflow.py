@@ -12,7 +12,10 @@ Measures
   tensor that requires grad, and `Tensor.detach`, `.numpy`, `.item` and
   `.tolist` are watched (patched for that one forward only) for calls from
   the user's code on tensors that require grad: the first such call after
-  the owning module ran is where the graph was cut;
+  the owning module ran is where the graph was cut; when nothing was cut,
+  the values made from those modules' outputs are followed until the next
+  backward (probes/dropped.py): the last op that made one names where a
+  term was built and then left out of the loss;
 - the parameters of the script's models (probes/forwards.py) that hold a
   gradient but belong to no optimizer that steps: they are trained by
   nothing;
@@ -48,6 +51,7 @@ from typing import Any
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.detached import DetachedSummands
+from torchdoctor.probes.dropped import DroppedTerms
 from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.lossgraph import SoftmaxSites, find_double_softmax
 from torchdoctor.probes.patches import backward_watch, compile_watch, user_site
@@ -79,6 +83,7 @@ class GradflowProbe(Probe):
         self.optimizers: list[weakref.ref] = []
         self.classified = False
         self.localising: dict[str, Any] | None = None
+        self.dropped = DroppedTerms(torch, self.is_user_file)
         self.backwards = 0
         self.loss: dict[str, Any] = {"samples": 0, "equal": True, "first": None, "last": None}
         self.loss_site: dict[str, Any] | None = None
@@ -108,6 +113,8 @@ class GradflowProbe(Probe):
             self.optimizers.append(weakref.ref(optimizer))
         if not self.enabled:
             return
+        if self.dropped.mode is not None and not self.dropped.armed:
+            self.dropped.tidy()
         if self.detached.armed:
             # every optimizer's step judges the backwards before it; the watch ends two primary steps later, so
             # that a whole iteration is seen whichever of several optimizers is the primary one
@@ -133,6 +140,8 @@ class GradflowProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         self.backwards += 1
+        if self.localising is not None and "saved" in self.localising:
+            self._close_window()  # the loss is computed: the forward and everything made from it were watched
         if self.detached.armed:
             self.detached.on_backward(tensors)
         n = self.backwards
@@ -257,10 +266,12 @@ class GradflowProbe(Probe):
         for entry in loc["owners"].values():
             loc["hooks"].append(entry["module"].register_forward_hook(self._owner_ran(entry), always_call=True))
         self._patch_cut_ops(loc)
+        self.dropped.arm()
         return True
 
     def _owner_ran(self, entry: dict[str, Any]) -> Any:
         loc = self.localising
+        probe = self
         tensor = self.torch.Tensor
 
         def hook(module: Any, args: Any, output: Any) -> None:
@@ -268,6 +279,7 @@ class GradflowProbe(Probe):
             outs = output if isinstance(output, (tuple, list)) else [output]
             if any(isinstance(o, tensor) and o.requires_grad for o in outs):
                 entry["grad_out"] = True
+            probe.dropped.mark(output)
             if entry["seq"] is None and loc is not None:
                 entry["seq"] = next(loc["seq"])
 
@@ -286,7 +298,7 @@ class GradflowProbe(Probe):
         probe = self
 
         def watched(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False):
+            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False) and probe.dropped.made_from_owners(t):
                 site = user_site(sys._getframe(1))
                 if site is not None and probe.is_user_file(site[0]):
                     loc["calls"].append({"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)})
@@ -295,9 +307,15 @@ class GradflowProbe(Probe):
         return transparent(watched)
 
     def _forward_end(self, module: Any, output: Any, token: Any) -> None:
+        """The watch stays open past the forward, until the backward of the loss computed from it: the owning
+        modules may run later in the step (a framework's training_step calls them one by one), and the cut may
+        sit in the loss code (`.detach()` on a term)."""
+
+    def _close_window(self) -> None:
         loc = self.localising
         if loc is None or "saved" not in loc:
             return
+        loc["dropped"] = self.dropped.disarm()
         tensor = self.torch.Tensor
         for op, (own, original) in loc.pop("saved").items():
             if own:
@@ -312,6 +330,8 @@ class GradflowProbe(Probe):
     def _localised(self) -> None:
         loc, self.localising = self.localising, None
         assert loc is not None
+        if "saved" in loc:  # no backward since the watched forward
+            self._close_window()
         cut, unused, unknown = [], [], []
         for entry in loc["owners"].values():
             if not loc["done"]:
@@ -328,6 +348,7 @@ class GradflowProbe(Probe):
             unused=[{"module": e["name"], "parameters": e["params"][:10], "ran": e["ran"]} for e in unused],
             unknown=[{"module": e["name"], "parameters": e["params"][:10]} for e in unknown],
             call=call,
+            dropped=loc.get("dropped") if call is None and cut else None,
             count=loc["count"],
             unnamed=loc["unnamed"],
         )
@@ -344,8 +365,8 @@ class GradflowProbe(Probe):
             self.classified = True
             self._classify()
         if self.localising is not None:
-            if "saved" in self.localising:  # the script ended inside the localising forward
-                self._forward_end(None, None, True)
+            if "saved" in self.localising:  # the script ended inside the localising window
+                self._close_window()
             self._localised()
         loss = self.loss
         self.emit(

@@ -12,6 +12,12 @@ directly, that ran torch ops and called no module, are the loss functions. Each 
 globals of the module that defines it and of the module that calls it, by a wrapper that hands every
 call's arguments (references, as for a module's call) to the nan probe before running the function.
 
+Under a framework (Lightning's `training_step`, a Hugging Face Trainer's `compute_loss`), `backward()` is called by
+the framework's code, and the user's frame above it is the `trainer.fit(...)` line, which computed nothing: the
+loss was computed in a user function the framework called earlier in the step. There, the user functions that
+library code (not a module's call) entered during the watched step are taken as loops too, and their direct
+callees are the loss functions.
+
 Replay (probes/nanlocate.py) runs such a call again on copies of its tensor arguments, under no_grad and
 the op check: the first op that turns finite inputs into non-finite outputs is named at its line.
 
@@ -22,6 +28,7 @@ popped at the optimizer step after its backward (never left on the stack: every 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,8 +52,11 @@ class LossFunctions:
         # (caller code, callee code) -> [callee's globals, a module ran below the callee]
         self.edges: dict[tuple[Any, Any], list[Any]] = {}
         self.user: dict[Any, bool] = {}  # code object -> the user's own code
+        self.entries: set[Any] = set()  # user code entered from library code that is not a module's call
         self.wrapped: list[str] = []
         self._call_impl = torch.nn.Module._call_impl.__code__
+        self._module_call = {self._call_impl, torch.nn.Module._wrapped_call_impl.__code__}
+        self._torch_root = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
     def arm(self) -> None:
         if self.armed or self.done:
@@ -84,6 +94,10 @@ class LossFunctions:
                 below = True
             elif self._is_user(code):
                 chain.append((code, frame.f_globals, below))
+                caller = frame.f_back
+                if caller is not None and len(self.entries) < 64 and caller.f_code not in self._module_call \
+                        and not self._is_user(caller.f_code):
+                    self.entries.add(code)  # called by library code: a framework's hook (training_step)
             frame = frame.f_back
         for (code, globals_, module_below), (parent, _, _) in zip(chain, chain[1:], strict=False):
             edge = self.edges.get((parent, code))
@@ -105,6 +119,7 @@ class LossFunctions:
         finally:
             self.edges = {}
             self.user = {}
+            self.entries = set()
 
     def tidy(self) -> None:
         """Pop the mode when it is the innermost one. Inside backward() (a torch function the mode's handler runs,
@@ -117,13 +132,18 @@ class LossFunctions:
             self.mode = None
 
     def _wrap_callees(self, caller: Any) -> None:
+        framework = False  # library code other than torch's between backward() and the user's frame
         while caller is not None and not self._is_user(caller.f_code):
+            path = os.path.realpath(caller.f_code.co_filename)
+            if not path.startswith(self._torch_root) and not caller.f_code.co_filename.startswith("<") \
+                    and not _ours(path):
+                framework = True
             caller = caller.f_back
         if caller is None:
             return
-        loop = caller.f_code
+        loops = {caller.f_code} | (self.entries if framework else set())
         for (parent, code), (globals_, module_below) in list(self.edges.items()):
-            if parent is not loop or module_below or len(self.wrapped) >= MAX_FUNCTIONS:
+            if parent not in loops or module_below or len(self.wrapped) >= MAX_FUNCTIONS:
                 continue
             function = globals_.get(code.co_name)
             if getattr(function, "__code__", None) is not code:
@@ -147,3 +167,11 @@ class LossFunctions:
             return function(*args, **kwargs)
 
         return transparent(loss_function)
+
+
+_HERE = os.path.dirname(os.path.realpath(__file__))
+_OURS = tuple(os.path.join(os.path.dirname(_HERE), d) + os.sep for d in ("doctor", "probes", "rules", "specialists"))
+
+
+def _ours(path: str) -> bool:
+    return path.startswith(_OURS)

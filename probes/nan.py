@@ -93,6 +93,7 @@ from torchdoctor.probes.nanlocate import (
     finite,
     locate_backward,
     locate_forward,
+    locate_in_dataset,
     nonfinite_count,
     tensors_in,
 )
@@ -414,8 +415,22 @@ class NanProbe(Probe):
                     out["loader"] = info.index
                     if info.site is not None:
                         out["loader_path"], out["loader_line"] = info.site[0], info.site[1]
+                out.update(self._made_in_dataset())
                 return out
         return {}
+
+    def _made_in_dataset(self) -> dict[str, Any]:
+        """Where the script's dataset code made the batch non-finite: its items fetched again, ops checked."""
+        dataset = self.data.last_dataset() if self.data.last_dataset is not None else None
+        try:
+            made = locate_in_dataset(self.torch, dataset, self.data.last_indices)
+        except Exception as exc:  # noqa: BLE001 - the batch finding stands without it
+            return {"dataset_unlocalised": f"{type(exc).__name__}: {exc}"[:200]}
+        if not made or not made.get("path"):
+            return {}
+        return {"made_op": made.get("op"), "made_path": made["path"], "made_line": made.get("line"),
+                "made_function": made.get("function"), "made_item": made.get("item"),
+                "dataset": type(dataset).__name__}
 
     def _lr(self, search: bool = True) -> float | None:
         opt = self._optimizer() if self._optimizer is not None else (self._find_optimizer() if search else None)

@@ -24,6 +24,11 @@ replay. The first node, in backward execution order,
 that turns finite incoming gradients into non-finite ones is the culprit; the
 forward replay already knows which module and line created it.
 
+A batch that reaches the model already non-finite is not the model's doing: when the DataLoader gave it from a
+map-style dataset, the items of that batch are fetched again (`dataset[i]`, in this process) under the same op
+check, and the first op of the script's dataset code that turned finite values non-finite names the line (a
+0/0 in a transform); code that makes its values outside torch (NumPy) is not seen, and the loader's line stays.
+
 Side effects are contained: the RNG state is forked and restored, buffers
 (BatchNorm running statistics) are saved and restored, and the forward
 replay runs under no_grad. Compiled and DDP-wrapped models are replayed
@@ -231,7 +236,7 @@ def _replayed_site(frame: Any) -> tuple[str, int, str, bool] | None:
     the op and the replay."""
     via_container = False
     while frame is not None:
-        if frame.f_code is _REPLAY_CODE or frame.f_code is _FUNCTION_REPLAY_CODE:
+        if frame.f_code in _REPLAY_CODES:
             return None
         filename = frame.f_code.co_filename
         if not is_library_file(filename):
@@ -368,6 +373,59 @@ def check_inputs(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, An
                     "shape": list(t.shape),
                 }
     return None
+
+
+MAX_ITEMS = 64  # dataset items fetched again to find the op that made a non-finite batch
+
+
+def locate_in_dataset(torch: Any, dataset: Any, indices: Any, budget_s: float = 5.0) -> dict[str, Any] | None:
+    """The op and user line that made a non-finite value while the dataset built the items of one batch.
+
+    The items are fetched again in this process, with every torch call checked; the RNG states are restored
+    after (a random augmentation draws other values than in the real fetch: a value made non-finite only by
+    some draws may not show again). None when no op was seen making one.
+    """
+    from torch.utils.data import IterableDataset
+
+    if dataset is None or isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
+        return None
+    items = indices if isinstance(indices, (list, tuple)) else [indices]
+    items = [i for i in items[:MAX_ITEMS] if isinstance(i, int)]
+    if not items:
+        return None
+    recorder = Recorder(torch, None)  # type: ignore[arg-type]  # no modules are hooked: names is never read
+    started = time.perf_counter()
+    with _states_kept(torch), unwatched(), _ops_mode(torch, recorder):
+        for position, index in enumerate(items):
+            try:
+                dataset[index]
+            except Exception:  # noqa: BLE001 - a dataset that cannot be fetched again here: nothing learnt
+                return None
+            if recorder.first_op is not None:
+                return {**recorder.first_op, "item": index, "item_position": position}
+            if time.perf_counter() - started > budget_s:
+                break
+    return None
+
+
+@contextlib.contextmanager
+def _states_kept(torch: Any) -> Any:
+    """Python's, NumPy's (when imported) and torch's CPU random states, restored on the way out."""
+    import random
+
+    numpy = sys.modules.get("numpy")
+    py_state = random.getstate()
+    np_state = numpy.random.get_state() if numpy is not None else None
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            if numpy is not None:
+                numpy.random.set_state(np_state)
+
+
+_REPLAY_CODES = (_REPLAY_CODE, _FUNCTION_REPLAY_CODE, locate_in_dataset.__code__)  # above them: not the op's caller
 
 
 def check_parameters(names: ModelMap) -> dict[str, Any] | None:

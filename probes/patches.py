@@ -13,7 +13,11 @@ whichever probe asks first — and every probe that cares subscribes:
 - `DataLoader.__init__` (settings and the user's call site), `__iter__` (ties
   an iterator to its loader) and `_BaseDataLoaderIter.__next__` (time blocked
   waiting for a batch): the data and profile probes read the wait, the nan
-  probe the last batch (to tell a non-finite batch from a non-finite model).
+  probe the last batch (to tell a non-finite batch from a non-finite model);
+  while the nan probe keeps the last batch, `_BaseDataLoaderIter._next_index`
+  too: the dataset indices of each batch, kept in the order they were asked
+  for (workers deliver in that order), so that a non-finite batch can be
+  rebuilt item by item to find the line of the script's dataset that made it.
 
 Each wrapper costs one Python call and two `perf_counter` reads (~1 µs).
 A subscriber that raises is switched off, its probe disabled and a
@@ -25,6 +29,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,9 +229,12 @@ class DataWatch:
         self.last_batch: Any = None
         self.last_loader: LoaderInfo | None = None
         self.last_index: int | None = None  # the batch's index within its epoch
+        self.last_indices: Any = None  # the dataset indices the sampler gave for that batch (map-style datasets)
+        self.last_dataset: Any = None  # a weak reference to the dataset the batch came from
         self._orig_init = dl.DataLoader.__init__
         self._orig_iter = dl.DataLoader.__iter__
         self._orig_next = dl._BaseDataLoaderIter.__next__
+        self._orig_next_index = dl._BaseDataLoaderIter._next_index
         watch = self
 
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -260,15 +269,29 @@ class DataWatch:
                 watch.last_batch = batch
                 watch.last_loader = info
                 watch.last_index = getattr(iterator, "_num_yielded", 0) - 1
+                asked = iterator.__dict__.get("_torchdoctor_indices")
+                watch.last_indices = asked.popleft() if asked else None
+                watch.last_dataset = _weak(getattr(iterator, "_dataset", None))
             return batch
 
-        for fn, orig in ((__init__, self._orig_init), (__iter__, self._orig_iter), (__next__, self._orig_next)):
+        def _next_index(iterator: Any) -> Any:
+            index = watch._orig_next_index(iterator)
+            if watch.keep_last:
+                asked = iterator.__dict__.get("_torchdoctor_indices")
+                if asked is None:
+                    asked = iterator._torchdoctor_indices = deque(maxlen=256)  # workers prefetch a few batches
+                asked.append(index)
+            return index
+
+        for fn, orig in ((__init__, self._orig_init), (__iter__, self._orig_iter), (__next__, self._orig_next),
+                         (_next_index, self._orig_next_index)):
             transparent(fn)
             fn.__wrapped__ = orig  # type: ignore[attr-defined]
             fn.__doc__ = orig.__doc__
         dl.DataLoader.__init__ = __init__
         dl.DataLoader.__iter__ = __iter__
         dl._BaseDataLoaderIter.__next__ = __next__
+        dl._BaseDataLoaderIter._next_index = _next_index
 
     def _constructed(self, loader: Any) -> None:
         info = LoaderInfo(index=len(self.loaders) + 1, settings=loader_settings(loader), site=user_site(sys._getframe(2)))
@@ -282,6 +305,15 @@ class DataWatch:
 
     def subscribe(self, probe: Probe, fn: Callable[[Any, LoaderInfo], None]) -> None:
         self.on_loader.append((probe, fn))
+
+
+def _weak(obj: Any) -> Any:
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj  # an object without weak references (a slotted class): held while it is the last
 
 
 _DATA: DataWatch | None = None

@@ -92,6 +92,7 @@ class ValidationProbe(Probe):
         self.measure_forwards = int(opt.get("measure_forwards", 8))
         self.max_pending = int(opt.get("max_pending_forwards", 256))
         self.max_events = int(opt.get("max_events", 50))
+        self.min_switched_steps = int(opt.get("min_switched_steps", 3))
         self.is_dropper = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
         self.droppers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.pending: list[_Forward] = []
@@ -127,6 +128,11 @@ class ValidationProbe(Probe):
         # model.eval() is the line a model left in eval mode comes from. Module.eval is called once per phase
         # (not recursively: it calls train(False)), so wrapping it costs nothing per step.
         self.eval_calls: dict[int, tuple[str, int, str] | None] = {}
+        # model.eval() called on a model that was in train mode, per model: (the optimizer step it fell in, the user's
+        # stack of that call). A forward that step trains in eval mode after it: the script put the model in train
+        # mode and a routine it calls inside the step (a helper reading predictions) switched it off again.
+        self.switched_off: dict[int, tuple[int, tuple[tuple[Any, int], ...]]] = {}
+        self.switched_steps: dict[int, int] = {}
         # model.train() calls between a model.eval() and the next backward: a validation block that switches the
         # model back to training mode before its forwards is named at that call. Module.train recurses into every
         # child, so it is watched only in that window (from eval() to the next backward), never during training.
@@ -142,6 +148,8 @@ class ValidationProbe(Probe):
         def eval(module: Any) -> Any:  # noqa: A001 - it stands for Module.eval
             if probe.enabled and len(probe.eval_calls) < 256:
                 probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
+                if module.training and len(probe.switched_off) < 64:
+                    probe.switched_off[id(module)] = (probe.step, probe._stack(sys._getframe(1)))
             if probe.enabled and not probe.train_watched:
                 probe._watch_train(True)
             return original(module)
@@ -243,8 +251,8 @@ class ValidationProbe(Probe):
                 self.since_eval.add(rec.model)
             rec.after_eval = rec.model in self.since_eval
         rec.step = self.step
-        if not rec.train and rec.droppers[0] and rec.model in self.trained_in_train_mode \
-                and rec.model not in self.not_restored_reported:
+        if not rec.train and rec.droppers[0] and rec.model not in self.not_restored_reported and (
+                rec.model in self.trained_in_train_mode or self.switched_off.get(rec.model, (None,))[0] == self.step):
             rec.stack = self._stack(frame)  # an eval-mode forward of a model that trained in train mode before
         if rec.grad and self.measure_left > 0 and rec.site is not None and rec.site[:2] in self.measure_sites:
             self._measure(rec)
@@ -411,6 +419,10 @@ class ValidationProbe(Probe):
             return
         if rec.updated is False:
             return  # a model in eval mode inside another model's loss (a GAN's critic): this step does not train it
+        switched = self.switched_off.get(rec.model)
+        if switched is not None and switched[0] == rec.step and rec.model not in self.trained_in_train_mode:
+            self._switched_in_step(rec, switched[1], names)
+            return
         if rec.model not in self.last_eval_site:
             return  # no evaluation ran before: eval mode chosen for training itself (frozen batch norm), not left over
         if rec.model in self.trained_in_train_mode and rec.model not in self.not_restored_reported:
@@ -426,6 +438,31 @@ class ValidationProbe(Probe):
                 modules=names[:8],
                 droppers=len(names),
             )
+
+    def _switched_in_step(self, rec: _Forward, eval_stack: tuple[tuple[Any, int], ...], names: list[str]) -> None:
+        """A forward trained in eval mode by the step in which the script switched the model from train mode to eval
+        mode: on `min_switched_steps` steps, the routine that called model.eval() inside the step is named (a loss
+        helper reading predictions, LCFCN #20). A model put in eval mode once, to train with frozen batch norm,
+        is switched before training, not inside each step."""
+        count = self.switched_steps[rec.model] = self.switched_steps.get(rec.model, 0) + 1
+        if count < self.min_switched_steps or rec.model in self.not_restored_reported:
+            return
+        self.not_restored_reported.add(rec.model)
+        call = _evaluation_call(eval_stack, rec.stack)
+        if call is None and eval_stack:  # model.eval() in the training function itself: that line
+            code, line = eval_stack[-1]
+            call = (code.co_filename, line, code.co_name)
+        self._emit(
+            "train-not-restored",
+            model=rec.name,
+            at_step=rec.step,
+            site=as_dict(rec.site),
+            call_site=as_dict(call),
+            eval_call_site=as_dict(self.eval_calls.get(rec.model)),
+            switched_in_step=count,
+            modules=names[:8],
+            droppers=len(names),
+        )
 
     def _evaluation(self, rec: _Forward) -> None:
         self.last_eval_site[rec.model] = rec.site

@@ -281,7 +281,9 @@ def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, 
     assert set(sums) == {0, 1} and len(sums[0]) >= 4 and sums[0] == sums[1], sums
 
 
-@pytest.mark.parametrize("how", ["resume", "pretrained"])
+@pytest.mark.parametrize("how", ["resume", "pretrained",
+                                 # heavy: one more run (~4-8 s); the weights and the optimizer in two files
+                                 pytest.param("separate-resume", marks=pytest.mark.heavy)])
 def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_path_factory, validate_report, how):
     result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
                         "--", how)

@@ -374,6 +374,8 @@ def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assign
     ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
     # heavy: one more run (~4-8 s); the quick suite is at its budget
     pytest.param("handed", "optimizer = type(optimizer)(model.parameters()", "error", marks=pytest.mark.heavy),
+    # heavy: one more run (~4-8 s); the optimizer's own file, read by a helper and dropped: that read is named
+    pytest.param("separate", "state = torch.load(opt_path)", "warning", marks=pytest.mark.heavy),
 ])
 def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factory, validate_report, how, text,
                                                                  severity):
@@ -383,7 +385,7 @@ def test_a_resume_whose_stepping_optimizer_starts_empty_is_named(tmp_path_factor
     found = result.symptoms("resume-optimizer-state-missing")
     assert len(found) == 1 and found[0]["severity"] == severity, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("resume_optimizer.py", text)
-    assert found[0]["evidence"][0]["values"]["how"] == ("never-loaded" if how == "never" else "replaced")
+    assert found[0]["evidence"][0]["values"]["how"] == ("never-loaded" if how in ("never", "separate") else "replaced")
 
 
 @pytest.mark.parametrize(("how", "text"), [("layer", "torch.nn.Linear(16, 16),"),
@@ -504,3 +506,173 @@ def test_no_watch_mode_is_left_on_the_stack_after_its_steps(tmp_path_factory, va
     result = shared_run(tmp_path_factory, "mode-stack", "mode_stack.py", "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.OK)
     assert "modes []" in result.stdout + result.stderr, result.stderr[-2000:]
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_batch_made_non_finite_by_the_datasets_code_is_named_at_its_op(tmp_path_factory, validate_report, how):
+    # the batch reaches the model holding nan: the shuffled sampler's indices for that batch are fetched again and
+    # the 0/0 of the script's transform is named, not the DataLoader's line; the guarded twin draws nothing
+    result = shared_run(tmp_path_factory, f"nan-made-in-dataset-{how}", "nan_made_in_dataset.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 1" in result.stdout + result.stderr
+    if how == "healthy":
+        assert diagnosed(result) == [], result.report["symptoms"]
+        return
+    found = result.symptoms("nonfinite-input")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_made_in_dataset.py", "return (color - lo) / span"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["dataset"] == "Scans" and values["dataset_item"] % 5 == 3, values
+
+
+def test_the_dataset_refetch_restores_the_random_states_and_skips_what_it_cannot_fetch():
+    # the items of a batch are fetched again under the op check: a random augmentation's draws there must not
+    # shift the script's own random streams, and an iterable dataset (no index) is never fetched
+    import random
+
+    import torch
+    from torch.utils.data import IterableDataset
+
+    from torchdoctor.probes.nanlocate import locate_in_dataset
+
+    class Jitter(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            x = torch.rand(4) + random.random()
+            return x / (x - x) if i == 2 else x
+
+    torch.manual_seed(3)
+    random.seed(3)
+    made = locate_in_dataset(torch, Jitter(), [0, 1, 2, 3])
+    assert made is not None and made["item"] == 2 and made["op"] == "Tensor.div", made
+    assert made["line"] == next(n for n, text in enumerate(open(__file__).read().splitlines(), 1)
+                                if "return x / (x - x)" in text)
+    after = (torch.rand(1).item(), random.random())
+    torch.manual_seed(3)
+    random.seed(3)
+    assert after == (torch.rand(1).item(), random.random())
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield torch.zeros(1) / 0
+
+    assert locate_in_dataset(torch, Stream(), [None]) is None
+    assert locate_in_dataset(torch, Jitter(), [0, 1]) is None
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_term_built_and_left_out_of_the_loss_is_named_where_it_was_last_used(tmp_path_factory, validate_report,
+                                                                                 how):
+    # the offset head runs with a graph and nothing detaches its output: its values are followed to the last op
+    # that used them (the weighted total the helper then replaced), named next to the line that dropped it
+    result = shared_run(tmp_path_factory, f"dropped-term-{how}", "dropped_term.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 11" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if how == "healthy":
+        assert not found and not result.symptoms("frozen-parameters"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("dropped_term.py", "total = score_loss + 0.5"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["modules"] == ["offset"] and values["dropped_op"] == "Tensor.add", values
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "restored", "frozen"])
+def test_eval_mode_switched_on_inside_every_training_step_is_named_at_the_call(tmp_path_factory, validate_report,
+                                                                               how):
+    # the loss puts the model in train mode, then calls a helper whose model.eval() is still in force when the
+    # step's training forward runs: named at the helper's call in the loss; a helper followed by model.train(),
+    # and batch norm frozen once before training, are quiet
+    result = shared_run(tmp_path_factory, f"eval-inside-step-{how}", "eval_inside_step.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 11" in result.stdout + result.stderr
+    found = [s for s in result.symptoms("eval-mode-missing") if s["evidence"][0]["kind"] == "probe"]
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_inside_step.py", "positives = count_positives(model, x)")
+    values = found[0]["evidence"][0]["values"]
+    assert values["switched_in_step"] == 3 and values["train_not_restored"] is True, values
+
+
+# heavy: a torchdoctor run of a Lightning script per case (~8-15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_nan_made_in_a_loss_function_that_lightnings_training_step_calls_is_named(tmp_path_factory, validate_report,
+                                                                                   how):
+    # Lightning calls backward(): the user's frame above it is trainer.fit(...); the loss function is found among
+    # the callees of training_step (user code that Lightning entered) and its 0/0 is named at its line
+    pytest.importorskip("lightning", reason="lightning is an optional test extra")
+    result = shared_run(tmp_path_factory, f"nan-in-lightning-loss-{how}", "nan_in_lightning_loss.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 16" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_lightning_loss.py", "return -torch.log((empty * free)")
+    assert "in specificity_loss" in found[0]["evidence"][0]["summary"], found[0]
+
+
+# heavy: a torchdoctor run of a Lightning script per case (~8-15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_head_cut_off_in_lightnings_training_step_is_named_at_the_detach(tmp_path_factory, validate_report, how):
+    # training_step runs the encoder and the heads as separate top-level calls: the head that gets no gradient runs
+    # after the first one ends, and the cut sits in the loss code; both are watched until the backward
+    pytest.importorskip("lightning", reason="lightning is an optional test extra")
+    result = shared_run(tmp_path_factory, f"lightning-detached-head-{how}", "lightning_detached_head.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 16" in result.stdout + result.stderr
+    if how == "healthy":
+        assert not result.symptoms("non-differentiable") and not result.symptoms("frozen-parameters"), \
+            result.report["symptoms"]
+        return
+    assert not result.symptoms("frozen-parameters"), result.report["symptoms"]  # the aux head does run
+    found = result.symptoms("non-differentiable")
+    line = line_of("lightning_detached_head.py", "recon = recon.detach()")
+    assert found and all(s["location"]["line"] == line for s in found), found
+    assert any("at `.detach()`" in e["summary"] for s in found for e in s["evidence"]), found
+
+
+# heavy: a torchdoctor run of a Hugging Face Trainer script (~15 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+def test_nan_made_in_a_loss_function_that_a_trainers_compute_loss_calls_is_named(tmp_path_factory, validate_report):
+    # the Trainer's own code calls backward(): the loss function is found among compute_loss's callees
+    pytest.importorskip("transformers", reason="transformers is an optional test extra")
+    result = shared_run(tmp_path_factory, "nan-in-trainer-compute-loss", "nan_in_trainer_compute_loss.py",
+                        "--fail-on", "never")
+    assert_sound(result, validate_report, exitcodes.OK)
+    found = result.symptoms("nan-loss")
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_trainer_compute_loss.py", "return -(torch.log(p) * w)")
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_generator_never_zeroed_is_missing_zero_grad_at_its_own_backward(tmp_path_factory, validate_report, how):
+    # the discriminator's backward comes first after the generator's step and does not reach its gradients: the
+    # backward named is the generator's, the one that adds into them; zeroed in place, the twin is quiet
+    result = shared_run(tmp_path_factory, f"gan-missing-zero-grad-{how}", "gan_missing_zero_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 39" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("gan_missing_zero_grad.py", "g_loss.backward()"), found[0]

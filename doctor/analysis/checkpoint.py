@@ -60,6 +60,15 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 + " and took its first step with empty state (Adam's moments, momentum buffers and step count "
                 "start from zero, as in a fresh run)")
         where = built or e.get("restored_site")
+    elif e.get("own_file"):
+        # the optimizer's state came from its own file: the line that read it and handed it to no optimizer
+        load = e.get("load_site") or {}
+        text = (f"the optimizer state read from {e.get('file') or 'its file'}"
+                + (f" (line {load.get('line')}, in {load.get('function')})" if load.get("line") else "")
+                + f" next to the restored weights was never loaded into an optimizer (no load_state_dict ran): the "
+                f"{e.get('stepping_type')} took its first step with empty state, so the resumed run restarts its "
+                "optimizer from scratch")
+        where = e.get("load_site") or e.get("model_site")
     else:
         text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
                 f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "

@@ -134,6 +134,16 @@ def _gradless(run: RunEvidence, rank: int, params: dict[str, Any], gradless: dic
             values["op"] = call["op"]
             where = location(run, call.get("site"))
             text += f", at `{call['op']}`" + (f" on line {where.line}" if where and where.line else "")
+        elif gradless.get("dropped"):
+            # nothing cut the graph: the values made from those modules went into a term no backward used
+            dropped = gradless["dropped"]
+            values["dropped_op"] = dropped.get("op")
+            where = location(run, dropped.get("site"))
+            text = (f"{plural(len(names), 'trainable parameter')} of {modules} got no gradient in "
+                    f"{plural(checks, 'step')} although {'that module runs' if len(cut) == 1 else 'those modules run'} "
+                    "with autograd recording and nothing detached their output: the values made from it last went "
+                    f"into `{dropped.get('op')}`" + (f" on line {where.line}" if where and where.line else "")
+                    + ", a result the backward did not use (a term computed and then left out of the loss)")
         out.symptoms.append(run.symptom("non-differentiable", probe=PROBE, summary=text, values=values,
                                         location=where, rank=rank))
     for key, cause, why in (

@@ -114,6 +114,13 @@ def _input_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Sympto
     if event.get("loader_path") and event.get("loader_line"):
         location = run.location(event["loader_path"], event["loader_line"])
         values["loader_index"] = event.get("loader")
+    if event.get("made_path") and event.get("made_line"):
+        # the dataset's own code made it: that line, not the DataLoader's, is the one to change
+        location = run.location(event["made_path"], event["made_line"])
+        values.update(made_op=event.get("made_op"), dataset_item=event.get("made_item"), dataset=event.get("dataset"))
+        summary += (f"; fetching that batch's items again, `{event.get('made_op')}` in "
+                    f"`{event.get('made_function') or '?'}` (line {event['made_line']}) turned finite values "
+                    f"non-finite while {event.get('dataset') or 'the dataset'} built item {event.get('made_item')}")
     return run.symptom("nonfinite-input", probe=PROBE, summary=summary, values=_clean(values), location=location,
                        step=step, rank=rank)
 

@@ -124,6 +124,17 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
                    f"{call.get('function')})" if call else
                    f"model.train() was not called after the model.eval() of line {r['eval_call_site'].get('line')}"
                    if r.get("eval_call_site") else "model.train() was not called after evaluation"))
+        if r.get("switched_in_step"):
+            # switched off inside the training step itself, every step: no evaluation phase to come back from
+            off = r.get("eval_call_site") or {}
+            values["switched_in_step"] = r["switched_in_step"]
+            text = (f"on {plural(r['switched_in_step'], 'training step')} {r.get('model')} was in train mode and then "
+                    f"switched to eval mode"
+                    + (f" by model.eval() on line {off.get('line')} (in {off.get('function')})" if off.get("line") else "")
+                    + (f", which line {call.get('line')} (in {call.get('function')}) runs" if call and
+                       call.get("line") != off.get("line") else "")
+                    + f", before the forward that step trained: its {modules} train in eval mode; model.train() "
+                    "belongs after that call")
         # Where model.train() belongs: after the call that ran the evaluation (validate(), eval_net(...)), not at
         # the evaluation's own forward, which is right to run in eval mode.
         # Inline evaluation: the model.eval() call that put it in eval mode, else the evaluation's forward.

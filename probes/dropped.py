@@ -1,0 +1,128 @@
+"""Where a loss term that trains some modules was left out of the loss: the last op on values made from them.
+
+When trainable parameters got no gradient although their module ran with autograd recording, the gradflow
+probe watches one forward to see which call cut the graph (`.detach()`, `.item()`, ...). Often nothing was cut:
+the module's output went into a term that the script computed and then did not use (a line left over from a
+test, `total_loss = score_loss`, tom-roddick/oft #6). For that same forward and until the backward after it, a
+TorchFunctionMode marks the tensors made from those modules' outputs and keeps the last op of the script's
+code that made one with a graph: where the values last went before they were dropped. That line (the
+weighted sum no backward used) sits next to the line that dropped it.
+
+Cost: one forward and its loss under the mode, once per run, only after such parameters were seen.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torchdoctor.probes.nanlocate import op_name
+from torchdoctor.probes.patches import user_site
+from torchdoctor.probes.sites import as_dict
+
+MAX_ARGS = 16  # tensor arguments looked at per op (a torch.cat of many parts is judged by its first ones)
+
+
+class DroppedTerms:
+    """Marks the values derived from some modules' outputs during one forward and the loss after it."""
+
+    def __init__(self, torch: Any, is_user_file: Any) -> None:
+        self.torch = torch
+        self.is_user_file = is_user_file
+        self.armed = False
+        self.mode: Any = None
+        self.marks: Any = None
+        self.last: dict[str, Any] | None = None
+        self.ops = 0
+
+    def arm(self) -> None:
+        if self.armed:
+            return
+        from torch.overrides import TorchFunctionMode
+        from torch.utils.weak import WeakTensorKeyDictionary
+
+        watch = self
+        self.marks = WeakTensorKeyDictionary()
+        self.last = None
+
+        class DroppedWatch(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                out = func(*args, **(kwargs or {}))
+                if not watch.armed:  # left on the stack under a mode the script pushed later: inert
+                    return out
+                try:
+                    watch._follow(func, args, kwargs, out)
+                except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
+                    pass
+                return out
+
+        self.mode = DroppedWatch()
+        self.mode.__enter__()
+        self.armed = True
+
+    def mark(self, output: Any) -> None:
+        """A watched module's output: every tensor in it starts a mark."""
+        if not self.armed:
+            return
+        for t in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(t, self.torch.Tensor):
+                self.marks[t] = True
+
+    def made_from_owners(self, t: Any) -> bool:
+        """Whether `t` was made from a watched module's output (True when nothing is followed: no narrowing)."""
+        if not self.armed or self.marks is None:
+            return True
+        try:
+            return t in self.marks
+        except TypeError:
+            return False
+
+    def _follow(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if getattr(func, "__name__", "") == "__get__" or not len(self.marks):
+            return
+        tensor, marks = self.torch.Tensor, self.marks
+        seen = 0
+        hit = False
+        for value in (*args, *(kwargs or {}).values()):
+            parts = value if isinstance(value, (tuple, list)) else (value,)
+            for part in parts:
+                if isinstance(part, tensor):
+                    seen += 1
+                    if part in marks:
+                        hit = True
+                        break
+                if seen >= MAX_ARGS:
+                    break
+            if hit or seen >= MAX_ARGS:
+                break
+        if not hit:
+            return
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        graph = False
+        for t in outs:
+            if isinstance(t, tensor):
+                marks[t] = True
+                graph = graph or t.requires_grad
+        if graph:
+            site = user_site(sys._getframe(2))
+            if site is not None and self.is_user_file(site[0]):
+                self.ops += 1
+                self.last = {"op": op_name(func), "site": as_dict(site)}
+
+    def disarm(self) -> dict[str, Any] | None:
+        """Stop following; the last op of the script's code that made a marked value with a graph."""
+        if not self.armed:
+            return None
+        self.armed = False
+        self.tidy()
+        self.marks = None
+        last, self.last = self.last, None
+        return last
+
+    def tidy(self) -> None:
+        """Pop the mode when it is the innermost one; under a mode the script entered later, ours stays inert."""
+        from torch.overrides import _get_current_function_mode
+
+        if self.mode is not None and _get_current_function_mode() is self.mode:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
