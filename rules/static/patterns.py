@@ -574,9 +574,9 @@ def _floored(index: Index, expr: ast.AST, depth: int) -> bool:
             return True  # `p - eps`, `p * (1 - 2 * eps) + eps`: arithmetic that moves it off the bounds
         if isinstance(expr, ast.Call):
             func = expr.func
-            name = func.attr if isinstance(func, ast.Attribute) else (index.resolve(func) or "").rsplit(".", 1)[-1]
-            if name in _FLOORS:
-                return True
+            name = func.attr if isinstance(func, ast.Attribute) else (index.resolve(func) or dotted(func) or "").rsplit(".", 1)[-1]
+            if name in _FLOORS or "clip" in name.lower() or "clamp" in name.lower():
+                return True  # also the project's own clamp (yolov4-pytorch's `self.clip_by_tensor(pred, eps, 1 - eps)`)
             if isinstance(func, ast.Attribute) and func.attr in _SAME_VALUE:
                 expr = func.value
                 continue

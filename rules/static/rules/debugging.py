@@ -1109,6 +1109,7 @@ def _squashed_by_a_caller(index: Index, node: ast.AST, inner: ast.AST) -> bool:
     if params and params[0] in ("self", "cls"):
         params = params[1:]
     used = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)} & set(params)
+    used -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}  # rebound here
     for call in index.callers(fn):
         for name in used:
             arg = kwarg(call, name, params.index(name))
