@@ -598,6 +598,8 @@ def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> 
     `model(x)`, so position 0 of `train` feeds the loss too. Followed through three calls, module-level functions
     only (what another file can import and call)."""
     out = dict(fed)
+    if not fed:
+        return out  # most files feed no model parameter to a cross-entropy loss: nothing to follow
     for _ in range(3):
         added = False
         for fn in index.functions.values():
