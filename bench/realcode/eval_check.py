@@ -264,12 +264,14 @@ def score_healthy(
     }
     rows: list[dict[str, Any]] = []
     seen: set[Key] = set()
+    below: set[Key] = set()  # still reported, under the severity floor (a rule calibrated to info, a milder shape)
     for out in outcomes:
         p = out.project
         for f in out.findings:
-            if SEVERITY_RANK.get(str(f.get("severity")), 0) < min_rank:
-                continue
             if codes and not str(f.get("code", "")).startswith(codes):
+                continue
+            if SEVERITY_RANK.get(str(f.get("severity")), 0) < min_rank:
+                below.add(finding_key(p.repo, p.commit, f))
                 continue
             key = finding_key(p.repo, p.commit, f)
             if key in seen:  # two manifest entries sharing a file report it once
@@ -301,6 +303,7 @@ def score_healthy(
         j
         for key, j in verdicts.items()
         if key not in seen
+        and key not in below
         and (key[0], key[1]) in checked
         and SEVERITY_RANK.get(j.get("severity", "warning"), 1) >= min_rank
     ]
@@ -311,6 +314,10 @@ def score_healthy(
         "by_style": precision_table(rows, "style"),
         "by_repo": precision_table(rows, "repo"),
         "rows": rows,
+        "judged_below_floor": Counter(
+            j["verdict"] for key, j in verdicts.items()
+            if key in below and key not in seen and SEVERITY_RANK.get(j.get("severity", "warning"), 1) >= min_rank
+        ),
         "judged_not_reported": [
             {**{k: j.get(k) for k in ("repo", "commit", "path", "line", "cell", "code", "verdict", "reason")},
              "moved": j.get("verdict") == "true" and (j["repo"], j["commit"], j["path"], j["code"]) in still}
@@ -483,6 +490,9 @@ def print_healthy(h: dict[str, Any], list_unjudged: bool) -> None:
     print_precision("precision by rule", h["by_rule"])
     print_precision("precision by style", h["by_style"])
     print_precision("precision by repository", h["by_repo"])
+    lowered = h.get("judged_below_floor") or {}
+    if lowered:
+        print(f"\njudged findings still reported, now below the severity floor: {dict(lowered)}")
     gone = h["judged_not_reported"]
     if gone:
         counts = Counter(j["verdict"] for j in gone)

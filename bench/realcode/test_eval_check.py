@@ -205,6 +205,17 @@ def test_precision_recall_and_unjudged(
 
     found = {r["id"]: r["found"] for r in report["bugs"]["rows"]}
     assert found == {"t-001": True, "t-002": False}  # line 30 is far from the TD410 finding
+
+    # A true finding judged when it was an error and now reported at warning (a rule calibrated down) is below the
+    # floor of --min-severity error: still reported, not lost.
+    rows_then = [json.loads(line) for line in Path(judged).read_text().splitlines()]
+    for row in rows_then:
+        row["severity"] = "error" if row["line"] == 4 else row.get("severity", "warning")
+    judged_then = write_jsonl(tmp_path / "judged_then.jsonl", rows_then)
+    high = run(corpus, capsys, "--manifest", manifest, "--judged", judged_then, "--no-bugs", "--min-severity", "error")
+    assert high["healthy"]["rows"] == []
+    assert high["healthy"]["judged_below_floor"] == {"true": 1}
+    assert 4 not in {j["line"] for j in high["healthy"]["judged_not_reported"]}
     assert report["bugs"]["by_family"]["zero-grad-missing"]["recall"] == 0.5
 
 
