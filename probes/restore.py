@@ -54,6 +54,10 @@ _CLASSES = (
 )
 _MODULES = ("torch", "torch.autograd", "torch.nn.utils", "torch.nn.utils.clip_grad", "torch.serialization",
             "torch.cuda")
+# Dynamo keeps `nn.Module.__init__` as it was when it was first imported (mutation_guard, and the modules that import
+# the name from it): imported during the block (a first torch.compile, a package that registers with dynamo), it
+# keeps our wrapper unless its modules are restored too.
+_DYNAMO = "torch._dynamo"
 _HOOK_MODULES = ("torch.nn.modules.module", "torch.optim.optimizer")
 _SINGLETONS = (
     ("torchdoctor.probes.forwards", "_WATCH"),
@@ -93,6 +97,8 @@ def _namespaces() -> list[Any]:
     from torchdoctor.probes.patches import subclasses_of
 
     out: list[Any] = [sys.modules[m] for m in _MODULES if m in sys.modules]
+    out += [m for name, m in list(sys.modules.items())
+            if m is not None and (name == _DYNAMO or name.startswith(_DYNAMO + ".")) and m not in out]
     for spec in _CLASSES:
         cls = _lookup(spec)
         if isinstance(cls, type):

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -219,6 +220,28 @@ def test_the_process_is_as_before_after_the_block_and_a_second_block_counts_afre
     _train(torch, model, 2)  # plain training after both blocks: nothing of ours runs
     assert not list((tmp_path / "two").glob("*.tmp"))
     assert _functions_of_ours_in_torch() == []
+
+
+def test_dynamo_first_imported_inside_the_block_gets_torchs_module_init_back(tmp_path):
+    # Dynamo saves nn.Module.__init__ when it is first imported; inside the block that is our wrapper. A fresh
+    # process, since this one may have imported dynamo already.
+    script = tmp_path / "first_dynamo.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        import torch
+        import torchdoctor
+        assert "torch._dynamo" not in sys.modules
+        original = torch.nn.Module.__init__
+        with torchdoctor.watch(out={str(tmp_path / "out")!r}, show=False):
+            torch.nn.Linear(2, 2)
+            import torch._dynamo.variables.misc
+        assert torch.nn.Module.__init__ is original
+        assert torch._dynamo.mutation_guard.unpatched_nn_module_init is original
+        assert torch._dynamo.variables.misc.unpatched_nn_module_init is original
+        print("restored")
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("restored"), proc.stderr[-2000:]
 
 
 def _functions_of_ours_in_torch() -> list[str]:
