@@ -34,6 +34,10 @@ class DroppedTerms:
         self.marks: Any = None
         self.last: dict[str, Any] | None = None
         self.ops = 0
+        # A host read (`.item()`) of a value that a graph op also consumed is a log line, not where the graph was
+        # cut: reads waits for the consuming op, consumed for the read (either may come first).
+        self.reads: Any = None
+        self.consumed: Any = None
 
     def arm(self) -> None:
         if self.armed:
@@ -43,6 +47,8 @@ class DroppedTerms:
 
         watch = self
         self.marks = WeakTensorKeyDictionary()
+        self.reads = WeakTensorKeyDictionary()
+        self.consumed = WeakTensorKeyDictionary()
         self.last = None
 
         class DroppedWatch(TorchFunctionMode):
@@ -82,20 +88,20 @@ class DroppedTerms:
             return
         tensor, marks = self.torch.Tensor, self.marks
         seen = 0
-        hit = False
+        hit = None
         for value in (*args, *(kwargs or {}).values()):
             parts = value if isinstance(value, (tuple, list)) else (value,)
             for part in parts:
                 if isinstance(part, tensor):
                     seen += 1
                     if part in marks:
-                        hit = True
+                        hit = part
                         break
                 if seen >= MAX_ARGS:
                     break
-            if hit or seen >= MAX_ARGS:
+            if hit is not None or seen >= MAX_ARGS:
                 break
-        if not hit:
+        if hit is None:
             return
         outs = out if isinstance(out, (tuple, list)) else (out,)
         graph = False
@@ -104,10 +110,25 @@ class DroppedTerms:
                 marks[t] = True
                 graph = graph or t.requires_grad
         if graph:
+            self.consumed[hit] = True
+            for call in self.reads.get(hit, ()):
+                call["read"] = True
             site = user_site(sys._getframe(2))
             if site is not None and self.is_user_file(site[0]):
                 self.ops += 1
                 self.last = {"op": op_name(func), "site": as_dict(site)}
+
+    def note_read(self, t: Any, call: dict[str, Any]) -> None:
+        """A cutting call on `t` (gradflow's `.item()`, `.detach()`, ...): marked a read once a graph op uses `t`."""
+        if not self.armed or self.reads is None:
+            return
+        try:
+            if t in self.consumed:
+                call["read"] = True
+            else:
+                self.reads.setdefault(t, []).append(call)
+        except TypeError:
+            pass
 
     def disarm(self) -> dict[str, Any] | None:
         """Stop following; the last op of the script's code that made a marked value with a graph."""
@@ -115,7 +136,7 @@ class DroppedTerms:
             return None
         self.armed = False
         self.tidy()
-        self.marks = None
+        self.marks = self.reads = self.consumed = None
         last, self.last = self.last, None
         return last
 

@@ -301,7 +301,9 @@ class GradflowProbe(Probe):
             if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False) and probe.dropped.made_from_owners(t):
                 site = user_site(sys._getframe(1))
                 if site is not None and probe.is_user_file(site[0]):
-                    loc["calls"].append({"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)})
+                    call = {"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)}
+                    loc["calls"].append(call)
+                    probe.dropped.note_read(t, call)
             return original(t, *args, **kwargs)
 
         return transparent(watched)
@@ -341,7 +343,9 @@ class GradflowProbe(Probe):
         first_seq = min((e["seq"] for e in cut if e["seq"] is not None), default=None)
         call = None
         if first_seq is not None:
-            call = next((c for c in loc["calls"] if c["seq"] > first_seq), None)
+            # a host read of a value a graph op also used (`log = loss_term.item()`) did not cut the graph
+            call = next(({k: v for k, v in c.items() if k != "read"} for c in loc["calls"]
+                         if c["seq"] > first_seq and not c.get("read")), None)
         self.emit(
             "gradless",
             cut=[{"module": e["name"], "parameters": e["params"][:10]} for e in cut],

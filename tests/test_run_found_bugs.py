@@ -519,7 +519,9 @@ def test_a_batch_made_non_finite_by_the_datasets_code_is_named_at_its_op(tmp_pat
     assert_sound(result, validate_report, exitcodes.OK)
     assert "done 1" in result.stdout + result.stderr
     if how == "healthy":
-        assert diagnosed(result) == [], result.report["symptoms"]
+        # the twin is about the nan: timing symptoms (a data wait on a loaded machine) are not its question
+        nan_ids = {"nonfinite-input", "nan-loss", "nonfinite-grad", "fp16-overflow"}
+        assert not [s for s in diagnosed(result) if s["id"] in nan_ids], result.report["symptoms"]
         return
     found = result.symptoms("nonfinite-input")
     assert len(found) == 1, result.report["symptoms"]
