@@ -167,20 +167,20 @@ def symptom_of(result: Result) -> Symptom:
 
 
 def level_for(result: Result, levels: dict[str, str]) -> str:
-    """The finding's severity under the config's `severity` table (the longest matching code prefix decides). The
-    table sets the rule's level, raising a calibrated rule back or lowering one; a finding the rule itself
-    reported below its own level (a milder shape of the problem) is never raised above what it reported, and a
-    rule's own bug (TD000) keeps its level."""
+    """The finding's severity under the config's `severity` table: the most specific matching selector decides,
+    as for select/ignore. The table sets the rule's level, raising a calibrated rule back or lowering one; a finding
+    the rule itself reported below its own level (a milder shape of the problem) is never raised above what it
+    reported, and a rule's own bug (TD000) keeps its level."""
     finding = result.finding
     if not levels or finding.code == "TD000":
         return finding.severity
-    matches = [prefix for prefix in levels if prefix == "ALL" or finding.code.startswith(prefix)]
-    if not matches:
-        return finding.severity
-    level = levels[max(matches, key=lambda p: 0 if p == "ALL" else len(p))]
     from torchdoctor.rules.static import registry
     from torchdoctor.rules.static.api import milder
 
+    matches = [p for p in levels if finding.code.startswith(registry.normalise_selector(p))]
+    if not matches:
+        return finding.severity
+    level = levels[max(matches, key=lambda p: len(registry.normalise_selector(p)))]
     rule = registry.rules().get(finding.code)
     if rule is not None and result.reported and result.reported != rule.doc.severity:
         return milder(level, result.reported)

@@ -1,8 +1,8 @@
 """TD506 / TD507 beyond the table-driven fixtures: which host waits are warnings and which are info.
 
 Running totals and histories (`total += loss.item()`), and synchronisations that only time the step, still wait
-every step; they are reported at info severity, the shapes TD507/TD506 flagged before stay warnings, and a
-log-interval guard silences both. The fixtures themselves run in tests/test_check_rules.py.
+every step; they are reported at info severity and stay below the rule's level when a project raises TD507
+(calibrated to info by default), and a log-interval guard silences both. The fixtures themselves run in tests/test_check_rules.py.
 """
 
 from __future__ import annotations
