@@ -55,6 +55,7 @@ class ForwardWatch:
         self._candidates: list[weakref.ref] = []
         self._candidate_ids: set[int] = set()
         self._depth = 0
+        self._inside = 0  # hooked models running now, one inside another (after the first optimizer step)
         self._tokens: list[list[Any]] = []
         # The first positional tensor of the latest top-level forward as (id, storage address, version), or None:
         # the accumulation probe tells micro-batches from several losses of one batch. A key, not the tensor:
@@ -184,7 +185,13 @@ class ForwardWatch:
         module_class.__getstate__ = transparent(__getstate__)
 
     def _instance_pre(self, module: Any, args: Any) -> None:
-        if not self.paused:
+        if self.paused:
+            return
+        # A model's forward can run another model inside it (an agent's forward running its actor and critic
+        # heads, each called on its own elsewhere and so a model too; a wrapper around a model also called bare):
+        # that inner call is part of the outer forward, not a top-level forward of its own.
+        self._inside += 1
+        if self._inside == 1:
             self.input_key = self._key(args)
             self._start(module)
 
@@ -198,7 +205,10 @@ class ForwardWatch:
             return None
 
     def _instance_post(self, module: Any, args: Any, output: Any) -> None:
-        if not self.paused:
+        if self.paused:
+            return
+        self._inside = max(self._inside - 1, 0)
+        if self._inside == 0:
             self._end(module, output)
 
     # -- subscribers ---------------------------------------------------------------------------

@@ -46,3 +46,20 @@ def test_a_gradient_reversal_layer_is_a_deliberate_transform_not_a_bad_backward(
         result.run["measurements"]["gradcheck"]["summary"])
     assert any("`GradReverse`" in n and "deliberate gradient transform" in n for n in result.report["notes"])
     assert any("`RoundThrough`" in n and "straight-through" in n for n in result.report["notes"])
+
+
+# Two runs of ~10 s each: heavy, to keep the default suite inside its budget.
+@pytest.mark.heavy
+def test_heads_run_inside_the_agents_forward_are_part_of_it_not_evaluations(tmp_path_factory, validate_report):
+    # Found on Lightning's Fabric PPO example: the critic head, called alone in rollouts, was judged an evaluation
+    # with grad when the agent's forward ran it inside the update, whose loss does use it.
+    healthy = shared_run(tmp_path_factory, "actor-critic-heads", "actor_critic_heads.py", "--fail-on", "warning")
+    assert_sound(healthy, validate_report, exitcodes.OK)
+    assert diagnosed(healthy) == [], healthy.report["symptoms"]
+    counts = healthy.run["measurements"]["validation"]
+    assert counts["eval_grad"] == 0 and counts["trained"] == 24, counts  # 12 updates x 2 epochs, one per forward
+    scored = shared_run(tmp_path_factory, "actor-critic-heads-eval", "actor_critic_heads.py", "--fail-on", "never",
+                        "--", "--eval-with-grad")
+    assert_sound(scored, validate_report, exitcodes.OK)
+    [found] = scored.symptoms("eval-without-no-grad")
+    assert found["location"]["line"] == line_of("actor_critic_heads.py", "score = agent("), found
