@@ -320,6 +320,22 @@ def test_a_shell_command_continued_with_backslashes_is_one_shell_line():
     assert unit.text.split("\n") == ["pass", "x = 1 + \\", "    2", ""]
 
 
+def test_a_percent_operator_on_a_continuation_line_is_python_not_a_magic():
+    # d2l's notebooks: `print('epoch %d, loss %.4f'` then `      % (epoch + 1, l))` on the next line. Inside an
+    # open bracket, a triple-quoted string or after a backslash, IPython reads `%` as the operator, and so do we;
+    # a magic at the start of a statement after the bracket closes is still a magic.
+    from torchdoctor.rules.static.sources import notebook_unit
+
+    code = ("for epoch in range(2):\n    print('epoch %d, loss %f'\n          % (epoch + 1, 0.5))\n"
+            "x = 'a' \\\n    % ()\ndoc = \"\"\"(\n% not a magic\n\"\"\"\n%matplotlib inline\n" + LEAK)
+    lines = notebook_unit("d2l.ipynb", _notebook(code, 0)).text.split("\n")
+    assert lines[2] == "          % (epoch + 1, 0.5))" and lines[4] == "    % ()" and lines[6] == "% not a magic"
+    assert lines[8] == "pass", lines[:9]
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    found = {(r.finding.code, r.finding.line) for r in analyse_bytes(_notebook(code, 0), "d2l.ipynb", options).results}
+    assert not [f for f in found if f[0] == "TD000"] and any(c == "TD101" for c, _ in found), found
+
+
 def test_a_databricks_notebook_exported_as_python_has_its_shell_lines_neutralised():
     # dolly's train_dolly.py: `# Databricks notebook source`, then cells with `!deepspeed ... \` continued over
     # several lines. Without the header the same text is a syntax error (TD000), as it would be for Python.

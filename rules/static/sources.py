@@ -175,19 +175,59 @@ _TIMED = re.compile(r"^(\s*)%(?:time|timeit)\s+(?!-)(\S.*)$")
 def _neutralise_cell(lines: list[str]) -> list[str]:
     """Each line through `_neutralise`; a magic or shell line that ends in a backslash goes on to the next line
     (`!python finetune.py \\` then `    --bf16 \\`, Qwen's fine-tuning notebooks), so its continuation lines are
-    shell text too: `pass` at the indentation of the line that started the command."""
+    shell text too: `pass` at the indentation of the line that started the command.
+
+    Like IPython, a magic only starts a statement: inside an open bracket, a triple-quoted string or after a
+    Python line's backslash, `%` is an operator (`print("... %d" \n    % (epoch + 1))`, d2l's notebooks)."""
     out: list[str] = []
     carried: str | None = None  # the indentation of a shell/magic command still going on
+    depth, quote, joined = 0, None, False  # open brackets, an open triple quote, a backslash: Python goes on
     for text in lines:
         if carried is not None:
             out.append(carried + "pass")
+        elif depth or quote or joined:
+            out.append(text)
+            depth, quote = _scan(text, depth, quote)
+            joined = not quote and text.rstrip().endswith("\\")
         else:
             out.append(_neutralise(text))
             if _MAGIC.match(text) and not _TIMED.match(text):
                 carried = text[: len(text) - len(text.lstrip())]
+            else:
+                depth, quote = _scan(out[-1], 0, None)
+                joined = not quote and text.rstrip().endswith("\\")
         if carried is not None and not text.rstrip().endswith("\\"):
             carried = None
     return out
+
+
+def _scan(line: str, depth: int, quote: str | None) -> tuple[int, str | None]:
+    """The brackets still open and the triple quote still open after a line of Python (strings and comments
+    skipped); close enough for telling a continuation line from a new statement."""
+    i, n = 0, len(line)
+    while i < n:
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 2
+            elif line.startswith(quote, i):
+                i += len(quote)
+                quote = None
+            else:
+                i += 1
+            continue
+        if c == "#":
+            break
+        if c in "\"'":
+            quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return depth, quote if quote and len(quote) == 3 else None
 
 
 def _neutralise(line: str) -> str:
