@@ -58,6 +58,27 @@ def _forward_inputs(info: ClassInfo) -> tuple[list[str], int] | None:
     return names, len(names) - defaults
 
 
+def _outputs_all_non_differentiable(info: ClassInfo) -> bool:
+    """`forward` marks every value it returns with `ctx.mark_non_differentiable`: autograd never calls
+    `backward` (an index or a neighbour search), so whatever it returns is never counted."""
+    forward = info.method("forward")
+    if forward is None:
+        return False
+    marked: set[str] = set()
+    for node in ast.walk(forward):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "mark_non_differentiable"):
+            marked.update(a.id for a in node.args if isinstance(a, ast.Name))
+    if not marked:
+        return False
+    returns = _returns(forward)
+    for ret in returns:
+        values = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
+        if not values or not all(isinstance(v, ast.Name) and v.id in marked for v in values):
+            return False
+    return bool(returns)
+
+
 def _returns(fn: ast.AST) -> list[ast.Return]:
     """Return statements of a function, not of functions nested in it."""
     out: list[ast.Return] = []
@@ -159,7 +180,7 @@ def backward_gradient_count(node: ast.ClassDef, ctx: Context) -> None:
         return
     backward = info.method("backward") or info.method("vjp")
     found = _forward_inputs(info)
-    if backward is None or found is None:
+    if backward is None or found is None or _outputs_all_non_differentiable(info):
         return
     names, required = found
     total = len(names)
