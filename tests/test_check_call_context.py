@@ -112,3 +112,39 @@ def test_td601_eval_before_every_call_settles_the_validation_method(tmp_path, mo
 def test_td601_a_call_without_eval_keeps_the_finding(tmp_path, monkeypatch):
     run = RUN.replace("    trainer.model.eval()\n", "")
     assert _findings(tmp_path, monkeypatch, {"trainer.py": TRAINER, "run.py": run}, "TD601") == [("trainer.py", 24)]
+
+
+# A trainer that sets up the process group and writes its weights in a method not named for saving; the driver
+# calls it on rank 0 only (the shape of pytorch/examples' ddp-tutorial `_save_checkpoint`, across two files).
+DDP_TRAINER = """import torch
+import torch.distributed as dist
+
+
+class Trainer:
+    def __init__(self, model):
+        dist.init_process_group("nccl")
+        self.model = model
+
+    def end_epoch(self, epoch):
+        torch.save(self.model.state_dict(), f"weights_{epoch}.pt")
+"""
+DDP_RUN = """import torch.distributed as dist
+
+from trainer import Trainer
+
+
+def main(model, epochs):
+    trainer = Trainer(model)
+    for epoch in range(epochs):
+        if dist.get_rank() == 0:
+            trainer.end_epoch(epoch)
+"""
+
+
+def test_td303_every_call_on_rank_zero_settles_the_save(tmp_path, monkeypatch):
+    assert _findings(tmp_path, monkeypatch, {"trainer.py": DDP_TRAINER, "run.py": DDP_RUN}, "TD303") == []
+
+
+def test_td303_an_unguarded_call_keeps_the_save(tmp_path, monkeypatch):
+    run = DDP_RUN.replace("        if dist.get_rank() == 0:\n            trainer", "        trainer")
+    assert _findings(tmp_path, monkeypatch, {"trainer.py": DDP_TRAINER, "run.py": run}, "TD303") == [("trainer.py", 11)]
