@@ -28,7 +28,8 @@ The model is split by question, one module each under rules/static/semantic/
 (the way ruff splits its semantic model): tree (where a node sits), names
 (imports and calls), bindings (what a name holds), classes, flow (definitions
 and callers), loops (and their roles), regions (grad mode, autocast), guards
-(rank-zero code) and contexts (facts for the router). `Index` composes them;
+(rank-zero code), contexts (facts for the router) and callsites (the context
+each call of another file's function runs in). `Index` composes them;
 rules ask it questions and never walk shapes themselves.
 """
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.semantic.bindings import Binding, Bindings, looks_like_loader, looks_like_model
+from torchdoctor.rules.static.semantic.callsites import CallSites
 from torchdoctor.rules.static.semantic.classes import Classes, ClassInfo, SelfAssign
 from torchdoctor.rules.static.semantic.contexts import Contexts
 from torchdoctor.rules.static.semantic.flow import Flow
@@ -80,7 +82,7 @@ INDEX_NODES: tuple[type[ast.AST], ...] = (
 )
 
 
-class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contexts):
+class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contexts, CallSites):
     """The semantic model of one file: every question a rule may ask, answered from one walk."""
 
     def __init__(
@@ -117,6 +119,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._defs: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] | None = None
         self._self_assigns: dict[ast.ClassDef, list[SelfAssign]] | None = None
         self._callers: dict[ast.AST, list[ast.Call]] | None = None
+        self._call_sites: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] | None = None  # callsites.py
+        self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py
         self._local_calls: list[tuple[ast.Call, ast.AST]] | None = None
         self.training_functions: set[ast.AST] = set()
         self.backward_calls: list[ast.Call] = []

@@ -50,6 +50,8 @@ def _forward_inputs(info: ClassInfo) -> tuple[list[str], int] | None:
         return None
     params = _positional(forward)
     defaults = len(forward.args.defaults)
+    if any(isinstance(d, ast.Name) and d.id == "classmethod" for d in forward.decorator_list):
+        params = params[1:]  # `@classmethod def forward(cls, ctx, x, ...)` (PyTorch-Encoding's syncbn): cls, then ctx
     if "setup_context" not in info.methods:
         if not params:
             return None

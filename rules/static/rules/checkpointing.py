@@ -1366,6 +1366,9 @@ def _wraps(index: Index, stmt: ast.AST, root: str) -> bool:
     if not any(dotted(t) == root for t in stmt.targets):
         return False
     value = stmt.value
+    while isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to") and isinstance(
+            value.func.value, ast.Call):
+        value = value.func.value  # `DataParallelModel(self.model).cuda()`
     wrappers = index.names["ddp"] | index.names["fsdp"]
     if any(c in wrappers or c.endswith("DataParallel") for c in index.class_choices(value.func)):
         return True
@@ -1415,7 +1418,60 @@ def unwrapped_checkpoint_loaded_into_wrapper(node: ast.Module, ctx: Context) -> 
         root = _loaded_into(index, call, roots)  # type: ignore[arg-type]
         if root is None or not _same_object(index, call, root, sites[root]) or _handles_prefix(index, call, root):  # type: ignore[arg-type]
             continue
+        if _key_saved_wrapped(index, call, root) or _bare_in_this_branch(index, call, root):  # type: ignore[arg-type]
+            continue
         ctx.report(call, variable=root, unwrapped=roots[root], prefix="-module.")
+
+
+def _key_saved_wrapped(index: Index, call: ast.Call, root: str) -> bool:
+    """The load reads `ckpt["state_dict"]` and the file saves that key from the wrapper itself
+    (`{"state_dict": model.state_dict(), "best_state_dict": model.module.state_dict()}` in HRNet's tools/train.py):
+    the unwrapped copy is another key, for export, and the resume reads the wrapped one back."""
+    if not call.args or not isinstance(call.args[0], ast.Subscript):
+        return False
+    key = call.args[0].slice
+    if not isinstance(key, ast.Constant) or not isinstance(key.value, str):
+        return False
+    wrapped = unwrapped = False
+    for d in ast.walk(index.tree):  # only for a load already flagged: a rare walk
+        if not isinstance(d, ast.Dict):
+            continue
+        for k, v in zip(d.keys, d.values, strict=True):
+            if not (is_constant(k, key.value) and isinstance(v, ast.Call) and last_name(v.func) == "state_dict"
+                    and isinstance(v.func, ast.Attribute)):
+                continue
+            receiver = dotted(v.func.value)
+            wrapped |= receiver == root
+            unwrapped |= receiver == f"{root}.module"
+    return wrapped and not unwrapped
+
+
+def _bare_in_this_branch(index: Index, call: ast.Call, root: str) -> bool:
+    """The load sits in the `else` of `if T:` and the model is wrapped only under `if T:` (PyTorch-Encoding's
+    segmentation trainer: `if args.cuda: self.model = DataParallelModel(self.model)`, then `if args.cuda:
+    self.model.module.load_state_dict(...) else: self.model.load_state_dict(...)`): there it is bare."""
+    tests = []
+    child: ast.AST = call
+    for anc in index.ancestors(call):
+        if isinstance(anc, ast.If) and child in anc.orelse:
+            tests.append(ast.dump(anc.test))
+        child = anc
+    if not tests:
+        return False
+    wraps = [stmt for stmt in index.nodes(ast.Assign) if _wraps(index, stmt, root)]
+    if not wraps:
+        return False
+    for stmt in wraps:
+        child = stmt
+        guarded = False
+        for anc in index.ancestors(stmt):
+            if isinstance(anc, ast.If) and child in anc.body and ast.dump(anc.test) in tests:
+                guarded = True
+                break
+            child = anc
+        if not guarded:
+            return False
+    return True
 
 
 # -- TD707: a resume that restores the weights and the epoch but not the optimizer --------------------

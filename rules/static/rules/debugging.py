@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import defer, leave_sites, settle
 from torchdoctor.rules.static.index import ClassInfo, Index, Loop, dotted, is_constant, is_eval_word, kwarg
 from torchdoctor.rules.static.patterns import (
     is_loss_callable,
@@ -16,6 +17,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
+from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 
 # Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
 _MODE_LAYERS = frozenset(
@@ -291,9 +293,9 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
         trained = _trained_never_switched(ctx, model) if layers is None and explicit is None else None
         if trained is not None:  # giotto-deep's Pipeline: `_train_loop` trains self.model, `_val_loop` runs it
             if not _eval_before(ctx, call) and not _own_models_mode_free(index):
-                ctx.report(call, variable=dotted(model) or "model", loader=loop.source or "the validation data",
-                           cause=f"this file trains it (line {trained.lineno}) and never calls `.eval()` on any "
-                                 "model, so it is still in training mode")
+                _report_or_defer(ctx, call, variable=dotted(model) or "model", loader=loop.source or
+                                 "the validation data", cause=f"this file trains it (line {trained.lineno}) and never "
+                                 "calls `.eval()` on any model, so it is still in training mode")
             continue
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
@@ -320,10 +322,27 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
                        cause=f"`{ctx.segment(explicit, 40)}` (line {explicit.lineno}{where}) leaves it in training "
                              "mode, and nothing calls `.eval()` on the way to this validation loop")
             continue
-        ctx.report(call, variable=variable, loader=loop.source or "the validation data",
-                   cause="nothing calls `.eval()` before this validation loop")
+        _report_or_defer(ctx, call, variable=variable, loader=loop.source or "the validation data",
+                         cause="nothing calls `.eval()` before this validation loop")
+    leave_sites(ctx)
     _test_batches_in_training(ctx)
     _phase_loops(ctx)
+
+
+def _report_or_defer(ctx: Context, call: ast.Call, **values: str) -> None:
+    """Report, unless the validation runs in a function no call of this file runs (`def validate(model, loader)`
+    in engine.py): then every call of it in the project decides, and one after `model.eval()` everywhere settles it."""
+    fn = outermost_uncalled(ctx.index, call)
+    if fn is None:
+        ctx.report(call, **values)
+    else:
+        defer(ctx, call, fn, "eval", values, key="TD601-deferred")
+
+
+@project("TD601")
+def validation_in_train_mode_across_files(project: Project) -> list[ProjectHit]:
+    """A validation function that every call in the project runs after `.eval()` runs in eval mode."""
+    return settle(project, "TD601-deferred")
 
 
 def _training_loop_between(index: Index, switch: ast.Call, call: ast.Call) -> Loop | None:

@@ -8,6 +8,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import CallContext, leave_sites
 from torchdoctor.rules.static.index import (
     Binding,
     ClassInfo,
@@ -340,6 +341,7 @@ def _main_process_only(index: Index, node: ast.AST, depth: int = 0) -> bool:
 def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     _leave_call_guards(ctx)  # for saves in other files' functions that this file's training code calls
+    leave_sites(ctx)  # every call of another file's function, with its rank guard (callcontext.py)
     saves = index.calls_to(*_SAVES)
     if not saves:
         return
@@ -484,9 +486,12 @@ def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     for _f, fact in project.facts("call-guard"):
         guards.setdefault(fact["name"], []).append(fact["guarded"])
         once.setdefault(fact["name"], []).append(fact.get("once", fact["guarded"]))
+    context = CallContext(project)
     for f, fact in pending:
         seen = guards.get(fact["function"], [])
         values = fact["values"]
+        if not seen and context.callers_all(f, fact["function"], "rank_zero"):
+            continue  # a helper not named for saving (`on_epoch_end`), called only on the main process
         if seen and all(seen):
             if all(once[fact["function"]]):
                 continue

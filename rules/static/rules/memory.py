@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import defer, leave_sites, settle
 from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kwarg, looks_like_loader
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 
 
 def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
@@ -198,9 +200,23 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
                     or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
-            ctx.report(call, variable=shown, loader=loop.source or "the validation data")
+            values = {"variable": shown, "loader": loop.source or "the validation data"}
+            fn = outermost_uncalled(index, call)
+            if fn is not None:
+                # `def evaluate(model, loader)` that no call in this file runs: another file may call it inside
+                # `with torch.no_grad():`; the project pass asks every call site
+                defer(ctx, call, fn, "no_grad", values, key="TD102-deferred")
+            else:
+                ctx.report(call, **values)
             break
+    leave_sites(ctx)
     _flag_shared_loops(ctx, {id(lp) for lp in validation})
+
+
+@project("TD102")
+def validation_without_no_grad_across_files(project: Project) -> list[ProjectHit]:
+    """An evaluation function of one file that every call in the project runs under no_grad records no graph."""
+    return settle(project, "TD102-deferred")
 
 
 def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:

@@ -20,6 +20,7 @@ def vocabulary() -> dict[str, Any]:
     rank = data["rank"]
     for key, value in list(rank.items()):
         rank[key] = frozenset(value)
+    data["call_sites"] = {key: frozenset(value) for key, value in data["call_sites"].items()}
     data["canonical_prefixes"] = sorted(data["canonical_prefixes"].items(), key=lambda kv: -len(kv[0]))
     return data
 

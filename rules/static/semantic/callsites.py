@@ -1,0 +1,134 @@
+"""Call sites and the context each one runs in, for the calls another file of the project may answer.
+
+A rule that reads one function cannot see what its callers settle: `evaluate(model, loader)` in `engine.py` runs
+the model with autograd on, yet `train.py` calls it only inside `with torch.no_grad():` after `model.eval()`. Each
+file describes its own calls here (`call_sites`); the project pass (rules/static/callcontext.py) joins them to the
+functions they call. A site's context is a set of words:
+
+- `no_grad`: autograd is off at the call (a `no_grad`/`inference_mode` block or decorator, `set_grad_enabled(False)`
+  before it, or every caller in the file calls its function with grad off);
+- `eval`: the last train/eval switch before the call, in its function, is `.eval()` on some model (`model.eval();
+  validate(model, loader)`);
+- `rank_zero`: the call runs on the main process only (`if rank == 0:`, an early return, a rank-zero decorator).
+
+Calls this file resolves itself (its own functions, `self.` methods of its classes) are left out: the rules
+already follow those. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
+and the method names of tensors and modules that a project never defines for itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+from typing import TYPE_CHECKING
+
+from torchdoctor.rules.static.semantic.syntax import FUNCTIONS, is_constant, kwarg
+
+if TYPE_CHECKING:
+    pass
+
+_BUILTINS = frozenset(dir(builtins))
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+class CallSites:
+    """Each call of a function another file may define, with the context it runs in."""
+
+    def call_sites(self) -> dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]]:
+        """name called -> [(line, col, qualified callee or None, context words)], for the project pass."""
+        if self._call_sites is not None:
+            return self._call_sites
+        skip = self.vocab["call_sites"]
+        external = frozenset(skip["external_roots"]) | _STDLIB
+        methods = frozenset(skip["library_methods"])
+        out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
+        for call in self.nodes(ast.Call):
+            func = call.func
+            if isinstance(func, ast.Name):
+                name = func.id
+                if name in _BUILTINS:
+                    continue
+            elif isinstance(func, ast.Attribute):
+                name = func.attr
+                if name.startswith("__") or name in methods:
+                    continue
+            else:
+                continue
+            if self.local_target(call) is not None:
+                continue  # this file's own function: its callers are followed here
+            q = self.resolve(func)
+            if q is not None and q.split(".", 1)[0] in external:
+                continue
+            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, self.site_context(call)))
+        self._call_sites = out
+        return out
+
+    def site_context(self, call: ast.Call) -> tuple[str, ...]:
+        """The context words of one call (module docstring)."""
+        words = []
+        if self.grad_disabled(call):
+            words.append("no_grad")
+        if self.eval_switched_before(call):
+            words.append("eval")
+        if self.rank_guarded(call):
+            words.append("rank_zero")
+        return tuple(words)
+
+    def eval_switched_before(self, node: ast.AST, _depth: int = 0) -> bool:
+        """The last `.train()`/`.eval()` switch before `node` in its function is `.eval()` (or `.train(False)`);
+        when the function switches nothing, the same holds before every call of it in this file."""
+        fn = self.function_of(node)
+        if self._switches is None:
+            table: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] = {}
+            for method in ("eval", "train"):
+                for call in self.method_calls(method):
+                    mode = _switch(call)
+                    if mode is not None:
+                        table.setdefault(self.function_of(call), []).append(((call.lineno, call.col_offset), mode))
+            self._switches = {k: sorted(v) for k, v in table.items()}
+        here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        before = [mode for position, mode in self._switches.get(fn, ()) if position < here]
+        last = before[-1] if before else None
+        if last is not None:
+            return last == "eval"
+        if fn is None or _depth >= 3:
+            return False
+        callers = self.callers(fn)
+        return bool(callers) and all(self.eval_switched_before(c, _depth + 1) for c in callers)
+
+
+def _switch(call: ast.Call) -> str | None:
+    """"eval" for `m.eval()` / `m.train(False)`, "train" for `m.train()` / `m.train(True)`, None otherwise."""
+    attr = call.func.attr  # type: ignore[attr-defined]
+    if attr == "eval":
+        return "eval" if not call.args and not call.keywords else None
+    mode = kwarg(call, "mode", 0)
+    if mode is None or is_constant(mode, True):
+        return "train"
+    return "eval" if is_constant(mode, False) else None
+
+
+def function_identity(index, fn: ast.AST) -> tuple[str | None, str]:
+    """(enclosing class name or None, function name): how the project pass names a function of this file."""
+    owner = index.parent(fn)
+    cls = owner.name if isinstance(owner, ast.ClassDef) else None
+    return cls, fn.name  # type: ignore[attr-defined]
+
+
+def outermost_uncalled(index, node: ast.AST, depth: int = 4) -> ast.AST | None:
+    """The function holding `node` that nothing in this file calls, following single chains of local callers
+    (`validate` called only by `run_eval`, which nothing here calls: `run_eval`); None when the chain reaches a
+    function this file calls from several places, from module level, or not at all (the file settles it)."""
+    fn = index.function_of(node)
+    seen = 0
+    while fn is not None and seen < depth:
+        callers = index.callers(fn)
+        if not callers:
+            return fn if isinstance(fn, FUNCTIONS) and fn.name not in ("main", "__init__", "<module>") else None
+        outer = {index.function_of(c) for c in callers}
+        if len(outer) != 1 or None in outer:
+            return None
+        fn = outer.pop()
+        seen += 1
+    return None
