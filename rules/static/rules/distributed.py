@@ -365,6 +365,17 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
             runs_on=runs_on,
         )
         where = _node_guard_site(index, call) if runs_on == _EVERY_NODE else call
+        if runs_on == _EVERY_RANK:
+            mixed = _unguarded_of_mixed_calls(index, call)
+            if mixed:
+                # the file guards some calls of its save helper and not others: the guard belongs at the call
+                # sites, and the unguarded ones are the lines to change (awesome-semantic-segmentation-pytorch's
+                # `validation()` calls `save_checkpoint(...)` while `train()` tests `save_to_disk` first)
+                for site, guarded in mixed:
+                    ctx.report(site, **{**values, "runs_on": f"every rank (through `{ctx.segment(site.func, 30)}"
+                                        f"(...)`, called here with no rank test while the call at line "
+                                        f"{guarded.lineno} has one)"})
+                continue
         fn = _outermost_uncalled(index, call)
         if fn is not None:
             # `def save_networks(self, epoch): ... torch.save(...)`, called from nowhere in this file: another
@@ -373,6 +384,19 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
                                         "values": values})
             continue
         ctx.report(where, **values)
+
+
+def _unguarded_of_mixed_calls(index: Index, save: ast.Call) -> list[tuple[ast.Call, ast.Call]]:
+    """(unguarded call, a guarded call) for the direct calls in this file of the function holding `save`, when at
+    least one of them runs on the main process only and at least one does not; empty otherwise."""
+    fn = index.function_of(save)
+    if fn is None or index.function_of(fn) is not None:
+        return []  # top-level code, or a closure: its callers are not the question
+    callers = index.callers(fn)
+    guarded = [c for c in callers if _main_process_only(index, c)]
+    if not guarded or len(guarded) == len(callers):
+        return []
+    return [(c, guarded[0]) for c in callers if c not in guarded and isinstance(c, ast.Call)]
 
 
 def _leave_unguarded_helpers(ctx: Context, saves: list[ast.Call]) -> None:
