@@ -370,7 +370,7 @@ def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
     `dnn_test_model(dataloaders, model)` runs the model with no `.eval()` anywhere. None otherwise."""
     index = ctx.index
     key = dotted(model)
-    if key is None or not _handed_in(index, model):
+    if key is None or not index.handed_in(model):
         return None
     if ctx.memo("debugging:any-switch-out-of-training", lambda: any(
             _mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train"))):
@@ -430,33 +430,6 @@ def _under_phase_test(index: Index, node: ast.AST, phase: str, loop) -> bool:
         if isinstance(anc, ast.If) and any(isinstance(n, ast.Name) and n.id == phase for n in ast.walk(anc.test)):
             return True
     return False
-
-
-def _handed_in(index: Index, model: ast.expr) -> bool:
-    """A model this code receives rather than builds (`self.model = model` from the constructor's parameters, or
-    a parameter of the function): its class is the caller's, so managing its mode is this code's job. A model
-    built in the project from a class whose layers we cannot read here is left out: it may hold no dropout or
-    batch norm at all (pytorch/examples' super-resolution net)."""
-    fn = index.function_of(model)
-    if isinstance(model, ast.Name):
-        return fn is not None and model.id in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    if not (isinstance(model, ast.Attribute) and isinstance(model.value, ast.Name) and model.value.id == "self"):
-        return False
-    info = index.class_of(model)
-    init = info.method("__init__") if info is not None else None
-    if init is None:
-        return False
-    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
-    return any(a.attr == model.attr and _receiver_name(a.value) in params
-               for a in index.self_assignments(info, "__init__"))
-
-
-def _receiver_name(expr: ast.AST) -> str | None:
-    """`model` in `model`, `model.to(DEVICE)`, `model.cuda()` (the same object)."""
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
-            "to", "cuda", "cpu", "float", "half", "double", "train"):
-        expr = expr.func.value
-    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _test_batches_in_training(ctx: Context) -> None:
