@@ -820,3 +820,48 @@ def test_the_helper_call_is_quiet_under_a_rank_test_or_when_the_helper_tests_the
     assert _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": guarded}) == []
     self_guarded = CKPT_HELPER.replace("    to_save =", "    if torch.distributed.get_rank() != 0:\n        return\n    to_save =")
     assert _findings(tmp_path, monkeypatch, {"checkpoint.py": self_guarded, "main.py": DDP_MAIN}) == []
+
+
+TEST_SEG = """import torch
+
+
+def test_seg(model, loader):
+    correct = 0
+    for points, target in loader:
+        pred = model(points)
+        correct += (pred.argmax(-1) == target).sum().item()
+    return correct
+"""
+TRAIN_SEG = """import torch
+import torch.nn.functional as F
+
+from model import Net
+from utils import test_seg
+
+
+def main(train_loader, test_loader):
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(10):
+        for points, target in train_loader:
+            optimizer.zero_grad()
+            model = model.train()
+            loss = F.nll_loss(model(points), target)
+            loss.backward()
+            optimizer.step()
+        print(epoch, test_seg(model, test_loader))
+"""
+
+
+def test_a_validation_function_of_another_file_runs_the_model_its_caller_left_in_training_mode(tmp_path, monkeypatch):
+    # GACNet (issue #8): train_semseg.py calls model.train() in its training loop, then utils.test_seg(model, ...),
+    # which never calls .eval()
+    files = {"utils.py": TEST_SEG, "train_semseg.py": TRAIN_SEG, "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n"}
+    found = [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD601"]
+    assert found == [("utils.py", 7, "TD601")]
+
+
+def test_the_caller_switching_to_eval_before_the_call_keeps_the_validation_function_quiet(tmp_path, monkeypatch):
+    fixed = TRAIN_SEG.replace("        print(epoch, test_seg(", "        model.eval()\n        print(epoch, test_seg(")
+    files = {"utils.py": TEST_SEG, "train_semseg.py": fixed, "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n"}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD601"] == []
