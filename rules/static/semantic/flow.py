@@ -82,6 +82,26 @@ class Flow:
             scope = self.function_of(scope)
         return None
 
+    def instance_method(self, call: ast.Call) -> ast.AST | None:
+        """The method of a class of this file that `obj.method(...)` runs when every assignment of `obj` in its scope
+        (or, failing that, at module level) builds an instance of that class (horovod's ImageNet example:
+        `train_loss = Metric('train_loss')` ... `train_loss.update(loss)` runs `Metric.update`). Not an
+        nn.Module or autograd Function: calling those runs forward, not a helper."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self":
+            return None
+        name = func.value.id
+        values = [v for _s, v in self.defs(self.scope_of(call)).get(name, [])] or \
+            [v for _s, v in self.defs(self.tree).get(name, [])]
+        classes = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
+        if not values or len(classes) != 1 or len(values) != sum(
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) for v in values):
+            return None
+        info = self.classes.get(classes.pop())
+        if info is None or info.is_module or info.is_function:
+            return None
+        return info.method(func.attr)
+
     def handed_in(self, value: ast.expr) -> bool:
         """Whether this code receives `value` rather than builds it: a parameter of its function; `self.model`
         set from a constructor parameter (`self.model = model.to(device)`); or a name read out of a container a
