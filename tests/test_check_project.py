@@ -865,3 +865,48 @@ def test_the_caller_switching_to_eval_before_the_call_keeps_the_validation_funct
     fixed = TRAIN_SEG.replace("        print(epoch, test_seg(", "        model.eval()\n        print(epoch, test_seg(")
     files = {"utils.py": TEST_SEG, "train_semseg.py": fixed, "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n"}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD601"] == []
+
+
+SAVING_BASE = """import torch
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, tag):
+        torch.save({"model": self.model.state_dict()}, f"{self.save_dir}/checkpoint_{tag}.pth")
+
+    def save_checkpoint(self, epoch):
+        return self._save_checkpoint(str(epoch))
+
+    def save_best_checkpoint(self):
+        return self._save_checkpoint("best")
+"""
+SAVING_SUBCLASS = """import torch.distributed as dist
+
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def run(self, loader, epochs):
+        for epoch in range(epochs):
+            for x, y in loader:
+                self.step(x, y)
+            if dist.get_rank() == 0:
+                self.save_checkpoint(epoch)
+            score = self.evaluate()
+            if score > self.best:
+                self.best = score
+                self.save_best_checkpoint()
+"""
+
+
+def test_an_inherited_save_helper_called_on_every_rank_is_found_at_the_call(tmp_path, monkeypatch):
+    # scrl (issue #5): the periodic save is guarded, the best-checkpoint save from the base class is not
+    files = {"base.py": SAVING_BASE, "trainer.py": SAVING_SUBCLASS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == [("trainer.py", 16, "TD303")]
+
+
+def test_an_inherited_save_helper_under_the_rank_test_is_quiet(tmp_path, monkeypatch):
+    fixed = SAVING_SUBCLASS.replace("                self.save_best_checkpoint()",
+                                "                if dist.get_rank() == 0:\n                    self.save_best_checkpoint()")
+    files = {"base.py": SAVING_BASE, "trainer.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
