@@ -910,3 +910,43 @@ def test_an_inherited_save_helper_under_the_rank_test_is_quiet(tmp_path, monkeyp
                                 "                if dist.get_rank() == 0:\n                    self.save_best_checkpoint()")
     files = {"base.py": SAVING_BASE, "trainer.py": fixed}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+BUNCH = """import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Bunch:
+    def __init__(self, trainset, batch_size=64, shuffle=True):
+        train_sampler = DistributedSampler(trainset, shuffle=shuffle)
+        self.train_loader = DataLoader(trainset, batch_size=batch_size, sampler=train_sampler)
+"""
+EPOCHS = """import torch
+
+
+class Trainer:
+    def __init__(self, data, model, optimizer):
+        self.data, self.model, self.optimizer = data, model, optimizer
+
+    def run(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.data.train_loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+"""
+
+
+def test_a_sampler_built_in_a_data_module_and_an_epoch_loop_in_another_file_without_set_epoch(tmp_path, monkeypatch):
+    # asv-subtools (issue #8): egs.py's BaseBunch builds the loader on a DistributedSampler, trainer.py loops epochs
+    # over data.train_loader, and nothing in the project calls set_epoch
+    files = {"egs.py": BUNCH, "trainer.py": EPOCHS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("egs.py", 8, "TD301")]
+
+
+def test_set_epoch_called_in_the_trainer_keeps_the_data_module_quiet(tmp_path, monkeypatch):
+    fixed = EPOCHS.replace("        for epoch in range(epochs):\n",
+                           "        for epoch in range(epochs):\n            self.data.train_loader.sampler.set_epoch(epoch)\n")
+    files = {"egs.py": BUNCH, "trainer.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []

@@ -150,12 +150,14 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             any(c in dist_samplers for c in index.class_choices(inline.func)) or _helper_sampler(index, inline)
         ):
             candidates.append((f"{loader.name}.sampler", inline, [loader]))
+    _leave_epoch_sources(ctx)
     if not candidates:
         return
     epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
     cycled = _cycled_loaders(index)
     if not epoch_loops and not cycled:
-        return  # one pass over the data: the order never repeats
+        _leave_samplers(ctx, candidates)  # a data module: the epoch loop may be another file's
+        return  # one pass over the data here: the order never repeats
     repeated = {**cycled, **_loaders_reused_across_epochs(index, epoch_loops)}
     set_epoch = index.method_calls("set_epoch")
     if ctx.source.count("set_epoch") > len(set_epoch):
@@ -196,6 +198,57 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             if count is not None:
                 values["epochs"] = round(count)  # the specialist quotes it
         ctx.report(call, **values)
+
+
+def _leave_epoch_sources(ctx: Context) -> None:
+    """For the project pass: whether this file calls set_epoch at all, and the loaders (by their last name:
+    `train_loader` for `data.train_loader`) that its training epoch loops iterate."""
+    if "set_epoch" in ctx.source:
+        ctx.leave("set-epoch-seen", True)
+        return
+    if "loader" not in ctx.source:
+        return
+    index = ctx.index
+    epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
+    if not epoch_loops:
+        return
+    sources = {name.rsplit(".", 1)[-1]: lp for name, lp in _loaders_reused_across_epochs(index, epoch_loops).items()}
+    if sources:
+        ctx.leave("TD301-epoch-sources", {name: lp.line for name, lp in sorted(sources.items())})
+
+
+def _leave_samplers(ctx: Context, candidates: list[tuple[str, ast.Call, list[Binding]]]) -> None:
+    """For the project pass: shuffling DistributedSamplers of a file with no epoch loop and no set_epoch call
+    (asv-subtools' `BaseBunch` builds `self.train_loader` on one; trainer.py loops epochs over
+    `data.train_loader`)."""
+    if "set_epoch" in ctx.source:
+        return
+    for name, call, loaders in candidates:
+        if is_constant(kwarg(call, "shuffle", 3), False) or is_eval_word(name):
+            continue
+        names = sorted({lb.name.rsplit(".", 1)[-1] for lb in loaders if not is_eval_word(lb.name)})
+        if names:
+            ctx.leave("TD301-sampler", {"line": call.lineno, "col": call.col_offset + 1, "variable": name,
+                                        "loaders": names})
+
+
+@project("TD301")
+def sampler_epoch_not_set_across_files(project: Project) -> list[ProjectHit]:
+    """A loader built in one file on a shuffling DistributedSampler, iterated epoch after epoch in another file
+    (joined by the loader's attribute name), and no file of the project calls set_epoch at all."""
+    if project.any_fact("set-epoch-seen"):
+        return []
+    loops: dict[str, tuple[str, int]] = {}
+    for f, fact in project.facts("TD301-epoch-sources"):
+        for name, line in fact.items():
+            loops.setdefault(name, (f.path, line))
+    hits = []
+    for f, fact in project.facts("TD301-sampler"):
+        found = next((loops[n] for n in fact["loaders"] if n in loops), None)
+        if found is not None and found[0] != f.path:
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
+                "variable": fact["variable"], "loop": f"line {found[1]} of {found[0]}"}))
+    return hits
 
 
 # -- TD302 ---------------------------------------------------------------------------------------
