@@ -349,6 +349,8 @@ def _leave_modes_at_calls(ctx: Context) -> None:
     """For the project pass: calls handing a model to a function of another module of the project, and the mode
     the code left that model in just before (`model.train()` in the training loop, then `test_seg(model, ...)`)."""
     index = ctx.index
+    if not (index.method_calls("train") or index.method_calls("eval")):
+        return  # no mode switch in this file: nothing to tell about a model's mode at a call
     for call in index.nodes(ast.Call):
         if index.local_target(call) is not None:
             continue
