@@ -820,3 +820,133 @@ def test_the_helper_call_is_quiet_under_a_rank_test_or_when_the_helper_tests_the
     assert _findings(tmp_path, monkeypatch, {"checkpoint.py": CKPT_HELPER, "main.py": guarded}) == []
     self_guarded = CKPT_HELPER.replace("    to_save =", "    if torch.distributed.get_rank() != 0:\n        return\n    to_save =")
     assert _findings(tmp_path, monkeypatch, {"checkpoint.py": self_guarded, "main.py": DDP_MAIN}) == []
+
+
+TEST_SEG = """import torch
+
+
+def test_seg(model, loader):
+    correct = 0
+    for points, target in loader:
+        pred = model(points)
+        correct += (pred.argmax(-1) == target).sum().item()
+    return correct
+"""
+TRAIN_SEG = """import torch
+import torch.nn.functional as F
+
+from model import Net
+from utils import test_seg
+
+
+def main(train_loader, test_loader):
+    model = Net()
+    optimizer = torch.optim.Adam(model.parameters())
+    for epoch in range(10):
+        for points, target in train_loader:
+            optimizer.zero_grad()
+            model = model.train()
+            loss = F.nll_loss(model(points), target)
+            loss.backward()
+            optimizer.step()
+        print(epoch, test_seg(model, test_loader))
+"""
+
+
+def test_a_validation_function_of_another_file_runs_the_model_its_caller_left_in_training_mode(tmp_path, monkeypatch):
+    # GACNet (issue #8): train_semseg.py calls model.train() in its training loop, then utils.test_seg(model, ...),
+    # which never calls .eval()
+    files = {"utils.py": TEST_SEG, "train_semseg.py": TRAIN_SEG, "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n"}
+    found = [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD601"]
+    assert found == [("utils.py", 7, "TD601")]
+
+
+def test_the_caller_switching_to_eval_before_the_call_keeps_the_validation_function_quiet(tmp_path, monkeypatch):
+    fixed = TRAIN_SEG.replace("        print(epoch, test_seg(", "        model.eval()\n        print(epoch, test_seg(")
+    files = {"utils.py": TEST_SEG, "train_semseg.py": fixed, "model.py": "import torch\n\n\nclass Net(torch.nn.Module):\n    pass\n"}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD601"] == []
+
+
+SAVING_BASE = """import torch
+
+
+class BaseTrainer:
+    def _save_checkpoint(self, tag):
+        torch.save({"model": self.model.state_dict()}, f"{self.save_dir}/checkpoint_{tag}.pth")
+
+    def save_checkpoint(self, epoch):
+        return self._save_checkpoint(str(epoch))
+
+    def save_best_checkpoint(self):
+        return self._save_checkpoint("best")
+"""
+SAVING_SUBCLASS = """import torch.distributed as dist
+
+from base import BaseTrainer
+
+
+class Trainer(BaseTrainer):
+    def run(self, loader, epochs):
+        for epoch in range(epochs):
+            for x, y in loader:
+                self.step(x, y)
+            if dist.get_rank() == 0:
+                self.save_checkpoint(epoch)
+            score = self.evaluate()
+            if score > self.best:
+                self.best = score
+                self.save_best_checkpoint()
+"""
+
+
+def test_an_inherited_save_helper_called_on_every_rank_is_found_at_the_call(tmp_path, monkeypatch):
+    # scrl (issue #5): the periodic save is guarded, the best-checkpoint save from the base class is not
+    files = {"base.py": SAVING_BASE, "trainer.py": SAVING_SUBCLASS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == [("trainer.py", 16, "TD303")]
+
+
+def test_an_inherited_save_helper_under_the_rank_test_is_quiet(tmp_path, monkeypatch):
+    fixed = SAVING_SUBCLASS.replace("                self.save_best_checkpoint()",
+                                "                if dist.get_rank() == 0:\n                    self.save_best_checkpoint()")
+    files = {"base.py": SAVING_BASE, "trainer.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD303"] == []
+
+
+BUNCH = """import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Bunch:
+    def __init__(self, trainset, batch_size=64, shuffle=True):
+        train_sampler = DistributedSampler(trainset, shuffle=shuffle)
+        self.train_loader = DataLoader(trainset, batch_size=batch_size, sampler=train_sampler)
+"""
+EPOCHS = """import torch
+
+
+class Trainer:
+    def __init__(self, data, model, optimizer):
+        self.data, self.model, self.optimizer = data, model, optimizer
+
+    def run(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.data.train_loader:
+                self.optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(self.model(x), y).backward()
+                self.optimizer.step()
+"""
+
+
+def test_a_sampler_built_in_a_data_module_and_an_epoch_loop_in_another_file_without_set_epoch(tmp_path, monkeypatch):
+    # asv-subtools (issue #8): egs.py's BaseBunch builds the loader on a DistributedSampler, trainer.py loops epochs
+    # over data.train_loader, and nothing in the project calls set_epoch
+    files = {"egs.py": BUNCH, "trainer.py": EPOCHS}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("egs.py", 8, "TD301")]
+
+
+def test_set_epoch_called_in_the_trainer_keeps_the_data_module_quiet(tmp_path, monkeypatch):
+    fixed = EPOCHS.replace("        for epoch in range(epochs):\n",
+                           "        for epoch in range(epochs):\n            self.data.train_loader.sampler.set_epoch(epoch)\n")
+    files = {"egs.py": BUNCH, "trainer.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []

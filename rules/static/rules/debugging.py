@@ -297,6 +297,8 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
                                  "the validation data", cause=f"this file trains it (line {trained.lineno}) and never "
                                  "calls `.eval()` on any model, so it is still in training mode")
             continue
+        if layers is None and explicit is None:
+            _leave_param_run(ctx, loop, call, model)  # a caller in another file may have put it in training mode
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
@@ -327,6 +329,69 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     leave_sites(ctx)
     _test_batches_in_training(ctx)
     _phase_loops(ctx)
+    _leave_modes_at_calls(ctx)
+
+
+def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) -> None:
+    """For the project pass: a module-level function that runs a model parameter over a validation loop with no
+    mode switch on the way and no caller in this file (GACNet's `utils.test_seg(model, loader, ...)`). Whether it
+    runs in training mode is up to the files that call it."""
+    index = ctx.index
+    fn = index.function_of(call)
+    if not isinstance(model, ast.Name) or fn is None or index.functions.get(fn.name) is not fn or index.callers(fn):
+        return
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if model.id not in params or _eval_before(ctx, call):
+        return
+    ctx.leave("TD601-param-run", {"function": fn.name, "position": params.index(model.id), "line": call.lineno,
+                                  "col": call.col_offset + 1, "variable": model.id,
+                                  "loader": loop.source or "the validation data"})
+
+
+def _leave_modes_at_calls(ctx: Context) -> None:
+    """For the project pass: calls handing a model to a function of another module of the project, and the mode
+    the code left that model in just before (`model.train()` in the training loop, then `test_seg(model, ...)`)."""
+    index = ctx.index
+    if not (index.method_calls("train") or index.method_calls("eval")):
+        return  # no mode switch in this file: nothing to tell about a model's mode at a call
+    for call in index.nodes(ast.Call):
+        if index.local_target(call) is not None:
+            continue
+        models = _external_model_call(index, call)
+        if not models:
+            continue
+        explicit = _train_set_before(ctx, call)
+        mode = "train" if explicit is not None else "eval" if _eval_before(ctx, call) else None
+        ctx.leave("mode-at-call", {"callee": index.resolve(call.func), "models": {str(i): k for i, k in models.items()},
+                                   "mode": mode, "switch": explicit.lineno if explicit is not None else None,
+                                   "shown": ctx.segment(explicit, 40) if explicit is not None else ""})
+
+
+@project("TD601")
+def validation_in_train_mode_across_files(project: Project) -> list[ProjectHit]:
+    """train_semseg.py calls `model.train()` in its training loop and then `test_seg(model, ...)` from utils.py,
+    which runs the model over the test loader with no `.eval()`: it runs in training mode. Reported when every call
+    of the function seen in the project hands it a model the caller left in training mode."""
+    runs = {(f.module, fact["function"]): (f, fact) for f, fact in project.facts("TD601-param-run")}
+    if not runs:
+        return []
+    calls: dict[tuple[str, str], list[tuple[object, dict]]] = {}
+    for g, fact in project.facts("mode-at-call"):
+        for owner, name in project.defining(fact["callee"] or ""):
+            key = (owner.module, name)
+            if key in runs and str(runs[key][1]["position"]) in fact["models"]:
+                calls.setdefault(key, []).append((g, fact))
+    hits = []
+    for key, found in calls.items():
+        if not all(fact["mode"] == "train" for _g, fact in found):
+            continue
+        f, run = runs[key]
+        g, first = found[0]
+        hits.append(ProjectHit(f.path, run["line"], run["col"], {
+            "variable": run["variable"], "loader": run["loader"],
+            "cause": f"`{first['shown']}` (line {first['switch']} of {g.path}) leaves it in training mode before "  # type: ignore[attr-defined]
+                     f"the call of `{run['function']}()`, and nothing calls `.eval()` on the way to this loop"}))
+    return hits
 
 
 def _report_or_defer(ctx: Context, call: ast.Call, **values: str) -> None:
@@ -389,7 +454,7 @@ def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
     `dnn_test_model(dataloaders, model)` runs the model with no `.eval()` anywhere. None otherwise."""
     index = ctx.index
     key = dotted(model)
-    if key is None or not _handed_in(index, model):
+    if key is None or not index.handed_in(model):
         return None
     if ctx.memo("debugging:any-switch-out-of-training", lambda: any(
             _mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train"))):
@@ -449,33 +514,6 @@ def _under_phase_test(index: Index, node: ast.AST, phase: str, loop) -> bool:
         if isinstance(anc, ast.If) and any(isinstance(n, ast.Name) and n.id == phase for n in ast.walk(anc.test)):
             return True
     return False
-
-
-def _handed_in(index: Index, model: ast.expr) -> bool:
-    """A model this code receives rather than builds (`self.model = model` from the constructor's parameters, or
-    a parameter of the function): its class is the caller's, so managing its mode is this code's job. A model
-    built in the project from a class whose layers we cannot read here is left out: it may hold no dropout or
-    batch norm at all (pytorch/examples' super-resolution net)."""
-    fn = index.function_of(model)
-    if isinstance(model, ast.Name):
-        return fn is not None and model.id in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    if not (isinstance(model, ast.Attribute) and isinstance(model.value, ast.Name) and model.value.id == "self"):
-        return False
-    info = index.class_of(model)
-    init = info.method("__init__") if info is not None else None
-    if init is None:
-        return False
-    params = {a.arg for a in init.args.posonlyargs + init.args.args + init.args.kwonlyargs} - {"self"}
-    return any(a.attr == model.attr and _receiver_name(a.value) in params
-               for a in index.self_assignments(info, "__init__"))
-
-
-def _receiver_name(expr: ast.AST) -> str | None:
-    """`model` in `model`, `model.to(DEVICE)`, `model.cuda()` (the same object)."""
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
-            "to", "cuda", "cpu", "float", "half", "double", "train"):
-        expr = expr.func.value
-    return expr.id if isinstance(expr, ast.Name) else None
 
 
 def _test_batches_in_training(ctx: Context) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.callcontext import CallContext, leave_sites
@@ -150,12 +151,14 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             any(c in dist_samplers for c in index.class_choices(inline.func)) or _helper_sampler(index, inline)
         ):
             candidates.append((f"{loader.name}.sampler", inline, [loader]))
+    _leave_epoch_sources(ctx)
     if not candidates:
         return
     epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
     cycled = _cycled_loaders(index)
     if not epoch_loops and not cycled:
-        return  # one pass over the data: the order never repeats
+        _leave_samplers(ctx, candidates)  # a data module: the epoch loop may be another file's
+        return  # one pass over the data here: the order never repeats
     repeated = {**cycled, **_loaders_reused_across_epochs(index, epoch_loops)}
     set_epoch = index.method_calls("set_epoch")
     if ctx.source.count("set_epoch") > len(set_epoch):
@@ -196,6 +199,57 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
             if count is not None:
                 values["epochs"] = round(count)  # the specialist quotes it
         ctx.report(call, **values)
+
+
+def _leave_epoch_sources(ctx: Context) -> None:
+    """For the project pass: whether this file calls set_epoch at all, and the loaders (by their last name:
+    `train_loader` for `data.train_loader`) that its training epoch loops iterate."""
+    if "set_epoch" in ctx.source:
+        ctx.leave("set-epoch-seen", True)
+        return
+    if "loader" not in ctx.source:
+        return
+    index = ctx.index
+    epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
+    if not epoch_loops:
+        return
+    sources = {name.rsplit(".", 1)[-1]: lp for name, lp in _loaders_reused_across_epochs(index, epoch_loops).items()}
+    if sources:
+        ctx.leave("TD301-epoch-sources", {name: lp.line for name, lp in sorted(sources.items())})
+
+
+def _leave_samplers(ctx: Context, candidates: list[tuple[str, ast.Call, list[Binding]]]) -> None:
+    """For the project pass: shuffling DistributedSamplers of a file with no epoch loop and no set_epoch call
+    (asv-subtools' `BaseBunch` builds `self.train_loader` on one; trainer.py loops epochs over
+    `data.train_loader`)."""
+    if "set_epoch" in ctx.source:
+        return
+    for name, call, loaders in candidates:
+        if is_constant(kwarg(call, "shuffle", 3), False) or is_eval_word(name):
+            continue
+        names = sorted({lb.name.rsplit(".", 1)[-1] for lb in loaders if not is_eval_word(lb.name)})
+        if names:
+            ctx.leave("TD301-sampler", {"line": call.lineno, "col": call.col_offset + 1, "variable": name,
+                                        "loaders": names})
+
+
+@project("TD301")
+def sampler_epoch_not_set_across_files(project: Project) -> list[ProjectHit]:
+    """A loader built in one file on a shuffling DistributedSampler, iterated epoch after epoch in another file
+    (joined by the loader's attribute name), and no file of the project calls set_epoch at all."""
+    if project.any_fact("set-epoch-seen"):
+        return []
+    loops: dict[str, tuple[str, int]] = {}
+    for f, fact in project.facts("TD301-epoch-sources"):
+        for name, line in fact.items():
+            loops.setdefault(name, (f.path, line))
+    hits = []
+    for f, fact in project.facts("TD301-sampler"):
+        found = next((loops[n] for n in fact["loaders"] if n in loops), None)
+        if found is not None and found[0] != f.path:
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
+                "variable": fact["variable"], "loop": f"line {found[1]} of {found[0]}"}))
+    return hits
 
 
 # -- TD302 ---------------------------------------------------------------------------------------
@@ -367,6 +421,17 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
             runs_on=runs_on,
         )
         where = _node_guard_site(index, call) if runs_on == _EVERY_NODE else call
+        if runs_on == _EVERY_RANK:
+            mixed = _unguarded_of_mixed_calls(index, call)
+            if mixed:
+                # the file guards some calls of its save helper and not others: the guard belongs at the call
+                # sites, and the unguarded ones are the lines to change (awesome-semantic-segmentation-pytorch's
+                # `validation()` calls `save_checkpoint(...)` while `train()` tests `save_to_disk` first)
+                for site, guarded in mixed:
+                    ctx.report(site, **{**values, "runs_on": f"every rank (through `{ctx.segment(site.func, 30)}"
+                                        f"(...)`, called here with no rank test while the call at line "
+                                        f"{guarded.lineno} has one)"})
+                continue
         fn = _outermost_uncalled(index, call)
         if fn is not None:
             # `def save_networks(self, epoch): ... torch.save(...)`, called from nowhere in this file: another
@@ -375,6 +440,19 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
                                         "values": values})
             continue
         ctx.report(where, **values)
+
+
+def _unguarded_of_mixed_calls(index: Index, save: ast.Call) -> list[tuple[ast.Call, ast.Call]]:
+    """(unguarded call, a guarded call) for the direct calls in this file of the function holding `save`, when at
+    least one of them runs on the main process only and at least one does not; empty otherwise."""
+    fn = index.function_of(save)
+    if fn is None or index.function_of(fn) is not None:
+        return []  # top-level code, or a closure: its callers are not the question
+    callers = index.callers(fn)
+    guarded = [c for c in callers if _main_process_only(index, c)]
+    if not guarded or len(guarded) == len(callers):
+        return []
+    return [(c, guarded[0]) for c in callers if c not in guarded and isinstance(c, ast.Call)]
 
 
 def _leave_unguarded_helpers(ctx: Context, saves: list[ast.Call]) -> None:
@@ -389,12 +467,40 @@ def _leave_unguarded_helpers(ctx: Context, saves: list[ast.Call]) -> None:
             continue
         if _main_process_only(index, call):
             continue
+        holder = index.function_of(call)
+        if holder is not None and isinstance(index.parent(holder), ast.ClassDef):
+            _leave_method_helpers(ctx, holder, call)  # subclasses in other files call them through `self.`
+            continue
         fn = _outermost_uncalled(index, call)
-        if fn is None or isinstance(index.parent(fn), ast.ClassDef):
-            continue  # a method: which object's, and who calls it, the name alone does not say
+        if fn is None:
+            continue
         what = kwarg(call, "obj", 0)
         ctx.leave("TD303-helper", {"function": fn.name,
                                    "variable": ctx.segment(what, 40) if what is not None else "the checkpoint"})
+
+
+def _leave_method_helpers(ctx: Context, method: ast.AST, save: ast.Call) -> None:
+    """For the project pass: the methods of a class that reach an unguarded torch.save through `self.` calls
+    (scrl's `BYOLBasedTrainer.save_best_checkpoint` -> `self._save_checkpoint('best')` -> torch.save). A subclass in
+    another file that calls one of them on every rank writes the file from every process."""
+    index = ctx.index
+    info = index.class_of(save)
+    if info is None:
+        return
+    reach = {method}
+    changed = True
+    while changed:
+        changed = False
+        for fn in list(reach):
+            for caller in index.callers(fn):
+                outer = index.function_of(caller)
+                if outer is not None and outer not in reach and index.parent(outer) is info.node and \
+                        not _main_process_only(index, caller):
+                    reach.add(outer)
+                    changed = True
+    what = kwarg(save, "obj", 0)
+    ctx.leave("TD303-method-helper", {"class": info.node.name, "methods": sorted(f.name for f in reach),  # type: ignore[attr-defined]
+                                      "variable": ctx.segment(what, 40) if what is not None else "the checkpoint"})
 
 
 def _node_guard_site(index: Index, node: ast.AST, depth: int = 0) -> ast.AST:
@@ -468,16 +574,28 @@ def _leave_guard(ctx: Context, call: ast.Call) -> None:
         with index.global_rank_only():
             once = _main_process_only(index, call)
     setup = _distributed_setup(ctx)
-    ctx.leave("call-guard", {"name": name, "guarded": guarded, "once": once, "line": call.lineno,
-                             "col": call.col_offset + 1, "callee": q or dotted(call.func) or name,
-                             "setup": ctx.segment(setup.func, 40) if setup is not None else None})  # type: ignore[attr-defined]
+    fact = {"name": name, "guarded": guarded, "once": once, "line": call.lineno,
+            "col": call.col_offset + 1, "callee": q or dotted(call.func) or name,
+            "setup": ctx.segment(setup.func, 40) if setup is not None else None}  # type: ignore[attr-defined]
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        info = index.class_of(call)
+        fn = index.function_of(call)
+        # `self.save_best_checkpoint()` of a base class of another file; a rank test elsewhere in the same
+        # method (`if comm.is_main_process(): self.save_checkpoint(epoch)`) says the method runs on every rank
+        fact["bases"] = info.bases if info is not None else []
+        test = next((n.test for n in ast.walk(fn) if isinstance(n, ast.If) and _zero_test(index, n.test)), None) \
+            if fn is not None else None
+        while isinstance(test, ast.BoolOp):  # the rank test itself, not the `and` around it
+            test = next((v for v in test.values if _zero_test(index, v)), None)
+        fact["rank_tested"] = ctx.segment(test, 40) if test is not None else None
+    ctx.leave("call-guard", fact)
 
 
 @project("TD303")
 def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     """base_model.py's `save_networks` writes with torch.save, and train.py calls `model.save_networks(epoch)`
     only under `if rank_0:`: one process writes. Reported when some call of it is not guarded, or none is seen."""
-    hits = _unguarded_helper_calls(project)
+    hits = _unguarded_helper_calls(project) + _unguarded_inherited_helper_calls(project)
     pending = list(project.facts("TD303-pending"))
     if not pending:
         return hits
@@ -520,6 +638,34 @@ def _unguarded_helper_calls(project: Project) -> list[ProjectHit]:
         hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
             "variable": variable, "path": "", "setup": fact["setup"],
             "runs_on": f"every rank (through `{fact['callee']}(...)`, which tests no rank itself)"}))
+    return list(hits.values())
+
+
+def _unguarded_inherited_helper_calls(project: Project) -> list[ProjectHit]:
+    """trainer.py's `SCRLTrainer(BYOLBasedTrainer)` calls `self.save_best_checkpoint()` with no rank test, in a
+    method that guards its other save with `comm.is_main_process()`; base.py's `BYOLBasedTrainer` writes that
+    checkpoint with torch.save and tests no rank: every process writes it (scrl #5). Reported at the call."""
+    helpers: dict[tuple[str, str], dict[str, Any]] = {}
+    for f, fact in project.facts("TD303-method-helper"):
+        helpers.setdefault((f.module, fact["class"]), fact)
+    if not helpers:
+        return []
+    hits: dict[tuple[str, int, int], ProjectHit] = {}  # a call is left once by method name, once by callee name
+    for f, fact in project.facts("call-guard"):
+        if fact.get("guarded") or not (fact.get("setup") or fact.get("rank_tested")) or not fact.get("bases"):
+            continue
+        method = fact["callee"].rsplit(".", 1)[-1]
+        for base in fact["bases"]:
+            found = [helpers.get((g.module, name)) for g, name in project.defining(base)] if "." in base else []
+            helper = next((h for h in found if h is not None and method in h["methods"]), None)
+            if helper is None:
+                continue
+            hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
+                "variable": helper["variable"], "path": "",
+                "setup": fact.get("setup") or fact["rank_tested"],
+                "runs_on": f"every rank (through `{fact['callee']}()` of `{helper['class']}`, which tests no rank "
+                           "itself, while this method tests the rank before other work)"}))
+            break
     return list(hits.values())
 
 

@@ -47,6 +47,7 @@ def _accumulator_name(target: ast.AST) -> str | None:
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.Module):
         _leave_graph_returns(ctx)  # once per file, for the project pass
+        _accumulated_in_methods(ctx)
         return
     found = _accumulation(node)
     if found is None:
@@ -87,6 +88,48 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
             ctx.report(node, variable=name, value=ctx.segment(value, 40))
             return
     _leave_external_accumulation(ctx, node, found)
+
+
+_DROPS_GRAPH = frozenset({"item", "detach", "tolist", "numpy", "float", "int"})
+
+
+def _accumulated_in_methods(ctx: Context) -> None:
+    """A training loop hands its loss to a helper object's method that adds its argument into an attribute
+    (horovod's ImageNet example: `train_loss.update(loss)`, and `Metric.update(self, val)` does
+    `self.sum += hvd.allreduce(val.cpu())`): the attribute lives across steps, so every step's graph does too.
+    Reported at the accumulation, which is the line to change."""
+    index = ctx.index
+    done: set[int] = set()
+    for loop in index.training_loops():
+        for call in loop.all_calls():
+            method = index.instance_method(call)
+            if method is None or index.grad_disabled(call):
+                continue
+            params = [a.arg for a in method.args.posonlyargs + method.args.args][1:]  # type: ignore[attr-defined]
+            for stmt in ast.walk(method):
+                if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Attribute)
+                        and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self"):
+                    continue
+                position = _parameter_kept(stmt.value, params)
+                if id(stmt) in done or position is None or position >= len(call.args):
+                    continue
+                fn = index.function_of(call)
+                names = ctx.memo(("backward-names", fn), lambda fn=fn: backward_names(index, fn))
+                if holds_graph(index, call.args[position], call, names):
+                    done.add(id(stmt))
+                    # the value is the loss the loop at `call` hands in, e.g. `hvd.allreduce(val.cpu(), ...)`
+                    ctx.report(stmt, variable=dotted(stmt.target) or "self", value=ctx.segment(stmt.value, 40))
+
+
+def _parameter_kept(value: ast.AST, params: list[str]) -> int | None:
+    """The position of the parameter `value` is built from when nothing on the way drops its graph
+    (`.item()`, `.detach()`, `float(...)`); None otherwise."""
+    for sub in ast.walk(value):
+        if isinstance(sub, ast.Call) and (isinstance(sub.func, ast.Attribute) and sub.func.attr in _DROPS_GRAPH
+                                          or isinstance(sub.func, ast.Name) and sub.func.id in _DROPS_GRAPH):
+            return None
+    used = [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in params]
+    return params.index(used[0]) if len(set(used)) == 1 else None
 
 
 def _reset_each_update(index: Index, node: ast.AST, loop, name: str) -> bool:

@@ -82,6 +82,51 @@ class Flow:
             scope = self.function_of(scope)
         return None
 
+    def instance_method(self, call: ast.Call) -> ast.AST | None:
+        """The method of a class of this file that `obj.method(...)` runs when every assignment of `obj` in its scope
+        (or, failing that, at module level) builds an instance of that class (horovod's ImageNet example:
+        `train_loss = Metric('train_loss')` ... `train_loss.update(loss)` runs `Metric.update`). Not an
+        nn.Module or autograd Function: calling those runs forward, not a helper."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self":
+            return None
+        name = func.value.id
+        values = [v for _s, v in self.defs(self.scope_of(call)).get(name, [])] or \
+            [v for _s, v in self.defs(self.tree).get(name, [])]
+        classes = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
+        if not values or len(classes) != 1 or len(values) != sum(
+                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) for v in values):
+            return None
+        info = self.classes.get(classes.pop())
+        if info is None or info.is_module or info.is_function:
+            return None
+        return info.method(func.attr)
+
+    def handed_in(self, value: ast.expr) -> bool:
+        """Whether this code receives `value` rather than builds it: a parameter of its function; `self.model`
+        set from a constructor parameter (`self.model = model.to(device)`); or a name read out of a container a
+        parameter holds, in every assignment of it in the function (drugVQA's `test(testArgs)` does
+        `attention_model = testArgs['model']`, also `cfg.model`, `kwargs.get('model')`). Its class is the caller's,
+        so the caller decides what it is and this code decides how it runs."""
+        fn = self.function_of(value)
+        if isinstance(value, ast.Name):
+            if fn is None:
+                return False
+            params = _parameter_names(fn)
+            if value.id in params:
+                return True
+            assigned = self.defs(fn).get(value.id, [])
+            return bool(assigned) and all(_read_from(v, params) for _stmt, v in assigned)
+        if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self"):
+            return False
+        info = self.class_of(value)
+        init = info.method("__init__") if info is not None else None
+        if init is None:
+            return False
+        params = _parameter_names(init) - {"self"}
+        return any(a.attr == value.attr and _same_object_name(a.value) in params
+                   for a in self.self_assignments(info, "__init__"))
+
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls of a function (or of a method through `self.`) in this file."""
         if self._callers is None:
@@ -90,3 +135,31 @@ class Flow:
                 table.setdefault(target, []).append(call)
             self._callers = table
         return self._callers.get(fn, [])
+
+
+def _parameter_names(fn: ast.AST) -> set[str]:
+    args = fn.args  # type: ignore[attr-defined]
+    return {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+
+
+def _same_object_name(expr: ast.AST) -> str | None:
+    """`model` in `model`, `model.to(DEVICE)`, `model.cuda()` (the same object)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double", "train"):
+        expr = expr.func.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _read_from(value: ast.AST, params: set[str]) -> bool:
+    """`args['model']`, `cfg.model`, `kwargs.get('model')` (and `.to(device)` of them) where `args`, `cfg`,
+    `kwargs` are parameters: an item of a container the caller handed in."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+            "to", "cuda", "cpu", "float", "half", "double"):
+        value = value.func.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
+        value = value.func.value
+    elif isinstance(value, ast.Subscript | ast.Attribute):
+        value = value.value
+    else:
+        return False
+    return isinstance(value, ast.Name) and value.id in params
