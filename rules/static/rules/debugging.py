@@ -405,7 +405,7 @@ def _report_or_defer(ctx: Context, call: ast.Call, **values: str) -> None:
 
 
 @project("TD601")
-def validation_in_train_mode_across_files(project: Project) -> list[ProjectHit]:
+def validation_settled_by_its_callers(project: Project) -> list[ProjectHit]:
     """A validation function that every call in the project runs after `.eval()` runs in eval mode."""
     return settle(project, "TD601-deferred")
 
