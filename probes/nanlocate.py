@@ -30,7 +30,9 @@ check, and the first op of the script's dataset code that turned finite values n
 0/0 in a transform); code that makes its values outside torch (NumPy) is not seen, and the loader's line stays.
 
 Side effects are contained: the RNG state is forked and restored, buffers
-(BatchNorm running statistics) are saved and restored, and the forward
+(BatchNorm running statistics) are replaced by copies for the replay and put
+back untouched (their version counters too: the real step's graph saved
+them), and the forward
 replay runs under no_grad. Compiled and DDP-wrapped models are replayed
 through their inner module, eagerly.
 
@@ -287,7 +289,10 @@ class Replay:
                         break
                     continue
                 inner = unwrap(call.module)
-                saved = [(b, b.detach().clone()) for b in inner.buffers()]
+                # The replay runs on copies of the buffers, swapped in: writing into the real ones (a batch norm's
+                # running statistics) would bump their version counters, and the real step's backward, which
+                # saved them, would then fail with "modified by an inplace operation".
+                swapped = _swap_buffers(inner)
                 handles = []
                 for module in inner.modules():
                     handles.append(module.register_forward_pre_hook(recorder.pre))
@@ -307,9 +312,8 @@ class Replay:
                 finally:
                     for h in handles:
                         h.remove()
-                    with torch.no_grad():
-                        for b, copy in saved:
-                            b.copy_(copy)
+                    for module, name, buffer in swapped:
+                        module._buffers[name] = buffer
                 if recorder.first_op is not None and not with_grad:
                     break
         return outputs
@@ -329,6 +333,17 @@ class Replay:
                 regions.enter_context(torch.autocast(device, dtype=dtype))
             with _ops_mode(torch, recorder), contextlib.redirect_stdout(None):
                 call.function(*args, **kwargs)
+
+
+def _swap_buffers(model: Any) -> list[tuple[Any, str, Any]]:
+    """Put a copy in place of each buffer of `model`'s modules; returns what to put back."""
+    swapped = []
+    for module in model.modules():
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None:
+                module._buffers[name] = buffer.detach().clone()
+                swapped.append((module, name, buffer))
+    return swapped
 
 
 def _plain(value: Any, torch: Any, depth: int = 0) -> bool:

@@ -678,3 +678,22 @@ def test_a_generator_never_zeroed_is_missing_zero_grad_at_its_own_backward(tmp_p
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("gan_missing_zero_grad.py", "g_loss.backward()"), found[0]
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_nan_replay_leaves_batch_norm_statistics_the_step_saved_untouched(tmp_path_factory, validate_report, how):
+    # the replay of a nan step ran the model's batch norm on its real running statistics, which the step's graph
+    # had saved: the script's own loss.backward() then failed ("modified by an inplace operation") and the run
+    # crashed where it completes plain; the replay now works on copies, and the script runs to its end
+    result = shared_run(tmp_path_factory, f"nan-after-batchnorm-{how}", "nan_after_batchnorm.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 20" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_after_batchnorm.py", "mean = points[:, :, :3].sum("), found[0]
