@@ -47,6 +47,12 @@ classified in doctor/analysis/accumulation.py)
 - missing-zero-grad: steps whose first backward added into the gradient
   the previous step had already applied (counted in the summary as
   `stale_steps` of `stale_checked`; judged in the analysis);
+- missing-zero-grad, inside a closure: an optimizer that re-evaluates its
+  closure within one step (LBFGS) moved the parameters between two of its
+  backwards and nothing cleared the first one's gradients, so the second
+  evaluation's gradient is summed with one taken at other weights
+  (`closure_stale_steps` of `closure_steps`; skorch #636). Checked only at
+  backwards that run inside `optimizer.step()`: nothing for other loops;
 - partial-accumulation-dropped: micro-steps thrown away by zero_grad,
   left pending at the end of the script, or a trailing partial window
   merged into the next step (the step after it accumulates k + r).
@@ -109,6 +115,15 @@ class AccumulationProbe(Probe):
         self.stale_dense = int(opt.get("stale_dense_steps", 32))  # every step at first, then every stale_every-th
         self.stale_every = int(opt.get("stale_every", 8))
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
+        # Closure re-evaluations within one step (LBFGS): the primary parameter's version at the step's previous
+        # backward (None: no backward inside this step yet), whether a zero_grad() ran since, and the counts.
+        self.closure_version: int | None = None
+        self.closure_zeroed = False
+        self.closure_counted = False  # this step was counted in closure_steps
+        self.closure_stale = False  # this step was counted in closure_stale_steps
+        self.closure_steps = 0  # steps whose closure ran again after the parameters moved
+        self.closure_stale_steps = 0  # ... and found the earlier evaluation's gradients still there
+        self.closure_site: dict[str, Any] | None = None
         self.forwards = 0  # top-level forwards in the current window (probes/forwards.py)
         # Whether every top-level forward of the window had the same first input tensor: several losses of one
         # batch (a slimmable network's sandwich rule, sub-networks, heads), not micro-batches.
@@ -154,6 +169,8 @@ class AccumulationProbe(Probe):
     def _any_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Every optimizer's step ends a window of micro-steps; optimizers stepping in turn are noted."""
         self.stepping = max(self.stepping - 1, 0)
+        if self.closure_version is not None and not self.stepping:
+            self.closure_version, self.closure_counted, self.closure_stale = None, False, False
         last = self.last_optimizer() if self.last_optimizer is not None else None
         if last is not None and last is not optimizer:
             self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
@@ -206,6 +223,8 @@ class AccumulationProbe(Probe):
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
             if len(probe.zeroed_since_step) < 8:
                 probe.zeroed_since_step.append(owner)
+            if probe.stepping:
+                probe.closure_zeroed = True
             if probe.micro and probe.enabled:
                 site = probe._dropped(probe.micro, "zero_grad")
                 # Which gradients it zeroed: an optimizer's (counted only if that optimizer steps next) or a
@@ -243,6 +262,8 @@ class AccumulationProbe(Probe):
     def _backward(self, tensors: Any) -> None:
         if self.stale_watch and not self.stepping:
             self._stale_at_backward()
+        if self.stepping and self.params:
+            self._closure_backward()
         self.micro += 1
         if not self.window and self.params:
             self.window_version = self._param_version()
@@ -261,6 +282,32 @@ class AccumulationProbe(Probe):
                     self.factors.append(factor)
                     if self.factor_site is None:
                         self.factor_site = here()
+
+    def _closure_backward(self) -> None:
+        """A backward inside optimizer.step(closure): if the optimizer moved the parameters since the step's previous
+        backward (a new evaluation of the closure) and nothing zeroed the gradients in between, they still hold that
+        evaluation's gradient, taken at the old weights, and this backward adds into it."""
+        param = self.params[0]()
+        if param is None:
+            return
+        version, previous = param._version, self.closure_version
+        self.closure_version = version
+        zeroed, self.closure_zeroed = self.closure_zeroed, False
+        if previous is None or version == previous:
+            return  # the step's first evaluation, or two backwards of one evaluation (the same weights)
+        if not self.closure_counted:
+            self.closure_counted = True
+            self.closure_steps += 1
+        if zeroed or self.closure_stale:
+            return
+        last = self.params[-1]()
+        if not any(g is not None and bool(g.detach().reshape(-1)[:256].any())
+                   for g in (param.grad, getattr(last, "grad", None))):
+            return  # grad = None, or zeroed in place without zero_grad() (or a saturated layer's zero gradient)
+        self.closure_stale = True
+        self.closure_stale_steps += 1
+        if self.closure_site is None:
+            self.closure_site = here()
 
     def _param_version(self) -> int | None:
         """The version counter of the primary optimizer's first parameter: every in-place update bumps it."""
@@ -427,6 +474,9 @@ class AccumulationProbe(Probe):
             stale_steps=self.stale_steps,
             stale_checked=self.stale_checked,
             stale_site=self.stale_site,
+            closure_steps=self.closure_steps,
+            closure_stale_steps=self.closure_stale_steps,
+            closure_site=self.closure_site,
         )
 
     def finish(self, reason: str) -> None:

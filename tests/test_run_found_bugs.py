@@ -697,3 +697,25 @@ def test_a_nan_replay_leaves_batch_norm_statistics_the_step_saved_untouched(tmp_
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_after_batchnorm.py", "mean = points[:, :, :3].sum("), found[0]
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_an_lbfgs_closure_that_never_zeroes_is_missing_zero_grad_at_its_backward(tmp_path_factory, validate_report,
+                                                                                 how):
+    # zero_grad() once before optimizer.step(closure): LBFGS moves the weights and evaluates the closure again, whose
+    # backward adds into the previous evaluation's gradient; the twin sets the gradients to None inside the closure
+    result = shared_run(tmp_path_factory, f"lbfgs-closure-unzeroed-{how}", "lbfgs_closure_unzeroed.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 12" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("lbfgs_closure_unzeroed.py", "loss.backward()"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["closure"] is True and values["stale_steps"] == values["steps_checked"] == 12, values

@@ -34,6 +34,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _zeroed_between_micro_steps(run, rank, state, lim, out)
         _zeroed_inside_window(run, rank, state, lim, out)
         _never_zeroed(run, rank, state, lim, out)
+        _closure_never_zeroed(run, rank, state, lim, out)
         if k < 2:
             continue
         if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
@@ -233,6 +234,26 @@ def _never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[
     out.symptoms.append(
         run.symptom("missing-zero-grad", probe=PROBE, summary=text, values=values,
                     location=location(run, state.get("stale_site")), rank=rank)
+    )
+
+
+def _closure_never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
+                          out: Analysis) -> None:
+    """Steps whose closure ran again after the optimizer moved the weights, adding into the gradients of the
+    evaluation before it (an LBFGS closure without zero_grad(): skorch-dev/skorch#636)."""
+    if any(s.id == "missing-zero-grad" and s.rank == run.rank_of(rank) for s in out.symptoms):
+        return
+    stale, steps = int(state.get("closure_stale_steps") or 0), int(state.get("closure_steps") or 0)
+    if stale < int(lim.get("min_stale_steps", 2)) or stale / max(steps, 1) < float(lim.get("min_stale_share", 0.5)):
+        return
+    text = (f"{plural(stale, 'optimizer step')} of the {steps} that evaluated their closure more than once ran a "
+            "backward into the gradients of the evaluation before, taken at other weights (no zero_grad() inside "
+            "the closure): the optimizer's line search and curvature estimate work on a sum of stale gradients; "
+            "the closure should clear the gradients before its backward")
+    values = {"stale_steps": stale, "steps_checked": steps, "closure": True}
+    out.symptoms.append(
+        run.symptom("missing-zero-grad", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("closure_site")), rank=rank)
     )
 
 
