@@ -37,7 +37,10 @@ hook on every module and a check on every torch call, naming the first
 module, op and user line that turned finite values non-finite. On CUDA the
 sentinel is read one step late: the first non-finite step is reported at
 once, and from then on the check is synchronous so the next occurrence is
-localised. The first step's forward runs before the models are known; it is
+localised. A loss the replay finds non-finite outside the model with no op to name
+(a helper applied to the target) arms a watch of the next steps' ops
+(probes/nanwatch.py) for the op that makes the next non-finite value.
+The first step's forward runs before the models are known; it is
 seen through global module hooks that are removed at the first backward (or
 as soon as `torch.compile` is called, so compiled code never depends on
 them). A model called inside code compiled as a function is not replayed
@@ -97,6 +100,7 @@ from torchdoctor.probes.nanlocate import (
     nonfinite_count,
     tensors_in,
 )
+from torchdoctor.probes.nanwatch import OpWatch
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch, user_site
 from torchdoctor.probes.transparent import transparent
 
@@ -200,6 +204,11 @@ class NanProbe(Probe):
         self.loss_functions = LossFunctions(torch, self._function_call)
         self.loss_functions_step = int(opt.get("loss_functions_step", 2))
         self.loss_functions_max_step_s = float(opt.get("loss_functions_max_step_s", 1.0))
+        # a non-finite loss the replay placed nowhere in particular: the next steps' ops are watched for the op
+        # that makes one (probes/nanwatch.py), armed at an optimizer step once a step time under a second is known
+        self.op_watch = OpWatch(torch, self._nonfinite_op)
+        self.op_watch_steps = int(opt.get("op_watch_steps", 8))
+        self._op_watch_wanted = False
         self.backward = backward_watch(torch)
         self.backward.subscribe(self, self._before_backward)
         self.data = data_watch(torch)
@@ -393,6 +402,8 @@ class NanProbe(Probe):
         if regions:
             found["autocast"] = ", ".join(regions)
         event: dict[str, Any] = {"what": what, "at_step": step, **found, **extra}
+        if what == "loss" and found.get("outside_model") and not found.get("line"):
+            self._op_watch_wanted = True
         if site is not None and what == "loss":
             event["backward_path"], event["backward_line"], event["backward_function"] = site
         lr = self._lr()
@@ -633,6 +644,12 @@ class NanProbe(Probe):
             # disarmed inside backward(), itself run by the mode's handler (which takes the mode off the stack
             # meanwhile): popped here, at the optimizer step, where it is the innermost mode again
             self.loss_functions.tidy()
+        if self._op_watch_wanted and 0 < self._step_s < self.loss_functions_max_step_s \
+                and not self._compiled_anything():
+            self._op_watch_wanted = False
+            self.op_watch.arm(self.op_watch_steps)
+        elif self.op_watch.mode is not None:
+            self.op_watch.step_ended()
         if step == self.loss_functions_step and self.names is not None and not self.localised \
                 and 0 < self._step_s < self.loss_functions_max_step_s and not self._compiled_anything():
             self.loss_functions.arm()  # the next loss computation, until its backward
@@ -737,7 +754,12 @@ class NanProbe(Probe):
 
     # -- the end -------------------------------------------------------------------------------------
 
+    def _nonfinite_op(self, found: dict[str, Any]) -> None:
+        self.emit("nonfinite-op", at_step=self.step + 1, **found)
+
     def finish(self, reason: str) -> None:
+        self.op_watch.active = False
+        self.op_watch.tidy()
         if self.loss_functions.armed:
             self.loss_functions.disarm(None)  # no backward came after the watched step
         try:

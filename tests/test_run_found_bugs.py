@@ -719,3 +719,44 @@ def test_an_lbfgs_closure_that_never_zeroes_is_missing_zero_grad_at_its_backward
     assert found[0]["location"]["line"] == line_of("lbfgs_closure_unzeroed.py", "loss.backward()"), found[0]
     values = found[0]["evidence"][0]["values"]
     assert values["closure"] is True and values["stale_steps"] == values["steps_checked"] == 12, values
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_nan_target_made_by_a_helper_is_named_at_its_op_by_the_next_steps_watch(tmp_path_factory, validate_report,
+                                                                                  how):
+    # step 1's loss is nan while the model's outputs are finite, and nothing replayable made it: the next steps' ops
+    # are watched, and the division that turns the depth map's zeros into inf is named; the clamped twin is quiet
+    result = shared_run(tmp_path_factory, f"nan-in-target-helper-{how}", "nan_in_target_helper.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 16" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_in_target_helper.py", "return max_depth / depth"), found[0]
+    assert found[0]["evidence"][0]["values"]["made_at_step"] > 1, found[0]
+
+
+def test_the_op_watch_names_the_first_op_making_a_nonfinite_value_and_leaves_no_mode():
+    # asked-for infinities (a -inf fill value) and uninitialised memory are not made by the op; a 1/0 is
+    import torch
+    from torch.overrides import _get_current_function_mode
+
+    from torchdoctor.probes.nanwatch import OpWatch
+
+    found = []
+    watch = OpWatch(torch, found.append)
+    watch.arm(steps=2)
+    x = torch.ones(4)
+    x.masked_fill(x > 0, float("-inf"))
+    torch.empty(1000)
+    assert found == []
+    y = torch.zeros(4)
+    x / y  # the op
+    assert len(found) == 1 and found[0]["op"].endswith("div") and found[0]["path"] == __file__, found
+    watch.step_ended()
+    assert watch.mode is None and _get_current_function_mode() is None

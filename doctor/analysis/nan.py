@@ -89,6 +89,8 @@ def _nonfinite(run: RunEvidence, rank: int, out: Analysis) -> None:
             ))
         elif what == "loss":
             out.symptoms.append(_loss_symptom(run, rank, event))
+            if event.get("outside_model") and not event.get("line"):
+                _placed_later(run, rank, out.symptoms[-1])
         elif what in ("grad", "parameters"):
             grad_symptom = _grad_symptom(run, rank, event)
             grad_step = step
@@ -164,6 +166,23 @@ def _loss_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
         summary = f"the loss was {value} at step {step}"
     return run.symptom("nan-loss", probe=PROBE, summary=summary, values=_clean(values), location=_site(run, event),
                        step=step, rank=rank)
+
+
+def _placed_later(run: RunEvidence, rank: int, symptom: Symptom) -> None:
+    """A loss that went non-finite outside the model with no line: the op the next steps' watch caught making a
+    non-finite value from finite ones (probes/nanwatch.py) names the line instead of `backward()`."""
+    found = run.of_kind("nonfinite-op", PROBE, rank)
+    if not found or not found[0].get("path") or not found[0].get("line"):
+        return
+    op = found[0]
+    symptom.location = run.location(op["path"], op["line"], op.get("function"))
+    evidence = symptom.evidence[0]
+    evidence.location = symptom.location
+    evidence.summary += (f"; watching the next steps, `{op.get('op')}` on line {op['line']}"
+                         + (f" (in {op['function']})" if op.get("function") else "")
+                         + f" turned finite values into non-finite ones at step {op.get('at_step')}")
+    evidence.values["made_op"] = op.get("op")
+    evidence.values["made_at_step"] = op.get("at_step")
 
 
 def _grad_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom:
