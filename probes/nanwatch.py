@@ -17,6 +17,7 @@ where it is the innermost mode again (inside `backward()` the mode's own handler
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ class OpWatch:
         self.active = False
         self.done = False
         self.steps_left = 0
+        self.pid = os.getpid()  # a DataLoader worker forked while the mode is on inherits it: it reports nothing
 
     def arm(self, steps: int) -> None:
         if self.done or self.mode is not None:
@@ -71,6 +73,8 @@ class OpWatch:
                 return
             if not (_finite_inputs(args, torch) and _finite_inputs(kwargs, torch)):
                 return
+        if os.getpid() != self.pid:
+            return
         while frame is not None and is_library_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
