@@ -92,10 +92,35 @@ class CallSites:
         last = before[-1] if before else None
         if last is not None:
             return last == "eval"
+        if fn is not None and "eval" in self.framework_context(fn):
+            return True
         if fn is None or _depth >= 3:
             return False
         callers = self.callers(fn)
         return bool(callers) and all(self.eval_switched_before(c, _depth + 1) for c in callers)
+
+    def framework_context(self, fn: ast.AST) -> tuple[str, ...]:
+        """The context a training framework calls a method in: Lightning runs the evaluation and prediction hooks
+        of a LightningModule or Callback (`validation_step`, `on_validation_epoch_end`, `test_step`, ...) inside
+        its evaluation loop, under `torch.no_grad`/`inference_mode` and after `model.eval()` (lightning/pytorch/
+        loops/evaluation_loop.py: `run` is wrapped in `_no_grad_context`, `on_run_start` calls
+        `_on_evaluation_model_eval`)."""
+        name = getattr(fn, "name", None)
+        if name not in self.vocab["call_sites"]["lightning_evaluation_hooks"]:
+            return ()
+        owner = self.parent(fn)
+        if not isinstance(owner, ast.ClassDef) or not self._lightning_class(owner.name, 0):
+            return ()
+        return ("no_grad", "eval")
+
+    def _lightning_class(self, name: str, depth: int) -> bool:
+        """A class of this file that derives from LightningModule or a Lightning Callback, directly or through
+        bases defined in the file."""
+        info = self.classes.get(name)
+        if info is None or depth > 4:
+            return False
+        bases = self.vocab["call_sites"]["lightning_bases"]
+        return any(b in bases or self._lightning_class(b, depth + 1) for b in info.bases)
 
 
 def _switch(call: ast.Call) -> str | None:
