@@ -9,7 +9,8 @@ functions they call. A site's context is a set of words:
   before it, or every caller in the file calls its function with grad off);
 - `eval`: the last train/eval switch before the call, in its function, is `.eval()` on some model (`model.eval();
   validate(model, loader)`);
-- `rank_zero`: the call runs on the main process only (`if rank == 0:`, an early return, a rank-zero decorator).
+- `rank_zero`: the call, made as a statement, runs on the main process only (`if rank == 0:`, an early return, a
+  rank-zero decorator); a call whose value is used is not asked (conservative: it keeps a finding).
 
 Calls this file resolves itself (its own functions, `self.` methods of its classes) are left out: the rules
 already follow those. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
@@ -30,6 +31,18 @@ if TYPE_CHECKING:
 
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
+# What a file must mention for a call in it to run with grad off or after `.eval()` (regions.py, the framework
+# hooks below); rank evidence is the vocabulary's rank names (guards.py) and `init_process_group(rank=...)`.
+_EVIDENCE = {
+    "no_grad": ("no_grad", "nograd", "inference_mode", "set_grad_enabled", "lightning"),
+    "eval": (".eval(", ".train(", "lightning"),
+}
+
+
+def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
+    names = set().union(*rank.values()) | {"init_process_group"}
+    # a name that holds another is found with it: `rank` finds `local_rank`
+    return tuple(sorted(n for n in names if not any(m != n and m in n for m in names)))
 
 
 class CallSites:
@@ -43,6 +56,7 @@ class CallSites:
         external = frozenset(skip["external_roots"]) | _STDLIB
         methods = frozenset(skip["library_methods"])
         out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
+        by_statement: dict[ast.AST, tuple[str, ...]] = {}  # calls of one statement share its context
         for call in self.nodes(ast.Call):
             func = call.func
             if isinstance(func, ast.Name):
@@ -60,20 +74,52 @@ class CallSites:
             q = self.resolve(func)
             if q is not None and q.split(".", 1)[0] in external:
                 continue
-            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, self.site_context(call)))
+            stmt = self._plain_statement(call)
+            if stmt is None:
+                words = self.site_context(call)
+            else:
+                words = by_statement.get(stmt)
+                if words is None:
+                    words = by_statement[stmt] = self.site_context(call)
+            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, words))
         self._call_sites = out
         return out
 
+    def _plain_statement(self, call: ast.Call) -> ast.AST | None:
+        """The statement holding `call` when nothing between them changes the context (a conditional
+        expression, a lambda, a comprehension may run apart from the rest of the statement)."""
+        node: ast.AST | None = self.parent(call)
+        while node is not None and not isinstance(node, ast.stmt):
+            if isinstance(node, ast.IfExp | ast.Lambda | ast.BoolOp | ast.comprehension):
+                return None
+            node = self.parent(node)
+        return node
+
     def site_context(self, call: ast.Call) -> tuple[str, ...]:
         """The context words of one call (module docstring)."""
+        possible = self._possible_words()
         words = []
-        if self.grad_disabled(call):
+        if "no_grad" in possible and self.grad_disabled(call):
             words.append("no_grad")
-        if self.eval_switched_before(call):
+        if "eval" in possible and self.eval_switched_before(call):
             words.append("eval")
-        if self.rank_guarded(call):
+        # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their effect,
+        # and the question costs the most of the three
+        if "rank_zero" in possible and isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call):
             words.append("rank_zero")
         return tuple(words)
+
+    def _possible_words(self) -> frozenset[str]:
+        """The words this file's text can give at all: each question's evidence is written in the file (a grad-off
+        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question."""
+        if self._site_words is None:
+            text = self.source
+            lowered = text.lower()
+            found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
+            if any(n in text for n in _rank_names(self.vocab["rank"])):
+                found.add("rank_zero")
+            self._site_words = frozenset(found)
+        return self._site_words
 
     def eval_switched_before(self, node: ast.AST, _depth: int = 0) -> bool:
         """The last `.train()`/`.eval()` switch before `node` in its function is `.eval()` (or `.train(False)`);
