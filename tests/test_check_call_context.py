@@ -186,3 +186,13 @@ def test_the_same_hook_name_on_a_plain_module_is_not_lightning_s(tmp_path, monke
     plain = {"plain.py": LIGHTNING.replace("import lightning as L\n", "").replace("L.LightningModule", "nn.Module")}
     assert _findings(tmp_path, monkeypatch, plain, "TD102") == [("plain.py", 17)]
     assert _findings(tmp_path, monkeypatch, plain, "TD601") == [("plain.py", 17)]
+
+
+def test_td102_a_function_handed_on_as_a_value_elsewhere_keeps_the_finding(tmp_path, monkeypatch):
+    train = TRAIN + "\n\ndef hooks(register):\n    register(evaluate)\n"
+    assert _findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "train.py": train}, "TD102") == [("engine.py", 8)]
+
+
+def test_td102_a_function_handed_on_as_a_value_in_its_own_file_keeps_the_finding(tmp_path, monkeypatch):
+    engine = ENGINE + "\n\nEVALUATORS = {\"accuracy\": evaluate}\n"
+    assert _findings(tmp_path, monkeypatch, {"engine.py": engine, "train.py": TRAIN}, "TD102") == [("engine.py", 8)]

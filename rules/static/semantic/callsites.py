@@ -13,7 +13,8 @@ functions they call. A site's context is a set of words:
   rank-zero decorator); a call whose value is used is not asked (conservative: it keeps a finding).
 
 Calls this file resolves itself (its own functions, `self.` methods of its classes) are left out: the rules
-already follow those. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
+already follow those. A function handed to a call as a value (`register(trainer.validate)`) is a site with no context
+word: whoever runs it is not known, so its callers never all agree. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
 and the method names of tensors and modules that a project never defines for itself.
 """
 
@@ -58,6 +59,7 @@ class CallSites:
         out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
         by_statement: dict[ast.AST, tuple[str, ...]] = {}  # calls of one statement share its context
         for call in self.nodes(ast.Call):
+            self._references(call, external, methods, out)
             func = call.func
             if isinstance(func, ast.Name):
                 name = func.id
@@ -84,6 +86,25 @@ class CallSites:
             out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, words))
         self._call_sites = out
         return out
+
+    def _references(self, call: ast.Call, external: frozenset[str], methods: frozenset[str],
+                    out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]]) -> None:
+        """Functions handed to a call instead of called (`register_hook(trainer.validate)`, `Thread(target=evaluate)`
+        with `evaluate` imported): something else runs them, in a context nobody here can read, so they are sites
+        with no context word, and a function with one never has all its callers agree."""
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+                name = arg.attr
+                if name.startswith("__") or name in methods:
+                    continue
+            elif isinstance(arg, ast.Name) and arg.id in self.aliases:
+                name = arg.id
+            else:
+                continue
+            q = self.resolve(arg)
+            if q is not None and q.split(".", 1)[0] in external:
+                continue
+            out.setdefault(name, []).append((arg.lineno, arg.col_offset + 1, q, ("reference",)))
 
     def _plain_statement(self, call: ast.Call) -> ast.AST | None:
         """The statement holding `call` when nothing between them changes the context (a conditional
