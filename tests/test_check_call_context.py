@@ -148,3 +148,51 @@ def test_td303_every_call_on_rank_zero_settles_the_save(tmp_path, monkeypatch):
 def test_td303_an_unguarded_call_keeps_the_save(tmp_path, monkeypatch):
     run = DDP_RUN.replace("        if dist.get_rank() == 0:\n            trainer", "        trainer")
     assert _findings(tmp_path, monkeypatch, {"trainer.py": DDP_TRAINER, "run.py": run}, "TD303") == [("trainer.py", 11)]
+
+
+# Lightning is the caller of its hooks: the evaluation loop runs `on_validation_epoch_end` under no_grad (or
+# inference_mode) after `model.eval()` (lightning/pytorch/loops/evaluation_loop.py).
+LIGHTNING = """import torch
+from torch import nn
+import lightning as L
+
+
+class LitModel(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(10, 10), nn.Dropout(0.5), nn.Linear(10, 2))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def on_validation_epoch_end(self):
+        loader = self.trainer.datamodule.val_dataloader()
+        for x, y in loader:
+            out = self.net(x)
+            self.log("acc", (out.argmax(1) == y).float().mean())
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters())
+"""
+
+
+def test_lightning_evaluation_hooks_run_with_grad_off_in_eval_mode(tmp_path, monkeypatch):
+    files = {"lit.py": LIGHTNING}
+    assert _findings(tmp_path, monkeypatch, files, "TD102") == _findings(tmp_path, monkeypatch, files, "TD601") == []
+
+
+def test_the_same_hook_name_on_a_plain_module_is_not_lightning_s(tmp_path, monkeypatch):
+    plain = {"plain.py": LIGHTNING.replace("import lightning as L\n", "").replace("L.LightningModule", "nn.Module")}
+    assert _findings(tmp_path, monkeypatch, plain, "TD102") == [("plain.py", 17)]
+    assert _findings(tmp_path, monkeypatch, plain, "TD601") == [("plain.py", 17)]
+
+
+def test_td102_a_function_handed_on_as_a_value_elsewhere_keeps_the_finding(tmp_path, monkeypatch):
+    train = TRAIN + "\n\ndef hooks(register):\n    register(evaluate)\n"
+    assert _findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "train.py": train}, "TD102") == [("engine.py", 8)]
+
+
+def test_td102_a_function_handed_on_as_a_value_in_its_own_file_keeps_the_finding(tmp_path, monkeypatch):
+    engine = ENGINE + "\n\nEVALUATORS = {\"accuracy\": evaluate}\n"
+    assert _findings(tmp_path, monkeypatch, {"engine.py": engine, "train.py": TRAIN}, "TD102") == [("engine.py", 8)]

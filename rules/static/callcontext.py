@@ -47,8 +47,23 @@ def defer(ctx: Context, node: ast.AST, fn: ast.AST, under: str, values: dict[str
     """A finding at `node` that stands unless every call of `fn` in the project runs `under` a context word."""
     leave_sites(ctx)
     cls, name = function_identity(ctx.index, fn)
+    if _referenced_here(ctx.index.tree, name):
+        ctx.report(node, **values)  # handed to something as a value in its own file: that caller is unknown
+        return
     ctx.leave(key, {"class": cls, "function": name, "under": under, "line": node.lineno,  # type: ignore[attr-defined]
                     "col": node.col_offset + 1, "values": values})  # type: ignore[attr-defined]
+
+
+def _referenced_here(tree: ast.AST, name: str) -> bool:
+    """The function's name read as a value in its own file (`callbacks=[self.validate]`, `pool.map(evaluate, ...)`),
+    not called: it runs where this file hands it. A walk of the file, made only for a finding about to be deferred."""
+    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in calls:
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Load) and id(n) not in calls:
+            return True
+    return False
 
 
 class CallContext:

@@ -397,6 +397,9 @@ def validation_in_train_mode_across_files(project: Project) -> list[ProjectHit]:
 def _report_or_defer(ctx: Context, call: ast.Call, **values: str) -> None:
     """Report, unless the validation runs in a function no call of this file runs (`def validate(model, loader)`
     in engine.py): then every call of it in the project decides, and one after `model.eval()` everywhere settles it."""
+    here = ctx.index.function_of(call)
+    if here is not None and "eval" in ctx.index.framework_context(here):
+        return  # Lightning's on_validation_epoch_end: the evaluation loop put the model in eval mode
     fn = outermost_uncalled(ctx.index, call)
     if fn is None:
         ctx.report(call, **values)

@@ -9,10 +9,12 @@ functions they call. A site's context is a set of words:
   before it, or every caller in the file calls its function with grad off);
 - `eval`: the last train/eval switch before the call, in its function, is `.eval()` on some model (`model.eval();
   validate(model, loader)`);
-- `rank_zero`: the call runs on the main process only (`if rank == 0:`, an early return, a rank-zero decorator).
+- `rank_zero`: the call, made as a statement, runs on the main process only (`if rank == 0:`, an early return, a
+  rank-zero decorator); a call whose value is used is not asked (conservative: it keeps a finding).
 
 Calls this file resolves itself (its own functions, `self.` methods of its classes) are left out: the rules
-already follow those. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
+already follow those. A function handed to a call as a value (`register(trainer.validate)`) is a site with no context
+word: whoever runs it is not known, so its callers never all agree. So are calls of libraries (torch, the standard library, the vocabulary's `external_roots`)
 and the method names of tensors and modules that a project never defines for itself.
 """
 
@@ -30,6 +32,18 @@ if TYPE_CHECKING:
 
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
+# What a file must mention for a call in it to run with grad off or after `.eval()` (regions.py, the framework
+# hooks below); rank evidence is the vocabulary's rank names (guards.py) and `init_process_group(rank=...)`.
+_EVIDENCE = {
+    "no_grad": ("no_grad", "nograd", "inference_mode", "set_grad_enabled", "lightning"),
+    "eval": (".eval(", ".train(", "lightning"),
+}
+
+
+def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
+    names = set().union(*rank.values()) | {"init_process_group"}
+    # a name that holds another is found with it: `rank` finds `local_rank`
+    return tuple(sorted(n for n in names if not any(m != n and m in n for m in names)))
 
 
 class CallSites:
@@ -43,7 +57,9 @@ class CallSites:
         external = frozenset(skip["external_roots"]) | _STDLIB
         methods = frozenset(skip["library_methods"])
         out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
+        by_statement: dict[ast.AST, tuple[str, ...]] = {}  # calls of one statement share its context
         for call in self.nodes(ast.Call):
+            self._references(call, external, methods, out)
             func = call.func
             if isinstance(func, ast.Name):
                 name = func.id
@@ -60,20 +76,71 @@ class CallSites:
             q = self.resolve(func)
             if q is not None and q.split(".", 1)[0] in external:
                 continue
-            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, self.site_context(call)))
+            stmt = self._plain_statement(call)
+            if stmt is None:
+                words = self.site_context(call)
+            else:
+                words = by_statement.get(stmt)
+                if words is None:
+                    words = by_statement[stmt] = self.site_context(call)
+            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, words))
         self._call_sites = out
         return out
 
+    def _references(self, call: ast.Call, external: frozenset[str], methods: frozenset[str],
+                    out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]]) -> None:
+        """Functions handed to a call instead of called (`register_hook(trainer.validate)`, `Thread(target=evaluate)`
+        with `evaluate` imported): something else runs them, in a context nobody here can read, so they are sites
+        with no context word, and a function with one never has all its callers agree."""
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+                name = arg.attr
+                if name.startswith("__") or name in methods:
+                    continue
+            elif isinstance(arg, ast.Name) and arg.id in self.aliases:
+                name = arg.id
+            else:
+                continue
+            q = self.resolve(arg)
+            if q is not None and q.split(".", 1)[0] in external:
+                continue
+            out.setdefault(name, []).append((arg.lineno, arg.col_offset + 1, q, ("reference",)))
+
+    def _plain_statement(self, call: ast.Call) -> ast.AST | None:
+        """The statement holding `call` when nothing between them changes the context (a conditional
+        expression, a lambda, a comprehension may run apart from the rest of the statement)."""
+        node: ast.AST | None = self.parent(call)
+        while node is not None and not isinstance(node, ast.stmt):
+            if isinstance(node, ast.IfExp | ast.Lambda | ast.BoolOp | ast.comprehension):
+                return None
+            node = self.parent(node)
+        return node
+
     def site_context(self, call: ast.Call) -> tuple[str, ...]:
         """The context words of one call (module docstring)."""
+        possible = self._possible_words()
         words = []
-        if self.grad_disabled(call):
+        if "no_grad" in possible and self.grad_disabled(call):
             words.append("no_grad")
-        if self.eval_switched_before(call):
+        if "eval" in possible and self.eval_switched_before(call):
             words.append("eval")
-        if self.rank_guarded(call):
+        # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their effect,
+        # and the question costs the most of the three
+        if "rank_zero" in possible and isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call):
             words.append("rank_zero")
         return tuple(words)
+
+    def _possible_words(self) -> frozenset[str]:
+        """The words this file's text can give at all: each question's evidence is written in the file (a grad-off
+        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question."""
+        if self._site_words is None:
+            text = self.source
+            lowered = text.lower()
+            found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
+            if any(n in text for n in _rank_names(self.vocab["rank"])):
+                found.add("rank_zero")
+            self._site_words = frozenset(found)
+        return self._site_words
 
     def eval_switched_before(self, node: ast.AST, _depth: int = 0) -> bool:
         """The last `.train()`/`.eval()` switch before `node` in its function is `.eval()` (or `.train(False)`);
@@ -92,10 +159,35 @@ class CallSites:
         last = before[-1] if before else None
         if last is not None:
             return last == "eval"
+        if fn is not None and "eval" in self.framework_context(fn):
+            return True
         if fn is None or _depth >= 3:
             return False
         callers = self.callers(fn)
         return bool(callers) and all(self.eval_switched_before(c, _depth + 1) for c in callers)
+
+    def framework_context(self, fn: ast.AST) -> tuple[str, ...]:
+        """The context a training framework calls a method in: Lightning runs the evaluation and prediction hooks
+        of a LightningModule or Callback (`validation_step`, `on_validation_epoch_end`, `test_step`, ...) inside
+        its evaluation loop, under `torch.no_grad`/`inference_mode` and after `model.eval()` (lightning/pytorch/
+        loops/evaluation_loop.py: `run` is wrapped in `_no_grad_context`, `on_run_start` calls
+        `_on_evaluation_model_eval`)."""
+        name = getattr(fn, "name", None)
+        if name not in self.vocab["call_sites"]["lightning_evaluation_hooks"]:
+            return ()
+        owner = self.parent(fn)
+        if not isinstance(owner, ast.ClassDef) or not self._lightning_class(owner.name, 0):
+            return ()
+        return ("no_grad", "eval")
+
+    def _lightning_class(self, name: str, depth: int) -> bool:
+        """A class of this file that derives from LightningModule or a Lightning Callback, directly or through
+        bases defined in the file."""
+        info = self.classes.get(name)
+        if info is None or depth > 4:
+            return False
+        bases = self.vocab["call_sites"]["lightning_bases"]
+        return any(b in bases or self._lightning_class(b, depth + 1) for b in info.bases)
 
 
 def _switch(call: ast.Call) -> str | None:

@@ -81,7 +81,8 @@ class Regions:
 
     def grad_disabled(self, node: ast.AST, _depth: int = 0) -> bool:
         """Whether autograd is (or may be) off at `node`: no_grad/inference_mode blocks, decorators,
-        `torch.set_grad_enabled(False)` before it, or every caller in the file calls it with grad off."""
+        `torch.set_grad_enabled(False)` before it, a framework hook that runs with grad off (callsites.py), or
+        every caller in the file calls it with grad off."""
         child = node
         for anc in self.ancestors(node):
             if isinstance(anc, WITHS) and child in anc.body:
@@ -90,6 +91,8 @@ class Regions:
                     return True
             elif isinstance(anc, FUNCTIONS):
                 if any(self._is_grad_off(d) for d in anc.decorator_list):
+                    return True
+                if "no_grad" in self.framework_context(anc):  # Lightning's validation_step and friends
                     return True
                 if self._set_grad_false_before(anc, node):
                     return True
