@@ -27,7 +27,7 @@ off), with about its uncertainty: real µs, but on a loaded machine the uncertai
 
     python bench/bench_probe_cost.py [--mode both|profile|toggle] [--loop mlp --loop transformer]
         [--steps 300] [--warmup 60] [--functions 25] [--cycles 12] [--probe nan,memory] [--json out.json]
-    PYTHONPATH=<another checkout's package> python bench/bench_probe_cost.py …   (that version's figures)
+    <another checkout>/.venv/bin/python bench/bench_probe_cost.py …   (that checkout's torchdoctor)
 """
 
 from __future__ import annotations
