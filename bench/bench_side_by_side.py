@@ -14,6 +14,8 @@ autocast, clipping, a custom Function, validation every 25 steps).
 
     python bench/bench_side_by_side.py [--rounds 10] [--steps 400] [--warmup 60]
         [--config default=  --config nan=--probe,nan  --config control=plain  …]
+        [--config main@/work/main/.venv/bin/python=  …]   (NAME@PYTHON=…: the probed side under another
+                                                          interpreter, e.g. another checkout's venv)
 
 Where glibc's heap lands decides whether a CPU training process takes a page fault per page of its big
 temporaries every step: a plain MLP process measured 0.01 to 50 minor faults per step from one start to
@@ -63,7 +65,7 @@ def start(cmd: list[str], cpu: int, work: Path, env: dict[str, str]) -> subproce
 
 
 def side_by_side(script: Path, config: list[str] | None, args: argparse.Namespace, work: Path,
-                 swap: bool) -> tuple[float, float]:
+                 swap: bool, python: str = sys.executable) -> tuple[float, float]:
     """plain's steps per CPU-second over the probed run's, both started at once: over the whole window, and
     as the ratio of their median CPU time per block of 25 steps."""
     timing = [str(args.warmup), str(args.steps)]
@@ -74,7 +76,7 @@ def side_by_side(script: Path, config: list[str] | None, args: argparse.Namespac
     if config is None:  # the control: plain against plain
         probed = [sys.executable, str(script), *timing, str(probed_out), "1"]
     else:
-        probed = [sys.executable, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
+        probed = [python, "-m", "torchdoctor.cli", "run", str(script), "--out", str(work / "run"),
                   "--format", "json", "--hang-timeout", "0", *config, "--", *timing, str(probed_out), "1"]
     env = {**os.environ, **(STEADY_HEAP if args.heap == "steady" else {})}
     procs = [start(plain, 1 if swap else 0, work, env), start(probed, 0 if swap else 1, work, env)]
@@ -94,7 +96,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=60)
     parser.add_argument("--config", action="append", default=[],
                         help="NAME=ARG,ARG… (torchdoctor run arguments; NAME=plain runs the plain script, an A/A "
-                        "control); default: control, default, nan, protocol")
+                        "control; NAME@PYTHON=… runs torchdoctor with that interpreter, e.g. another checkout's "
+                        "venv, against the same plain side); default: control, default, nan, protocol")
     parser.add_argument("--heap", choices=("steady", "default"), default="default",
                         help="steady: the same fixed glibc malloc thresholds in both processes (see above); "
                         "default: glibc's adaptive ones")
@@ -104,10 +107,14 @@ def main() -> None:
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("needs two CPUs")
     configs = dict(CONFIGS)
+    pythons: dict[str, str] = {}
     if args.config:
         configs = {}
         for item in args.config:
             name, _, rest = item.partition("=")
+            name, _, python = name.partition("@")
+            if python:
+                pythons[name] = python
             configs[name] = None if rest == "plain" else [a for a in rest.split(",") if a]
     loops = {name: LOOP.format(model=model) for name, model in MODELS.items()}
     loops["mlp+protocol"] = PROTOCOL_LOOP.format(model=MODELS["mlp"])
@@ -127,7 +134,9 @@ def main() -> None:
                 for name, config in configs.items():
                     if name == "protocol" and "protocol" not in loop:
                         continue  # the protocol probes watch the protocol loop; a plain loop gives them nothing to do
-                    samples.setdefault((loop, name), []).append(side_by_side(script, config, args, work, r % 2 == 1))
+                    python = pythons.get(name, sys.executable)
+                    sample = side_by_side(script, config, args, work, r % 2 == 1, python)
+                    samples.setdefault((loop, name), []).append(sample)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"side by side: plain and probed started together on their own cores; {args.rounds} rounds of "
           f"{args.steps} steps after {args.warmup}; heap: {args.heap}; slowdown = plain steps/CPU-s over "

@@ -61,6 +61,10 @@ called. Every call is guarded: an exception in a probe is recorded as a
 ``probe-error`` event, disables that probe for the rest of the run and never
 reaches the script.
 
+A probe with nothing more to do in a step hook (a one-off check done, a
+probe inert in this process) says so with
+``self.session.stop_calling(self, "before_step" | "after_step")``.
+
 Helpers: ``self.emit(kind, **fields)``, ``self.note(text)``,
 ``self.artifact(name, path)``, ``self.artifact_path("x.pickle")`` (a per-rank
 file in the run directory), ``self.options``, ``self.step``, ``self.rank``,

@@ -399,6 +399,7 @@ class CheckpointProbe(Probe):
         if self.resume_checked:
             return
         self.resume_checked = True
+        self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
         if getattr(optimizer, "state", None):
             return  # the stepping optimizer holds state: restored, or nothing to judge
         # a restored optimizer that is gone (garbage once replaced) is not the stepping one either

@@ -60,6 +60,8 @@ class DistributedProbe(Probe):
     def install(self) -> None:
         self.active = _env_int("WORLD_SIZE", 1) > 1
         if not self.active:
+            for hook in ("before_step", "after_step"):  # one process: nothing to do at any step
+                self.session.stop_calling(self, hook)
             return
         self.check_steps = int(self.options.get("unused_check_steps", 3))
         self.expand_left = int(self.options.get("expand_watch_forwards", 1))

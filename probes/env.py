@@ -157,6 +157,7 @@ class EnvProbe(Probe):
         if self._recorded_at is None:
             self._recorded_at = step
             self._record("first-step")
+        self.session.stop_calling(self, "after_step")  # the first step is all it records per step
         return None
 
     def finish(self, reason: str) -> None:

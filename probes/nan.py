@@ -544,7 +544,11 @@ class NanProbe(Probe):
             return torch.stack([n.float().to(device) for n in norms])
 
     def _check_grads(self, step: int) -> None:
-        pairs = [(i, p.grad) for i, p in enumerate(self.params) if p.grad is not None and not p.grad.is_sparse]
+        pairs = []
+        for i, p in enumerate(self.params):
+            g = p.grad  # a property that builds a Python object each time: read once
+            if g is not None and not g.is_sparse:
+                pairs.append((i, g))
         if not pairs:
             return
         self.checked += 1
@@ -565,8 +569,8 @@ class NanProbe(Probe):
 
     def _grad_values(self, step: int, index: list[int], norms: list[float], late: bool) -> float:
         """Total and per-layer norms of one check; on CUDA they arrive a step late."""
-        total = math.sqrt(sum(n * n for n in norms)) if all(math.isfinite(n) for n in norms) else float("inf")
-        if any(math.isnan(n) for n in norms):
+        total = math.hypot(*norms)  # one C call; inf if any norm is inf (NaN or not), else NaN if any is NaN
+        if math.isinf(total) and any(math.isnan(n) for n in norms):
             total = float("nan")
         self._grad_norm = _number(total)
         self._grad_norm_step = step

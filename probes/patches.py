@@ -47,9 +47,13 @@ def _guarded(probe: Probe, where: str, fn: Callable[..., Any], *args: Any) -> An
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - a probe's bug must never reach the script
-        probe.enabled = False
-        probe.emit("probe-error", where=where, error=f"{type(exc).__name__}: {exc}"[:500])
+        _switch_off(probe, where, exc)
         return None
+
+
+def _switch_off(probe: Probe, where: str, exc: BaseException) -> None:
+    probe.enabled = False
+    probe.emit("probe-error", where=where, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 def user_site(start: Any = None) -> tuple[str, int, str] | None:
@@ -89,8 +93,12 @@ class BackwardWatch:
             create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
             watch.retain_graph = bool(retain if retain is not None else create)
             try:
-                for probe, fn in watch.before:
-                    _guarded(probe, "backward", fn, tensors)
+                for probe, fn in watch.before:  # _guarded, inlined: one frame less per subscriber and backward
+                    if probe.enabled:
+                        try:
+                            fn(tensors)
+                        except Exception as exc:  # noqa: BLE001 - a probe's bug must never reach the script
+                            _switch_off(probe, "backward", exc)
             finally:
                 watch._depth -= 1
             started = time.perf_counter()

@@ -248,6 +248,8 @@ class ProfileProbe(Probe):
         w = self.window
         self.window = None
         self.done = True
+        for hook in ("before_step", "after_step"):  # one window per run: nothing more to time at any step
+            self.session.stop_calling(self, hook)
         if w is None:
             return
         for h in w["handles"]:

@@ -82,6 +82,7 @@ class Session:
         self.probes: list[Probe] = []
         self._pre: list[Probe] = []
         self._post: list[Probe] = []
+        self._stopped: set[tuple[int, str]] = set()  # (id(probe), hook) a probe no longer needs (stop_calling)
         self._primary: weakref.ref | None = None
         # Another optimizer that steps this many times in a row while the primary one is idle takes over (a second
         # training phase while the first phase's optimizer is still referenced, by its scheduler for instance).
@@ -235,8 +236,22 @@ class Session:
                 self.emit("probe-error", probe=name, where="install", error=_describe(exc))
                 continue
             self.probes.append(probe)
-        self._pre = [p for p in self.probes if type(p).before_step is not Probe.before_step]
-        self._post = [p for p in self.probes if type(p).after_step is not Probe.after_step]
+        self._pre = [p for p in self.probes
+                     if type(p).before_step is not Probe.before_step and (id(p), "before_step") not in self._stopped]
+        self._post = [p for p in self.probes
+                      if type(p).after_step is not Probe.after_step and (id(p), "after_step") not in self._stopped]
+
+    def stop_calling(self, probe: Probe, hook: str) -> None:
+        """`probe` has nothing more to do in `hook` ("before_step" or "after_step") for the rest of the run: the
+        session stops calling it there. Every step calls each probe's hooks, and a call that only returns still
+        costs its frame, cold after a training step's kernels."""
+        if hook not in ("before_step", "after_step"):
+            raise ValueError(f"unknown step hook {hook!r}")
+        self._stopped.add((id(probe), hook))  # also for the lists that loading the next probes builds again
+        if hook == "before_step":
+            self._pre = [p for p in self._pre if p is not probe]  # a new list: a loop over the old one goes on
+        else:
+            self._post = [p for p in self._post if p is not probe]
 
     def _hook_optimizers(self) -> None:
         if self._hooked:

@@ -124,6 +124,38 @@ def test_a_failing_probe_is_switched_off_and_the_script_goes_on(tmp_path):
     assert session.probes[1].seen == [1, 2, 3]
 
 
+class OneShot(Probe):
+    """Checks something at the first step only, then asks not to be called at any step again."""
+
+    name = "oneshot"
+
+    def install(self) -> None:
+        self.before: list[int] = []
+        self.after: list[int] = []
+
+    def before_step(self, step, optimizer):
+        self.before.append(step)
+
+    def after_step(self, step, optimizer):
+        self.after.append(step)
+        self.session.stop_calling(self, "after_step")
+
+
+def test_a_probe_done_with_a_step_hook_is_no_longer_called_there(tmp_path):
+    session = _session(tmp_path, None, OneShot, Recorder)
+    oneshot, recorder = session.probes
+    session._pre = [oneshot]
+    opt = FakeOptimizer()
+    _step(session, opt)
+    session._load([])  # loading more probes (after the script's `import torch`) builds the lists again
+    _step(session, opt)
+    _step(session, opt)
+    assert oneshot.after == [1] and oneshot.before == [1, 2, 3]  # only the hook it gave up
+    assert recorder.seen == [1, 2, 3]  # the probe after it in the same loop still ran at step 1
+    with pytest.raises(ValueError):
+        session.stop_calling(oneshot, "finish")
+
+
 def test_finish_writes_the_exit_event_once(tmp_path):
     session = _session(tmp_path)
     session.finish("completed", 0)
