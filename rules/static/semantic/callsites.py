@@ -40,10 +40,19 @@ _EVIDENCE = {
 }
 
 
+_RANK_NAMES: dict[int, tuple[dict[str, frozenset[str]], tuple[str, ...]]] = {}
+
+
 def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
+    """The rank names a file's text is searched for, worked out once per vocabulary (not once per file)."""
+    cached = _RANK_NAMES.get(id(rank))
+    if cached is not None and cached[0] is rank:
+        return cached[1]
     names = set().union(*rank.values()) | {"init_process_group"}
     # a name that holds another is found with it: `rank` finds `local_rank`
-    return tuple(sorted(n for n in names if not any(m != n and m in n for m in names)))
+    found = tuple(sorted(n for n in names if not any(m != n and m in n for m in names)))
+    _RANK_NAMES[id(rank)] = (rank, found)
+    return found
 
 
 class CallSites:
@@ -59,7 +68,8 @@ class CallSites:
         out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
         by_statement: dict[ast.AST, tuple[str, ...]] = {}  # calls of one statement share its context
         for call in self.nodes(ast.Call):
-            self._references(call, external, methods, out)
+            if call.args or call.keywords:
+                self._references(call, external, methods, out)
             func = call.func
             if isinstance(func, ast.Name):
                 name = func.id
