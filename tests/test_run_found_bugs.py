@@ -6,10 +6,26 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_run_support import assert_sound, diagnosed, line_of, shared_run
+from tests.test_run_support import RunResult, assert_sound, diagnosed, line_of, shared_run
 from torchdoctor import exitcodes
 
 pytestmark = pytest.mark.slow
+
+
+def _bug_or_twin(tmp_path_factory, validate_report, name: str, script: str, how: str, done: str, symptom: str,
+                 line_text: str) -> tuple[RunResult, dict | None]:
+    """Run `script` with `how` ("bug" or "healthy") to its `done` line: the bug gives one `symptom` at the line
+    holding `line_text`, the healthy twin none. Returns the run and the bug's symptom (None for the twin)."""
+    result = shared_run(tmp_path_factory, f"{name}-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert done in result.stdout + result.stderr
+    found = result.symptoms(symptom)
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return result, None
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, line_text), found[0]
+    return result, found[0]
 
 
 def test_zero_grad_before_every_micro_step_is_named_at_its_line(tmp_path_factory, validate_report):
@@ -668,16 +684,8 @@ def test_nan_made_in_a_loss_function_that_a_trainers_compute_loss_calls_is_named
 def test_a_generator_never_zeroed_is_missing_zero_grad_at_its_own_backward(tmp_path_factory, validate_report, how):
     # the discriminator's backward comes first after the generator's step and does not reach its gradients: the
     # backward named is the generator's, the one that adds into them; zeroed in place, the twin is quiet
-    result = shared_run(tmp_path_factory, f"gan-missing-zero-grad-{how}", "gan_missing_zero_grad.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done 39" in result.stdout + result.stderr
-    found = result.symptoms("missing-zero-grad")
-    if how == "healthy":
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("gan_missing_zero_grad.py", "g_loss.backward()"), found[0]
+    _bug_or_twin(tmp_path_factory, validate_report, "gan-missing-zero-grad", "gan_missing_zero_grad.py", how,
+                 "done 39", "missing-zero-grad", "g_loss.backward()")
 
 
 # heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
@@ -687,16 +695,8 @@ def test_a_nan_replay_leaves_batch_norm_statistics_the_step_saved_untouched(tmp_
     # the replay of a nan step ran the model's batch norm on its real running statistics, which the step's graph
     # had saved: the script's own loss.backward() then failed ("modified by an inplace operation") and the run
     # crashed where it completes plain; the replay now works on copies, and the script runs to its end
-    result = shared_run(tmp_path_factory, f"nan-after-batchnorm-{how}", "nan_after_batchnorm.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done 20" in result.stdout + result.stderr
-    found = result.symptoms("nan-loss")
-    if how == "healthy":
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("nan_after_batchnorm.py", "mean = points[:, :, :3].sum("), found[0]
+    _bug_or_twin(tmp_path_factory, validate_report, "nan-after-batchnorm", "nan_after_batchnorm.py", how, "done 20",
+                 "nan-loss", "mean = points[:, :, :3].sum(")
 
 
 # heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
@@ -706,18 +706,12 @@ def test_an_lbfgs_closure_that_never_zeroes_is_missing_zero_grad_at_its_backward
                                                                                  how):
     # zero_grad() once before optimizer.step(closure): LBFGS moves the weights and evaluates the closure again, whose
     # backward adds into the previous evaluation's gradient; the twin sets the gradients to None inside the closure
-    result = shared_run(tmp_path_factory, f"lbfgs-closure-unzeroed-{how}", "lbfgs_closure_unzeroed.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done 12" in result.stdout + result.stderr
-    found = result.symptoms("missing-zero-grad")
-    if how == "healthy":
-        assert not found, result.report["symptoms"]
+    result, found = _bug_or_twin(tmp_path_factory, validate_report, "lbfgs-closure-unzeroed",
+                                 "lbfgs_closure_unzeroed.py", how, "done 12", "missing-zero-grad", "loss.backward()")
+    if found is None:
         assert not result.symptoms("zero-grad-every-micro-step"), result.report["symptoms"]
         return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("lbfgs_closure_unzeroed.py", "loss.backward()"), found[0]
-    values = found[0]["evidence"][0]["values"]
+    values = found["evidence"][0]["values"]
     assert values["closure"] is True and values["stale_steps"] == values["steps_checked"] == 12, values
 
 
@@ -728,17 +722,10 @@ def test_a_nan_target_made_by_a_helper_is_named_at_its_op_by_the_next_steps_watc
                                                                                   how):
     # step 1's loss is nan while the model's outputs are finite, and nothing replayable made it: the next steps' ops
     # are watched, and the division that turns the depth map's zeros into inf is named; the clamped twin is quiet
-    result = shared_run(tmp_path_factory, f"nan-in-target-helper-{how}", "nan_in_target_helper.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done 16" in result.stdout + result.stderr
-    found = result.symptoms("nan-loss")
-    if how == "healthy":
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("nan_in_target_helper.py", "return max_depth / depth"), found[0]
-    assert found[0]["evidence"][0]["values"]["made_at_step"] > 1, found[0]
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-in-target-helper", "nan_in_target_helper.py", how,
+                            "done 16", "nan-loss", "return max_depth / depth")
+    if found is not None:
+        assert found["evidence"][0]["values"]["made_at_step"] > 1, found
 
 
 def test_the_op_watch_names_the_first_op_making_a_nonfinite_value_and_leaves_no_mode():
