@@ -139,8 +139,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--hang-timeout",
                 help="A hang is no training activity (optimizer step, forward, backward, output) for SECONDS "
-                "(default 60; 0 turns the watchdog off). Before the "
-                "first step it counts from the start and waits at least 60 s.",
+                "(default 60, widened to 3x the run's longest quiet spell so far; 0 turns the watchdog off). Before "
+                "the first step it counts from the start and waits at least 60 s.",
             ),
         ] = None,
         probe: Annotated[

@@ -73,6 +73,7 @@ class RunPlan:
     ddp_debug: bool = False
     notebook: Notebook | None = None  # the script is a .ipynb: its cells, converted into the run directory
     label: str | None = None  # in-process sessions (torchdoctor.watch): what the report names as the target
+    hang_gap_factor: float = 0.0  # >0: the default timeout, widened to this many times the run's longest quiet spell
     details: bool = False  # text: the full report after the summary
 
     @property
@@ -319,6 +320,7 @@ def make_plan(req: RunRequest, cwd: str | None = None) -> RunPlan:
         steps=req.steps,
         timeout_s=req.timeout,
         hang_timeout_s=hang or None,
+        hang_gap_factor=float(thresholds["run"]["hang_gap_factor"]) if req.hang_timeout is None else 0.0,
         gpu_memory_gib=gpu,
         fmt=req.fmt,
         fail_on=req.fail_on,

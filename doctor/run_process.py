@@ -115,6 +115,7 @@ class ChildResult:
     peer_failed: int | None = None  # the failed rank whose waiting peers torchdoctor stopped
     leftovers: list[dict] = field(default_factory=list)  # processes of the run alive after the script: pid,
     # command, ended_by (SIGTERM | SIGKILL | None: could not be ended)
+    hang_limit_s: float | None = None  # the hang watchdog's limit when the run ended (None: no watchdog)
 
 
 class Supervisor:
@@ -129,6 +130,7 @@ class Supervisor:
         hang_timeout_s: float | None,
         startup_s: float = 60.0,
         grace_s: float = 5.0,
+        hang_gap_factor: float = 0.0,
         stacks_wait_s: float = 2.0,
         *,
         distributed: bool = False,
@@ -147,6 +149,12 @@ class Supervisor:
         self.hang_timeout_s = hang_timeout_s
         self.startup_s = startup_s
         self.grace_s = grace_s
+        # 0: --hang-timeout is the limit as given. Otherwise (the default timeout) the limit grows to this many
+        # times the longest quiet spell between two signs of activity after the first step: a model whose
+        # forward alone takes a minute on a loaded CPU is slow, not hung, and has already shown it.
+        self.hang_gap_factor = hang_gap_factor
+        self.longest_gap_s = 0.0
+        self._stepped = False
         self.stacks_wait_s = stacks_wait_s
         self.tail = EventTail(run_dir)
         self.proc: subprocess.Popen | None = None
@@ -226,6 +234,9 @@ class Supervisor:
                 self._reap_adopted()
                 now = time.monotonic()
                 if self.tail.poll():
+                    if self._stepped:  # quiet spells before the first step are start-up (startup_s covers them)
+                        self.longest_gap_s = max(self.longest_gap_s, now - last_progress)
+                    self._stepped = self._stepped or any(self.tail.steps.values())
                     last_progress = now
                 if self.distributed:
                     self._track_ranks(now)
@@ -275,13 +286,15 @@ class Supervisor:
             decided_at=self.decided_at,
             peer_failed=self.peer_failed,
             leftovers=list(self.leftovers),
+            hang_limit_s=self._hang_limit() if self.hang_timeout_s else None,
         )
 
     def _hang_limit(self) -> float:
-        """--hang-timeout between steps; before the first, at least the start-up allowance."""
+        """--hang-timeout between steps, widened to the run's own slowest quiet spell when the timeout is
+        the default; before the first step, at least the start-up allowance."""
         assert self.hang_timeout_s
         if any(self.tail.steps.values()):
-            return self.hang_timeout_s
+            return max(self.hang_timeout_s, self.hang_gap_factor * self.longest_gap_s)
         return max(self.hang_timeout_s, self.startup_s)
 
     def _stop(self, reason: str | None) -> None:

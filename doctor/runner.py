@@ -86,6 +86,7 @@ def supervise(plan: RunPlan) -> ChildResult:
         stdout=stdout,
         timeout_s=plan.timeout_s,
         hang_timeout_s=plan.hang_timeout_s,
+        hang_gap_factor=plan.hang_gap_factor,
         startup_s=float(limits.get("startup_timeout_s", 60.0)),
         grace_s=float(limits.get("terminate_grace_s", 5.0)),
         stacks_wait_s=float(limits.get("stacks_wait_s", 2.0)),
@@ -124,7 +125,7 @@ def evidence_of(plan: RunPlan, result: ChildResult) -> RunEvidence:
         exit_event = next((e for e in reversed(events.get(0, [])) if e.get("kind") == "exit"), None)
         outcome = decide(result.returncode, result.decided, exit_event, result.duration_s, result.sent_signal)
     outcome.seconds_without_step = result.seconds_without_step
-    outcome.hang_timeout_s = plan.hang_timeout_s
+    outcome.hang_timeout_s = result.hang_limit_s or plan.hang_timeout_s
     outcome.timeout_s = plan.timeout_s
     outcome.leftovers = result.leftovers
     outcome.notes += leftover_notes(result.leftovers)

@@ -173,6 +173,40 @@ def test_watchdog_gives_start_up_its_allowance(tmp_path):
     assert slow._hang_limit() == 120.0
 
 
+QUIET_SPELL = """
+import json, os, sys, time
+path = sys.argv[1]
+def write(event):
+    with open(path, "a") as fh:
+        fh.write(json.dumps(event, separators=(",", ":")) + "\\n")
+write({"kind": "start", "pid": os.getpid()})
+for pause in [0.5] * 5 + [2.0] + [0.5] * 3:  # steady steps, one slow one (a long forward), steady again
+    time.sleep(pause)
+    write({"kind": "step"})
+"""
+
+
+@pytest.mark.parametrize("factor", [0.0, 10.0])
+def test_default_watchdog_widens_to_the_runs_own_quiet_spells(tmp_path, factor):
+    """With the default timeout a quiet spell no longer than the run's own earlier ones times the factor is
+    slowness, not a hang (x-transformers' decoder on a loaded CPU); a given --hang-timeout (factor 0) is kept.
+    The 0.25 s polls blur each measured spell by up to that much: the factor leaves room for it."""
+    script = tmp_path / "quiet_spell.py"
+    script.write_text(QUIET_SPELL)
+    events = tmp_path / "events.rank0.jsonl"
+    sup = Supervisor([sys.executable, str(script), str(events)], dict(os.environ), str(tmp_path), tmp_path, None,
+                     timeout_s=40.0, hang_timeout_s=0.8, startup_s=30.0, hang_gap_factor=factor,
+                     stacks_wait_s=0.2, grace_s=1.0, settle_s=0.1)
+    result = sup.run()
+    if factor == 0:
+        assert result.decided == "hang" and sup.tail.steps[0] == 5
+        assert result.hang_limit_s == 0.8
+    else:
+        assert result.decided is None and result.returncode == 0 and sup.tail.steps[0] == 9
+        assert sup.longest_gap_s >= 1.7  # the slow step, as the polls saw it
+        assert result.hang_limit_s == pytest.approx(10.0 * sup.longest_gap_s)
+
+
 SLOW_FINISH = """
 import json, os, signal, sys, time
 path = sys.argv[1]
