@@ -6,6 +6,8 @@ Inputs (next to this script unless given):
   repos.jsonl    the healthy corpus: repo, commit, paths (checked as one project), style, split
   judged.jsonl   verdicts on findings of the healthy corpus: true | false | debatable
   bugs*.jsonl    labelled real bugs (and any file given with --bugs)
+  derived.jsonl  heldout files that are copies of dev files (derived.py): precision is also shown
+                 for heldout without them, the part of heldout no tuning has seen
 
 Each repository must already be on this machine as a bare mirror (the `fetch` tool puts it under
 /work/.mirror/OWNER+NAME/repo). Each entry is extracted once at its commit into the cache
@@ -254,9 +256,14 @@ def precision_table(rows: list[dict[str, Any]], by: str) -> dict[str, dict[str, 
 
 
 def score_healthy(
-    outcomes: list[Outcome], judged: list[dict[str, Any]], min_rank: int, codes: tuple[str, ...] = ()
+    outcomes: list[Outcome],
+    judged: list[dict[str, Any]],
+    min_rank: int,
+    codes: tuple[str, ...] = (),
+    derived: frozenset[tuple[str, str, str]] = frozenset(),
 ) -> dict[str, Any]:
-    """Rows for the findings at or above min_rank (of the given code prefixes, if any), with their verdicts."""
+    """Rows for the findings at or above min_rank (of the given code prefixes, if any), with their verdicts.
+    `derived`: (repo, commit, path) of heldout files copied from dev files; their rows' origin says so."""
     verdicts = {
         finding_key(j["repo"], j["commit"], j): j
         for j in judged
@@ -289,6 +296,7 @@ def score_healthy(
                     "family": key[4][:3] + "xx",
                     "severity": f.get("severity"),
                     "split": p.split,
+                    "origin": "heldout, copied from dev" if (p.repo, p.commit, key[2]) in derived else p.split,
                     "style": p.label.get("style", ""),
                     "verdict": label.get("verdict", ""),
                     "reason": label.get("reason", ""),
@@ -311,6 +319,7 @@ def score_healthy(
         "by_rule": precision_table(rows, "code"),
         "by_family": precision_table(rows, "family"),
         "by_split": precision_table(rows, "split"),
+        "by_origin": precision_table(rows, "origin"),
         "by_style": precision_table(rows, "style"),
         "by_repo": precision_table(rows, "repo"),
         "rows": rows,
@@ -486,6 +495,9 @@ def print_report(report: dict[str, Any], list_unjudged: bool) -> None:
 
 def print_healthy(h: dict[str, Any], list_unjudged: bool) -> None:
     print_precision("precision by split (true / (true + false))", h["by_split"])
+    if any(key.startswith("heldout, copied") for key in h.get("by_origin", {})):
+        print_precision("precision by origin (heldout files >= 80 % copied from a dev file apart: derived.py)",
+                        h["by_origin"])
     print_precision("precision by family", h["by_family"])
     print_precision("precision by rule", h["by_rule"])
     print_precision("precision by style", h["by_style"])
@@ -555,6 +567,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--torchdoctor", default=default_torchdoctor(), help="the torchdoctor executable")
     ap.add_argument("--manifest", default=os.path.join(HERE, "repos.jsonl"))
     ap.add_argument("--judged", default=os.path.join(HERE, "judged.jsonl"))
+    ap.add_argument("--derived", default=os.path.join(HERE, "derived.jsonl"),
+                    help="heldout files copied from dev files (derived.py writes it)")
     ap.add_argument("--bugs", action="append", default=[], help="another bug label file (repeatable)")
     ap.add_argument(
         "--bugs-dir", default=HERE, help="where to look for bugs*.jsonl (default: next to this script)"
@@ -622,11 +636,15 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"{o.project.repo} {' '.join(o.project.paths)[:60]}: {o.error}")
 
     judged = read_jsonl(args.judged) if os.path.exists(args.judged) else []
+    derived = frozenset(
+        (r["repo"], r["commit"], r["path"]) for r in (read_jsonl(args.derived) if os.path.exists(args.derived) else [])
+    )
     healthy = score_healthy(
         [o for o in outcomes if o.project.kind == "healthy"],
         judged,
         SEVERITY_RANK[args.min_severity],
         tuple(c.strip().upper() for c in args.code.split(",") if c.strip()) if args.code else (),
+        derived,
     )
     bugs = score_bugs([o for o in outcomes if o.project.kind == "bug"])
     report = {

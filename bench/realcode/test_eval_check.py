@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import derived  # noqa: E402
 import eval_check  # noqa: E402
 
 TORCHDOCTOR = eval_check.default_torchdoctor()
@@ -265,6 +266,50 @@ def test_heldout_is_left_out_of_dev(
     assert run(corpus, capsys, "--manifest", manifest, "--no-bugs")["healthy"]["rows"] == []
     rows = run(corpus, capsys, "--manifest", manifest, "--no-bugs", "--split", "heldout")["healthy"]["rows"]
     assert {r["split"] for r in rows} == {"heldout"}
+    assert {r["origin"] for r in rows} == {"heldout"}
+    copied = write_jsonl(tmp_path / "derived.jsonl", [
+        {"repo": "acme/trainer", "commit": corpus["fixed"], "path": "src/other.py", "share": 0.9, "source": "x:y.py"}
+    ])
+    report = run(corpus, capsys, "--manifest", manifest, "--no-bugs", "--split", "heldout", "--derived", copied)
+    origin = {r["path"]: r["origin"] for r in report["healthy"]["rows"]}
+    assert origin["src/other.py"] == "heldout, copied from dev"
+    assert report["healthy"]["by_origin"]["heldout, copied from dev"]["findings"] == sum(
+        1 for r in report["healthy"]["rows"] if r["path"] == "src/other.py"
+    )
+
+
+def test_derived_finds_a_heldout_file_copied_from_a_dev_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two repositories: the heldout one carries the dev one's loop with one line changed (derived), and a
+    file of its own that shares only imports (not derived)."""
+    body = "".join(f"    value_{i} = compute_something(batch, step={i})\n" for i in range(20))
+    loop = "def train(batch):\n" + body
+    own = "".join(f"    other_{i} = unrelated_thing(item, k={i})\n" for i in range(20))
+    mirror = tmp_path / "mirror"
+    commits = {}
+    for repo, files in {
+        "acme/dev": {"loop.py": loop},
+        "acme/held": {"loop.py": loop.replace("step=3", "step=33"), "own.py": "def go(item):\n" + own},
+    }.items():
+        work = tmp_path / repo.replace("/", "_")
+        work.mkdir()
+        git(work, "init", "-q")
+        for name, text in files.items():
+            (work / name).write_text(text)
+        git(work, "add", ".")
+        git(work, "commit", "-qm", "c")
+        commits[repo] = git(work, "rev-parse", "HEAD")
+        subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirror / repo.replace("/", "+") / "repo")],
+                       check=True)
+    manifest = write_jsonl(tmp_path / "repos.jsonl", [
+        {"repo": "acme/dev", "commit": commits["acme/dev"], "paths": ["."], "split": "dev"},
+        {"repo": "acme/held", "commit": commits["acme/held"], "paths": ["."], "split": "heldout"},
+    ])
+    out = tmp_path / "derived.jsonl"
+    assert derived.main(["--manifest", manifest, "--mirror", str(mirror), "--write", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["repo"], r["path"], r["source"]) for r in rows] == [("acme/held", "loop.py", "acme/dev:loop.py")]
+    assert 0.9 <= rows[0]["share"] < 1.0
+    assert "derived from a dev file" in capsys.readouterr().out
 
 
 def test_bad_label_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
