@@ -22,9 +22,9 @@ class TransformerNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.net = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 9, padding=4), torch.nn.InstanceNorm2d(16, affine=True), torch.nn.ReLU(),
+            torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.InstanceNorm2d(16, affine=True), torch.nn.ReLU(),
             torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.InstanceNorm2d(32, affine=True), torch.nn.ReLU(),
-            torch.nn.Conv2d(32, 3, 9, padding=4))
+            torch.nn.Conv2d(32, 3, 3, padding=1))
 
     def forward(self, x):
         return self.net(x)
@@ -52,7 +52,7 @@ scaler = torch.amp.GradScaler("cpu")
 style = torch.rand(1, 3, 32, 32) * 255
 with torch.autocast("cpu", dtype=torch.float16):
     gram_style = [gram_matrix(f) for f in vgg(style)]
-for step in range(12):
+for step in range(10):
     x = torch.rand(2, 3, 32, 32) * 255
     optimizer.zero_grad()
     with torch.autocast("cpu", dtype=torch.float16):
@@ -65,5 +65,5 @@ for step in range(12):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-    if step % 4 == 0:
+    if step % 3 == 0:
         print(step, "content", content_loss.item(), "style", style_loss.item(), "scale", scaler.get_scale())
