@@ -1,6 +1,6 @@
 # Source: https://github.com/mlberkeley/scae-pytorch/pull/4
-# Original: mlberkeley/scae-pytorch scae/modules/part_capsule_ae.py (the Gaussian-mixture log_prob of the part
-# likelihood)
+# Original: mlberkeley/scae-pytorch scae/util/math.py (MixtureDistribution.log_prob), the pixel mixture that
+# TemplateImageDecoder in scae/modules/part_capsule_ae.py returns
 # Bug: the mixture log-likelihood is computed as log(sum(exp(log_prob))) with plain exp and log; a template pixel
 # far from every component underflows exp to 0, the log returns -inf and the loss and its gradients turn nan
 # (the PR replaced it with torch.logsumexp).

@@ -1,5 +1,5 @@
 # Source: https://github.com/KempnerInstitute/KempnerForge/pull/115
-# Original: KempnerInstitute/KempnerForge kempnerforge/checkpoint (CheckpointManager.save / load)
+# Original: KempnerInstitute/KempnerForge kempnerforge/checkpoint/manager.py (CheckpointManager.save / load)
 # Bug: the checkpoint manager round-trips the optimizer through the raw optimizer.state_dict(); on resume the
 # optimizer is freshly built, its state_dict() has no exp_avg / exp_avg_sq yet (AdamW creates them at the first
 # step), so dcp.load has nothing to fill: the weights come back, the saved moments are silently dropped.

@@ -1,7 +1,8 @@
 # Source: https://github.com/Koratahiu/Advanced_Optimizers/pull/5
-# Original: Koratahiu/Advanced_Optimizers adv_optm/optim/Prodigy_adv.py (step) and adv_optm/util/OrthoGrad.py
-# Bug: the optimizer's step reads its distance estimates with .item() (and OrthoGrad passes a tensor as alpha),
-# so every optimizer step blocks the host until the device queue drains; the PR keeps them on the device.
+# Original: Koratahiu/Advanced_Optimizers adv_optm/optim/Prodigy_adv.py (step)
+# Bug: the optimizer's step reads its distance estimates with .item(), so every optimizer step blocks the host
+# until the device queue drains; the PR keeps them on the device (it also removed an implicit sync in OrthoGrad,
+# a tensor passed as alpha, not reproduced here).
 import torch
 import torch.nn.functional as F
 
