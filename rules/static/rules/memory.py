@@ -110,26 +110,28 @@ def _accumulated_in_methods(ctx: Context) -> None:
                 if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Attribute)
                         and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self"):
                     continue
-                position = _parameter_kept(stmt.value, params)
-                if id(stmt) in done or position is None or position >= len(call.args):
+                if id(stmt) in done:
                     continue
+                handed = [call.args[p] for p in _parameters_kept(stmt.value, params) if p < len(call.args)]
                 fn = index.function_of(call)
                 names = ctx.memo(("backward-names", fn), lambda fn=fn: backward_names(index, fn))
-                if holds_graph(index, call.args[position], call, names):
+                if any(holds_graph(index, arg, call, names) for arg in handed):
                     done.add(id(stmt))
                     # the value is the loss the loop at `call` hands in, e.g. `hvd.allreduce(val.cpu(), ...)`
                     ctx.report(stmt, variable=dotted(stmt.target) or "self", value=ctx.segment(stmt.value, 40))
 
 
-def _parameter_kept(value: ast.AST, params: list[str]) -> int | None:
-    """The position of the parameter `value` is built from when nothing on the way drops its graph
-    (`.item()`, `.detach()`, `float(...)`); None otherwise."""
+def _parameters_kept(value: ast.AST, params: list[str]) -> list[int]:
+    """The positions of the parameters `value` is built from when nothing on the way drops their graph
+    (`.item()`, `.detach()`, `float(...)`). Several: an average meter's `self.sum += val * n` keeps `val`'s graph
+    whatever the count `n` is (LIC-HPCM's `loss.update(out_criterion["loss"])`); the caller checks which of
+    them it hands a graph."""
     for sub in ast.walk(value):
         if isinstance(sub, ast.Call) and (isinstance(sub.func, ast.Attribute) and sub.func.attr in _DROPS_GRAPH
                                           or isinstance(sub.func, ast.Name) and sub.func.id in _DROPS_GRAPH):
-            return None
-    used = [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in params]
-    return params.index(used[0]) if len(set(used)) == 1 else None
+            return []
+    used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name) and n.id in params}
+    return sorted(params.index(u) for u in used)
 
 
 def _reset_each_update(index: Index, node: ast.AST, loop, name: str) -> bool:
