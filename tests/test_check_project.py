@@ -950,3 +950,63 @@ def test_set_epoch_called_in_the_trainer_keeps_the_data_module_quiet(tmp_path, m
                            "        for epoch in range(epochs):\n            self.data.train_loader.sampler.set_epoch(epoch)\n")
     files = {"egs.py": BUNCH, "trainer.py": fixed}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []
+
+
+EVALUATOR_CLASS = """import torch
+
+
+class Evaluator:
+    def __init__(self, model, loader):
+        self.model = model
+        self.loader = loader
+
+    def get_scores(self):
+        self.model.eval()
+        total = 0.0
+        for x, y in self.loader:
+            with torch.no_grad():
+                total += torch.nn.functional.cross_entropy(self.model(x), y).item()
+        return total / len(self.loader)
+"""
+TRAINER_CLASS = """import torch
+
+from evaluators.evaluator import Evaluator
+
+
+class Trainer:
+    def __init__(self, model, optimizer, train_loader, dev_loader):
+        self.model = model
+        self.optimizer = optimizer
+        self.train_loader = train_loader
+        self.dev_loader = dev_loader
+
+    def train_epoch(self):
+        for x, y in self.train_loader:
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+
+    def train(self, epochs):
+        self.model.train()
+        for epoch in range(epochs):
+            self.train_epoch()
+            dev_evaluator = Evaluator(self.model, self.dev_loader)
+            score = dev_evaluator.get_scores()
+"""
+
+
+def test_an_evaluator_object_of_another_file_leaves_the_trainers_model_in_eval_mode(tmp_path, monkeypatch):
+    # castorini/hedwig #17: the evaluator is built around self.model each epoch and its method calls .eval()
+    found = _findings(tmp_path, monkeypatch, {"evaluators/evaluator.py": EVALUATOR_CLASS, "trainers/trainer.py": TRAINER_CLASS})
+    assert [f for f in found if f[2] == "TD602"] == [("trainers/trainer.py", 25, "TD602")]
+
+
+def test_an_evaluator_object_whose_caller_restores_train_mode_is_quiet(tmp_path, monkeypatch):
+    restored = TRAINER_CLASS.replace("            self.train_epoch()\n", "            self.model.train()\n"
+                               "            self.train_epoch()\n")
+    found = _findings(tmp_path, monkeypatch, {"evaluators/evaluator.py": EVALUATOR_CLASS, "trainers/trainer.py": restored})
+    assert [f for f in found if f[2] == "TD602"] == []
+    built_only = TRAINER_CLASS.replace("            score = dev_evaluator.get_scores()\n", "")
+    found = _findings(tmp_path, monkeypatch, {"evaluators/evaluator.py": EVALUATOR_CLASS, "trainers/trainer.py": built_only})
+    assert [f for f in found if f[2] == "TD602"] == []

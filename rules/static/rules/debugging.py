@@ -754,6 +754,7 @@ def _flag_needs(index: Index, call: ast.AST, fn: ast.AST, flags: set[str]) -> di
 def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     _leave_param_evals(ctx)
+    _leave_constructor_evals(ctx)
     reported: set[ast.Call] = set()
     for loop in index.training_loops():
         # Which call of this loop an `.eval()` deep inside runs through: per loop (an epoch loop reaches the same
@@ -858,6 +859,51 @@ def _leave_param_evals(ctx: Context) -> None:
                                       "line": call.lineno})
 
 
+def _leave_constructor_evals(ctx: Context) -> None:
+    """For the project pass: classes whose methods switch a model their constructor was handed to eval mode and
+    leave it there (hedwig's `BertEvaluator(model, ...)`: `get_scores()` runs `self.model.eval()`), by method."""
+    index = ctx.index
+    if not index.method_calls("eval"):
+        return
+    for info in index.classes.values():
+        if info.is_module or info.method("__init__") is None:
+            continue
+        for name, method in info.methods.items():
+            if name == "__init__":
+                continue
+            last: dict[str, ast.Call] = {}
+            for call in sorted((c for c in index.calls_in(method) if _mode_of(index, c) in ("eval", "train")),
+                               key=lambda c: (c.lineno, c.col_offset)):
+                receiver = mode_receiver(call)
+                if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) \
+                        and receiver.value.id == "self":
+                    last[receiver.attr] = call
+            for attr, call in last.items():
+                position = index.constructor_parameter(info, attr)
+                if _mode_of(index, call) == "eval" and position is not None:
+                    ctx.leave("evals-constructor-param", {"class": info.name, "method": name, "position": position,
+                                                          "line": call.lineno})
+
+
+def _methods_called_on(index: Index, call: ast.Call, loop) -> list[dict]:
+    """Methods the loop calls on the object a call builds: `Evaluator(model).score()`, or `ev = Evaluator(model)`
+    then `ev.score()` later in the loop."""
+    parent = index.parent(call)
+    if isinstance(parent, ast.Attribute):
+        outer = index.parent(parent)
+        if isinstance(outer, ast.Call) and outer.func is parent:
+            return [{"name": parent.attr, "line": outer.lineno, "col": outer.col_offset + 1}]
+        return []
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1):
+        return []
+    bound = dotted(parent.targets[0])
+    if bound is None:
+        return []
+    return [{"name": c.func.attr, "line": c.lineno, "col": c.col_offset + 1} for c in loop.all_calls()
+            if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == bound
+            and (c.lineno, c.col_offset) > (call.lineno, call.col_offset)]
+
+
 def _leave_loop(ctx: Context, loop, events: list[Event]) -> None:
     """For the project pass: a training loop whose mode switches depend on functions of other files."""
     index = ctx.index
@@ -868,6 +914,7 @@ def _leave_loop(ctx: Context, loop, events: list[Event]) -> None:
             row["callee"] = index.resolve(call.func)
             row["models"] = {str(i): k for i, k in (_external_model_call(index, call) or {}).items()}
             row["shown"] = ctx.segment(call.func, 40)
+            row["methods"] = _methods_called_on(index, call, loop)
         rows.append(row)
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
     ctx.leave("TD602-loop", {"events": rows, "loop": where})
@@ -879,7 +926,11 @@ def train_mode_not_restored_across_files(project: Project) -> list[ProjectHit]:
     evals: dict[tuple[str, str], tuple[int, int, str]] = {}
     for f, fact in project.facts("evals-param"):
         evals[(f.module, fact["function"])] = (fact["position"], fact["line"], f.path)
-    if not evals:
+    # (module, class) -> method -> (position of the constructor parameter it leaves in eval mode, line, path)
+    methods: dict[tuple[str, str], dict[str, tuple[int, int, str]]] = {}
+    for f, fact in project.facts("evals-constructor-param"):
+        methods.setdefault((f.module, fact["class"]), {})[fact["method"]] = (fact["position"], fact["line"], f.path)
+    if not evals and not methods:
         return []
     hits = []
     for f, fact in project.facts("TD602-loop"):
@@ -887,16 +938,27 @@ def train_mode_not_restored_across_files(project: Project) -> list[ProjectHit]:
         resolved: dict[tuple[int, int], str] = {}
         for row in fact["events"]:
             kind, keys = row["kind"], frozenset(row["keys"])
+            at = (row["line"], row["col"])
             if kind == "call":
-                found = [evals.get((g.module, name)) for g, name in project.defining(row["callee"] or "")]
-                found = [x for x in found if x is not None]
+                defined = project.defining(row["callee"] or "")
+                found = [x for x in (evals.get((g.module, name)) for g, name in defined) if x is not None]
+                shown = row["shown"]
+                if not found:  # a class built around the model, whose method the loop then calls
+                    for g, name in defined:
+                        by_method = methods.get((g.module, name), {})
+                        for m in row.get("methods", ()):
+                            if m["name"] in by_method:
+                                found, at, shown = [by_method[m["name"]]], (m["line"], m["col"]), \
+                                    f"{row['shown']}(...).{m['name']}"
+                                break
+                        if found:
+                            break
                 key = row["models"].get(str(found[0][0])) if found else None
                 if key is None:
                     continue
                 kind, keys = "eval", frozenset({key})
-                resolved[(row["line"], row["col"])] = f" (set at line {found[0][1]} of {found[0][2]}, inside " \
-                                                      f"`{row['shown']}()`)"
-            rows.append((kind, (row["line"], row["col"]), keys))
+                resolved[at] = f" (set at line {found[0][1]} of {found[0][2]}, inside `{shown}()`)"
+            rows.append((kind, at, keys))
         stale = _stale_eval(rows)  # type: ignore[arg-type]
         if stale is not None and stale in resolved:
             key = next(iter(next(k for _, at, k in rows if at == stale)))

@@ -127,6 +127,20 @@ class Flow:
         return any(a.attr == value.attr and _same_object_name(a.value) in params
                    for a in self.self_assignments(info, "__init__"))
 
+    def constructor_parameter(self, info, attr: str) -> int | None:
+        """The position (after `self`) of the constructor parameter `self.<attr>` is set from in `__init__`
+        (`self.model = model`, `self.model = model.to(device)`), or None: what a caller hands the class at
+        `Evaluator(self.model, loader)` is what its methods later run as `self.model` (hedwig's BertEvaluator)."""
+        init = info.method("__init__")
+        if init is None:
+            return None
+        params = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
+        for a in self.self_assignments(info, "__init__"):
+            name = _same_object_name(a.value)
+            if a.attr == attr and name in params:
+                return params.index(name)
+        return None
+
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls of a function (or of a method through `self.`) in this file."""
         if self._callers is None:
