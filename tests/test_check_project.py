@@ -1010,3 +1010,62 @@ def test_an_evaluator_object_whose_caller_restores_train_mode_is_quiet(tmp_path,
     built_only = TRAINER_CLASS.replace("            score = dev_evaluator.get_scores()\n", "")
     found = _findings(tmp_path, monkeypatch, {"evaluators/evaluator.py": EVALUATOR_CLASS, "trainers/trainer.py": built_only})
     assert [f for f in found if f[2] == "TD602"] == []
+
+
+ESTIMATE = """import torch
+
+
+@torch.inference_mode()
+def estimate_loss(model, loaders, eval_iters):
+    out = {}
+    for split, loader in loaders:
+        losses = torch.empty(eval_iters)
+        for i, (x, y) in zip(range(eval_iters), loader):
+            losses[i] = model(x, labels=y).loss.item()
+        out[split] = losses.mean().item()
+    return out
+"""
+GPT = """import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, width, p):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+"""
+RUN = """import torch
+
+from metrics import estimate_loss
+from model import Block
+
+
+def train(loader, val_loader, steps):
+    model = Block(64, 0.3)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step, (x, y) in enumerate(loader):
+        if step % 100 == 0:
+            losses = estimate_loss(model, [("val", val_loader)], 10)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+
+def test_an_evaluation_helper_of_another_file_when_no_file_ever_calls_eval(tmp_path, monkeypatch):
+    # ipolharvard/ethos-ares #20: dropout 0.3, estimate_loss(model, ...) under inference_mode, no .eval() anywhere
+    found = _findings(tmp_path, monkeypatch, {"metrics.py": ESTIMATE, "model.py": GPT, "run.py": RUN})
+    assert [f for f in found if f[2] == "TD601"] == [("metrics.py", 10, "TD601")]
+
+
+def test_an_evaluation_helper_is_quiet_when_the_caller_switches_or_the_model_has_no_dropout(tmp_path, monkeypatch):
+    switched = RUN.replace("            losses = estimate_loss(", "            model.eval()\n            losses = estimate_loss(")
+    found = _findings(tmp_path, monkeypatch, {"metrics.py": ESTIMATE, "model.py": GPT, "run.py": switched})
+    assert [f for f in found if f[2] == "TD601"] == []
+    plain = GPT.replace("        self.drop = nn.Dropout(p)\n", "").replace("self.drop(self.fc(x))", "self.fc(x)")
+    found = _findings(tmp_path, monkeypatch, {"metrics.py": ESTIMATE, "model.py": plain, "run.py": RUN})
+    assert [f for f in found if f[2] == "TD601"] == []

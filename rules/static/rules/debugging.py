@@ -350,21 +350,31 @@ def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) 
 
 def _leave_modes_at_calls(ctx: Context) -> None:
     """For the project pass: calls handing a model to a function of another module of the project, and the mode
-    the code left that model in just before (`model.train()` in the training loop, then `test_seg(model, ...)`)."""
+    the code left that model in just before (`model.train()` in the training loop, then `test_seg(model, ...)`).
+    A file that trains and never switches modes tells its calls too, with no mode: whether the model is still in
+    training mode there depends on whether any file of the project switches it (ethos-ares's run_training.py
+    trains and calls `estimate_loss(model, ...)` from metrics.py, and no file calls `.eval()`)."""
     index = ctx.index
-    if not (index.method_calls("train") or index.method_calls("eval")):
-        return  # no mode switch in this file: nothing to tell about a model's mode at a call
+    switches = bool(index.method_calls("train") or index.method_calls("eval"))
+    if any(_mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train")):
+        ctx.leave("switches-out-of-training", True)
+    if any(info.is_module and _class_has_mode_layers(index, info, set()) for info in index.classes.values()):
+        ctx.leave("mode-layers", True)
+    trains = any(lp.has_backward or lp.has_step for lp in index.training_loops())
+    if not switches and not trains:
+        return  # neither a mode switch nor training in this file: nothing to tell about a model's mode at a call
     for call in index.nodes(ast.Call):
         if index.local_target(call) is not None:
             continue
         models = _external_model_call(index, call)
         if not models:
             continue
-        explicit = _train_set_before(ctx, call)
-        mode = "train" if explicit is not None else "eval" if _eval_before(ctx, call) else None
+        explicit = _train_set_before(ctx, call) if switches else None
+        mode = "train" if explicit is not None else "eval" if switches and _eval_before(ctx, call) else None
         ctx.leave("mode-at-call", {"callee": index.resolve(call.func), "models": {str(i): k for i, k in models.items()},
                                    "mode": mode, "switch": explicit.lineno if explicit is not None else None,
-                                   "shown": ctx.segment(explicit, 40) if explicit is not None else ""})
+                                   "shown": ctx.segment(explicit, 40) if explicit is not None else "",
+                                   "line": call.lineno, "trains": trains})
 
 
 @project("TD601")
@@ -381,9 +391,21 @@ def validation_in_train_mode_across_files(project: Project) -> list[ProjectHit]:
             key = (owner.module, name)
             if key in runs and str(runs[key][1]["position"]) in fact["models"]:
                 calls.setdefault(key, []).append((g, fact))
+    # No file switches any model out of training mode, and the project defines models with dropout or batch norm:
+    # a model the callers train is still in training mode when they hand it over.
+    never_switched = not project.any_fact("switches-out-of-training") and project.any_fact("mode-layers")
     hits = []
     for key, found in calls.items():
         if not all(fact["mode"] == "train" for _g, fact in found):
+            if never_switched and all(fact["mode"] in ("train", None) for _g, fact in found):
+                training = [(g, fact) for g, fact in found if fact.get("trains")]
+                if training:
+                    f, run = runs[key]
+                    g, first = training[0]
+                    hits.append(ProjectHit(f.path, run["line"], run["col"], {
+                        "variable": run["variable"], "loader": run["loader"],
+                        "cause": f"{g.path} trains it and calls `{run['function']}()` (line {first.get('line')}), and "  # type: ignore[attr-defined]
+                                 "no file of the project ever calls `.eval()`, so it is still in training mode"}))
             continue
         f, run = runs[key]
         g, first = found[0]

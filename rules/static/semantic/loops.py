@@ -176,6 +176,14 @@ class Loops:
                 iterable = iterable.value
             elif isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
                 iterable = iterable.args[0]
+            elif isinstance(iterable, ast.Call) and self.callee(iterable) == "zip" and iterable.args:
+                # `zip(range(eval_iters), loader)` (nanoGPT-style estimate_loss): the data is the operand that is
+                # not a counter
+                counted = [a for a in iterable.args if not (isinstance(a, ast.Call) and self.callee(a) in (
+                    "range", "itertools.count", "count"))]
+                if not counted:
+                    break
+                iterable = counted[0]
             else:
                 break
         return iterable
@@ -374,7 +382,13 @@ class Loops:
             return True
         if fn is not None and is_eval_word(fn.name):  # def evaluate(model, loader)
             return True
-        return self.eval_mode_before(loop) is not None
+        if self.eval_mode_before(loop) is not None:
+            return True
+        # A loop over a loader in code that runs with autograd off and switches no mode (`@torch.inference_mode()
+        # def estimate_loss(model, loaders, ...)` in ethos-ares): what it measures is not trained on. A `.train()`
+        # in the function (batch-norm recalibration under no_grad) says the training mode is meant.
+        return self.grad_disabled(loop.node) and not any(
+            self.function_of(c) is fn for c in self.method_calls("train"))
 
     def _reads_data(self, loop: Loop) -> bool:
         """The loop takes an item per iteration: `dataset[i]` with its own counter, or `next(data_iter)`."""
