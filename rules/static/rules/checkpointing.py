@@ -195,7 +195,8 @@ def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
 
 
 def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST, bool] | None:
-    """(loop, anchor, direct): the training loop a save runs in, directly or through one local function call."""
+    """(loop, anchor, direct): the training loop a save runs in, directly or through one local function call,
+    or the one its trainer class trains in when the class reads that file back (`_trainer_class_checkpoint`)."""
     loop = index.training_loop_of(node)
     if loop is not None:
         return loop, node, True
@@ -206,6 +207,27 @@ def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST
         outer = index.training_loop_of(call)
         if outer is not None:
             return outer, call, False
+    return _trainer_class_checkpoint(index, node)
+
+
+def _trainer_class_checkpoint(index: Index, node: ast.Call) -> tuple[Loop, ast.AST, bool] | None:
+    """A trainer class whose save method writes a file another of its methods loads back, and which steps an
+    optimizer in a training loop of its own (end-to-end-SLU's `Trainer`: `save_checkpoint()` and `load_checkpoint()`
+    around `model_state.pth`, `train()` stepping `self.optimizer`): that pair is the class's resume, whoever calls
+    it from another file between epochs. (loop, anchor, direct) as for a save in the loop, never direct."""
+    info = index.class_of(node)
+    path = kwarg(node, "f", 1)
+    if info is None or info.is_module or path is None:
+        return None
+    here = index.function_of(node)
+    if not any(index.class_of(c) is not None and index.class_of(c).node is info.node  # type: ignore[union-attr]
+               and index.function_of(c) is not here and _same_path(index, kwarg(c, "f", 0), path)
+               for c in index.calls_to("torch.load")):
+        return None
+    for loop in index.training_loops():
+        owner = index.class_of(loop.node)
+        if owner is not None and owner.node is info.node and loop.has_step:
+            return loop, node, False
     return None
 
 
