@@ -1069,3 +1069,53 @@ def test_an_evaluation_helper_is_quiet_when_the_caller_switches_or_the_model_has
     plain = GPT.replace("        self.drop = nn.Dropout(p)\n", "").replace("self.drop(self.fc(x))", "self.fc(x)")
     found = _findings(tmp_path, monkeypatch, {"metrics.py": ESTIMATE, "model.py": plain, "run.py": RUN})
     assert [f for f in found if f[2] == "TD601"] == []
+
+
+ALGORITHM = """import torch
+
+
+class DLA:
+    def __init__(self, model, lr):
+        self.model = model
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def separate_gradient_update(self):
+        self.optimizer.zero_grad()
+        self.loss.backward()
+        self.optimizer.step()
+
+    def train(self, batch):
+        x, y = batch
+        self.loss = torch.nn.functional.mse_loss(self.model(x), y)
+        self.separate_gradient_update()
+        return self.loss, None, {"loss": 0.0}
+"""
+LOOP = """from ultra.dla import DLA
+
+
+def main(model, batches, steps_per_checkpoint):
+    algorithm = DLA(model, 0.1)
+    loss = 0.0
+    previous_losses = []
+    for step, batch in enumerate(batches):
+        step_loss, _, summary = algorithm.train(batch)
+        loss += step_loss / steps_per_checkpoint
+        if step % steps_per_checkpoint == 0:
+            previous_losses.append(loss)
+            loss = 0.0
+"""
+
+
+def test_a_running_total_of_what_another_files_train_method_returns_with_its_graph(tmp_path, monkeypatch):
+    # ULTR-Community/ULTRA_pytorch #6: DLA.train() returns self.loss, which another method backpropagates
+    found = _findings(tmp_path, monkeypatch, {"ultra/dla.py": ALGORITHM, "main.py": LOOP})
+    assert [f for f in found if f[2] == "TD101"] == [("main.py", 10, "TD101")]
+
+
+def test_a_running_total_of_the_returned_value_or_of_another_position_is_quiet(tmp_path, monkeypatch):
+    fixed = ALGORITHM.replace("return self.loss, None,", "return self.loss.item(), None,")
+    found = _findings(tmp_path, monkeypatch, {"ultra/dla.py": fixed, "main.py": LOOP})
+    assert [f for f in found if f[2] == "TD101"] == []
+    other = LOOP.replace("step_loss, _, summary =", "_, step_loss, summary =")
+    found = _findings(tmp_path, monkeypatch, {"ultra/dla.py": ALGORITHM, "main.py": other})
+    assert [f for f in found if f[2] == "TD101"] == []

@@ -159,35 +159,71 @@ def _leave_external_accumulation(ctx: Context, node: ast.AST, found: tuple[ast.A
     if name is None:
         return
     for value in values:
-        callee = _external_origin(ctx.index, value, node)
-        if callee is not None:
+        found = _external_origin(ctx.index, value, node)
+        if found is not None:
+            callee, position = found
             ctx.leave("accumulates-call", {"callee": callee, "line": node.lineno, "col": node.col_offset + 1,  # type: ignore[attr-defined]
-                                           "variable": name, "value": ctx.segment(value, 40)})
+                                           "variable": name, "value": ctx.segment(value, 40), "position": position})
             return
 
 
-def _external_origin(index: Index, value: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
-    """The name of the method of another object (not this file's, not torch's) a value comes straight from:
-    `total` <- `rpn_loc, ..., total = losses` <- `losses = train_util.train_step(imgs, ...)` -> "train_step"."""
+def _external_origin(index: Index, value: ast.AST, at: ast.AST, depth: int = 0,
+                     position: int | None = None) -> tuple[str, int | None] | None:
+    """The name of the method of another object (not this file's, not torch's) a value comes straight from, and
+    the position it takes in what that method returns when it is unpacked from a tuple:
+    `total` <- `rpn_loc, ..., total = losses` <- `losses = train_util.train_step(imgs, ...)` -> ("train_step", None);
+    `loss += step_loss / k` <- `step_loss, _, summary = model.train(feed)` -> ("train", 0) (ULTRA's main.py)."""
     if depth > 3:
         return None
     if isinstance(value, ast.Name):
         origin = latest_value(index, value.id, value)
-        return _external_origin(index, origin, origin, depth + 1) if origin is not None else None
+        if origin is None:
+            return None
+        return _external_origin(index, origin, origin, depth + 1, _unpacked_position(index, value))
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
+        # `step_loss / args.steps_per_checkpoint`: the running total keeps what the tensor operand keeps
+        for side in (value.left, value.right):
+            found = _external_origin(index, side, at, depth + 1)
+            if found is not None:
+                return found
+        return None
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and index.local_target(value) is None:
         q = index.resolve(value.func) or ""
         if q.split(".", 1)[0] in ("torch", "numpy", "np", "math") or value.func.attr in ("item", "detach", "cpu"):
             return None
-        return value.func.attr
+        return value.func.attr, position
     return None
+
+
+def _unpacked_position(index: Index, name: ast.Name) -> int | None:
+    """`name`'s position in the tuple target of the assignment that last set it (`a, b = f()` -> 1 for b)."""
+    here = index.statement_of(name) or name
+    at = (getattr(here, "lineno", 0), getattr(here, "col_offset", 0))
+    found = [s for s, _v in index.defs(index.scope_of(name)).get(name.id, []) if (s.lineno, s.col_offset) < at]
+    stmt = found[-1] if found else None
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Tuple):
+        return None
+    elts = stmt.targets[0].elts
+    if any(isinstance(e, ast.Starred) for e in elts):
+        return None
+    return next((i for i, e in enumerate(elts) if isinstance(e, ast.Name) and e.id == name.id), None)
 
 
 def _leave_graph_returns(ctx: Context) -> None:
     """For the project pass: methods of this file that run a backward and return what still holds the graph
-    (`def train_step(self, ...): losses = self.forward(...); losses.total_loss.backward(); return losses`)."""
+    (`def train_step(self, ...): losses = self.forward(...); losses.total_loss.backward(); return losses`), and
+    methods that return an attribute some method of their class runs the backward on, alone or in a tuple
+    (ULTRA's `DLA.train()`: `self.separate_gradient_update()` calls `self.loss.backward()`, then
+    `return self.loss, None, self.train_summary`), with the tuple positions that hold it."""
     index = ctx.index
     done: set[ast.AST] = set()
+    attributes: dict[ast.ClassDef, set[str]] = {}  # class -> the `self.x` it runs backward on
     for call in index.backward_calls:
+        info = index.class_of(call)
+        if info is not None and isinstance(call.func, ast.Attribute):
+            d = dotted(call.func.value) or ""
+            if d.startswith("self.") and d.count(".") == 1:
+                attributes.setdefault(info.node, set()).add(d)
         fn = index.function_of(call)
         if fn is None or fn in done:
             continue
@@ -195,6 +231,16 @@ def _leave_graph_returns(ctx: Context) -> None:
         names = backward_names(index, fn)
         if any(holds_graph(index, r, r, names) for r in index.returns_of(fn)):
             ctx.leave("returns-graph", fn.name)
+    for cls, held in attributes.items():
+        for method in cls.body:
+            if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef) or method in done:
+                continue
+            positions: set[int] = set()
+            for r in index.returns_of(method):
+                elements = r.elts if isinstance(r, ast.Tuple) else [r]
+                positions |= {i for i, e in enumerate(elements) if dotted(e) in held}
+            if positions:
+                ctx.leave("returns-graph-at", {"name": method.name, "positions": sorted(positions)})
 
 
 @project("TD101")
@@ -202,10 +248,21 @@ def graph_accumulated_across_files(project: Project) -> list[ProjectHit]:
     """train.py adds what `train_util.train_step(...)` returns into a running total; trainer.py's train_step runs
     the backward on those losses and returns them with their graph."""
     returning = {name for _f, name in project.facts("returns-graph")}
-    if not returning:
+    at: dict[str, set[int]] = {}  # methods returning a backpropagated attribute, by the tuple positions holding it
+    for _f, fact in project.facts("returns-graph-at"):
+        at.setdefault(fact["name"], set()).update(fact["positions"])
+    if not returning and not at:
         return []
+
+    def keeps(fact: dict) -> bool:
+        if fact["callee"] in returning:
+            return True
+        positions = at.get(fact["callee"])
+        return positions is not None and (fact.get("position") in positions
+                                          or fact.get("position") is None and positions == {0})
+
     return [ProjectHit(f.path, fact["line"], fact["col"], {"variable": fact["variable"], "value": fact["value"]})
-            for f, fact in project.facts("accumulates-call") if fact["callee"] in returning]
+            for f, fact in project.facts("accumulates-call") if keeps(fact)]
 
 
 def _reset_with_the_step(index: Index, stmt: ast.AST, loop) -> bool:
