@@ -1307,13 +1307,40 @@ def _unwrapped_roots(index: Index, sites: dict[str, list[ast.AST | None]]) -> di
             root, shown = dotted(receiver.value), name
         elif name in aliases:
             root, shown = aliases[name][0], name
+        elif _prefix_stripped(index, call):
+            root, shown = name, f"{{k without 'module.': v for k, v in {name}.state_dict().items()}}"
         else:
             continue
         fn = index.function_of(call)
         if root is not None and _saves_in(index, fn):
-            roots.setdefault(root, f"{shown}.state_dict()")
+            roots.setdefault(root, shown if shown.startswith("{") else f"{shown}.state_dict()")
             sites.setdefault(root, []).append(fn)
     return roots
+
+
+def _prefix_stripped(index: Index, call: ast.Call) -> bool:
+    """`model.state_dict()` whose items are copied with `module.` cut from every key, then saved: the same keys
+    as `model.module.state_dict()` (ST-TR's `OrderedDict([[k.split('module.')[-1], v.cpu()] for k, v in
+    state_dict.items()])`), directly or through the name the state dict is bound to."""
+    names = {id(call)}
+    stmt = index.statement_of(call)
+    bound = dotted(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+        and stmt.value is call else None
+    fn = index.function_of(call)
+    for comp in ast.walk(fn if fn is not None else index.tree):
+        if not isinstance(comp, ast.ListComp | ast.DictComp | ast.GeneratorExp) or len(comp.generators) != 1:
+            continue
+        items = comp.generators[0].iter
+        if not (isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and items.func.attr == "items"):
+            continue
+        source = items.func.value
+        if not (id(source) in names or bound is not None and dotted(source) == bound):
+            continue
+        key = comp.key if isinstance(comp, ast.DictComp) else comp.elt
+        if any(isinstance(n, ast.Constant) and n.value == "module." for n in ast.walk(key)) or any(
+                isinstance(n, ast.Slice) and is_constant(n.lower, 7) and n.upper is None for n in ast.walk(key)):
+            return True
+    return False
 
 
 def _unwrap_of(value: ast.AST) -> str | None:
