@@ -219,16 +219,56 @@ def _trainer_class_checkpoint(index: Index, node: ast.Call) -> tuple[Loop, ast.A
     path = kwarg(node, "f", 1)
     if info is None or info.is_module or path is None:
         return None
-    here = index.function_of(node)
-    if not any(index.class_of(c) is not None and index.class_of(c).node is info.node  # type: ignore[union-attr]
-               and index.function_of(c) is not here and _same_path(index, kwarg(c, "f", 0), path)
-               for c in index.calls_to("torch.load")):
+    if _reader_in_class(index, node, info) is None:
         return None
     for loop in index.training_loops():
         owner = index.class_of(loop.node)
         if owner is not None and owner.node is info.node and loop.has_step:
             return loop, node, False
     return None
+
+
+def _reader_in_class(index: Index, node: ast.Call, info) -> ast.Call | None:
+    """The `torch.load` of another method of the save's class that reads the file the save writes. A path that is
+    a bare parameter on either side (`def _save(optimizer, path)` / `def _load(optimizer, path)`) names whatever
+    the callers hand in: the same spelling says nothing about the same file."""
+    path = kwarg(node, "f", 1)
+    here = index.function_of(node)
+    if path is None or _bare_parameter(index, path):
+        return None
+    mine = _path_words(path)
+    best: tuple[int, ast.Call] | None = None
+    for c in index.calls_to("torch.load"):
+        owner = index.class_of(c)
+        other = kwarg(c, "f", 0)
+        if owner is None or owner.node is not info.node or index.function_of(c) is here or other is None:
+            continue
+        # the same file: the same form, and a word of it in common (`OPTIMIZER_NAME`, "model_state.pth"), so that
+        # `join(output_dir, OPTIMIZER_NAME)` is not read back by `join(checkpoint, WEIGHTS_NAME)`
+        shared = len(mine & _path_words(other))
+        if shared and not _bare_parameter(index, other) and _same_path(index, other, path) and (
+                best is None or shared > best[0]):
+            best = (shared, c)
+    return best[1] if best is not None else None
+
+
+def _path_words(expr: ast.AST) -> set[str]:
+    """The names and literal text a path expression is built from, less `os.path.join` and `self`."""
+    words: set[str] = set()
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Name) and n.id not in ("os", "self"):
+            words.add(n.id)
+        elif isinstance(n, ast.Attribute) and n.attr not in ("path", "join"):
+            words.add(n.attr)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip("/"):
+            words.add(n.value)
+    return words
+
+
+def _bare_parameter(index: Index, expr: ast.AST) -> bool:
+    fn = index.function_of(expr)
+    return isinstance(expr, ast.Name) and fn is not None and expr.id in {
+        a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}  # type: ignore[attr-defined]
 
 
 @rule("TD701", ast.Module)
@@ -407,6 +447,12 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     group.add((id(loop), tuple(parts)))
     suggestion = "{" + ", ".join([f'"model": {model}.state_dict()', *additions]) + "}"
     where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+    if anchor is node and not direct:  # a trainer class's own resume pair (`_trainer_class_checkpoint`)
+        info = index.class_of(node)
+        reader = _reader_in_class(index, node, info) if info is not None else None
+        if info is not None and reader is not None:
+            where = f"`{info.name}.{getattr(index.function_of(node), 'name', '?')}`, whose file " \
+                    f"`{info.name}.{getattr(index.function_of(reader), 'name', '?')}` reads back (line {reader.lineno}),"
     ctx.report(
         node,
         variable=snippet(ctx, obj, 40) if obj is not None else "...",

@@ -174,16 +174,14 @@ class Loops:
         for _ in range(4):
             if isinstance(iterable, ast.NamedExpr):  # `enumerate(pbar := tqdm(loader))`
                 iterable = iterable.value
-            elif isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
-                iterable = iterable.args[0]
             elif isinstance(iterable, ast.Call) and self.callee(iterable) == "zip" and iterable.args:
-                # `zip(range(eval_iters), loader)` (nanoGPT-style estimate_loss): the data is the operand that is
-                # not a counter
+                # `zip(range(eval_iters), loader)` (nanoGPT-style estimate_loss): the data is the first operand that
+                # is not a counter
                 counted = [a for a in iterable.args if not (isinstance(a, ast.Call) and self.callee(a) in (
                     "range", "itertools.count", "count"))]
-                if not counted:
-                    break
-                iterable = counted[0]
+                iterable = counted[0] if counted else iterable.args[0]
+            elif isinstance(iterable, ast.Call) and iterable.args and self.callee(iterable) in wrappers:
+                iterable = iterable.args[0]
             else:
                 break
         return iterable
@@ -384,11 +382,26 @@ class Loops:
             return True
         if self.eval_mode_before(loop) is not None:
             return True
-        # A loop over a loader in code that runs with autograd off and switches no mode (`@torch.inference_mode()
-        # def estimate_loss(model, loaders, ...)` in ethos-ares): what it measures is not trained on. A `.train()`
-        # in the function (batch-norm recalibration under no_grad) says the training mode is meant.
-        return self.grad_disabled(loop.node) and not any(
+        # A loop over a loader in code that runs with autograd off, switches no mode and measures a loss
+        # (`@torch.inference_mode() def estimate_loss(model, loaders, ...)` in ethos-ares: `model(X, labels=Y).loss`):
+        # what it measures is not trained on. A `.train()` in the function (batch-norm recalibration under no_grad)
+        # says the training mode is meant; a loop that only collects outputs (swav's memory bank of training
+        # embeddings) measures nothing.
+        return self.grad_disabled(loop.node) and self._measures_loss(loop) and not any(
             self.function_of(c) is fn for c in self.method_calls("train"))
+
+    def _measures_loss(self, loop: Loop) -> bool:
+        """The loop computes a loss: a loss function's call (`criterion(out, y)`, `F.cross_entropy(...)`), or the
+        `loss` a model returns when handed the labels (`model(x, labels=y).loss`)."""
+        for call in loop.all_calls():
+            b = self.binding(call.func)
+            if b is not None and b.kind == "loss" or any(k.arg == "labels" for k in call.keywords):
+                return True
+            q = self.callee(call) or ""
+            if q.startswith("torch.nn.functional.") and ("loss" in q or q.endswith(("cross_entropy", "nll_loss"))):
+                return True
+        return any(isinstance(n, ast.Attribute) and n.attr == "loss" and isinstance(n.ctx, ast.Load)
+                   for n in ast.walk(loop.node))
 
     def _reads_data(self, loop: Loop) -> bool:
         """The loop takes an item per iteration: `dataset[i]` with its own counter, or `next(data_iter)`."""
