@@ -1069,6 +1069,13 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
             fn = index.function_of(call)
             if fn is None:
                 continue
+            if steps and index.event_handler_point(fn) in index.vocab["call_sites"]["ignite_before_iterations"]:
+                # an Ignite handler run when each epoch starts: before that epoch's first optimizer step, which the
+                # engine's update function takes (reid-strong-baseline's `adjust_learning_rate` on EPOCH_STARTED)
+                first = min(steps, key=_position)
+                emit(call, s is not None, variable=receiver, optimizer_step=ctx.segment(first, 50),
+                     line=first.lineno)
+                continue
             mine: list[ast.AST] = [c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None]
             # `def train(...): scheduler.step(); for x, y in loader: ... optimizer.step()` (called once per epoch):
             # the function's own training loop runs after the scheduler step.

@@ -190,6 +190,32 @@ class CallSites:
             return ()
         return ("no_grad", "eval")
 
+    def event_handler_point(self, fn: ast.AST) -> str | None:
+        """The Ignite event a function is registered for: `@trainer.on(Events.EPOCH_STARTED)` (also
+        `Events.EPOCH_STARTED(every=2)`) above it, or `trainer.add_event_handler(Events.EPOCH_STARTED, fn)` in the
+        same scope; "Events.EPOCH_STARTED", or None. reid-strong-baseline steps its scheduler in such a handler."""
+        def event(expr: ast.AST | None) -> str | None:
+            if isinstance(expr, ast.Call):
+                expr = expr.func  # `Events.ITERATION_COMPLETED(every=10)`
+            name = self.resolve(expr) if isinstance(expr, ast.Attribute) else None
+            if name is None or not name.rsplit(".", 2)[-2:][0] == "Events":
+                return None
+            return "Events." + name.rsplit(".", 1)[-1]
+
+        for dec in getattr(fn, "decorator_list", []):
+            if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "on" and dec.args:
+                found = event(dec.args[0])
+                if found is not None:
+                    return found
+        name = getattr(fn, "name", None)
+        for call in self.method_calls("add_event_handler"):
+            if len(call.args) >= 2 and isinstance(call.args[1], ast.Name) and call.args[1].id == name \
+                    and self.function_of(call) is self.function_of(fn):
+                found = event(call.args[0])
+                if found is not None:
+                    return found
+        return None
+
     def _lightning_class(self, name: str, depth: int) -> bool:
         """A class of this file that derives from LightningModule or a Lightning Callback, directly or through
         bases defined in the file."""
