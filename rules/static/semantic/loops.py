@@ -423,6 +423,11 @@ class Loops:
             return True
         if _depth == 0 and self.model_run_method(call) is not None:
             return True  # in the loop itself: a helper that generates is often decorated with no_grad
+        if _depth == 1 and isinstance(func, ast.Attribute) and func.attr == "forward" and self.is_model(func.value):
+            # `self._model.forward(task, batch)` inside the loop's own helper (jiant's `self._forward(batch)`): a
+            # pass-through to the model. In the loop itself `model.forward(x)` stays out: gradient loops call it
+            # directly (FROMP's Fisher loops, notes_bugs_h.md).
+            return True
         if _depth >= 2:
             return False
         target = self.local_target(call)
