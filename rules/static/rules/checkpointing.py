@@ -210,6 +210,26 @@ def _training_loop_for_save(index: Index, node: ast.Call) -> tuple[Loop, ast.AST
     return _trainer_class_checkpoint(index, node)
 
 
+def _accelerators(index: Index) -> set[str]:
+    """Names bound to an `accelerate.Accelerator(...)`."""
+    names: set[str] = set()
+    for call in index.calls_to("accelerate.Accelerator"):
+        stmt = index.parent(call)
+        if isinstance(stmt, ast.Assign) and stmt.value is call:
+            names.update(d for d in (dotted(t) for t in stmt.targets) if d)
+    return names
+
+
+def _prepared(index: Index, accelerator: str) -> list[ast.AST]:
+    """What an Accelerator was handed to track: `prepare(model, optimizer, ...)` and `register_for_checkpointing`."""
+    out: list[ast.AST] = []
+    for method in ("prepare", "register_for_checkpointing"):
+        for call in index.method_calls(method):
+            if dotted(call.func.value) == accelerator:  # type: ignore[attr-defined]
+                out += [a for a in call.args if isinstance(a, ast.Name | ast.Attribute)]
+    return out
+
+
 def _trainer_class_checkpoint(index: Index, node: ast.Call) -> tuple[Loop, ast.AST, bool] | None:
     """A trainer class whose save method writes a file another of its methods loads back, and which steps an
     optimizer in a training loop of its own (end-to-end-SLU's `Trainer`: `save_checkpoint()` and `load_checkpoint()`
@@ -390,7 +410,14 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     fn = index.function_of(node)
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
     all_saves = set(_save_calls(index))
+    accelerators = _accelerators(index)
     for other in companions:
+        receiver = dotted(other.func.value) if isinstance(other.func, ast.Attribute) else None
+        if other is not node and receiver in accelerators and other.func.attr == "save_state":  # type: ignore[attr-defined]
+            # Accelerate writes what it was handed to `prepare()` or `register_for_checkpointing()`, nothing else
+            # (DiM's lr_scheduler, never prepared, is missing from every `save_state`)
+            values += _prepared(index, receiver)
+            continue
         if other is not node and other not in all_saves and _SAVE_HELPER.search(last_name(other.func) or ""):
             # `save_checkpoint(dir, step=step, policy=policy, optimizer=optimizer, scheduler=lr_scheduler)`:
             # a helper of the project writes the training state it is handed next to this file (LeRobot)
@@ -406,6 +433,10 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
             continue
         found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
         if found_other is None:
+            counter = last_name(kwarg(other, "obj", 0)) or ""
+            if _COUNTER.search(counter):  # `torch.save(train_state.step, 'step.pth')`: the counter, on its own
+                keys.append(counter)
+                continue
             return  # a companion save we cannot read may hold the rest
         values += found_other[0]
         keys += found_other[1]
@@ -571,7 +602,8 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
 
 
 # `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
-_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights", re.I)
+_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
+                           r"load_state$", re.I)  # `accelerator.load_state(dir)`
 
 
 def _resumes(ctx: Context) -> bool:
