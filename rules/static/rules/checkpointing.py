@@ -1400,6 +1400,8 @@ def _prefix_stripped(index: Index, call: ast.Call) -> bool:
     """`model.state_dict()` whose items are copied with `module.` cut from every key, then saved: the same keys
     as `model.module.state_dict()` (ST-TR's `OrderedDict([[k.split('module.')[-1], v.cpu()] for k, v in
     state_dict.items()])`), directly or through the name the state dict is bound to."""
+    if "module." not in index.source and "7:" not in index.source:
+        return False  # no key edit to look for (the text test spares the walk)
     names = {id(call)}
     stmt = index.statement_of(call)
     bound = dotted(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
