@@ -329,6 +329,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     leave_sites(ctx)
     _test_batches_in_training(ctx)
     _phase_loops(ctx)
+    _phase_step_functions(ctx)
     _leave_modes_at_calls(ctx)
 
 
@@ -520,6 +521,57 @@ def _phase_loops(ctx: Context) -> None:
             ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data",
                        cause=f"the loop over `{phase}` in `{phases}` runs this forward in every phase but steps "
                              "only in training, and nothing calls `.eval()` for the evaluation phase")
+
+
+_PHASE_PARAMETERS = frozenset({"phase", "mode", "split", "stage"})
+
+
+def _phase_step_functions(ctx: Context) -> None:
+    """A step function shared by the phases (stacked hourglass's `make_train(batch_id, config, phase, **inputs)`,
+    which train.py calls for 'train' and 'valid'): it switches the model to training mode for every phase and runs
+    the forward for every phase, but backpropagates and steps only under a test of `phase`, so the other phases run
+    in training mode. Reported at the switch, the line to key on the phase."""
+    index = ctx.index
+    steps = set(index.backward_calls) | set(index.step_calls)
+    if not steps or not index.method_calls("train"):
+        return
+    for c in index.method_calls("train"):
+        fn = index.function_of(c)
+        if fn is None or c.args or c.keywords:
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]  # type: ignore[attr-defined]
+        phase = next((p for p in params if p in _PHASE_PARAMETERS or p.endswith("_phase")), None)
+        if phase is None or _phase_test_above(index, c, phase, fn):
+            continue
+        mine = [s for s in steps if index.function_of(s) is fn]
+        if not mine or not all(_phase_test_above(index, s, phase, fn) for s in mine):
+            continue
+        key = dotted(mode_receiver(c))
+        evals = [e.lineno for e in index.method_calls("eval") if index.function_of(e) is fn
+                 and dotted(mode_receiver(e)) == key]
+        # the tests that keep the steps to training (`if phase == 'train':`): a forward outside them runs in every
+        # phase they leave out (under `if phase != 'inference':` too)
+        gates = {id(_phase_test_above(index, st, phase, fn, innermost=True)) for st in mine}
+        runs = [r for r in index.calls_in(fn) if key is not None and dotted(r.func) == key and r.lineno > c.lineno
+                and not any(id(a) in gates for a in index.ancestors(r))
+                and not any(c.lineno < e < r.lineno for e in evals)]  # an `.eval()` on the way settles that run
+        if not runs or model_mode_layers(index, mode_receiver(c)) is False:
+            continue
+        ctx.report(c, variable=key, loader=f"the batches of every `{phase}`",
+                   cause=f"`{ctx.segment(c, 40)}` runs for every `{phase}` while the backward and the step run only "
+                         f"under a test of `{phase}`, so the other phases run the forward in training mode")
+
+
+def _phase_test_above(index: Index, node: ast.AST, phase: str, fn: ast.AST, innermost: bool = False):
+    """Under an `if` (or conditional expression) of the function that reads the phase; with `innermost`, that
+    nearest `if` node (or None) instead of True/False."""
+    for anc in index.ancestors(node):
+        if anc is fn:
+            break
+        if isinstance(anc, ast.If | ast.IfExp) and any(isinstance(n, ast.Name) and n.id == phase
+                                                        for n in ast.walk(anc.test)):
+            return anc if innermost else True
+    return None if innermost else False
 
 
 def _phase_variable(node: ast.AST) -> str | None:
