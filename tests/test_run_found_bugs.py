@@ -747,3 +747,17 @@ def test_the_op_watch_names_the_first_op_making_a_nonfinite_value_and_leaves_no_
     assert len(found) == 1 and found[0]["op"].endswith("div") and found[0]["path"] == __file__, found
     watch.step_ended()
     assert watch.mode is None and _get_current_function_mode() is None
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_loss_term_made_from_an_argmax_mask_is_non_differentiable_at_the_argmax(tmp_path_factory, validate_report,
+                                                                                  how):
+    # the edge term of a loss module is built on pred.argmax(1).float(): a constant added to the cross-entropy
+    # (mobile-hair-segmentation #3); the twin uses the soft probability, and an argmax accuracy it only prints
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "argmax-cut-loss-term", "argmax_cut_loss_term.py", how,
+                            "done 12", "non-differentiable", "mask = logits.argmax(1, keepdim=True).float()")
+    if found is not None:
+        assert found["evidence"][0]["values"]["cut"] == "argmax()", found
+        assert "`argmax()` on line" in found["evidence"][0]["summary"], found
