@@ -761,3 +761,17 @@ def test_a_loss_term_made_from_an_argmax_mask_is_non_differentiable_at_the_argma
     if found is not None:
         assert found["evidence"][0]["values"]["cut"] == "argmax()", found
         assert "`argmax()` on line" in found["evidence"][0]["summary"], found
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_checkpoint_helper_saving_the_scheduler_but_not_the_optimizer_is_incomplete(tmp_path_factory,
+                                                                                       validate_report, how):
+    # weights.pt and scheduler.pt per save, never loaded by the script: the scheduler's state says it is meant for a
+    # resume (OneVision-Encoder #65); the twin also writes optimizer.pt
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "checkpoint-helper-no-optimizer",
+                            "checkpoint_helper_without_optimizer.py", how, "done 30", "checkpoint-incomplete",
+                            'torch.save(model.state_dict(), os.path.join(target, "weights.pt"))')
+    if found is not None:
+        assert "optimizer" in found["evidence"][0]["values"]["missing"], found
