@@ -775,3 +775,14 @@ def test_a_checkpoint_helper_saving_the_scheduler_but_not_the_optimizer_is_incom
                             'torch.save(model.state_dict(), os.path.join(target, "weights.pt"))')
     if found is not None:
         assert "optimizer" in found["evidence"][0]["values"]["missing"], found
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_graph_grown_in_place_on_a_stats_objects_tensor_is_named_at_the_add(tmp_path_factory, validate_report,
+                                                                              how):
+    # stats.device_stat("average_loss").add_(loss) in the loop (DeepLearningExamples #1102): the line that grows the
+    # object's tensor, not the class line that made it; the twin adds loss.detach()
+    _bug_or_twin(tmp_path_factory, validate_report, "stats-object-add-in-place", "stats_object_add_in_place.py", how,
+                 "done 60", "memory-growth", 'stats.device_stat("average_loss").add_(')
