@@ -287,7 +287,10 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
-                                           ("unwrapped", "net = model.module if")])
+                                           ("unwrapped", "net = model.module if"),
+                                           # heavy: a 2-rank torchrun per case; the quick suite is at its budget
+                                           pytest.param("getter", "loss = F.mse_loss(get_model()(x), y)",
+                                                        marks=pytest.mark.heavy)])
 def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_path_factory, validate_report, how,
                                                                            text):
     from tests.test_run_distributed import dist_run
@@ -302,6 +305,19 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
     assert values["checksum_spread"] > 0
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~10 s); the quick suite is at its 10-minute budget
+def test_a_ddp_getter_used_only_for_saving_is_healthy(tmp_path_factory, validate_report):
+    # the getter that returns model.module is read only for the final state_dict: training goes through the wrapper
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, "sync-off-getter-save", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", "getter-save")
+    assert result.returncode == exitcodes.OK, result.stderr[-2000:]
+    validate_report(result.report)
+    assert not result.symptoms("ddp-ranks-diverged"), result.report["symptoms"]
 
 
 @pytest.mark.parametrize(("how", "text"), [
