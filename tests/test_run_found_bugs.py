@@ -802,3 +802,29 @@ def test_a_graph_grown_in_place_on_a_stats_objects_tensor_is_named_at_the_add(tm
     # object's tensor, not the class line that made it; the twin adds loss.detach()
     _bug_or_twin(tmp_path_factory, validate_report, "stats-object-add-in-place", "stats_object_add_in_place.py", how,
                  "done 60", "memory-growth", 'stats.device_stat("average_loss").add_(')
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_an_optimizer_loaded_through_its_own_empty_state_dict_is_named_at_that_load(tmp_path_factory, validate_report,
+                                                                                    how):
+    # load_state_dict(keep_known(optimizer.state_dict(), saved)) keeps none of the saved moments (KempnerForge #115):
+    # the load ran, so the diagnosis says it ran empty, at that line; the twin loads the saved state
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "resume-empty-template",
+                            "resume_through_empty_template.py", how, "done 10", "resume-optimizer-state-missing",
+                            "optimizer.load_state_dict(keep_known(")
+    if found is not None:
+        assert found["evidence"][0]["values"]["how"] == "loaded-empty", found
+        assert "was handed a state dict with no per-parameter state" in found["evidence"][0]["summary"], found
+
+
+@pytest.mark.heavy  # a torchdoctor run (~5 s); the quick suite is at its 10-minute budget
+def test_a_checkpoint_written_before_any_step_loaded_empty_is_no_lost_state(tmp_path_factory, validate_report):
+    # the same template load of a checkpoint whose optimizer never stepped: nothing was lost, nothing is said (it
+    # read as "no optimizer's load_state_dict ran" before)
+    result = shared_run(tmp_path_factory, "resume-empty-template-fresh", "resume_through_empty_template.py",
+                        "--fail-on", "never", "--", "fresh")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 10" in result.stdout + result.stderr
+    assert not result.symptoms("resume-optimizer-state-missing"), result.report["symptoms"]
