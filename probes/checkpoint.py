@@ -425,7 +425,7 @@ class CheckpointProbe(Probe):
             empty = self.loaded_empty
             if empty is not None and empty[0]() is optimizer:
                 # its load_state_dict did run, with no per-parameter state in what it was handed: say so, and where
-                if self.loaded_optimizer_state.get("entries"):
+                if self.loaded_optimizer_state.get("entries") != 0:  # 0: written before any step, nothing lost
                     self._emit("resume-optimizer-empty", how="loaded-empty", stepping_type=type(optimizer).__name__,
                                load_site=self.loaded_optimizer_state.get("site"),
                                file=self.loaded_optimizer_state.get("file"), restore_site=empty[1],
@@ -441,15 +441,15 @@ class CheckpointProbe(Probe):
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
 
 
-def _optimizer_state_entries(obj: Any) -> int:
+def _optimizer_state_entries(obj: Any) -> int | None:
     """How many parameters' state the optimizer state dict in a loaded object holds (itself, or a value one level
-    down): 0 for a checkpoint written before the optimizer's first step."""
+    down): 0 for a checkpoint written before the optimizer's first step; None when no such dict is found there."""
     values = [obj] + (list(obj.values())[:64] if isinstance(obj, Mapping) else [])
     for value in values:
         if isinstance(value, Mapping) and {"state", "param_groups"} <= set(list(value.keys())[:200]):
             state = value.get("state")
-            return len(state) if isinstance(state, Mapping) else 0
-    return 0
+            return len(state) if isinstance(state, Mapping) else None
+    return None
 
 
 def _user_stack(limit: int = 24) -> list[tuple[str, int, str, Any]]:

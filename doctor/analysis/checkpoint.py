@@ -63,8 +63,8 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     elif e.get("how") == "loaded-empty":
         # load_state_dict ran, but what it was handed held no parameter's state while the file held some
         restore = e.get("restore_site") or {}
-        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state for {plural(e.get('entries') or 0, 'parameter')}"
-                f", but the optimizer's load_state_dict"
+        held = f" for {plural(e['entries'], 'parameter')}" if e.get("entries") else ""
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state{held}, but the optimizer's load_state_dict"
                 + (f" (line {restore.get('line')}, in {restore.get('function')})" if restore.get("line") else "")
                 + " was handed a state dict with no per-parameter state (one built from the fresh optimizer's own "
                 f"state_dict() keeps only what that holds: nothing before its first step): the {e.get('stepping_type')} "
