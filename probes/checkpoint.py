@@ -97,6 +97,9 @@ class CheckpointProbe(Probe):
         self.replaced_in_place: set[int] = set()  # optimizers built where a restored one was in a local variable
         self.loaded_optimizer_state: dict[str, Any] | None = None  # the first load holding optimizer state
         self.model_restore_site: dict[str, Any] | None = None
+        # an optimizer whose load_state_dict ran but left it with no per-parameter state (a state dict filtered
+        # through the fresh optimizer's own, empty, state_dict()): (weakref, the call's site)
+        self.loaded_empty: tuple[weakref.ref, dict[str, Any] | None] | None = None
         self.resume_checked = False
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
@@ -297,7 +300,8 @@ class CheckpointProbe(Probe):
             # the weights and the optimizer in one file, or the optimizer's own file read before training starts
             # (a checkpoint saved as several files): state a resume must hand to the optimizer that steps
             self.loaded_optimizer_state = {"site": described["site"], "file": described["file"],
-                                           "with_model": "model" in described["holds"]}
+                                           "with_model": "model" in described["holds"],
+                                           "entries": _optimizer_state_entries(result)}
 
     # -- load_state_dict ---------------------------------------------------------------------------
 
@@ -360,9 +364,12 @@ class CheckpointProbe(Probe):
         return transparent(load_state_dict)
 
     def _restored(self, what: str, obj: Any) -> None:
-        self._emit("load-state-dict", what=what, type=type(obj).__name__, site=here(), at_step=self.step)
+        site = here()
+        self._emit("load-state-dict", what=what, type=type(obj).__name__, site=site, at_step=self.step)
         if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
             self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
+        elif what == "optimizer" and not getattr(obj, "state", None) and self.loaded_empty is None and not self.step:
+            self.loaded_empty = (weakref.ref(obj), site)
 
     def _wrap_optimizer_init(self, original: Any) -> Any:
         probe = self
@@ -415,6 +422,16 @@ class CheckpointProbe(Probe):
                        stepping_type=type(optimizer).__name__, restored_site=_as_site(stack),
                        built_site=built_site, at_step=step)
         elif self.loaded_optimizer_state is not None and self.model_restore_site is not None:
+            empty = self.loaded_empty
+            if empty is not None and empty[0]() is optimizer:
+                # its load_state_dict did run, with no per-parameter state in what it was handed: say so, and where
+                if self.loaded_optimizer_state.get("entries") != 0:  # 0: written before any step, nothing lost
+                    self._emit("resume-optimizer-empty", how="loaded-empty", stepping_type=type(optimizer).__name__,
+                               load_site=self.loaded_optimizer_state.get("site"),
+                               file=self.loaded_optimizer_state.get("file"), restore_site=empty[1],
+                               entries=self.loaded_optimizer_state.get("entries"),
+                               model_site=self.model_restore_site, at_step=step)
+                return
             self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
                        model_site=self.model_restore_site, at_step=step,
@@ -422,6 +439,17 @@ class CheckpointProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _optimizer_state_entries(obj: Any) -> int | None:
+    """How many parameters' state the optimizer state dict in a loaded object holds (itself, or a value one level
+    down): 0 for a checkpoint written before the optimizer's first step; None when no such dict is found there."""
+    values = [obj] + (list(obj.values())[:64] if isinstance(obj, Mapping) else [])
+    for value in values:
+        if isinstance(value, Mapping) and {"state", "param_groups"} <= set(list(value.keys())[:200]):
+            state = value.get("state")
+            return len(state) if isinstance(state, Mapping) else None
+    return None
 
 
 def _user_stack(limit: int = 24) -> list[tuple[str, int, str, Any]]:

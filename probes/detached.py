@@ -18,7 +18,8 @@ to a tensor with a graph marks the result as holding a cut-off term, and that ma
 backward of a marked loss is judged at the next optimizer step: does the graph the detach cut reach that
 optimizer's parameters? Then `detached-summand` is written with the detach's line.
 
-The same holds for a value cut by an integer copy (`flow.int()`, I2D-Loc #8), followed through a NumPy round trip
+The same holds for a value cut by an integer copy (`flow.int()`, I2D-Loc #8) or by the index of its maximum
+(`pred.argmax(1).float()` inside an image-gradient loss, mobile-hair-segmentation #3), followed through a NumPy round trip
 (`.numpy()` then `torch.tensor(...)`), and for a term built on such a constant that the script then made a leaf
 requiring grad (`pts.requires_grad = True`): its gradient ends at that new leaf, never at the parameters the values
 came from — unless the script reads that leaf's `.grad` (sending it back by hand, as GradCache does).
@@ -40,6 +41,8 @@ from torchdoctor.probes.sites import here
 ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
 JOINS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack"}  # a detached part joined to live ones
 INT_CASTS = {"int", "long", "short", "to", "type"}  # an integer copy of a value with a graph: a cut
+# The index of a maximum (a hard class map, `pred.argmax(1).float()` in a loss): integers again, and as cut
+INDEX_OPS = {"argmax", "argmin"}
 FROM_ARRAYS = {"tensor", "from_numpy", "as_tensor"}  # back from NumPy: the array's mark carries over
 MAX_FED = 16
 MAX_NODES = 4000
@@ -149,7 +152,7 @@ class DetachedSummands:
                 if any(ref() is args[0] for ref in refs):
                     self.grad_read.add(index)
             return out
-        if name in INT_CASTS and args and isinstance(args[0], tensor) and isinstance(out, tensor) \
+        if (name in INT_CASTS or name in INDEX_OPS) and args and isinstance(args[0], tensor) and isinstance(out, tensor) \
                 and args[0].grad_fn is not None and not (out.is_floating_point() or out.is_complex()) \
                 and len(self.origins) < MAX_ORIGINS and self.marks.get(args[0]) is None:
             # `flow.int()`: an integer copy of a value with a graph is as cut from it as a detach()

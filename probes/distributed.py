@@ -156,8 +156,14 @@ class DistributedProbe(Probe):
                 left[0] -= 1
                 frame = sys._getframe(1)
                 if not is_library_file(frame.f_code.co_filename):
+                    # and the user line that called the reading function: a getter (`self._get_model()`) hands
+                    # the inner model to the line that trains with it, which the analysis may name instead
+                    back = frame.f_back
+                    caller = ({"path": back.f_code.co_filename, "line": back.f_lineno,
+                               "function": back.f_code.co_name}
+                              if back is not None and not is_library_file(back.f_code.co_filename) else None)
                     probe.emit("ddp-unwrapped", site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
-                                                      "function": frame.f_code.co_name})
+                                                      "function": frame.f_code.co_name}, caller=caller)
                     left[0] = 0
                 if left[0] <= 0:
                     stop()

@@ -295,6 +295,10 @@ def resume_optimizer_missing(case: Case) -> Advice:
     if how == "replaced":
         facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
                  "one: the optimizer that steps starts empty.")
+    elif how == "loaded-empty":
+        facts = (f"{where} calls the optimizer's load_state_dict with a state dict that holds no per-parameter "
+                 "state (one built from the fresh optimizer's own state_dict(), empty before its first step), while "
+                 "the checkpoint holds that state: the optimizer that steps starts empty.")
     else:
         facts = (f"{where} restores the weights from a checkpoint that also holds optimizer state, which is never "
                  "loaded: the optimizer that steps starts empty.")

@@ -20,7 +20,7 @@ from torchdoctor.analysis import analyse
 from torchdoctor.analysis.evidence import EventTail, Outcome, RunEvidence, read_events
 from torchdoctor.analysis.memory import batch_that_fits, fragmentation_of
 from torchdoctor.analysis.outcome import decide
-from torchdoctor.analysis.source import accumulation_line
+from torchdoctor.analysis.source import accumulation_line, in_place_line
 from torchdoctor.analysis.stacks import parse
 from torchdoctor.analysis.stats import sustained_growth, theil_sen
 from torchdoctor.model import Report, RunInfo
@@ -157,6 +157,43 @@ def test_accumulation_line(tmp_path, name, current, first, function, expected):
     path = tmp_path / f"train_{name.replace('.', '_')}_{function.strip('<>')}.py"
     path.write_text(SOURCE)
     assert accumulation_line(str(path), name, current, first, function) == expected
+
+
+IN_PLACE_SOURCE = """\
+stats = Stats()
+total = zeros()
+for step in range(10):
+    loss = compute()
+    total.add_(loss)
+    stats.device_stat("loss").add_(loss)
+    stats.totals["loss"] += loss.detach()
+    update(optimizer, stats)
+
+
+def update(optimizer, stats):
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "head,current,first,function,expected",
+    [
+        ("stats", 4, 1, "<module>", 6),  # the first in-place growth of a tensor reached from `stats`, in the loop
+        ("stats", 12, 11, "update", None),  # found in the helper it was handed to: two candidates in the file
+        ("total", 12, 11, "update", 5),  # one candidate in the file: `total.add_(loss)`
+        ("nothing", 4, 1, "<module>", None),
+    ],
+)
+def test_in_place_line(tmp_path, head, current, first, function, expected):
+    path = tmp_path / f"train_in_place_{head}_{function.strip('<>')}.py"
+    path.write_text(IN_PLACE_SOURCE)
+    assert in_place_line(str(path), head, current, first, function) == expected
+
+
+def test_accumulation_line_counts_an_in_place_add(tmp_path):
+    path = tmp_path / "train_total_add.py"
+    path.write_text(IN_PLACE_SOURCE)
+    assert accumulation_line(str(path), "total", 4, 1, "<module>") == 5
 
 
 # -- how a run ended, and the exit code ---------------------------------------------------------------

@@ -287,7 +287,10 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
-                                           ("unwrapped", "net = model.module if")])
+                                           ("unwrapped", "net = model.module if"),
+                                           # heavy: a 2-rank torchrun per case; the quick suite is at its budget
+                                           pytest.param("getter", "loss = F.mse_loss(get_model()(x), y)",
+                                                        marks=pytest.mark.heavy)])
 def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_path_factory, validate_report, how,
                                                                            text):
     from tests.test_run_distributed import dist_run
@@ -302,6 +305,19 @@ def test_ddp_steps_whose_gradients_no_allreduce_reached_are_ranks_diverged(tmp_p
     assert values["diverged_at_step"] == 1 and values["first_unsynced_step"] == 1, values
     assert values["checksum_spread"] > 0
     assert found[0]["location"]["line"] == line_of("ddp_sync_off.py", text)
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~10 s); the quick suite is at its 10-minute budget
+def test_a_ddp_getter_used_only_for_saving_is_healthy(tmp_path_factory, validate_report):
+    # the getter that returns model.module is read only for the final state_dict: training goes through the wrapper
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, "sync-off-getter-save", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", "getter-save")
+    assert result.returncode == exitcodes.OK, result.stderr[-2000:]
+    validate_report(result.report)
+    assert not result.symptoms("ddp-ranks-diverged"), result.report["symptoms"]
 
 
 @pytest.mark.parametrize(("how", "text"), [
@@ -747,3 +763,68 @@ def test_the_op_watch_names_the_first_op_making_a_nonfinite_value_and_leaves_no_
     assert len(found) == 1 and found[0]["op"].endswith("div") and found[0]["path"] == __file__, found
     watch.step_ended()
     assert watch.mode is None and _get_current_function_mode() is None
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_loss_term_made_from_an_argmax_mask_is_non_differentiable_at_the_argmax(tmp_path_factory, validate_report,
+                                                                                  how):
+    # the edge term of a loss module is built on pred.argmax(1).float(): a constant added to the cross-entropy
+    # (mobile-hair-segmentation #3); the twin uses the soft probability, and an argmax accuracy it only prints
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "argmax-cut-loss-term", "argmax_cut_loss_term.py", how,
+                            "done 12", "non-differentiable", "mask = logits.argmax(1, keepdim=True).float()")
+    if found is not None:
+        assert found["evidence"][0]["values"]["cut"] == "argmax()", found
+        assert "`argmax()` on line" in found["evidence"][0]["summary"], found
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_checkpoint_helper_saving_the_scheduler_but_not_the_optimizer_is_incomplete(tmp_path_factory,
+                                                                                       validate_report, how):
+    # weights.pt and scheduler.pt per save, never loaded by the script: the scheduler's state says it is meant for a
+    # resume (OneVision-Encoder #65); the twin also writes optimizer.pt
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "checkpoint-helper-no-optimizer",
+                            "checkpoint_helper_without_optimizer.py", how, "done 30", "checkpoint-incomplete",
+                            'torch.save(model.state_dict(), os.path.join(target, "weights.pt"))')
+    if found is not None:
+        assert "optimizer" in found["evidence"][0]["values"]["missing"], found
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_graph_grown_in_place_on_a_stats_objects_tensor_is_named_at_the_add(tmp_path_factory, validate_report,
+                                                                              how):
+    # stats.device_stat("average_loss").add_(loss) in the loop (DeepLearningExamples #1102): the line that grows the
+    # object's tensor, not the class line that made it; the twin adds loss.detach()
+    _bug_or_twin(tmp_path_factory, validate_report, "stats-object-add-in-place", "stats_object_add_in_place.py", how,
+                 "done 60", "memory-growth", 'stats.device_stat("average_loss").add_(')
+
+
+# heavy: a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its 10-minute budget
+@pytest.mark.heavy
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_an_optimizer_loaded_through_its_own_empty_state_dict_is_named_at_that_load(tmp_path_factory, validate_report,
+                                                                                    how):
+    # load_state_dict(keep_known(optimizer.state_dict(), saved)) keeps none of the saved moments (KempnerForge #115):
+    # the load ran, so the diagnosis says it ran empty, at that line; the twin loads the saved state
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "resume-empty-template",
+                            "resume_through_empty_template.py", how, "done 10", "resume-optimizer-state-missing",
+                            "optimizer.load_state_dict(keep_known(")
+    if found is not None:
+        assert found["evidence"][0]["values"]["how"] == "loaded-empty", found
+        assert "was handed a state dict with no per-parameter state" in found["evidence"][0]["summary"], found
+
+
+@pytest.mark.heavy  # a torchdoctor run (~5 s); the quick suite is at its 10-minute budget
+def test_a_checkpoint_written_before_any_step_loaded_empty_is_no_lost_state(tmp_path_factory, validate_report):
+    # the same template load of a checkpoint whose optimizer never stepped: nothing was lost, nothing is said (it
+    # read as "no optimizer's load_state_dict ran" before)
+    result = shared_run(tmp_path_factory, "resume-empty-template-fresh", "resume_through_empty_template.py",
+                        "--fail-on", "never", "--", "fresh")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 10" in result.stdout + result.stderr
+    assert not result.symptoms("resume-optimizer-state-missing"), result.report["symptoms"]

@@ -60,6 +60,17 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 + " and took its first step with empty state (Adam's moments, momentum buffers and step count "
                 "start from zero, as in a fresh run)")
         where = built or e.get("restored_site")
+    elif e.get("how") == "loaded-empty":
+        # load_state_dict ran, but what it was handed held no parameter's state while the file held some
+        restore = e.get("restore_site") or {}
+        held = f" for {plural(e['entries'], 'parameter')}" if e.get("entries") else ""
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state{held}, but the optimizer's load_state_dict"
+                + (f" (line {restore.get('line')}, in {restore.get('function')})" if restore.get("line") else "")
+                + " was handed a state dict with no per-parameter state (one built from the fresh optimizer's own "
+                f"state_dict() keeps only what that holds: nothing before its first step): the {e.get('stepping_type')} "
+                "took its first step with empty state, so the resumed run restarts its optimizer from scratch"
+                ).replace("  ", " ")
+        where = e.get("restore_site") or e.get("load_site")
     elif e.get("own_file"):
         # the optimizer's state came from its own file: the line that read it and handed it to no optimizer
         load = e.get("load_site") or {}

@@ -606,7 +606,16 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
             if unwrapped:
                 taken = unwrapped[0]["site"]
                 how += f"; the script takes `.module` at line {taken.get('line')} (in {taken.get('function')})"
-                event = {**event, "site": taken}  # where the wrapper was left behind
+                caller = unwrapped[0].get("caller") or {}
+                backward = event.get("site") or {}
+                if caller.get("line") and (caller.get("path"), caller.get("function")) == (
+                        backward.get("path"), backward.get("function")):
+                    # a getter returned the inner model to the code that then ran this backward: that call is the
+                    # one that trains around the wrapper (the getter may rightly serve saving too)
+                    how += f", which line {caller.get('line')} calls to get the model it trains with"
+                    event = {**event, "site": caller}
+                else:
+                    event = {**event, "site": taken}  # where the wrapper was left behind
         elif event.get("syncs"):
             how = (f"of its {event.get('micro')} micro-steps, the last ran with gradient synchronisation off, after "
                    "the all-reduce: its gradient stayed local")

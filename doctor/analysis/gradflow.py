@@ -74,7 +74,9 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
         return
     event = events[0]
     where = location(run, event.get("site"))
-    cut = f"(detach()/.data{f' on line {where.line}' if where and where.line else ''})"
+    # the op that cut it: detach()/.data, or an integer copy / argmax() of a value with a graph (`cut`)
+    by = f"`{event['cut']}`" if event.get("cut") else "detach()/.data"
+    cut = f"({by}{f' on line {where.line}' if where and where.line else ''})"
     reached = plural(event.get("parameters_reached", 0), "parameter")
     if event.get("through"):
         text = (f"a term of the loss backpropagated at step {event.get('at_step')} ran a detached tensor {cut} "
@@ -89,8 +91,9 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
                 f"it was cut from reaches {reached} of the optimizer that then steps; this term trains none of them "
                 "(the rest of the loss still does)")
     else:
-        text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from a detached "
-                f"tensor {cut} and added to the loss as a constant: the graph it was cut from reaches {reached} of "
+        what = "a tensor cut from its graph" if event.get("cut") else "a detached tensor"
+        text = (f"a term of the loss backpropagated at step {event.get('at_step')} was computed from {what} "
+                f"{cut} and added to the loss as a constant: the graph it was cut from reaches {reached} of "
                 "the optimizer that then steps, and this term trains none of them (the rest of the loss still does)")
     values = {"step": event.get("at_step"), "parameters_reached": event.get("parameters_reached"),
               "optimizer_parameters": event.get("optimizer_parameters"), "detached_from": event.get("node"),

@@ -17,7 +17,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.source import accumulation_line, attribute_line
+from torchdoctor.analysis.source import accumulation_line, attribute_line, in_place_line
 from torchdoctor.analysis.stats import Growth, sustained_growth, theil_sen
 from torchdoctor.model import Evidence, Location
 
@@ -189,9 +189,16 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         line = accumulation_line(path, name, last.get("lineno"), last.get("firstlineno"), function)
         location = run.location(path, line or last.get("lineno"), function) if path else None
         if last.get("class_path") and last.get("attribute"):
-            # an attribute of an object of the script's own class: the line of that class that grows it
-            grows = attribute_line(last["class_path"], last.get("class_name", ""), last["attribute"])
-            if grows is not None:
+            # an attribute of an object of the script's own class: the line of that class that grows it, unless
+            # a graph grows in place from the loop's own code (`stats.device_stat("loss").add_(loss)`: the class
+            # only made the tensor)
+            chained = in_place_line(path, name.partition(".")[0], last.get("lineno"), last.get("firstlineno"),
+                                    function) if what == "graph" and path else None
+            grows = None if chained else attribute_line(last["class_path"], last.get("class_name", ""),
+                                                        last["attribute"])
+            if chained is not None:
+                location = run.location(path, chained, function)
+            elif grows is not None:
                 location = run.location(last["class_path"], grows, last.get("class_name"))
         found.append(
             HolderGrowth(

@@ -11,7 +11,9 @@ which loads ran and when. A script can resume when
 - its source names a resume (`args.resume`, `start_epoch`, `load_checkpoint(...)`, "--resume");
 - its source has a torch.load or load_state_dict call that did not run: a path this run did not take
   (`if args.resume: ...`);
-- or the file is named as a checkpoint (`checkpoint.pt`, `last.ckpt`): the author meant it to be one.
+- the file is named as a checkpoint (`checkpoint.pt`, `last.ckpt`): the author meant it to be one;
+- or a save holds an optimizer's, a scheduler's or a scaler's state (a checkpoint helper writing `backbone.pt`
+  and `scheduler.pt` side by side): nothing but a resume reads those back.
 
 A load after the last step (`model.load_state_dict(torch.load("best.pt"))` to evaluate the best weights) is
 no resume. Reads the source through linecache, never executes it.
@@ -29,6 +31,8 @@ from typing import Any
 # the words of check's TD701 (rules/static/rules/checkpointing.py), plus the command-line flag's spelling
 RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from", re.I)
 CHECKPOINT_NAME = re.compile(r"checkpoint|ckpt|resume", re.I)
+# state a save can hold that only a resumed training run reads back (probes/checkpoint.py's kinds)
+TRAINING_STATE = frozenset({"optimizer", "scheduler", "scaler"})
 
 
 @lru_cache(maxsize=32)
@@ -64,6 +68,8 @@ def can_resume(script: str | None, saves: list[dict[str, Any]], loads: list[dict
                restores: list[dict[str, Any]], final_step: int) -> bool:
     """Whether the script can read its checkpoints back into training (see the module docstring)."""
     if any(CHECKPOINT_NAME.search(str(s.get("file") or "")) for s in saves):
+        return True
+    if any(TRAINING_STATE & set(s.get("holds") or []) for s in saves):
         return True
     if any(r.get("what") == "optimizer" for r in restores):
         return True

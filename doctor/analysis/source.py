@@ -14,6 +14,8 @@ import linecache
 from functools import lru_cache
 
 GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"}
+# in-place tensor ops that chain a graph-holding argument onto the tensor they modify (`total.add_(loss)`)
+IN_PLACE_GROWING = {"add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "copy_"}
 
 
 @lru_cache(maxsize=64)
@@ -88,7 +90,8 @@ def _candidates(scope: ast.AST, name: str) -> list[tuple[int, ast.stmt]]:
             found.append((0, node))
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             func = node.value.func
-            if isinstance(func, ast.Attribute) and func.attr in GROWING_METHODS and _matches(func.value, name):
+            if isinstance(func, ast.Attribute) and func.attr in GROWING_METHODS | IN_PLACE_GROWING \
+                    and _matches(func.value, name):
                 found.append((0, node))
         elif isinstance(node, ast.Assign):
             for target in node.targets:
@@ -127,3 +130,45 @@ def accumulation_line(
         if inside:
             return min(inside, key=lambda pn: (pn[0], pn[1].lineno))[1].lineno
     return min(found, key=lambda pn: (pn[0], pn[1].lineno))[1].lineno
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """The name an expression starts from: `stats` in `stats.device_stat("loss")` or `stats.totals["loss"]`."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def in_place_line(path: str, head: str, current_line: int | None = None, firstlineno: int | None = None,
+                  function: str | None = None) -> int | None:
+    """The line of the frame's code that grows, in place, a tensor reached from the object `head`
+    (`stats.device_stat("loss").add_(loss)`): the object's class only made the tensor; this call chains every
+    step's graph onto it. Prefers a call inside the loop around the frame's current line."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    scope = _scope(tree, firstlineno, function)
+    found = _in_place_calls(_walk_scope(scope), head)
+    if found:
+        for loop in _loops_around(scope, current_line):
+            inside = [n for n in found if loop.lineno <= n.lineno <= (loop.end_lineno or loop.lineno)]
+            if inside:
+                return min(n.lineno for n in inside)
+        return min(n.lineno for n in found)
+    # The object was found in a helper the loop handed it to (`take_optimizer_step(optimizer, model, stats)`):
+    # the call may be in the loop's code, anywhere in the file, under the same name; only when there is one.
+    found = _in_place_calls(ast.walk(tree), head)
+    return found[0].lineno if len(found) == 1 else None
+
+
+def _in_place_calls(nodes, head: str) -> list[ast.stmt]:
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in IN_PLACE_GROWING and _root_name(func.value) == head:
+                found.append(node)
+        elif isinstance(node, ast.AugAssign) and not isinstance(node.target, ast.Name) \
+                and _root_name(node.target) == head:
+            found.append(node)
+    return sorted(found, key=lambda n: n.lineno)

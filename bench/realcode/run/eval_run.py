@@ -156,7 +156,8 @@ TIMING = [
     (re.compile(r"0x[0-9a-f]+"), "<ADDR>"),
     (re.compile(r"\bpid[ =:]*\d+|\[\d{3,}\]", re.I), "<PID>"),
     (re.compile(r"version_\d+"), "version_<N>"),
-    (re.compile(r"/tmp/realcode-run/[^/\s]+/(plain|probed)"), "<DIR>"),
+    # the copies' folders, wherever REALCODE_RUN_CACHE put them (a private cache must not read as changed output)
+    (re.compile(re.escape(str(CACHE)) + r"/[^/\s]+/(plain|probed)"), "<DIR>"),
     (re.compile(r"\d{4}-\d\d-\d\d[ T_]\d\d[:\-]\d\d[:\-]\d\d(\.\d+)?"), "<DATE>"),
 ]
 NUMBER = re.compile(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?", re.I)  # an unseeded script: every number may differ
