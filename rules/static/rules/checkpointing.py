@@ -1655,8 +1655,8 @@ def _reads_optimizer_back(index: Index) -> bool:
         name = (last_name(call.func) or "").lower()  # type: ignore[attr-defined]
         if name == "load_state" or (("load" in name or "resume" in name or "restore" in name) and any(
             index.kind_of(a) == "optimizer" or "optim" in (dotted(a) or "").lower()
-            for a in [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
-            if isinstance(a, ast.Name | ast.Attribute)
+            for arg in [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
+            for a in _alternatives(arg) if isinstance(a, ast.Name | ast.Attribute)
         )):
             return True
     for sub in ast.walk(index.tree):
@@ -1665,6 +1665,15 @@ def _reads_optimizer_back(index: Index) -> bool:
             if isinstance(key, str) and "optim" in key.lower():
                 return True
     return False
+
+
+def _alternatives(expr: ast.expr) -> list[ast.expr]:
+    """The values an argument may take: both branches of `None if args.no_resume_opt else optimizer` (timm's
+    `resume_checkpoint(model, path, optimizer=...)` in poolformer's train.py: the optimizer is restored unless
+    the user opts out)."""
+    if isinstance(expr, ast.IfExp):
+        return [*_alternatives(expr.body), *_alternatives(expr.orelse)]
+    return [expr]
 
 
 _EPOCH_WORD = re.compile(r"epoch|iteration|iters?\b|step", re.IGNORECASE)
