@@ -139,10 +139,16 @@ class Bindings:
     def _foreign_model(self, name: str) -> bool:
         """Every value this file assigns to `name` (anywhere) comes from another framework's call: fast-reid's
         `net = caffe.Net(model_def, weights, caffe.TEST)` is named like a model and is none of torch's."""
+        roots = self.names["foreign_model_roots"]
+        imported = self.__dict__.get("_imports_foreign")
+        if imported is None:  # most files import no other framework: skip the table of assignments
+            imported = self.__dict__["_imports_foreign"] = any(
+                q.split(".", 1)[0] in roots for q in self.aliases.values())
+        if not imported:
+            return False
         values = self._flag_values().get(name)
         if not values:
             return False
-        roots = self.names["foreign_model_roots"]
         for value in values:
             q = self.resolve(value.func) if isinstance(value, ast.Call) else None
             if q is None or q.split(".", 1)[0] not in roots:
