@@ -94,6 +94,13 @@ def test_td102_one_caller_with_grad_on_keeps_the_finding(tmp_path, monkeypatch):
     assert _findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "train.py": second}, "TD102") == [("engine.py", 8)]
 
 
+def test_td102_a_grad_on_call_before_the_no_grad_one_keeps_the_finding(tmp_path, monkeypatch):
+    # the file answers per callee once a call disagrees (callsites.py): a later agreeing call must not undo that
+    first = TRAIN.replace("def main(", "def report(model, val_set, device):\n    print(evaluate(model, DataLoader(val_set), "
+                                       "device))\n\n\ndef main(")
+    assert _findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "train.py": first}, "TD102") == [("engine.py", 8)]
+
+
 def test_td102_no_known_caller_reports_as_one_file_would(tmp_path, monkeypatch):
     assert _findings(tmp_path, monkeypatch, {"engine.py": ENGINE}, "TD102") == [("engine.py", 8)]
 

@@ -1119,3 +1119,60 @@ def test_a_running_total_of_the_returned_value_or_of_another_position_is_quiet(t
     other = LOOP.replace("step_loss, _, summary =", "_, step_loss, summary =")
     found = _findings(tmp_path, monkeypatch, {"ultra/dla.py": ALGORITHM, "main.py": other})
     assert [f for f in found if f[2] == "TD101"] == []
+
+
+MULTI_TASK = """import random
+
+import torch
+from itertools import cycle
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+
+def main(args, model, optimizer, datasets):
+    loaders = {}
+    for task, data in datasets.items():
+        if args.local_rank == -1:
+            train_sampler = RandomSampler(data)
+        else:
+            train_sampler = DistributedSampler(data)
+        train_dataloader = DataLoader(data, sampler=train_sampler, batch_size=32)
+        loaders[task] = cycle(train_dataloader)
+    for step in range(args.max_steps):
+        train_dataloader = loaders[random.choice(list(loaders))]
+        x, y = next(train_dataloader)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+"""
+SINGLE_TASK = """import torch
+from torch.utils.data import DataLoader, RandomSampler
+
+
+def main(args, model, optimizer, data):
+    train_dataloader = DataLoader(data, sampler=RandomSampler(data), batch_size=32)
+    for epoch in range(args.epochs):
+        for x, y in train_dataloader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_loader_its_function_keeps_is_not_another_script_s_epoch_loop(tmp_path, monkeypatch):
+    # CodeT5 (run_multi_gen.py, run_clone.py): two scripts that each call their own loader `train_dataloader`;
+    # the multi-task one keeps its loaders in main() and draws from them with next(), it has no epoch loop
+    files = {"run_multi_gen.py": MULTI_TASK, "run_clone.py": SINGLE_TASK}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []
+
+
+def test_a_local_loader_handed_to_another_file_s_epoch_loop_is_still_joined(tmp_path, monkeypatch):
+    main = ("from torch.utils.data import DataLoader\nfrom torch.utils.data.distributed import DistributedSampler\n"
+            "from trainer import Trainer\n\n\ndef main(trainset, model, optimizer):\n"
+            "    train_sampler = DistributedSampler(trainset)\n"
+            "    train_loader = DataLoader(trainset, batch_size=64, sampler=train_sampler)\n"
+            "    Trainer(train_loader, model, optimizer).run(10)\n")
+    trainer = EPOCHS.replace("data, model, optimizer", "train_loader, model, optimizer").replace(
+        "self.data, self.model", "self.train_loader, self.model").replace("self.data.train_loader", "self.train_loader")
+    found = [f for f in _findings(tmp_path, monkeypatch, {"main.py": main, "trainer.py": trainer}) if f[2] == "TD301"]
+    assert found == [("main.py", 7, "TD301")]

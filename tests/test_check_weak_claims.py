@@ -145,3 +145,35 @@ def test_a_save_under_a_private_local_rank_attribute_is_one_writer_per_node():
 def test_a_log_of_a_parameter_a_caller_here_fills_with_a_sigmoid_stays_a_warning():
     text = (RULES / "TD609" / "fire_caller_hands_in_a_sigmoid.py").read_text()
     assert set(severities(text, "TD609", "bgan.py").values()) == {"warning"}
+
+
+ATTACK = '''
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+model = torch.load("mnist_model.pt").cuda()
+test_loader = DataLoader(datasets.MNIST("data", train=False, transform=transforms.ToTensor()), batch_size=100)
+for X, y in test_loader:
+    X, y = X.cuda(), y.cuda()
+    delta = torch.zeros_like(X, requires_grad=True)
+    for _ in range(40):
+        F.cross_entropy(model(X + delta), y).backward()
+        delta.data = (delta + 0.01 * delta.grad.sign()).clamp(-0.3, 0.3)
+        delta.grad.zero_()
+'''
+
+
+def test_a_loader_feeding_attacks_in_a_file_that_steps_no_optimizer_is_info():
+    # fast_adversarial's MNIST/evaluate_mnist.py: PGD attacks take gradients of the input; nothing trains
+    found = severities(ATTACK, "TD501", "evaluate_mnist.py")
+    assert found and set(found.values()) == {"info"}, found
+
+
+def test_the_same_loader_feeding_a_training_step_stays_a_warning():
+    trained = ATTACK.replace('model = torch.load("mnist_model.pt").cuda()\n', 'model = torch.load("mnist_model.pt").cuda()\n'
+                             'optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n').replace(
+        "        delta.grad.zero_()\n", "        delta.grad.zero_()\n    optimizer.step()\n")
+    found = severities(trained, "TD501", "train_mnist.py")
+    assert found and set(found.values()) == {"warning"}, found

@@ -27,10 +27,11 @@ SITES = "call-sites"
 
 @dataclass(frozen=True)
 class Site:
+    """The calls one file makes of one callee, as one: what they all share is all the pass asks."""
+
     path: str  # display path of the calling file
-    line: int
-    callee: str | None  # the qualified name the call resolves to, when it names an import
-    context: frozenset[str]
+    callee: str | None  # the qualified name the calls resolve to, when they name an import
+    context: frozenset[str]  # the words every one of those calls carries
 
 
 def leave_sites(ctx: Context) -> None:
@@ -74,8 +75,8 @@ class CallContext:
         self._by_name: dict[str, list[Site]] = {}
         for f, table in project.facts(SITES):
             for name, rows in table.items():
-                for line, _col, q, words in rows:
-                    self._by_name.setdefault(name, []).append(Site(f.path, line, q, frozenset(words)))
+                for q, words in rows:
+                    self._by_name.setdefault(name, []).append(Site(f.path, q, frozenset(words)))
 
     def sites(self, defined_in: ProjectFile, function: str, cls: str | None = None) -> list[Site]:
         """The calls that may run `function` (a method of `cls` when given) defined in `defined_in`."""

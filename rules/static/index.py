@@ -119,7 +119,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._defs: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] | None = None
         self._self_assigns: dict[ast.ClassDef, list[SelfAssign]] | None = None
         self._callers: dict[ast.AST, list[ast.Call]] | None = None
-        self._call_sites: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] | None = None  # callsites.py
+        self._call_sites: dict[str, list[tuple[str | None, tuple[str, ...]]]] | None = None  # callsites.py
         self._site_words: frozenset[str] | None = None  # callsites.py
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py
         self._local_calls: list[tuple[ast.Call, ast.AST]] | None = None

@@ -611,11 +611,25 @@ def _resumes(ctx: Context) -> bool:
     a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`, `load_model(path)`)."""
     def build() -> bool:
         index = ctx.index
-        if index.calls_to("torch.load") or index.method_calls("load_state_dict"):
+        if index.calls_to("torch.load") or any(not _in_memory_weights(index, c)
+                                                for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
         return any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
+
+
+def _in_memory_weights(index: Index, load: ast.Call) -> bool:
+    """`model.load_state_dict(last_model_wts)` with `last_model_wts = model.state_dict()` (layumi's
+    Person_reID train.py): weights kept in memory during the run and put back, no file read, so no resume. The
+    dict is a `.state_dict()` call, or a local every earlier assignment gives one (through `deepcopy`)."""
+    arg = kwarg(load, "state_dict", 0)
+    values = [arg] if isinstance(arg, ast.Call) else index.definitions(arg.id, load) if isinstance(arg, ast.Name) else []
+    return bool(values) and all(
+        any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+            for n in ast.walk(v)) and not any(isinstance(n, ast.Call) and last_name(n.func) == "load"
+                                               for n in ast.walk(v))
+        for v in values)
 
 
 def _rebuilt_from_epoch(index: Index, scheduler: str) -> bool:
@@ -1641,8 +1655,8 @@ def _reads_optimizer_back(index: Index) -> bool:
         name = (last_name(call.func) or "").lower()  # type: ignore[attr-defined]
         if name == "load_state" or (("load" in name or "resume" in name or "restore" in name) and any(
             index.kind_of(a) == "optimizer" or "optim" in (dotted(a) or "").lower()
-            for a in [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
-            if isinstance(a, ast.Name | ast.Attribute)
+            for arg in [*call.args, *(k.value for k in call.keywords)]  # type: ignore[attr-defined]
+            for a in _alternatives(arg) if isinstance(a, ast.Name | ast.Attribute)
         )):
             return True
     for sub in ast.walk(index.tree):
@@ -1651,6 +1665,15 @@ def _reads_optimizer_back(index: Index) -> bool:
             if isinstance(key, str) and "optim" in key.lower():
                 return True
     return False
+
+
+def _alternatives(expr: ast.expr) -> list[ast.expr]:
+    """The values an argument may take: both branches of `None if args.no_resume_opt else optimizer` (timm's
+    `resume_checkpoint(model, path, optimizer=...)` in poolformer's train.py: the optimizer is restored unless
+    the user opts out)."""
+    if isinstance(expr, ast.IfExp):
+        return [*_alternatives(expr.body), *_alternatives(expr.orelse)]
+    return [expr]
 
 
 _EPOCH_WORD = re.compile(r"epoch|iteration|iters?\b|step", re.IGNORECASE)

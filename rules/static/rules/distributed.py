@@ -227,10 +227,41 @@ def _leave_samplers(ctx: Context, candidates: list[tuple[str, ast.Call, list[Bin
     for name, call, loaders in candidates:
         if is_constant(kwarg(call, "shuffle", 3), False) or is_eval_word(name):
             continue
-        names = sorted({lb.name.rsplit(".", 1)[-1] for lb in loaders if not is_eval_word(lb.name)})
+        names = sorted({lb.name.rsplit(".", 1)[-1] for lb in loaders
+                        if not is_eval_word(lb.name) and _loader_leaves_file(ctx.index, lb)})
         if names:
             ctx.leave("TD301-sampler", {"line": call.lineno, "col": call.col_offset + 1, "variable": name,
                                         "loaders": names})
+
+
+# calls that consume a loader where it is (wrap it, draw from it, measure it), not hand it to other code
+_LOCAL_LOADER_USES = frozenset({"cycle", "iter", "next", "enumerate", "len", "zip", "tqdm", "print", "list"})
+
+
+def _loader_leaves_file(index: Index, loader: Binding) -> bool:
+    """Whether another file can iterate this loader: an attribute (`self.train_loader`), a module-level name, a
+    local the function returns or hands to a call (`train(model, train_loader)` of engine.py). A local the
+    function keeps (CodeT5's run_multi_gen.py builds `train_dataloader` in `main()` and only wraps it in
+    `cycle(...)` there) is nobody else's, whatever another script of the project calls its own loader."""
+    if "." in loader.name:
+        return True
+    fn = index.function_of(loader.node)
+    if fn is None:
+        return True
+    if any(isinstance(n, ast.Name) and n.id == loader.name
+           for r in index.returns_of(fn) if r is not None for n in ast.walk(r)):
+        return True
+    for node in ast.walk(fn):  # put in a container: it may travel with it (`loaders = {"train": train_loader}`)
+        if isinstance(node, ast.Dict | ast.List | ast.Tuple | ast.Set) and any(
+                isinstance(e, ast.Name) and e.id == loader.name for e in [*getattr(node, "elts", ()), *getattr(node, "values", ())]):
+            return True
+    for call in index.calls_in(fn):
+        if last_name(call.func) in _LOCAL_LOADER_USES:
+            continue
+        if any(isinstance(a, ast.Name) and a.id == loader.name
+               for a in [*call.args, *(k.value for k in call.keywords)]):
+            return True
+    return False
 
 
 @project("TD301")

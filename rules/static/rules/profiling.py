@@ -298,7 +298,11 @@ def dataloader_without_workers(node: ast.Module, ctx: Context) -> None:
                 ctx.leave("TD501-loader", {"cls": cls, "line": b.call.lineno, "col": b.call.col_offset + 1,
                                            "variable": b.name, "setting": setting})
             continue
-        ctx.report(b.call, variable=b.name, setting=setting)
+        # A file with backward passes but no optimizer anywhere (fast_adversarial's evaluate_mnist.py: PGD attacks
+        # take gradients of the input on a loaded model) updates nothing: "while the model trains" may not hold,
+        # and the GPU mostly waits on the attack's own passes. Info, as TD602 does for the same files.
+        weak = not index.step_calls and not index.training_step_calls() and not index.bindings_of("optimizer")
+        ctx.report(b.call, severity="info" if weak else None, variable=b.name, setting=setting)
 
 
 def _heavy_getitem(info) -> bool:

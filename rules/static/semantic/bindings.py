@@ -132,7 +132,28 @@ class Bindings:
         if name is not None and name.rsplit(".", 1)[-1].split("_", 1)[0].lower() in self.names["model_function_verbs"] \
                 and "_" in name.rsplit(".", 1)[-1]:
             return False  # `self.unwrap_dist_model(...)` (a base class's method, LAVIS), `save_model`: a function
+        if name is not None and self._foreign_model(name):
+            return False
         return looks_like_model(name) or (isinstance(expr, ast.Name) and self._hands_out_parameters(expr))
+
+    def _foreign_model(self, name: str) -> bool:
+        """Every value this file assigns to `name` (anywhere) comes from another framework's call: fast-reid's
+        `net = caffe.Net(model_def, weights, caffe.TEST)` is named like a model and is none of torch's."""
+        roots = self.names["foreign_model_roots"]
+        imported = self.__dict__.get("_imports_foreign")
+        if imported is None:  # most files import no other framework: skip the table of assignments
+            imported = self.__dict__["_imports_foreign"] = any(
+                q.split(".", 1)[0] in roots for q in self.aliases.values())
+        if not imported:
+            return False
+        values = self._flag_values().get(name)
+        if not values:
+            return False
+        for value in values:
+            q = self.resolve(value.func) if isinstance(value, ast.Call) else None
+            if q is None or q.split(".", 1)[0] not in roots:
+                return False
+        return True
 
     def _hands_out_parameters(self, expr: ast.Name) -> bool:
         """Duck typing for a name bound to an instance of a class we cannot see (`classifier = PointNetCls(...)`,

@@ -50,7 +50,8 @@ def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
         return cached[1]
     names = set().union(*rank.values()) | {"init_process_group"}
     # a name that holds another is found with it: `rank` finds `local_rank`
-    found = tuple(sorted(n for n in names if not any(m != n and m in n for m in names)))
+    # shortest first: the common `rank` ends most searches of a file that has one
+    found = tuple(sorted((n for n in names if not any(m != n and m in n for m in names)), key=lambda n: (len(n), n)))
     _RANK_NAMES[id(rank)] = (rank, found)
     return found
 
@@ -58,18 +59,26 @@ def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
 class CallSites:
     """Each call of a function another file may define, with the context it runs in."""
 
-    def call_sites(self) -> dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]]:
-        """name called -> [(line, col, qualified callee or None, context words)], for the project pass."""
+    def call_sites(self) -> dict[str, list[tuple[str | None, tuple[str, ...]]]]:
+        """name called -> [(qualified callee or None, the context words every such call carries)], one row per
+        distinct callee, for the project pass.
+
+        The pass asks one thing of a function's calls: do they all carry a word (callcontext.py, `callers_all`).
+        So a file tells, per callee, only the words all its calls of it share, and stops asking a question of that
+        callee once one call has answered no: a name called twenty times outside any `no_grad` block costs one
+        `grad_disabled` walk, not twenty."""
         if self._call_sites is not None:
             return self._call_sites
         skip = self.vocab["call_sites"]
         external = frozenset(skip["external_roots"]) | _STDLIB
         methods = frozenset(skip["library_methods"])
-        out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]] = {}
-        by_statement: dict[ast.AST, tuple[str, ...]] = {}  # calls of one statement share its context
+        # (name, callee) -> the words every call seen so far carries; a callee whose set is empty is settled
+        shared: dict[tuple[str, str | None], frozenset[str]] = {}
+        # calls of one statement share its context, the one its first call here gets: (that call, words answered)
+        by_statement: dict[ast.AST, tuple[ast.Call, dict[str, bool]]] = {}
         for call in self.nodes(ast.Call):
             if call.args or call.keywords:
-                self._references(call, external, methods, out)
+                self._references(call, external, methods, shared)
             func = call.func
             if isinstance(func, ast.Name):
                 name = func.id
@@ -87,22 +96,24 @@ class CallSites:
             if q is not None and q.split(".", 1)[0] in external:
                 continue
             stmt = self._plain_statement(call)
-            if stmt is None:
-                words = self.site_context(call)
-            else:
-                words = by_statement.get(stmt)
-                if words is None:
-                    words = by_statement[stmt] = self.site_context(call)
-            out.setdefault(name, []).append((call.lineno, call.col_offset + 1, q, words))
+            first, answers = by_statement.setdefault(stmt, (call, {})) if stmt is not None else (call, {})
+            key = (name, q)
+            ask = shared[key] if key in shared else self._possible_words()
+            if ask:
+                ask = frozenset(w for w in ask if self._site_word(first, w, answers))
+            shared[key] = ask
+        out: dict[str, list[tuple[str | None, tuple[str, ...]]]] = {}
+        for (name, q), words in shared.items():
+            out.setdefault(name, []).append((q, tuple(sorted(words))))
         self._call_sites = out
         return out
 
     def _references(self, call: ast.Call, external: frozenset[str], methods: frozenset[str],
-                    out: dict[str, list[tuple[int, int, str | None, tuple[str, ...]]]]) -> None:
+                    shared: dict[tuple[str, str | None], frozenset[str]]) -> None:
         """Functions handed to a call instead of called (`register_hook(trainer.validate)`, `Thread(target=evaluate)`
         with `evaluate` imported): something else runs them, in a context nobody here can read, so they are sites
         with no context word, and a function with one never has all its callers agree."""
-        for arg in [*call.args, *(k.value for k in call.keywords)]:
+        for arg in call.args + [k.value for k in call.keywords] if call.keywords else call.args:
             if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
                 name = arg.attr
                 if name.startswith("__") or name in methods:
@@ -114,7 +125,7 @@ class CallSites:
             q = self.resolve(arg)
             if q is not None and q.split(".", 1)[0] in external:
                 continue
-            out.setdefault(name, []).append((arg.lineno, arg.col_offset + 1, q, ("reference",)))
+            shared[(name, q)] = frozenset()
 
     def _plain_statement(self, call: ast.Call) -> ast.AST | None:
         """The statement holding `call` when nothing between them changes the context (a conditional
@@ -126,19 +137,22 @@ class CallSites:
             node = self.parent(node)
         return node
 
-    def site_context(self, call: ast.Call) -> tuple[str, ...]:
-        """The context words of one call (module docstring)."""
-        possible = self._possible_words()
-        words = []
-        if "no_grad" in possible and self.grad_disabled(call):
-            words.append("no_grad")
-        if "eval" in possible and self.eval_switched_before(call):
-            words.append("eval")
-        # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their effect,
-        # and the question costs the most of the three
-        if "rank_zero" in possible and isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call):
-            words.append("rank_zero")
-        return tuple(words)
+    def _site_word(self, call: ast.Call, word: str, answers: dict[str, bool]) -> bool:
+        """Whether one context word (module docstring) holds at `call`; `answers` keeps what its statement already
+        answered."""
+        known = answers.get(word)
+        if known is not None:
+            return known
+        if word == "no_grad":
+            found = self.grad_disabled(call)
+        elif word == "eval":
+            found = self.eval_switched_before(call)
+        else:
+            # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their
+            # effect, and the question costs the most of the three
+            found = isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call)
+        answers[word] = found
+        return found
 
     def _possible_words(self) -> frozenset[str]:
         """The words this file's text can give at all: each question's evidence is written in the file (a grad-off
