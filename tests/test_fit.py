@@ -85,6 +85,7 @@ def test_a_script_that_cannot_run_under_fake_tensors_names_its_line():
     assert "blocked.py:9" in str(info.value)
 
 
+@pytest.mark.heavy  # a real CPU measurement (~5 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
 def test_cli_hard_coded_cuda_script_gets_an_answer_per_card(validate_report):
     proc = _cli(str(FIXTURES / "mlp_cuda.py"), "--gpu", "3090", "--gpu", "10GB", "--no-what-if", "--format", "json",
                 "--", "--batch-size", "32")
@@ -130,6 +131,7 @@ def test_largest_batch_takes_the_phase_that_runs_out_first():
     assert largest_batch(a, b, 2 * gib) == 0  # the step alone does not fit
 
 
+@pytest.mark.heavy  # a real CPU measurement (~5 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
 def test_the_usual_cuda_training_shape_is_measured_and_writes_nothing(tmp_path):
     spec = {**_spec("amp_checkpoint.py"), "cwd": str(tmp_path)}
     small, large = measure(spec, None, 300), measure(spec, 64, 300)

@@ -381,6 +381,7 @@ def test_a_long_run_stays_small(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~6 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
 def test_ddp_ranks_timeline_and_straggler(tmp_path_factory):
     from tests.test_run_distributed import dist_run
 

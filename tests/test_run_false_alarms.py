@@ -33,6 +33,7 @@ def test_a_closure_step_reads_the_gradients_the_closure_made(tmp_path_factory, v
 
 
 @pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~6 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
 def test_ddp_with_a_closure_step_has_no_unused_parameters(tmp_path_factory, validate_report):
     result = dist_run(tmp_path_factory, "closure", "-p", "distributed", "--nproc-per-node", "2", "ddp_closure.py")
     assert_sound(result, validate_report, exitcodes.OK)
@@ -281,7 +282,9 @@ def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, 
     assert set(sums) == {0, 1} and len(sums[0]) >= 4 and sums[0] == sums[1], sums
 
 
-@pytest.mark.parametrize("how", ["resume", "pretrained",
+@pytest.mark.parametrize("how", ["resume",
+                                 # heavy: one more run (~6 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
+                                 pytest.param("pretrained", marks=pytest.mark.heavy),
                                  # heavy: one more run (~4-8 s); the weights and the optimizer in two files
                                  pytest.param("separate-resume", marks=pytest.mark.heavy)])
 def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_path_factory, validate_report, how):

@@ -287,7 +287,8 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 @pytest.mark.distributed
 @pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
-                                           ("unwrapped", "net = model.module if"),
+                                           # heavy: a 2-rank torchrun (~4 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
+                                           pytest.param("unwrapped", "net = model.module if", marks=pytest.mark.heavy),
                                            # heavy: a 2-rank torchrun per case; the quick suite is at its budget
                                            pytest.param("getter", "loss = F.mse_loss(get_model()(x), y)",
                                                         marks=pytest.mark.heavy)])
@@ -385,6 +386,7 @@ def test_the_detached_watch_never_pops_a_mode_the_script_entered_after_it():
 
 
 @pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~4 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
 def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assignment(tmp_path_factory,
                                                                                      validate_report):
     from tests.test_run_distributed import dist_run
@@ -402,7 +404,9 @@ def test_a_parameter_replaced_after_ddp_wrapping_is_ranks_diverged_at_the_assign
 
 
 @pytest.mark.parametrize(("how", "text", "severity"), [
-    ("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error"),
+    # heavy: one more run (~6 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
+    pytest.param("replaced", "optim.set_parameters(model.parameters())  # a new optimizer", "error",
+                 marks=pytest.mark.heavy),
     ("never", 'model.load_state_dict(checkpoint["model"])', "warning"),
     # heavy: one more run (~4-8 s); the quick suite is at its budget
     pytest.param("handed", "optimizer = type(optimizer)(model.parameters()", "error", marks=pytest.mark.heavy),
