@@ -406,7 +406,19 @@ FAMILY_SPECIALIST = {
 }
 
 
-def score_bugs(outcomes: list[Outcome]) -> dict[str, Any]:
+def source_key(url: str) -> str:
+    """An issue, pull request or commit address without its anchor, query and trailing slash."""
+    return url.split("#", 1)[0].split("?", 1)[0].rstrip("/").lower()
+
+
+def shared_sources(bugs: list[dict[str, Any]]) -> set[str]:
+    """Ids of heldout bugs whose source is also a dev bug's: rules were tuned on that very bug."""
+    dev = {source_key(b["source"]) for b in bugs if b.get("split", "dev") == "dev" and b.get("source")}
+    return {b["id"] for b in bugs if b.get("split") == "heldout" and source_key(b.get("source") or "") in dev}
+
+
+def score_bugs(outcomes: list[Outcome], shared: set[str] = frozenset()) -> dict[str, Any]:
+    """Recall per split, family, label file and origin (`shared`: heldout ids whose source a dev bug shares)."""
     rows = []
     for out in outcomes:
         bug = out.project.label
@@ -427,6 +439,7 @@ def score_bugs(outcomes: list[Outcome]) -> dict[str, Any]:
                 "family": bug.get("family", "other"),
                 "codes": bug.get("codes") or [],
                 "split": out.project.split,
+                "origin": "heldout, source in dev" if bug.get("id") in shared else out.project.split,
                 "file": bug.get("_file", ""),
                 "found": hit is not None,
                 "by": f"{hit.get('code')}:{hit.get('line')}" if hit else "",
@@ -435,7 +448,7 @@ def score_bugs(outcomes: list[Outcome]) -> dict[str, Any]:
             }
         )
     out_tables: dict[str, Any] = {"rows": rows}
-    for by in ("split", "family", "file"):
+    for by in ("split", "origin", "family", "file"):
         table: dict[str, Counter[str]] = defaultdict(Counter)
         for row in rows:
             for key in (row[by], "ALL"):
@@ -537,6 +550,8 @@ def print_bugs(report: dict[str, Any]) -> None:
     if b["rows"]:
         print(f"\nbugs: {len(b['rows'])} labels from {', '.join(report['bug_files'])}")
         print_recall("recall by split", b["by_split"])
+        if any(key.startswith("heldout, source") for key in b.get("by_origin", {})):
+            print_recall("recall by origin (heldout bugs whose source is also a dev bug's apart)", b["by_origin"])
         print_recall("recall by family", b["by_family"])
         print_recall("recall by label file", b["by_file"])
         missed = [r for r in b["rows"] if not r["found"]]
@@ -646,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(c.strip().upper() for c in args.code.split(",") if c.strip()) if args.code else (),
         derived,
     )
-    bugs = score_bugs([o for o in outcomes if o.project.kind == "bug"])
+    bugs = score_bugs([o for o in outcomes if o.project.kind == "bug"], shared_sources(read_bugs(files)))
     report = {
         "torchdoctor": args.torchdoctor,
         "split": args.split,

@@ -339,3 +339,13 @@ def test_repo_and_code_filters(
     assert {r["code"] for r in rows} == {"TD704"}
     report = run(corpus, capsys, "--manifest", manifest, "--no-bugs", "--repo", "other/")
     assert report["healthy_projects"] == 0 and report["healthy"]["rows"] == []
+
+
+def test_a_heldout_bug_sharing_a_dev_bugs_source_is_reported_apart() -> None:
+    bugs = [
+        {"id": "a-1", "split": "dev", "source": "https://github.com/o/r/issues/7"},
+        {"id": "a-2", "split": "heldout", "source": "https://github.com/O/R/issues/7#issuecomment-9"},
+        {"id": "a-3", "split": "heldout", "source": "https://github.com/o/r/issues/8"},
+        {"id": "a-4", "source": "https://github.com/o/r/issues/8"},  # no split: dev, as the eval reads it
+    ]
+    assert eval_check.shared_sources(bugs) == {"a-2", "a-3"}
