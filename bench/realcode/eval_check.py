@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from sources import shared_sources
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 LINE_SLACK = 3
@@ -404,17 +406,6 @@ FAMILY_SPECIALIST = {
     "autograd-ignores-grad-output": "8",
     "autograd-legacy-function": "8",
 }
-
-
-def source_key(url: str) -> str:
-    """An issue, pull request or commit address without its anchor, query and trailing slash."""
-    return url.split("#", 1)[0].split("?", 1)[0].rstrip("/").lower()
-
-
-def shared_sources(bugs: list[dict[str, Any]]) -> set[str]:
-    """Ids of heldout bugs whose source is also a dev bug's: rules were tuned on that very bug."""
-    dev = {source_key(b["source"]) for b in bugs if b.get("split", "dev") == "dev" and b.get("source")}
-    return {b["id"] for b in bugs if b.get("split") == "heldout" and source_key(b.get("source") or "") in dev}
 
 
 def score_bugs(outcomes: list[Outcome], shared: set[str] = frozenset()) -> dict[str, Any]:

@@ -31,6 +31,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))  # bench/realcode: the label helpers both evals share
+from sources import shared_sources  # noqa: E402
+
 LINE_TOLERANCE = 2
 MARKER = "# BUG"
 
@@ -161,18 +164,6 @@ def totals(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
         table[row[key]][row["outcome"]] += 1
         table[row[key]]["bugs"] += 1
     return dict(sorted(table.items()))
-
-
-def source_key(url: str) -> str:
-    """An issue, pull request or commit address without its anchor, query and trailing slash."""
-    return url.split("#", 1)[0].split("?", 1)[0].rstrip("/").lower()
-
-
-def shared_sources(bugs: list[dict[str, Any]]) -> set[str]:
-    """Ids of heldout bugs whose source is also a dev bug's: the probes were tuned on that very bug (another
-    rewrite of it), so its heldout score is not blind."""
-    dev = {source_key(b.get("source", "")) for b in bugs if b["split"] == "dev" and b.get("source")}
-    return {b["id"] for b in bugs if b["split"] == "heldout" and source_key(b.get("source", "")) in dev}
 
 
 def print_text(rows: list[dict[str, Any]], verbose: bool, shared: set[str] = frozenset()) -> None:
