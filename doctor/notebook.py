@@ -110,7 +110,7 @@ def _magic_lines(data: bytes, unit: Any) -> tuple[int, int]:
         written = source.split("\n")
         ran = joined[cell.first_line - 1:cell.first_line - 1 + cell.line_count]
         for a, b in zip(written, ran, strict=False):
-            if a != b:
+            if a.strip() != b.strip():  # not a cell's leading indentation taken off (sources._strip_leading_indent)
                 skipped += b.strip() == "pass"
                 timed += b.strip() != "pass"
     return skipped, timed

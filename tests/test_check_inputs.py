@@ -320,6 +320,22 @@ def test_a_shell_command_continued_with_backslashes_is_one_shell_line():
     assert unit.text.split("\n") == ["pass", "x = 1 + \\", "    2", ""]
 
 
+def test_a_cell_that_starts_indented_is_read_as_ipython_runs_it():
+    # A tutorial notebook's cell pasted with one stray space before `trigram = [...]`: Jupyter takes the first
+    # line's indentation off the whole cell and runs it, so it is no syntax error (TD000) and its code is read.
+    from torchdoctor.rules.static.sources import notebook_unit
+
+    code = "\n " + LEAK.replace("\n", "\n ")
+    unit = notebook_unit("tutorial.ipynb", _notebook(code, 0))
+    assert unit.text.split("\n")[:2] == ["", "import torch"]
+    options = Options(codes=tuple(registry.rules()), torch_version=(2, 13))
+    found = {(r.finding.code, r.finding.line) for r in analyse_bytes(_notebook(code, 0), "tutorial.ipynb", options).results}
+    assert not [f for f in found if f[0] == "TD000"] and any(c == "TD101" for c, _ in found), found
+    # A cell whose own block is indented after an unindented first line keeps its indentation: a real error stays one.
+    broken = notebook_unit("tutorial.ipynb", _notebook("x = 1\n  y = 2\n", 0))
+    assert broken.text.split("\n")[:2] == ["x = 1", "  y = 2"]
+
+
 def test_a_percent_operator_on_a_continuation_line_is_python_not_a_magic():
     # d2l's notebooks: `print('epoch %d, loss %.4f'` then `      % (epoch + 1, l))` on the next line. Inside an
     # open bracket, a triple-quoted string or after a backslash, IPython reads `%` as the operator, and so do we;

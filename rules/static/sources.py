@@ -159,12 +159,23 @@ def notebook_unit(path: str, data: bytes) -> Unit:
             if not first.startswith(_PASSTHROUGH_CELL_MAGICS):
                 unit.skipped_cells.append((number, f"cell magic {first.split()[0]}"))
                 continue
-        lines = _neutralise_cell(lines)
+        lines = _neutralise_cell(_strip_leading_indent(lines))
         unit.cells.append(Cell(number, line, len(lines)))
         parts.append("\n".join(lines))
         line += len(lines)
     unit.text = "\n".join(parts)
     return unit
+
+
+def _strip_leading_indent(lines: list[str]) -> list[str]:
+    """A cell whose first code line is indented, as IPython runs it: that indentation taken off every line
+    that starts with it (IPython's cleanup before it compiles a cell; a stray space pasted before a statement
+    runs in Jupyter and must not read as a syntax error here)."""
+    first = next((text for text in lines if text.strip()), "")
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return lines
+    return [text[len(indent):] if text.startswith(indent) else text for text in lines]
 
 
 # `%time STATEMENT` and `%timeit STATEMENT` (no options) time Python code: keep the statement, which later
