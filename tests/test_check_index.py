@@ -24,6 +24,65 @@ def call_at(index: Index, text: str) -> ast.Call:
     raise AssertionError(f"no call {text!r}")
 
 
+_EVERY_SHAPE = """
+import a.b as c
+from .d import (e, f as g)
+@dec(1)
+async def h(x, /, y=1, *args, z, w=2, **kw) -> int:
+    global q
+    async with m() as (n, o), p:
+        async for i in j:
+            await k
+    try:
+        pass
+    except (E, F) as err:
+        raise G from err
+    else:
+        del x[1:2, ::3]
+    finally:
+        assert not y, f"{y!r:>{w}}"
+    match y:
+        case {"k": [1, *rest], **more} if rest:
+            return {**kw, 1: 2}
+        case Point(1, y=2) | None:
+            yield from (i async for i in j if i)
+    lambda a=1, *b: (yield a)
+    return [x for x in {y: z for y, z in w} if -x < y <= z], {1, 2}, x if y else z, x @ y, (w := 3)
+class C(B, metaclass=M):
+    x: int = 1
+    def f(self): nonlocal_name = ...; return self.x[1]
+"""
+
+
+def _reference_walk(tree: ast.AST) -> tuple[list[ast.AST], dict[ast.AST, ast.AST]]:
+    """Pre-order nodes and parents by testing every field value: what the engine's walk must equal."""
+    leaves = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+    order: list[ast.AST] = []
+    parents: dict[ast.AST, ast.AST] = {}
+
+    def visit(node: ast.AST) -> None:
+        order.append(node)
+        for value in ast.iter_fields(node):
+            items = value[1] if isinstance(value[1], list) else [value[1]]
+            for item in items:
+                if isinstance(item, ast.AST) and not isinstance(item, leaves):
+                    parents[item] = node
+                    visit(item)
+
+    visit(tree)
+    return order, parents
+
+
+def test_the_walk_visits_every_child_in_source_order():
+    tree = ast.parse(_EVERY_SHAPE)
+    order, parents = _reference_walk(tree)
+    kinds = {type(n) for n in order}
+    buckets, found = walk(tree, kinds)
+    assert found == parents
+    assert all(buckets[k] == [n for n in order if type(n) is k] for k in kinds)
+    assert {ast.MatchMapping, ast.MatchClass, ast.AsyncWith, ast.NamedExpr, ast.FormattedValue} <= kinds
+
+
 def test_import_aliases_resolve_to_qualified_names():
     index = build(
         "import torch\nimport torch.nn.functional as F\nfrom torch import nn, optim as o\n"

@@ -29,6 +29,15 @@ MAX_BYTES = 2 * 2**20  # files larger than this get TD000 (generated data, not a
 _LEAVES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
+# The ASDL types of a node class's fields, as its docstring states them (`Dict(expr* keys, expr* values)`):
+# fields of these types never hold a node the walk visits (names, numbers, strings, the leaf singletons).
+_NOT_CHILDREN = frozenset({"identifier", "int", "string", "constant", "expr_context", "boolop", "operator",
+                           "unaryop", "cmpop"})
+_FIELD = re.compile(r"(\w+)([*?]?) (\w+)")
+# class -> its child fields, last first, each with whether it holds a list; None where the docstring does not
+# say (the walk then tests each value, as for a class it has never seen)
+_LAYOUTS: dict[type, tuple[tuple[str, bool], ...] | None] = {}
+
 
 @dataclass
 class Options:
@@ -68,31 +77,81 @@ def _child_fields(cls: type) -> tuple[str, ...]:
     return fields
 
 
+def _layout(cls: type) -> tuple[tuple[str, bool], ...] | None:
+    """The fields of a node class that hold child nodes, read once from the class's own ASDL signature, so the
+    walk asks no `isinstance` of a value: the largest cost of the walk was testing every field of every node."""
+    head, _, rest = (cls.__doc__ or "").partition("(")
+    if head.strip() != cls.__name__:
+        return None
+    if not rest:
+        return () if not cls._fields else None  # `Pass`, `Break`: no fields, no parentheses
+    if not rest.endswith(")"):
+        return None
+    found: list[tuple[str, bool]] = []
+    names: list[str] = []
+    for part in filter(None, (p.strip() for p in rest[:-1].split(","))):
+        m = _FIELD.fullmatch(part)
+        if m is None:
+            return None
+        kind, mark, name = m.groups()
+        names.append(name)
+        if kind not in _NOT_CHILDREN:
+            found.append((name, mark == "*"))
+    if names != list(cls._fields):
+        return None  # a signature that does not match the class: trust nothing from it
+    return tuple(reversed(found))
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """A node's children by testing each value: for a class whose signature `_layout` could not read."""
+    children: list[ast.AST] = []
+    AST, leaves = ast.AST, _LEAVES
+    for name in _child_fields(node.__class__):
+        value = getattr(node, name, None)
+        if value.__class__ is list:
+            for item in value:
+                if isinstance(item, AST) and not isinstance(item, leaves):
+                    children.append(item)
+        elif isinstance(value, AST) and not isinstance(value, leaves):
+            children.append(value)
+    return children
+
+
 def walk(tree: ast.AST, wanted: Iterable[type]) -> tuple[dict[type, list[ast.AST]], dict[ast.AST, ast.AST]]:
     """The one walk: parents of every node, and the nodes of the wanted types in source order."""
     buckets: dict[type, list[ast.AST]] = {t: [] for t in wanted}
     parents: dict[ast.AST, ast.AST] = {}
     stack: list[ast.AST] = [tree]
     pop, push = stack.pop, stack.append
-    AST, leaves = ast.AST, _LEAVES
+    layouts = _LAYOUTS
     while stack:
         node = pop()
         cls = node.__class__
         bucket = buckets.get(cls)
         if bucket is not None:
             bucket.append(node)
-        children: list[ast.AST] = []
-        for name in _CHILD_FIELDS.get(cls) or _child_fields(cls):
+        try:
+            layout = layouts[cls]
+        except KeyError:
+            layout = layouts[cls] = _layout(cls)
+        if layout is None:
+            for child in reversed(_children(node)):
+                parents[child] = node
+                push(child)
+            continue
+        # children pushed last first, so they pop in source order
+        for name, many in layout:
             value = getattr(node, name, None)
-            if value.__class__ is list:
-                for item in value:
-                    if isinstance(item, AST) and not isinstance(item, leaves):
-                        children.append(item)
-            elif isinstance(value, AST) and not isinstance(value, leaves):
-                children.append(value)
-        for child in reversed(children):
-            parents[child] = node
-            push(child)
+            if value is None:
+                continue  # an optional field left empty (`returns`, `vararg`)
+            if many:
+                for child in reversed(value):
+                    if child is not None:  # `Dict.keys` holds None for `**rest`, `kw_defaults` for no default
+                        parents[child] = node
+                        push(child)
+            else:
+                parents[value] = node
+                push(value)
     return buckets, parents
 
 
