@@ -179,6 +179,13 @@ def _one_class(index: Any, expr: ast.expr) -> str | None:
 
 
 @cache
+def _last_names() -> frozenset[str]:
+    """The last part of every deprecated name (`autocast`, `_LRScheduler`): a use whose dotted name ends otherwise
+    is not one of them."""
+    return frozenset(q.rsplit(".", 1)[-1] for q in deprecations().names)
+
+
+@cache
 def _argument_methods() -> frozenset[str]:
     """The method names with a deprecated argument (`step` of a scheduler): only calls of these need the class of
     the object they are called on, a lookup most method calls of a file would otherwise pay."""
@@ -191,21 +198,40 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     # a function call for each of them was the largest single cost of `check` on torch's own tree.
     table = deprecations()
     index = ctx.index
+    arguments, methods, attribute_cls = table.arguments, _argument_methods(), ast.Attribute
     for call in index.nodes(ast.Call):
-        _deprecated_argument(call, ctx, table)  # type: ignore[arg-type]
+        func = call.func  # type: ignore[attr-defined]
+        if arguments.get(index.callee(call) or "") or func.__class__ is attribute_cls and func.attr in methods:
+            _deprecated_argument(call, ctx, table)  # type: ignore[arg-type]
     roots = set(index.aliases) | set(index.vocab["conventional_aliases"])
     if not roots:
         return
-    name_cls, attribute_cls, load_cls = ast.Name, ast.Attribute, ast.Load
-    for kind in (ast.Name, ast.Attribute):
-        for used in index.nodes(kind):
-            root = used
-            while root.__class__ is attribute_cls:
-                root = root.value  # type: ignore[attr-defined]
-            if root.__class__ is not name_cls or root.id not in roots:  # type: ignore[attr-defined]
-                continue  # a local name (most nodes): nothing imported to resolve
-            if used.ctx.__class__ is load_cls:  # type: ignore[attr-defined]
-                _deprecated_name(used, ctx, table)
+    # Only the longest dotted name of a chain is asked (`torch.jit.script`, not `torch.jit`): from each imported
+    # root name up to the outermost attribute over it. Chains rooted in a local name (most of a file) are never
+    # visited, and no chain is walked down once per attribute.
+    load_cls = ast.Load
+    parents = index.parents
+    last_names = _last_names()
+    conventional = index.vocab["conventional_aliases"]
+    found: list[ast.AST] = []
+    for name in index.nodes(ast.Name):
+        if name.id not in roots:  # type: ignore[attr-defined]
+            continue  # a local name: nothing imported to resolve
+        used = name
+        parent = parents.get(used)
+        while parent.__class__ is attribute_cls:
+            used, parent = parent, parents.get(parent)
+        # the qualified name ends as the code spells it (`canonical` keeps the last part), so a chain whose last
+        # part no deprecated name has cannot be one: `torch.tensor`, `nn.Linear` need no lookup
+        last = used.attr if used is not name else (index.aliases.get(name.id) or conventional.get(name.id) or "")  # type: ignore[attr-defined]
+        if last.rpartition(".")[2] not in last_names:
+            continue
+        if used.ctx.__class__ is load_cls:  # type: ignore[attr-defined]
+            found.append(used)
+    # names first, then attributes, each in source order: the order the findings were always made in
+    found.sort(key=lambda n: n.__class__ is attribute_cls)
+    for used in found:
+        _deprecated_name(used, ctx, table)
 
 
 def _deprecated_argument(node: ast.Call, ctx: Context, table: _Deprecations) -> None:

@@ -447,15 +447,21 @@ def _moved_through_local(index, read: ast.Attribute) -> bool:
     return isinstance(first, ast.Attribute) and first.attr in _MOVES and isinstance(index.parent(first), ast.Call)
 
 
-def _loss_kind(index, node: ast.Call) -> str | None:
+_LOSS_CLASSES = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}
+
+
+def _loss_kind(index, node: ast.Call, bound: bool = True) -> str | None:
+    """`bound`: some name of the file holds a cross-entropy or NLL loss module (else no call can be one)."""
     q = index.callee(node)
     if q == "torch.nn.functional.cross_entropy":
         return "cross_entropy"
     if q == "torch.nn.functional.nll_loss":
         return "nll"
+    if not bound:
+        return None
     b = index.binding(node.func)
     if b is not None and b.kind == "loss":
-        return {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}.get(b.cls or "")
+        return _LOSS_CLASSES.get(b.cls or "")
     return None
 
 
@@ -463,9 +469,11 @@ def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
     """The cross-entropy / NLL calls of the file and their kind, worked out once per file."""
     def build() -> dict[ast.Call, str]:
         index = ctx.index
+        # a call's binding is the latest one of its name: only a name whose latest binding is such a loss counts
+        bound = any(bs[-1].kind == "loss" and bs[-1].cls in _LOSS_CLASSES for bs in index.bindings.values() if bs)
         out: dict[ast.Call, str] = {}
         for call in index.nodes(ast.Call):
-            kind = _loss_kind(index, call)  # type: ignore[arg-type]
+            kind = _loss_kind(index, call, bound)  # type: ignore[arg-type]
             if kind is not None:
                 out[call] = kind  # type: ignore[index]
         return out
