@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
-    _position,
     dotted,
     element_container,
     keyed_name,
     kwarg,
     last_name,
+    stmt_position,
 )
 
 if TYPE_CHECKING:
@@ -378,7 +378,7 @@ class Bindings:
         """A copy written before its source is bound in the file (`self.loader = loader` in `__init__`, with
         `loader = DataLoader(...)` further down in `main`, or a parameter bound from its call sites): once every
         binding is known, plain copies take the kind (and keyed entries) of what they copy."""
-        for stmt in sorted(self.nodes(ast.Assign), key=_position):
+        for stmt in sorted(self.nodes(ast.Assign), key=stmt_position):
             value = stmt.value
             if not isinstance(value, ast.Name | ast.Attribute):
                 continue
@@ -538,7 +538,7 @@ class Bindings:
     def _build_bindings(self) -> None:
         """Every assignment in source order, so a name's latest binding wins."""
         statements = self.nodes(ast.Assign) + self.nodes(ast.AnnAssign)
-        statements.sort(key=_position)
+        statements.sort(key=stmt_position)
         for stmt in statements:
             if isinstance(stmt, ast.Assign):
                 for target in stmt.targets:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
-    _position,
     dotted,
+    stmt_position,
 )
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Classes:
         return None
 
     def _build_classes(self) -> None:
-        defs = sorted(self.nodes(ast.ClassDef), key=_position)
+        defs = sorted(self.nodes(ast.ClassDef), key=stmt_position)
         module_bases = self.names["module_bases"]
         function_bases = self.names["autograd_function_bases"]
         for node in defs:
@@ -111,7 +111,7 @@ class Classes:
         """`self.x = value` statements in a class's methods (one method, or all with None)."""
         if self._self_assigns is None:
             table: dict[ast.ClassDef, list[SelfAssign]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=_position):
+            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if stmt.value is None:
                     continue

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     _pairs,
-    _position,
+    stmt_position,
 )
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ class Flow:
         """Assignments `name = value` in a scope, by name, in source order (tuple targets unpacked)."""
         if self._defs is None:
             table: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=_position):
+            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
                 if stmt.value is None:
                     continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]

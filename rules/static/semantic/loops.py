@@ -16,6 +16,7 @@ from torchdoctor.rules.static.semantic.syntax import (
     dotted,
     element_container,
     keyed_name,
+    stmt_position,
 )
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Loops:
         backward = [c for c in self.method_calls("backward") + self.method_calls("manual_backward")
                     if isinstance(self.parent(c), ast.Expr)]
         backward += self.calls_to("torch.autograd.backward")
-        self.backward_calls = sorted(backward, key=_position)
+        self.backward_calls = sorted(backward, key=stmt_position)
         self.step_calls = [c for c in self.method_calls("step") if self.is_optimizer_step(c)]
         for call in self.backward_calls + self.step_calls + self.training_step_calls():
             fn = self.function_of(call)
@@ -288,7 +289,7 @@ class Loops:
         return False
 
     def _build_loops(self) -> None:
-        nodes = sorted(self.nodes(ast.For) + self.nodes(ast.AsyncFor) + self.nodes(ast.While), key=_position)
+        nodes = sorted(self.nodes(ast.For) + self.nodes(ast.AsyncFor) + self.nodes(ast.While), key=stmt_position)
         if not nodes:
             return
         for node in nodes:  # outer loops come first in source order
@@ -318,7 +319,7 @@ class Loops:
         local_targets = dict(self._local_function_calls())
         external_steps = set(self.training_step_calls())
         for loop in self.loops.values():
-            loop.calls.sort(key=_position)
+            loop.calls.sort(key=stmt_position)
             for call in loop.calls:
                 if call in backward:
                     loop.has_backward = True

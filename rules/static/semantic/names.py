@@ -6,8 +6,8 @@ import ast
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
-    _position,
     dotted,
+    stmt_position,
 )
 from torchdoctor.rules.static.semantic.vocabulary import canonical
 
@@ -70,7 +70,7 @@ class Names:
         found: list[ast.Call] = []
         for n in names:
             found += self.calls_by_name.get(n, [])
-        return sorted(found, key=_position) if len(names) > 1 else found
+        return sorted(found, key=stmt_position) if len(names) > 1 else found
 
     def method_calls(self, method: str) -> list[ast.Call]:
         """Every `<expr>.method(...)` call, in source order."""
