@@ -135,6 +135,18 @@ def _stateless(index: Index, optimizer: str) -> bool:
     return momentum is None or (isinstance(momentum, ast.Constant) and momentum.value == 0)
 
 
+def _rebuilt_each_pass(index: Index, optimizer: str, model: str | None, loop: Loop) -> bool:
+    """The optimizer is built afresh by a statement of the loop's own body while the model it trains lives on
+    (AttnGAN's `pretrain_DAMSM.py`: `optimizer = optim.Adam(...)` at the top of every epoch): its state never outlives
+    a pass, so a checkpoint written in that loop without it resumes the way the run itself goes on. Built under a
+    condition or in an outer loop, it carries state between the saves; with the model built in the same body, each
+    pass is a run of its own that a load may continue (a seeds loop), and the optimizer is still asked for."""
+    body = loop.node.body
+    if model and any(b.node in body for b in index.bindings.get(model, ())):
+        return False
+    return any(b.kind == "optimizer" and b.node in body for b in index.bindings.get(optimizer, ()))
+
+
 def _used_binding(index: Index, kind: str, method: str) -> str | None:
     """The name of a `kind` object whose `.method()` the file calls (`scheduler.step()`, `scaler.scale()`)."""
     for call in index.method_calls(method):
@@ -448,7 +460,8 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     missing: list[str] = []
     parts: list[str] = []  # the short names the checkpointing specialist reads
     additions: list[str] = []
-    if "optimizer" not in kinds and not any("optim" in k for k in lowered) and not _stateless(index, optimizer):
+    if "optimizer" not in kinds and not any("optim" in k for k in lowered) and not _stateless(index, optimizer) \
+            and not _rebuilt_each_pass(index, optimizer, model, loop):
         missing.append(f"the optimizer state (`{optimizer}.state_dict()`)")
         parts.append("optimizer")
         additions.append(f'"optimizer": {optimizer}.state_dict()')
