@@ -469,7 +469,10 @@ def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
     passed = {a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)}
     if not passed:
         return
-    outputs = {n.id for n in ast.walk(assign.targets[0]) if isinstance(n, ast.Name)} & passed
+    target = assign.targets[0]
+    # the usual `h = rnn(x, h)` needs no walk of its one-name target
+    outputs = ({target.id} if isinstance(target, ast.Name)
+               else {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}) & passed
     carried = [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in outputs]
     if not carried or not isinstance(node.func, ast.Name | ast.Attribute) or not index.is_model(node.func):
         return

@@ -299,7 +299,9 @@ class Loops:
             binding = None
             iterates_loader = False
             if isinstance(node, ast.For | ast.AsyncFor):
-                targets = tuple(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+                target = node.target
+                targets = (target.id,) if isinstance(target, ast.Name) else tuple(
+                    n.id for n in ast.walk(target) if isinstance(n, ast.Name))
                 src = self._iter_source(node.iter)
                 source = dotted(src) or keyed_name(src)
                 binding = self.binding(src)
