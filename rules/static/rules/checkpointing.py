@@ -1493,9 +1493,24 @@ def _same_object(index: Index, call: ast.Call, root: str, unwrapped_in: list[ast
     the same class (a `net` of one method is not the `net` of another)."""
     fn = index.function_of(call)
     if not root.startswith("self."):
-        return fn in unwrapped_in
+        return fn in unwrapped_in or any(_helper_pair(index, saver, fn, root) for saver in unwrapped_in)
     here = _class_around(index, call)
     return here is not None and any(f is not None and _class_around(index, f) is here for f in unwrapped_in)
+
+
+def _helper_pair(index: Index, saver: ast.AST | None, loader: ast.AST | None, root: str) -> bool:
+    """A save helper and a load helper of one module (or one class) that both take the model as the same
+    parameter (acoustic-model's `save_checkpoint(checkpoint_dir, acoustic, ...)` / `load_checkpoint(load_path,
+    acoustic, ...)`): the module's checkpoint pair, to which the training script hands the same model."""
+    if saver is None or loader is None or saver is loader:
+        return False
+    if not all(isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) for f in (saver, loader)):
+        return False
+    if index.parent(saver) is not index.parent(loader) or not _LOAD_HELPER.match(loader.name) \
+            or not _SAVE_NAME.search(saver.name):  # type: ignore[union-attr]
+        return False
+    return all(root in {a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs}  # type: ignore[union-attr]
+               for f in (saver, loader))
 
 
 def _class_around(index: Index, node: ast.AST) -> ast.ClassDef | None:
