@@ -67,6 +67,12 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
             return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
         if isinstance(expr.func, ast.Attribute) and expr.func.attr == "state_dict":
             return [expr], []
+        if not expr.args and expr.keywords and all(kw.arg for kw in expr.keywords) \
+                and (last_name(expr.func) or "")[:1].isupper() \
+                and _kinds_in(index, [kw.value for kw in expr.keywords]) & {"module", "optimizer"}:
+            # a record built by keyword (lightly-train's `TrainTaskState(train_model=..., optimizer=..., step=-1)`,
+            # a TypedDict or dataclass that Fabric saves): its fields are the checkpoint's keys
+            return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
         return None
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, at)
@@ -175,6 +181,19 @@ def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bo
     return False
 
 
+def _progress_test(compare: ast.Compare, loop: Loop) -> bool:
+    """`i_batch >= len(train_loader) - 1`, `step > warmup_steps`: a comparison of how far the loop has got (a
+    loop variable, a counter, a length), not of how good the model is."""
+    names = [n for n in ast.walk(compare) if isinstance(n, ast.Name | ast.Attribute)]
+    targets = set()
+    lp: Loop | None = loop
+    while lp is not None:
+        targets.update(lp.targets)
+        lp = lp.parent
+    return any(isinstance(n, ast.Call) and last_name(n.func) == "len" for n in ast.walk(compare)) or any(
+        dotted(n) in targets or _COUNTER.search(last_name(n) or "") for n in names)
+
+
 def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
     """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
     for anc in index.ancestors(node):
@@ -184,6 +203,7 @@ def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
             tests = list(ast.walk(anc.test))
             compares = any(
                 isinstance(n, ast.Compare) and any(isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE) for op in n.ops)
+                and not _progress_test(n, loop)
                 for n in tests
             )
             periodic = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in tests)
@@ -295,7 +315,8 @@ def _bare_parameter(index: Index, expr: ast.AST) -> bool:
 def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     # Saves written in the loop itself come first: when a group of saves is one finding, it points at one of them.
-    saves = sorted(_save_calls(index), key=lambda c: index.training_loop_of(c) is None)
+    writes = [*_save_calls(index), *_framework_saves(index), *_helper_writes(ctx)]
+    saves = sorted(dict.fromkeys(writes), key=lambda c: index.training_loop_of(c) is None)
     for call in saves:
         _checkpoint_without_training_state(call, ctx)
     _leave_checkpoint_facts(ctx)
@@ -357,7 +378,7 @@ def checkpoint_without_optimizer_across_files(project: Project) -> list[ProjectH
             w = writers[(g.module, name)][1]
             optimizer = fact["optimizer"]
             hits.setdefault((g.path, w["line"]), ProjectHit(g.path, w["line"], w["col"], {
-                "variable": w["variable"], "missing": ["optimizer"],
+                "variable": w["variable"], "write": f"torch.save({w['variable']})", "missing": ["optimizer"],
                 "missing_text": f"the optimizer state (`{optimizer}.state_dict()`)",
                 "loop": f"{fact['loop']} of {f.path} (line {fact['line']})",
                 "suggestion": f'{{..., "optimizer": {optimizer}.state_dict()}} (hand `{optimizer}` to `{name}`)'}))
@@ -374,6 +395,107 @@ def _save_calls(index: Index) -> list[ast.Call]:
     return list(dict.fromkeys(calls))
 
 
+def _framework_writer(index: Index, call: ast.Call) -> list | None:
+    """The [object keyword, position, path keyword, position] of a framework checkpoint write (vocabulary.toml
+    checkpoint_writers): `fabric.save(path, state)` on a `Fabric(...)`, `self.save(content, filepath)` in a
+    `LightningLite` subclass (co-tracker's `Lite.run`)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "save"):
+        return None
+    writers = index.vocab["checkpoint_writers"]
+    receiver = func.value
+    if isinstance(receiver, ast.Name) and receiver.id == "self":
+        info = index.class_of(call)
+        return next((writers[b] for b in (info.bases if info is not None else []) if b in writers), None)
+    name = dotted(receiver)
+    value = latest_value(index, name, call) if name else None
+    if isinstance(value, ast.Call):
+        return writers.get(index.resolve(value.func) or "")
+    return None
+
+
+def _framework_saves(index: Index) -> list[ast.Call]:
+    if "save" not in index.calls_by_method:
+        return []
+    return [c for c in index.method_calls("save") if _framework_writer(index, c) is not None]
+
+
+def _helper_writes(ctx: Context) -> list[ast.Call]:
+    """Calls of a checkpoint helper of the project (`save_classifier(model, dir, epoch, stats, optim, scheduler)`,
+    `helpers.save_checkpoint(fabric=fabric, out_dir=out_dir, state=state)`) that are handed the optimizer, or a
+    state container holding it: the helper writes what it is handed, so those arguments are the checkpoint.
+    Not torch's, a framework's or a save wrapper's (those are read as they are)."""
+    index = ctx.index
+    found: list[ast.Call] = []
+    wrappers = index.names["save_wrappers"]
+    for call in index.nodes(ast.Call):
+        name = last_name(call.func) or ""  # type: ignore[attr-defined]
+        if not _HELPER_WRITE.search(name) or name in wrappers or not call.args and not call.keywords:  # type: ignore[attr-defined]
+            continue
+        q = index.resolve(call.func) or ""  # type: ignore[attr-defined]
+        if q.split(".", 1)[0] in _LIBRARIES or _framework_writer(index, call) is not None:  # type: ignore[arg-type]
+            continue
+        if index.training_loop_of(call) is None:
+            continue
+        if _handed_contents(ctx, call) is not None:  # type: ignore[arg-type]
+            found.append(call)  # type: ignore[arg-type]
+    return found
+
+
+_HELPER_WRITE = re.compile(r"^_?save_?\w*(checkpoint|ckpt|state|model|classifier|snapshot)|checkpoint$", re.I)
+_LIBRARIES = frozenset({"torch", "torchvision", "numpy", "np", "os", "shutil", "pickle", "json", "accelerate",
+                        "transformers", "lightning", "pytorch_lightning", "deepspeed", "wandb", "mlflow"})
+
+
+def _handed_contents(ctx: Context, call: ast.Call) -> tuple[list[ast.AST], list[str]] | None:
+    """What a checkpoint helper is handed, read like a saved dict: the contents of a container argument (a dict,
+    a record, a name bound to one) and the training objects handed as they are; None unless the optimizer is
+    among them (then the helper writes training state), or when `self` goes in whole (it may carry the rest)."""
+    index = ctx.index
+    values: list[ast.AST] = []
+    keys: list[str] = [k.arg for k in call.keywords if k.arg]
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(arg, ast.Name) and arg.id == "self" or isinstance(arg, ast.Starred):
+            return None
+        found = saved_contents(ctx, arg, call) if isinstance(arg, ast.Name | ast.Dict | ast.Call) else None
+        if found is not None and (isinstance(arg, ast.Dict) or found[1]):
+            values += found[0]
+            keys += found[1]
+        elif isinstance(arg, ast.Name | ast.Attribute):
+            values.append(arg)
+    if "optimizer" not in _kinds_in(index, values) and not any(_OPTIM_WORD.search(k) for k in keys):
+        return None
+    return values, keys
+
+
+def _written(ctx: Context, node: ast.Call) -> tuple[ast.AST | None, ast.AST | None, tuple[list[ast.AST], list[str]] | None, str]:
+    """(saved object, path, its contents when we can read them, kind): `torch.save(obj, f)` and its wrappers,
+    a framework save (`fabric.save(path, state)`), or a checkpoint helper, whose contents are what it is handed."""
+    index = ctx.index
+    spec = _framework_writer(index, node)
+    if spec is not None:
+        obj, path = kwarg(node, spec[0], spec[1]), kwarg(node, spec[2], spec[3])
+        return obj, path, saved_contents(ctx, obj, node), "framework"
+    if index.callee(node) == "torch.save" or (last_name(node.func) or "") in index.names["save_wrappers"]:
+        obj, path = kwarg(node, "obj", 0), kwarg(node, "f", 1)
+        return obj, path, saved_contents(ctx, obj, node), "torch"
+    containers = [a for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)
+                  and isinstance(latest_value(index, a.id, node), ast.Dict | ast.Call)
+                  and _holds_training_state(index, saved_contents(ctx, a, node))]
+    obj = containers[0] if len(containers) == 1 else None  # the state the helper is handed, built here
+    return obj, None, _handed_contents(ctx, node), "helper"
+
+
+def _holds_training_state(index: Index, contents: tuple[list[ast.AST], list[str]] | None) -> bool:
+    """A container of model or optimizer state (a `.state_dict()`, or the objects themselves), not of metrics."""
+    if not contents:
+        return False
+    values = contents[0]
+    return bool(_kinds_in(index, values) & {"module", "optimizer"}) or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+        for v in values for n in ast.walk(v))
+
+
 def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     found = _training_loop_for_save(index, node)
@@ -382,7 +504,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     loop, anchor, direct = found
     if not _resumes(ctx):
         return  # nothing in the script reads a checkpoint back into training: its saves are exports
-    path = kwarg(node, "f", 1)
+    obj, path, contents, kind = _written(ctx, node)
     if path is not None and "best" in ast.unparse(path).lower():
         return
     if _best_model_export(index, node, loop) or (anchor is not node and _best_model_export(index, anchor, loop)):
@@ -391,8 +513,6 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _read_only_after_training(ctx, loop, path) or _read_instead_of_training(index, loop, path):
         return
-    obj = kwarg(node, "obj", 0)
-    contents = saved_contents(ctx, obj, node)
     if contents is None:
         return
     values, keys = list(contents[0]), list(contents[1])
@@ -409,7 +529,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
     fn = index.function_of(node)
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
-    all_saves = set(_save_calls(index))
+    all_saves = set(_save_calls(index)) | set(_framework_saves(index))
     accelerators = _accelerators(index)
     for other in companions:
         receiver = dotted(other.func.value) if isinstance(other.func, ast.Attribute) else None
@@ -431,7 +551,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
             continue
         if other is node or other not in all_saves:
             continue
-        found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
+        found_other = _written(ctx, other)[2]
         if found_other is None:
             counter = last_name(kwarg(other, "obj", 0)) or ""
             if _COUNTER.search(counter):  # `torch.save(train_state.step, 'step.pth')`: the counter, on its own
@@ -463,7 +583,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
-    if direct:
+    if direct and kind != "helper":  # a helper may write the counter it keeps itself
         counters = [t for lp in index.loops_around(node) for t in lp.targets if _COUNTER.search(t)]
         referenced = _names_in(values) | _names_in(paths)
         if counters and not any(_COUNTER.search(n) for n in referenced | set(lowered)):
@@ -484,9 +604,18 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         if info is not None and reader is not None:
             where = f"`{info.name}.{getattr(index.function_of(node), 'name', '?')}`, whose file " \
                     f"`{info.name}.{getattr(index.function_of(reader), 'name', '?')}` reads back (line {reader.lineno}),"
+    at: ast.AST = node
+    if kind != "torch" and isinstance(obj, ast.Name):
+        built = latest_value(index, obj.id, node)
+        if isinstance(built, ast.Dict | ast.Call) and index.scope_of(built) is index.scope_of(node):
+            at = built  # the dict or record the framework saves: the place to add what it lacks
+    variable = snippet(ctx, obj, 40) if obj is not None else "..."
+    write = f"torch.save({variable})" if kind == "torch" else f"{ctx.segment(node.func, 30)}({variable})" \
+        if kind == "framework" else snippet(ctx, node, 50)
     ctx.report(
-        node,
-        variable=snippet(ctx, obj, 40) if obj is not None else "...",
+        at,
+        variable=variable,
+        write=write,
         missing=parts,
         missing_text=_join(missing),
         loop=where,
@@ -602,7 +731,7 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
 
 
 # `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
-_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
+_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_\w*checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
                            r"load_state$", re.I)  # `accelerator.load_state(dir)`
 
 
