@@ -7,6 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import CallContext, leave_sites
 from torchdoctor.rules.static.index import (
     Index,
     Loop,
@@ -1124,6 +1125,14 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
             reason = _mapped_elsewhere(index, node, path)
     else:
         reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
+    entry = None
+    if reason is None and not lightning:
+        # nothing here says where it runs: a library's loader (timm's `ModelEma._load_checkpoint`) runs as often
+        # as the script that calls it; the project pass asks whether one of its callers runs as several processes
+        entry = _entry_point(index, node)
+        if entry is None:
+            return
+        reason = _SEVERAL_RANKS_CALLER
     if reason is None:
         return
     if reason == _SEVERAL_RANKS and index.rank_guarded(node):
@@ -1139,6 +1148,11 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
     values = {"variable": _load_call(ctx, node), "reason": reason}
+    if entry is not None:
+        leave_sites(ctx)
+        ctx.leave("TD703-callers", {"class": entry[0], "function": entry[1], "line": node.lineno,
+                                    "col": node.col_offset + 1, "values": values})
+        return
     files = _file_templates(index, path)
     if not several and files:  # a single-process load another file of the project may write: the project pass decides
         ctx.leave("TD703", {"line": node.lineno, "col": node.col_offset + 1, "values": values, "files": sorted(files)})
@@ -1148,6 +1162,40 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
 
 _SEVERAL_RANKS = ("every rank of this distributed script runs it: each rank first materialises the tensors on the GPU "
                   "that saved them (usually cuda:0), piling copies onto one GPU")
+_SEVERAL_RANKS_CALLER = ("a distributed script of the project runs it in every rank: each rank first materialises the "
+                         "tensors on the GPU that saved them (usually cuda:0), piling copies onto one GPU")
+
+
+def _entry_point(index: Index, node: ast.AST, depth: int = 0) -> tuple[str | None, str] | None:
+    """(class, name) another file calls to run `node`: its function when nothing in this file calls it, else the
+    entry of that caller; a method reached from `__init__` runs when the class is built (`ModelEma(...)`)."""
+    fn = index.function_of(node)
+    if fn is None or depth > 4:
+        return None
+    callers = index.callers(fn)
+    if callers:
+        entries = {_entry_point(index, c, depth + 1) for c in callers}
+        return entries.pop() if len(entries) == 1 else None
+    parent = index.parent(fn)
+    owner = parent.name if isinstance(parent, ast.ClassDef) else None
+    if owner is not None and fn.name == "__init__":
+        return None, owner
+    if fn.name.startswith("_") and fn.name != "__call__":
+        return None  # a private function nobody calls here is nobody's entry
+    return owner, fn.name
+
+
+@project("TD703")
+def load_without_map_location_in_callers(proj: Project) -> list[ProjectHit]:
+    """A load in a function or class whose file shows no reason (no GPU choice, no distributed setup), when a
+    script of the project that runs as several processes calls it (timm's train.py builds `ModelEma(model,
+    resume=args.resume)` in every DDP process; `_load_checkpoint` reads the file with no map_location)."""
+    pending = list(proj.facts("TD703-callers"))
+    if not pending:
+        return []
+    context = CallContext(proj)
+    return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"]) for f, fact in pending
+            if context.callers_any(f, fact["function"], "multi_process", fact["class"])]
 
 
 def _trainer_keywords(index: Index) -> list[dict[str | None, ast.expr]]:
