@@ -752,16 +752,6 @@ def _parameter_of_other_scope(index: Index, receiver: ast.AST, at: ast.AST, b: B
     return root in params and index.function_of(b.node) is not fn
 
 
-def _bare_before_wrap(index: Index, load: ast.Call, wrap: Binding) -> bool:
-    """The load runs before the wrap, on the object the name held then (crnn.pytorch's train.py: `crnn =
-    crnn.CRNN(...)`, `crnn.load_state_dict(torch.load(opt.pretrained))`, then `crnn = DataParallel(crnn)`): the
-    model it loads into is bare, whatever the name holds later."""
-    name = dotted(load.func.value)  # type: ignore[attr-defined]
-    if name is None or "." in name or _position(wrap.node) < _position(load):
-        return False
-    return bool(index.definitions(name, load))
-
-
 @rule("TD304", ast.Module)
 def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -770,8 +760,7 @@ def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
         return
     for call in index.method_calls("load_state_dict"):
         b = _binding_at(index, call.func.value, call)  # type: ignore[attr-defined]
-        if b is not None and b.kind == "module" and b.wrapper in ("ddp", "dp") \
-                and not _bare_before_wrap(index, call, b):
+        if b is not None and b.kind == "module" and b.wrapper in ("ddp", "dp"):
             return  # the checkpoint goes back into a wrapped model: the prefix is what it expects
     reported: set[ast.AST] = set()
     for save in saves:
