@@ -315,30 +315,6 @@ def _check_sampler_options(node: ast.Call, ctx: Context) -> None:
 _SAVES = ("torch.save",)
 
 
-def _ranks_from_call(index: Index) -> ast.Call | None:
-    """`local_rank, world_size, rank, is_distributed = maybe_setup_distributed()` (speculators' train.py): the script
-    gets its rank and world size from a setup function of the project, so it runs as several processes even though
-    init_process_group is called in another file."""
-    rank_names = index.vocab["rank"]["rank_names"]
-    for stmt in index.nodes(ast.Assign):
-        value = stmt.value  # type: ignore[attr-defined]
-        if not isinstance(value, ast.Call) or not isinstance(stmt.targets[0], ast.Tuple):  # type: ignore[attr-defined]
-            continue
-        names = {last_name(e) for e in stmt.targets[0].elts}  # type: ignore[attr-defined]
-        if names & rank_names and names & {"world_size", "WORLD_SIZE"}:
-            return value
-    return None
-
-
-def _pretrained_saves(index: Index) -> list[ast.Call]:
-    """`model.save_pretrained(dir)` (Hugging Face): it writes the directory from whichever process calls it, unless
-    it is told which one is the main process (`is_main_process=accelerator.is_main_process`)."""
-    if "save_pretrained" not in index.calls_by_method:
-        return []
-    return [c for c in index.method_calls("save_pretrained")
-            if kwarg(c, "is_main_process") is None and not any(k.arg is None for k in c.keywords)]
-
-
 def _names_rank(index: Index, expr: ast.AST | None, _depth: int = 0) -> bool:
     """A path built from the rank (`f"ckpt_rank{rank}.pt"`): one file per rank on purpose."""
     if expr is None:
@@ -452,15 +428,14 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
     _leave_call_guards(ctx)  # for saves in other files' functions that this file's training code calls
     leave_sites(ctx)  # every call of another file's function, with its rank guard (callcontext.py)
     saves = index.calls_to(*_SAVES)
-    pretrained = _pretrained_saves(index)
-    if not saves and not pretrained:
+    if not saves:
         return
-    setup = _distributed_setup(ctx) or _ranks_from_call(index)
+    setup = _distributed_setup(ctx)
     if setup is None:
         _leave_unguarded_helpers(ctx, saves)  # a helper module (checkpoint.py): its callers may run on every rank
         return
-    for call in saves + pretrained:
-        path = kwarg(call, "save_directory", 0) if call in pretrained else kwarg(call, "f", 1)
+    for call in saves:
+        path = kwarg(call, "f", 1)
         if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
             continue
         runs_on = _EVERY_RANK
@@ -469,11 +444,9 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
                 if _main_process_only(index, call):
                     continue
             runs_on = _EVERY_NODE  # `if local_rank == 0:`: one writer per node, all on the same path
-        what = kwarg(call, "obj", 0) if call not in pretrained else None
-        variable = ctx.segment(what, 40) if what is not None else "the checkpoint"
+        what = kwarg(call, "obj", 0)
         values = dict(
-            variable=variable,
-            write=f"{ctx.segment(call.func, 40)}(...)" if call in pretrained else f"torch.save({variable}, ...)",
+            variable=ctx.segment(what, 40) if what is not None else "the checkpoint",
             path=ctx.segment(path, 40) if path is not None else "",
             setup=ctx.segment(setup.func, 40),  # type: ignore[attr-defined]
             runs_on=runs_on,
@@ -694,7 +667,7 @@ def _unguarded_helper_calls(project: Project) -> list[ProjectHit]:
         if variable is None:
             continue
         hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
-            "variable": variable, "write": f"torch.save({variable}, ...)", "path": "", "setup": fact["setup"],
+            "variable": variable, "path": "", "setup": fact["setup"],
             "runs_on": f"every rank (through `{fact['callee']}(...)`, which tests no rank itself)"}))
     return list(hits.values())
 
@@ -719,7 +692,7 @@ def _unguarded_inherited_helper_calls(project: Project) -> list[ProjectHit]:
             if helper is None:
                 continue
             hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
-                "variable": helper["variable"], "write": f"torch.save({helper['variable']}, ...)", "path": "",
+                "variable": helper["variable"], "path": "",
                 "setup": fact.get("setup") or fact["rank_tested"],
                 "runs_on": f"every rank (through `{fact['callee']}()` of `{helper['class']}`, which tests no rank "
                            "itself, while this method tests the rank before other work)"}))
