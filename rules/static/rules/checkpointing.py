@@ -147,9 +147,22 @@ def _used_binding(index: Index, kind: str, method: str) -> str | None:
     for call in index.method_calls(method):
         receiver = call.func.value  # type: ignore[attr-defined]
         b = index.binding(receiver)
-        if b is not None and b.kind == kind:
+        if b is not None and b.kind == kind and not _disabled(b):
             return dotted(receiver)
     return None
+
+
+def _disabled(b) -> bool:
+    """`GradScaler(enabled=False)`: a scaler that never scales keeps no state worth saving (co-tracker's
+    train_on_kubric.py)."""
+    enabled = b.arg("enabled") if b.call is not None else None
+    return is_constant(enabled, False)
+
+
+def _built_here(index: Index, name: str | None) -> bool:
+    """The object is constructed in this file (not a parameter handed in, whose position a caller may restore)."""
+    b = index.binding(name) if name else None
+    return b is not None and not isinstance(b.node, ast.FunctionDef | ast.AsyncFunctionDef | ast.arguments | ast.arg)
 
 
 def _handed_to_training(index: Index, kind: str) -> str | None:
@@ -575,12 +588,13 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         additions.append(f'"optimizer": {optimizer}.state_dict()')
     scheduler = _used_binding(index, "scheduler", "step")
     if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered) \
-            and not _rebuilt_from_epoch(index, scheduler):
+            and not _rebuilt_from_epoch(index, scheduler) and (kind != "helper" or _built_here(index, scheduler)):
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
     scaler = _used_binding(index, "scaler", "scale") or _handed_to_training(index, "scaler")
-    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
+    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered) \
+            and (kind != "helper" or _built_here(index, scaler)):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
