@@ -1700,8 +1700,24 @@ def _helper_pair(index: Index, saver: ast.AST | None, loader: ast.AST | None, ro
     if index.parent(saver) is not index.parent(loader) or not _LOAD_HELPER.match(loader.name) \
             or not _SAVE_NAME.search(saver.name):  # type: ignore[union-attr]
         return False
-    return all(root in {a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs}  # type: ignore[union-attr]
-               for f in (saver, loader))
+    if not all(root in {a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs}  # type: ignore[union-attr]
+               for f in (saver, loader)):
+        return False
+    # the saver unwraps unconditionally, so its callers always hand it the wrapper; one that unwraps only
+    # `if distributed` (CvT's save_checkpoint_on_master) is handed either, and says nothing of the load's model
+    unwraps = [c for c in index.calls_in(saver) if isinstance(c.func, ast.Attribute) and c.func.attr == "state_dict"
+               and dotted(c.func.value) == f"{root}.module"]
+    return bool(unwraps) and not any(isinstance(a, ast.IfExp | ast.If) for c in unwraps
+                                     for a in _ancestors_until(index, c, saver))
+
+
+def _ancestors_until(index: Index, node: ast.AST, stop: ast.AST) -> list[ast.AST]:
+    out = []
+    for anc in index.ancestors(node):
+        if anc is stop:
+            break
+        out.append(anc)
+    return out
 
 
 def _class_around(index: Index, node: ast.AST) -> ast.ClassDef | None:
