@@ -154,7 +154,9 @@ class CallSites:
         elif word == "eval":
             found = self.eval_switched_before(call)
         elif word == "multi_process":
-            found = "distributed" in self.contexts()  # type: ignore[attr-defined]
+            if self._multi_process is None:  # a fact of the file, asked of its every call: once
+                self._multi_process = "distributed" in self.contexts()  # type: ignore[attr-defined]
+            found = self._multi_process
         else:
             # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their
             # effect, and the question costs the most of the three
