@@ -442,7 +442,9 @@ def _helper_writes(ctx: Context) -> list[ast.Call]:
     index = ctx.index
     found: list[ast.Call] = []
     wrappers = index.names["save_wrappers"]
-    for call in index.nodes(ast.Call):
+    named = [c for key, calls in [*index.calls_by_name.items(), *index.calls_by_method.items()]
+             if _HELPER_WRITE.search(key.rsplit(".", 1)[-1]) for c in calls]  # the helpers by name, not every call
+    for call in dict.fromkeys(named):
         name = last_name(call.func) or ""  # type: ignore[attr-defined]
         if not _HELPER_WRITE.search(name) or name in wrappers or not call.args and not call.keywords:  # type: ignore[attr-defined]
             continue
