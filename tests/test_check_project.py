@@ -1176,3 +1176,48 @@ def test_a_local_loader_handed_to_another_file_s_epoch_loop_is_still_joined(tmp_
         "self.data, self.model", "self.train_loader, self.model").replace("self.data.train_loader", "self.train_loader")
     found = [f for f in _findings(tmp_path, monkeypatch, {"main.py": main, "trainer.py": trainer}) if f[2] == "TD301"]
     assert found == [("main.py", 7, "TD301")]
+
+
+EMA_UTILS = """from copy import deepcopy
+
+import torch
+
+
+class ModelEma:
+    def __init__(self, model, decay=0.9999, resume=""):
+        self.ema = deepcopy(model)
+        self.decay = decay
+        if resume:
+            self._load_checkpoint(resume)
+
+    def _load_checkpoint(self, checkpoint_path):
+        checkpoint = torch.load(checkpoint_path)
+        self.ema.load_state_dict(checkpoint["state_dict_ema"])
+"""
+EMA_TRAIN = """import os
+
+import torch
+
+from utils import ModelEma
+
+
+def main(args, model):
+    torch.distributed.init_process_group(backend="nccl", init_method="env://")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    model = torch.nn.parallel.DistributedDataParallel(model.cuda())
+    model_ema = ModelEma(model, decay=args.model_ema_decay, resume=args.resume)
+    return model_ema
+"""
+
+
+def test_a_library_loader_built_by_a_distributed_script_is_found(tmp_path, monkeypatch):
+    # timm #72: train.py builds ModelEma(..., resume=...) in every DDP process; utils.py loads with no map_location
+    files = {"utils.py": EMA_UTILS, "train.py": EMA_TRAIN}
+    assert ("utils.py", 14, "TD703") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_a_library_loader_built_by_a_single_process_script_is_quiet(tmp_path, monkeypatch):
+    single = EMA_TRAIN.replace('    torch.distributed.init_process_group(backend="nccl", init_method="env://")\n', "")
+    single = single.replace("torch.nn.parallel.DistributedDataParallel(model.cuda())", "model.cuda()")
+    files = {"utils.py": EMA_UTILS, "train.py": single}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD703"] == []

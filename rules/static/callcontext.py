@@ -98,6 +98,11 @@ class CallContext:
         return all(under in s.context for s in sites)
 
 
+    def callers_any(self, defined_in: ProjectFile, function: str, under: str, cls: str | None = None) -> bool:
+        """True when some known call of the function runs `under` the context word."""
+        return any(under in s.context for s in self.sites(defined_in, function, cls))
+
+
 def settle(project: Project, key: str) -> list[ProjectHit]:
     """The deferred findings (`defer(..., key=key)`) that some call site, or the lack of any, leaves standing."""
     pending = list(project.facts(key))

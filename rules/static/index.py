@@ -121,6 +121,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._callers: dict[ast.AST, list[ast.Call]] | None = None
         self._call_sites: dict[str, list[tuple[str | None, tuple[str, ...]]]] | None = None  # callsites.py
         self._site_words: frozenset[str] | None = None  # callsites.py
+        self._multi_process: bool | None = None  # callsites.py
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py
         self._local_calls: list[tuple[ast.Call, ast.AST]] | None = None
         self.training_functions: set[ast.AST] = set()

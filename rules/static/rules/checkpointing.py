@@ -7,6 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import CallContext, leave_sites
 from torchdoctor.rules.static.index import (
     Index,
     Loop,
@@ -67,6 +68,12 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
             return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
         if isinstance(expr.func, ast.Attribute) and expr.func.attr == "state_dict":
             return [expr], []
+        if not expr.args and expr.keywords and all(kw.arg for kw in expr.keywords) \
+                and (last_name(expr.func) or "")[:1].isupper() \
+                and _kinds_in(index, [kw.value for kw in expr.keywords]) & {"module", "optimizer"}:
+            # a record built by keyword (lightly-train's `TrainTaskState(train_model=..., optimizer=..., step=-1)`,
+            # a TypedDict or dataclass that Fabric saves): its fields are the checkpoint's keys
+            return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
         return None
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, at)
@@ -152,9 +159,22 @@ def _used_binding(index: Index, kind: str, method: str) -> str | None:
     for call in index.method_calls(method):
         receiver = call.func.value  # type: ignore[attr-defined]
         b = index.binding(receiver)
-        if b is not None and b.kind == kind:
+        if b is not None and b.kind == kind and not _disabled(b):
             return dotted(receiver)
     return None
+
+
+def _disabled(b) -> bool:
+    """`GradScaler(enabled=False)`: a scaler that never scales keeps no state worth saving (co-tracker's
+    train_on_kubric.py)."""
+    enabled = b.arg("enabled") if b.call is not None else None
+    return is_constant(enabled, False)
+
+
+def _built_here(index: Index, name: str | None) -> bool:
+    """The object is constructed in this file (not a parameter handed in, whose position a caller may restore)."""
+    b = index.binding(name) if name else None
+    return b is not None and not isinstance(b.node, ast.FunctionDef | ast.AsyncFunctionDef | ast.arguments | ast.arg)
 
 
 def _handed_to_training(index: Index, kind: str) -> str | None:
@@ -187,6 +207,19 @@ def _evaluation_export(index: Index, node: ast.Call, path: ast.AST | None) -> bo
     return False
 
 
+def _progress_test(compare: ast.Compare, loop: Loop) -> bool:
+    """`i_batch >= len(train_loader) - 1`, `step > warmup_steps`: a comparison of how far the loop has got (a
+    loop variable, a counter, a length), not of how good the model is."""
+    names = [n for n in ast.walk(compare) if isinstance(n, ast.Name | ast.Attribute)]
+    targets = set()
+    lp: Loop | None = loop
+    while lp is not None:
+        targets.update(lp.targets)
+        lp = lp.parent
+    return any(isinstance(n, ast.Call) and last_name(n.func) == "len" for n in ast.walk(compare)) or any(
+        dotted(n) in targets or _COUNTER.search(last_name(n) or "") for n in names)
+
+
 def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
     """`if val_acc > best: torch.save(model.state_dict(), "best.pt")`: a weights export, not a resume point."""
     for anc in index.ancestors(node):
@@ -196,6 +229,7 @@ def _best_model_export(index: Index, node: ast.AST, loop: Loop) -> bool:
             tests = list(ast.walk(anc.test))
             compares = any(
                 isinstance(n, ast.Compare) and any(isinstance(op, ast.Lt | ast.Gt | ast.LtE | ast.GtE) for op in n.ops)
+                and not _progress_test(n, loop)
                 for n in tests
             )
             periodic = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in tests)
@@ -307,7 +341,8 @@ def _bare_parameter(index: Index, expr: ast.AST) -> bool:
 def checkpoint_without_training_state(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     # Saves written in the loop itself come first: when a group of saves is one finding, it points at one of them.
-    saves = sorted(_save_calls(index), key=lambda c: index.training_loop_of(c) is None)
+    writes = [*_save_calls(index), *_framework_saves(index), *_helper_writes(ctx)]
+    saves = sorted(dict.fromkeys(writes), key=lambda c: index.training_loop_of(c) is None)
     for call in saves:
         _checkpoint_without_training_state(call, ctx)
     _leave_checkpoint_facts(ctx)
@@ -369,7 +404,7 @@ def checkpoint_without_optimizer_across_files(project: Project) -> list[ProjectH
             w = writers[(g.module, name)][1]
             optimizer = fact["optimizer"]
             hits.setdefault((g.path, w["line"]), ProjectHit(g.path, w["line"], w["col"], {
-                "variable": w["variable"], "missing": ["optimizer"],
+                "variable": w["variable"], "write": f"torch.save({w['variable']})", "missing": ["optimizer"],
                 "missing_text": f"the optimizer state (`{optimizer}.state_dict()`)",
                 "loop": f"{fact['loop']} of {f.path} (line {fact['line']})",
                 "suggestion": f'{{..., "optimizer": {optimizer}.state_dict()}} (hand `{optimizer}` to `{name}`)'}))
@@ -386,6 +421,109 @@ def _save_calls(index: Index) -> list[ast.Call]:
     return list(dict.fromkeys(calls))
 
 
+def _framework_writer(index: Index, call: ast.Call) -> list | None:
+    """The [object keyword, position, path keyword, position] of a framework checkpoint write (vocabulary.toml
+    checkpoint_writers): `fabric.save(path, state)` on a `Fabric(...)`, `self.save(content, filepath)` in a
+    `LightningLite` subclass (co-tracker's `Lite.run`)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "save"):
+        return None
+    writers = index.vocab["checkpoint_writers"]
+    receiver = func.value
+    if isinstance(receiver, ast.Name) and receiver.id == "self":
+        info = index.class_of(call)
+        return next((writers[b] for b in (info.bases if info is not None else []) if b in writers), None)
+    name = dotted(receiver)
+    value = latest_value(index, name, call) if name else None
+    if isinstance(value, ast.Call):
+        return writers.get(index.resolve(value.func) or "")
+    return None
+
+
+def _framework_saves(index: Index) -> list[ast.Call]:
+    if "save" not in index.calls_by_method:
+        return []
+    return [c for c in index.method_calls("save") if _framework_writer(index, c) is not None]
+
+
+def _helper_writes(ctx: Context) -> list[ast.Call]:
+    """Calls of a checkpoint helper of the project (`save_classifier(model, dir, epoch, stats, optim, scheduler)`,
+    `helpers.save_checkpoint(fabric=fabric, out_dir=out_dir, state=state)`) that are handed the optimizer, or a
+    state container holding it: the helper writes what it is handed, so those arguments are the checkpoint.
+    Not torch's, a framework's or a save wrapper's (those are read as they are)."""
+    index = ctx.index
+    found: list[ast.Call] = []
+    wrappers = index.names["save_wrappers"]
+    named = [c for key, calls in [*index.calls_by_name.items(), *index.calls_by_method.items()]
+             if _HELPER_WRITE.search(key.rsplit(".", 1)[-1]) for c in calls]  # the helpers by name, not every call
+    for call in dict.fromkeys(named):
+        name = last_name(call.func) or ""  # type: ignore[attr-defined]
+        if not _HELPER_WRITE.search(name) or name in wrappers or not call.args and not call.keywords:  # type: ignore[attr-defined]
+            continue
+        q = index.resolve(call.func) or ""  # type: ignore[attr-defined]
+        if q.split(".", 1)[0] in _LIBRARIES or _framework_writer(index, call) is not None:  # type: ignore[arg-type]
+            continue
+        if index.training_loop_of(call) is None:
+            continue
+        if _handed_contents(ctx, call) is not None:  # type: ignore[arg-type]
+            found.append(call)  # type: ignore[arg-type]
+    return found
+
+
+_HELPER_WRITE = re.compile(r"^_?save_?\w*(checkpoint|ckpt|state|model|classifier|snapshot)|checkpoint$", re.I)
+_LIBRARIES = frozenset({"torch", "torchvision", "numpy", "np", "os", "shutil", "pickle", "json", "accelerate",
+                        "transformers", "lightning", "pytorch_lightning", "deepspeed", "wandb", "mlflow"})
+
+
+def _handed_contents(ctx: Context, call: ast.Call) -> tuple[list[ast.AST], list[str]] | None:
+    """What a checkpoint helper is handed, read like a saved dict: the contents of a container argument (a dict,
+    a record, a name bound to one) and the training objects handed as they are; None unless the optimizer is
+    among them (then the helper writes training state), or when `self` goes in whole (it may carry the rest)."""
+    index = ctx.index
+    values: list[ast.AST] = []
+    keys: list[str] = [k.arg for k in call.keywords if k.arg]
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(arg, ast.Name) and arg.id == "self" or isinstance(arg, ast.Starred):
+            return None
+        found = saved_contents(ctx, arg, call) if isinstance(arg, ast.Name | ast.Dict | ast.Call) else None
+        if found is not None and (isinstance(arg, ast.Dict) or found[1]):
+            values += found[0]
+            keys += found[1]
+        elif isinstance(arg, ast.Name | ast.Attribute):
+            values.append(arg)
+    if "optimizer" not in _kinds_in(index, values) and not any(_OPTIM_WORD.search(k) for k in keys):
+        return None
+    return values, keys
+
+
+def _written(ctx: Context, node: ast.Call) -> tuple[ast.AST | None, ast.AST | None, tuple[list[ast.AST], list[str]] | None, str]:
+    """(saved object, path, its contents when we can read them, kind): `torch.save(obj, f)` and its wrappers,
+    a framework save (`fabric.save(path, state)`), or a checkpoint helper, whose contents are what it is handed."""
+    index = ctx.index
+    spec = _framework_writer(index, node)
+    if spec is not None:
+        obj, path = kwarg(node, spec[0], spec[1]), kwarg(node, spec[2], spec[3])
+        return obj, path, saved_contents(ctx, obj, node), "framework"
+    if index.callee(node) == "torch.save" or (last_name(node.func) or "") in index.names["save_wrappers"]:
+        obj, path = kwarg(node, "obj", 0), kwarg(node, "f", 1)
+        return obj, path, saved_contents(ctx, obj, node), "torch"
+    containers = [a for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)
+                  and isinstance(latest_value(index, a.id, node), ast.Dict | ast.Call)
+                  and _holds_training_state(index, saved_contents(ctx, a, node))]
+    obj = containers[0] if len(containers) == 1 else None  # the state the helper is handed, built here
+    return obj, None, _handed_contents(ctx, node), "helper"
+
+
+def _holds_training_state(index: Index, contents: tuple[list[ast.AST], list[str]] | None) -> bool:
+    """A container of model or optimizer state (a `.state_dict()`, or the objects themselves), not of metrics."""
+    if not contents:
+        return False
+    values = contents[0]
+    return bool(_kinds_in(index, values) & {"module", "optimizer"}) or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "state_dict"
+        for v in values for n in ast.walk(v))
+
+
 def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     found = _training_loop_for_save(index, node)
@@ -394,7 +532,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     loop, anchor, direct = found
     if not _resumes(ctx):
         return  # nothing in the script reads a checkpoint back into training: its saves are exports
-    path = kwarg(node, "f", 1)
+    obj, path, contents, kind = _written(ctx, node)
     if path is not None and "best" in ast.unparse(path).lower():
         return
     if _best_model_export(index, node, loop) or (anchor is not node and _best_model_export(index, anchor, loop)):
@@ -403,8 +541,6 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         return
     if _read_only_after_training(ctx, loop, path) or _read_instead_of_training(index, loop, path):
         return
-    obj = kwarg(node, "obj", 0)
-    contents = saved_contents(ctx, obj, node)
     if contents is None:
         return
     values, keys = list(contents[0]), list(contents[1])
@@ -421,7 +557,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     # from the loop writes the weights, `optimizer.pt` and `scheduler.pt` together).
     fn = index.function_of(node)
     companions = list(loop.all_calls()) + [c for c in (index.calls_in(fn) if fn is not None else []) if c not in set(loop.all_calls())]
-    all_saves = set(_save_calls(index))
+    all_saves = set(_save_calls(index)) | set(_framework_saves(index))
     accelerators = _accelerators(index)
     for other in companions:
         receiver = dotted(other.func.value) if isinstance(other.func, ast.Attribute) else None
@@ -443,7 +579,7 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
             continue
         if other is node or other not in all_saves:
             continue
-        found_other = saved_contents(ctx, kwarg(other, "obj", 0), other)
+        found_other = _written(ctx, other)[2]
         if found_other is None:
             counter = last_name(kwarg(other, "obj", 0)) or ""
             if _COUNTER.search(counter):  # `torch.save(train_state.step, 'step.pth')`: the counter, on its own
@@ -467,16 +603,17 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         additions.append(f'"optimizer": {optimizer}.state_dict()')
     scheduler = _used_binding(index, "scheduler", "step")
     if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered) \
-            and not _rebuilt_from_epoch(index, scheduler):
+            and not _rebuilt_from_epoch(index, scheduler) and (kind != "helper" or _built_here(index, scheduler)):
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
         parts.append("scheduler")
         additions.append(f'"scheduler": {scheduler}.state_dict()')
     scaler = _used_binding(index, "scaler", "scale") or _handed_to_training(index, "scaler")
-    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered):
+    if scaler and "scaler" not in kinds and not any("scaler" in k for k in lowered) \
+            and (kind != "helper" or _built_here(index, scaler)):
         missing.append(f"the GradScaler state (`{scaler}.state_dict()`)")
         parts.append("scaler")
         additions.append(f'"scaler": {scaler}.state_dict()')
-    if direct:
+    if direct and kind != "helper":  # a helper may write the counter it keeps itself
         counters = [t for lp in index.loops_around(node) for t in lp.targets if _COUNTER.search(t)]
         referenced = _names_in(values) | _names_in(paths)
         if counters and not any(_COUNTER.search(n) for n in referenced | set(lowered)):
@@ -497,9 +634,18 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
         if info is not None and reader is not None:
             where = f"`{info.name}.{getattr(index.function_of(node), 'name', '?')}`, whose file " \
                     f"`{info.name}.{getattr(index.function_of(reader), 'name', '?')}` reads back (line {reader.lineno}),"
+    at: ast.AST = node
+    if kind != "torch" and isinstance(obj, ast.Name):
+        built = latest_value(index, obj.id, node)
+        if isinstance(built, ast.Dict | ast.Call) and index.scope_of(built) is index.scope_of(node):
+            at = built  # the dict or record the framework saves: the place to add what it lacks
+    variable = snippet(ctx, obj, 40) if obj is not None else "..."
+    write = f"torch.save({variable})" if kind == "torch" else f"{ctx.segment(node.func, 30)}({variable})" \
+        if kind == "framework" else snippet(ctx, node, 50)
     ctx.report(
-        node,
-        variable=snippet(ctx, obj, 40) if obj is not None else "...",
+        at,
+        variable=variable,
+        write=write,
         missing=parts,
         missing_text=_join(missing),
         loop=where,
@@ -615,7 +761,7 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
 
 
 # `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
-_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
+_RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_\w*checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
                            r"load_state$", re.I)  # `accelerator.load_state(dir)`
 
 
@@ -1008,6 +1154,14 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
             reason = _mapped_elsewhere(index, node, path)
     else:
         reason = _may_change_device(ctx) or _mapped_elsewhere(index, node, path)
+    entry = None
+    if reason is None and not lightning:
+        # nothing here says where it runs: a library's loader (timm's `ModelEma._load_checkpoint`) runs as often
+        # as the script that calls it; the project pass asks whether one of its callers runs as several processes
+        entry = _entry_point(index, node)
+        if entry is None:
+            return
+        reason = _SEVERAL_RANKS_CALLER
     if reason is None:
         return
     if reason == _SEVERAL_RANKS and index.rank_guarded(node):
@@ -1023,6 +1177,11 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
            and _same_path(index, path, kwarg(other, "f", 0)) for other in index.calls_to("torch.load")):
         return  # another branch loads the same file with map_location: this one is the branch that needs none
     values = {"variable": _load_call(ctx, node), "reason": reason}
+    if entry is not None:
+        leave_sites(ctx)
+        ctx.leave("TD703-callers", {"class": entry[0], "function": entry[1], "line": node.lineno,
+                                    "col": node.col_offset + 1, "values": values})
+        return
     files = _file_templates(index, path)
     if not several and files:  # a single-process load another file of the project may write: the project pass decides
         ctx.leave("TD703", {"line": node.lineno, "col": node.col_offset + 1, "values": values, "files": sorted(files)})
@@ -1032,6 +1191,40 @@ def _load_without_map_location(node: ast.Call, ctx: Context) -> None:
 
 _SEVERAL_RANKS = ("every rank of this distributed script runs it: each rank first materialises the tensors on the GPU "
                   "that saved them (usually cuda:0), piling copies onto one GPU")
+_SEVERAL_RANKS_CALLER = ("a distributed script of the project runs it in every rank: each rank first materialises the "
+                         "tensors on the GPU that saved them (usually cuda:0), piling copies onto one GPU")
+
+
+def _entry_point(index: Index, node: ast.AST, depth: int = 0) -> tuple[str | None, str] | None:
+    """(class, name) another file calls to run `node`: its function when nothing in this file calls it, else the
+    entry of that caller; a method reached from `__init__` runs when the class is built (`ModelEma(...)`)."""
+    fn = index.function_of(node)
+    if fn is None or depth > 4:
+        return None
+    callers = index.callers(fn)
+    if callers:
+        entries = {_entry_point(index, c, depth + 1) for c in callers}
+        return entries.pop() if len(entries) == 1 else None
+    parent = index.parent(fn)
+    owner = parent.name if isinstance(parent, ast.ClassDef) else None
+    if owner is not None and fn.name == "__init__":
+        return None, owner
+    if fn.name.startswith("_") and fn.name != "__call__":
+        return None  # a private function nobody calls here is nobody's entry
+    return owner, fn.name
+
+
+@project("TD703")
+def load_without_map_location_in_callers(proj: Project) -> list[ProjectHit]:
+    """A load in a function or class whose file shows no reason (no GPU choice, no distributed setup), when a
+    script of the project that runs as several processes calls it (timm's train.py builds `ModelEma(model,
+    resume=args.resume)` in every DDP process; `_load_checkpoint` reads the file with no map_location)."""
+    pending = list(proj.facts("TD703-callers"))
+    if not pending:
+        return []
+    context = CallContext(proj)
+    return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"]) for f, fact in pending
+            if context.callers_any(f, fact["function"], "multi_process", fact["class"])]
 
 
 def _trainer_keywords(index: Index) -> list[dict[str | None, ast.expr]]:
@@ -1506,9 +1699,40 @@ def _same_object(index: Index, call: ast.Call, root: str, unwrapped_in: list[ast
     the same class (a `net` of one method is not the `net` of another)."""
     fn = index.function_of(call)
     if not root.startswith("self."):
-        return fn in unwrapped_in
+        return fn in unwrapped_in or any(_helper_pair(index, saver, fn, root) for saver in unwrapped_in)
     here = _class_around(index, call)
     return here is not None and any(f is not None and _class_around(index, f) is here for f in unwrapped_in)
+
+
+def _helper_pair(index: Index, saver: ast.AST | None, loader: ast.AST | None, root: str) -> bool:
+    """A save helper and a load helper of one module (or one class) that both take the model as the same
+    parameter (acoustic-model's `save_checkpoint(checkpoint_dir, acoustic, ...)` / `load_checkpoint(load_path,
+    acoustic, ...)`): the module's checkpoint pair, to which the training script hands the same model."""
+    if saver is None or loader is None or saver is loader:
+        return False
+    if not all(isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) for f in (saver, loader)):
+        return False
+    if index.parent(saver) is not index.parent(loader) or not _LOAD_HELPER.match(loader.name) \
+            or not _SAVE_NAME.search(saver.name):  # type: ignore[union-attr]
+        return False
+    if not all(root in {a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs}  # type: ignore[union-attr]
+               for f in (saver, loader)):
+        return False
+    # the saver unwraps unconditionally, so its callers always hand it the wrapper; one that unwraps only
+    # `if distributed` (CvT's save_checkpoint_on_master) is handed either, and says nothing of the load's model
+    unwraps = [c for c in index.calls_in(saver) if isinstance(c.func, ast.Attribute) and c.func.attr == "state_dict"
+               and dotted(c.func.value) == f"{root}.module"]
+    return bool(unwraps) and not any(isinstance(a, ast.IfExp | ast.If) for c in unwraps
+                                     for a in _ancestors_until(index, c, saver))
+
+
+def _ancestors_until(index: Index, node: ast.AST, stop: ast.AST) -> list[ast.AST]:
+    out = []
+    for anc in index.ancestors(node):
+        if anc is stop:
+            break
+        out.append(anc)
+    return out
 
 
 def _class_around(index: Index, node: ast.AST) -> ast.ClassDef | None:

@@ -1081,31 +1081,80 @@ def grad_sync_set_after_forward(node: ast.Assign | ast.With, ctx: Context) -> No
     forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < here]
     backward = [c for c in loop.calls if c in set(ctx.index.backward_calls) and _position(c) > here]
     if forwards and backward:
-        ctx.report(node, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno,
-                   switch=f"`{model}.require_backward_grad_sync = ...`", effect=_EFFECT_FLAG)
+        ctx.report(node, variable=model, context=f"{model}.no_sync()", forward=f"the forward `{ctx.segment(forwards[-1], 40)}`",
+                   line=forwards[-1].lineno, switch=f"`{model}.require_backward_grad_sync = ...`", effect=_EFFECT_FLAG)
 
 
 def _no_sync_after_forward(node: ast.With, ctx: Context) -> None:
     """`ret = model(batch)`, then `with model.no_sync(): loss.backward()` (LVSM #22): DDP prepared the all-reduce
-    in that forward, with sync on, so the backward inside no_sync() still all-reduces."""
+    in that forward, with sync on, so the backward inside no_sync() still all-reduces. Also when the loss the
+    backward runs on was made before the `with` wherever the forward is (speechbrain's `Brain.fit_batch`:
+    `compute_forward` first, then `with self.no_sync(not should_step): loss.backward()`; ClassyVision's
+    `run_optimizer(loss)`, handed the loss of `train_step`'s forward): the forward that built it ran with sync on."""
     index = ctx.index
+    fn = index.function_of(node)
+    start, end = _position(node), (node.end_lineno or node.lineno, node.end_col_offset or 0)
+    backwards = [c for c in index.backward_calls if start <= _position(c) <= end and index.function_of(c) is fn]
+    if not backwards:
+        return
     for item in node.items:
         call = item.context_expr
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "no_sync"):
+        model = index.sync_disabling(call, node)
+        if model is None:
             continue
-        model = dotted(call.func.value)
+        direct = isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "no_sync" \
+            and dotted(call.func.value) == model
+        context = f"{model}.no_sync()" if direct else ctx.segment(call, 40)
         loop = index.loop_of(node)
-        if model is None or loop is None:
-            continue
-        start, end = _position(node), (node.end_lineno or node.lineno, node.end_col_offset or 0)
-        inside = [c for c in loop.calls if start <= _position(c) <= end]
-        if any(dotted(c.func) == model for c in inside):
-            continue  # the forward runs under no_sync too: the right shape
-        forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < start]
-        backward = set(index.backward_calls)
-        if forwards and any(c in backward for c in inside):
-            ctx.report(call, variable=model, forward=ctx.segment(forwards[-1], 40), line=forwards[-1].lineno,
-                       switch=f"`with {model}.no_sync():`", effect=_EFFECT_NO_SYNC)
+        if direct and loop is not None:
+            inside = [c for c in loop.calls if start <= _position(c) <= end]
+            if any(dotted(c.func) == model for c in inside):
+                continue  # the forward runs under no_sync too: the right shape
+            forwards = [c for c in loop.calls if dotted(c.func) == model and _position(c) < start]
+            if forwards:
+                ctx.report(call, variable=model, context=context, forward=f"the forward `{ctx.segment(forwards[-1], 40)}`",
+                           line=forwards[-1].lineno, switch=f"`with {context}:`", effect=_EFFECT_NO_SYNC)
+                return
+        for backward in backwards:
+            made = _loss_made_before(index, backward, node)
+            if made is None:
+                continue
+            name, origin = made
+            if isinstance(origin, ast.FunctionDef | ast.AsyncFunctionDef):
+                callers = index.callers(origin)
+                where = f" by `{ctx.segment(callers[0], 40)}`" if callers else ""
+                forward = f"the forward that built `{name}`, handed to `{origin.name}`{where}"
+                line = callers[0].lineno if callers else origin.lineno
+            else:
+                forward = f"the forward that built `{name}` (`{ctx.segment(origin, 40)}`)"
+                line = origin.lineno
+            ctx.report(item.context_expr, variable=model, context=context, forward=forward, line=line,
+                       switch=f"`with {context}:`", effect=_EFFECT_NO_SYNC)
+            return
+
+
+def _loss_made_before(index: Index, backward: ast.Call, block: ast.With) -> tuple[str, ast.AST] | None:
+    """(name, where it was made) when every tensor the backward runs on (`loss` in `loss.backward()`,
+    `scaler.scale(loss / k).backward()`) exists before `block`: assigned before it, outside any other no-sync
+    context, or a parameter of the function. None when one is made inside `block`, or we cannot tell."""
+    func = backward.func
+    receiver = func.value if isinstance(func, ast.Attribute) else (backward.args[0] if backward.args else None)
+    if receiver is None:
+        return None
+    names = [n for n in ast.walk(receiver) if isinstance(n, ast.Name) and n.id != "self"
+             and index.kind_of(n, guess=False) not in ("scaler", "optimizer", "module")]
+    if not names:
+        return None
+    found: tuple[str, ast.AST] | None = None
+    for n in names:
+        origin = index.defined_outside(n.id, backward, block)
+        if origin is None:
+            return None
+        for anc in index.ancestors(origin):
+            if isinstance(anc, ast.With) and any(index.sync_disabling(i.context_expr, anc) for i in anc.items):
+                return None  # built under no_sync too (several forwards first, then the backwards)
+        found = found or (n.id, origin)
+    return found
 
 
 # -- TD309 ---------------------------------------------------------------------------------------

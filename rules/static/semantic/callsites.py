@@ -10,7 +10,10 @@ functions they call. A site's context is a set of words:
 - `eval`: the last train/eval switch before the call, in its function, is `.eval()` on some model (`model.eval();
   validate(model, loader)`);
 - `rank_zero`: the call, made as a statement, runs on the main process only (`if rank == 0:`, an early return, a
-  rank-zero decorator); a call whose value is used is not asked (conservative: it keeps a finding).
+  rank-zero decorator); a call whose value is used is not asked (conservative: it keeps a finding);
+- `multi_process`: the calling file runs as several processes (it sets up torch.distributed or wraps a model in
+  DDP/FSDP): whatever it calls runs once per rank (timm's train.py building `ModelEma(..., resume=...)` in every
+  process). Asked with `callers_any`: one such caller is enough.
 
 Calls this file resolves itself (its own functions, `self.` methods of its classes) are left out: the rules
 already follow those. A function handed to a call as a value (`register(trainer.validate)`) is a site with no context
@@ -39,6 +42,9 @@ _EVIDENCE = {
     "eval": (".eval(", ".train(", "lightning"),
 }
 
+
+# What a file must mention to run as several processes (semantic/contexts.py decides from the calls)
+_MULTI_PROCESS = ("distributed", "DistributedDataParallel", "DDP", "FSDP", "FullyShardedDataParallel")
 
 _RANK_NAMES: dict[int, tuple[dict[str, frozenset[str]], tuple[str, ...]]] = {}
 
@@ -147,6 +153,10 @@ class CallSites:
             found = self.grad_disabled(call)
         elif word == "eval":
             found = self.eval_switched_before(call)
+        elif word == "multi_process":
+            if self._multi_process is None:  # a fact of the file, asked of its every call: once
+                self._multi_process = "distributed" in self.contexts()  # type: ignore[attr-defined]
+            found = self._multi_process
         else:
             # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their
             # effect, and the question costs the most of the three
@@ -163,6 +173,8 @@ class CallSites:
             found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
             if any(n in text for n in _rank_names(self.vocab["rank"])):
                 found.add("rank_zero")
+            if any(m in text for m in _MULTI_PROCESS):
+                found.add("multi_process")
             self._site_words = frozenset(found)
         return self._site_words
 

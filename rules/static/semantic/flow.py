@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     _pairs,
+    _position,
+    dotted,
     stmt_position,
 )
 
@@ -141,6 +143,58 @@ class Flow:
                 return params.index(name)
         return None
 
+    def defined_outside(self, name: str, at: ast.AST, block: ast.AST) -> ast.stmt | None:
+        """Where the value `name` holds at `at` comes from, when that is outside `block` (a statement around
+        `at`): the last assignment before `at` in its scope when it precedes `block`, or the function itself when
+        `name` is one of its parameters and nothing reassigns it before `at`. None when `block` assigns it (or
+        nothing visible does): `loss` built inside `with model.no_sync():` is not from outside."""
+        scope = self.scope_of(at)
+        here = _position(self.statement_of(at) or at)
+        assigned = [s for s, _v in self.defs(scope).get(name, []) if _position(s) < here]
+        if assigned:
+            last = assigned[-1]
+            return last if _position(last) < _position(block) else None
+        fn = self.function_of(at)
+        if fn is not None and fn is scope and name in _parameter_names(fn):
+            return fn
+        return None
+
+    def sync_disabling(self, expr: ast.AST, at: ast.AST, _depth: int = 0) -> str | None:
+        """The model whose DDP gradient sync entering `expr` (a `with` item) switches off, or None:
+        `model.no_sync()`; a name every earlier assignment of which gives one (or `contextlib.suppress()`, the
+        usual no-op branch: ClassyVision's `ctx = model.no_sync() if not do_step else contextlib.suppress()`);
+        a context function or method of this file that sets `require_backward_grad_sync` or enters `no_sync()`
+        itself (speechbrain's `Brain.no_sync`, over all of the class's modules). FSDP's `no_sync()` acts in the
+        backward, so it is not one."""
+        if _depth > 3:
+            return None
+        if isinstance(expr, ast.IfExp):
+            found = [self.sync_disabling(e, at, _depth + 1) for e in (expr.body, expr.orelse)]
+            hits = [f for f in found if f]
+            noop = [e for e in (expr.body, expr.orelse) if _noop_context(e)]
+            return hits[0] if hits and len(hits) + len(noop) == 2 else None
+        if isinstance(expr, ast.Name):
+            values = self.definitions(expr.id, at)
+            found = [self.sync_disabling(v, v, _depth + 1) for v in values]
+            return found[-1] if values and all(found) else None
+        if not isinstance(expr, ast.Call):
+            return None
+        func = expr.func
+        if isinstance(func, ast.Attribute) and func.attr == "no_sync" and not expr.args:
+            b = self.binding(func.value)
+            if b is not None and b.wrapper == "fsdp":
+                return None
+            return dotted(func.value)
+        target = self.local_target(expr)  # type: ignore[attr-defined]
+        if target is None:
+            return None
+        for node in ast.walk(target):
+            if isinstance(node, ast.Attribute) and node.attr == "require_backward_grad_sync" \
+                    and isinstance(node.ctx, ast.Store) or isinstance(node, ast.Call) \
+                    and isinstance(node.func, ast.Attribute) and node.func.attr == "no_sync":
+                return dotted(func) or getattr(target, "name", None)
+        return None
+
     def callers(self, fn: ast.AST) -> list[ast.Call]:
         """Calls of a function (or of a method through `self.`) in this file."""
         if self._callers is None:
@@ -149,6 +203,12 @@ class Flow:
                 table.setdefault(target, []).append(call)
             self._callers = table
         return self._callers.get(fn, [])
+
+
+def _noop_context(expr: ast.AST) -> bool:
+    """`contextlib.suppress()`, `nullcontext()`: a context that does nothing, the other branch of a choice."""
+    name = dotted(expr.func) if isinstance(expr, ast.Call) else None
+    return name is not None and name.rsplit(".", 1)[-1] in ("suppress", "nullcontext") and not expr.args  # type: ignore[attr-defined]
 
 
 def _parameter_names(fn: ast.AST) -> set[str]:
