@@ -286,7 +286,10 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
+@pytest.mark.parametrize(("how", "text"), [("flag", "model.require_backward_grad_sync = micro == accum - 1"),
+                                           # heavy: a 2-rank torchrun per case; the quick suite is at its budget
+                                           pytest.param("schedule", "    model.require_backward_grad_sync = False",
+                                                        marks=pytest.mark.heavy),
                                            # heavy: a 2-rank torchrun (~4 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
                                            pytest.param("unwrapped", "net = model.module if", marks=pytest.mark.heavy),
                                            # heavy: a 2-rank torchrun per case; the quick suite is at its budget

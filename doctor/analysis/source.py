@@ -172,3 +172,22 @@ def _in_place_calls(nodes, head: str) -> list[ast.stmt]:
                 and _root_name(node.target) == head:
             found.append(node)
     return sorted(found, key=lambda n: n.lineno)
+
+
+def sync_switch_line(path: str, function: str | None, backward_line: int | None) -> int | None:
+    """The line that turned DDP's gradient sync off for a backward that no all-reduce reached:
+    `model.require_backward_grad_sync = ...` in the backward's own function (a schedule sets it once before its
+    loop, far from the backward). Prefers an assignment of a false constant before the backward, else the
+    nearest assignment before it; None when the function assigns the flag nowhere."""
+    tree = _tree(path)
+    if tree is None or backward_line is None:
+        return None
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.name == function and n.lineno <= backward_line <= (n.end_lineno or n.lineno)]
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    switches = [n for n in _walk_scope(scope) if isinstance(n, ast.Assign) and n.lineno <= backward_line
+                and any(isinstance(t, ast.Attribute) and t.attr == "require_backward_grad_sync" for t in n.targets)]
+    if not switches:
+        return None
+    off = [n for n in switches if isinstance(n.value, ast.Constant) and not n.value.value]
+    return max(n.lineno for n in (off or switches))
