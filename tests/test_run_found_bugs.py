@@ -835,3 +835,12 @@ def test_a_checkpoint_written_before_any_step_loaded_empty_is_no_lost_state(tmp_
     assert_sound(result, validate_report, exitcodes.OK)
     assert "done 10" in result.stdout + result.stderr
     assert not result.symptoms("resume-optimizer-state-missing"), result.report["symptoms"]
+
+
+@pytest.mark.heavy  # a training run per case (~5 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_test_pass_through_model_forward_is_named_at_the_call_of_forward(tmp_path_factory, validate_report, how):
+    # BERT-pytorch: `self.model.forward(x)` runs no Module.__call__, so the first module called was the model's own
+    # `self.body(x)`: the evaluation was sited inside the model's forward, not at the trainer's line
+    _bug_or_twin(tmp_path_factory, validate_report, "forward-called-directly", "forward_called_directly.py", how,
+                 "done", "eval-without-no-grad", "out = self.model.forward(x)")
