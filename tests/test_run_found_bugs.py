@@ -844,3 +844,15 @@ def test_a_test_pass_through_model_forward_is_named_at_the_call_of_forward(tmp_p
     # `self.body(x)`: the evaluation was sited inside the model's forward, not at the trainer's line
     _bug_or_twin(tmp_path_factory, validate_report, "forward-called-directly", "forward_called_directly.py", how,
                  "done", "eval-without-no-grad", "out = self.model.forward(x)")
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_scheduler_also_stepped_by_the_test_epoch_is_scheduler_granularity(tmp_path_factory, validate_report, how):
+    # PALAVRA: run_epoch() ends with scheduler.step() and runs the test epoch too, so the schedule advances twice
+    # per epoch; the twin steps it after training epochs only
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "scheduler-in-test-epoch",
+                            "scheduler_in_test_epoch.py", how, "done", "scheduler-granularity", "        scheduler.step()")
+    if found is not None:
+        values = found["evidence"][0]["values"]
+        assert values["idle_steps"] == 8 and values["stepped_per"] == "phase", values
