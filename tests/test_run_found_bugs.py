@@ -856,3 +856,15 @@ def test_a_scheduler_also_stepped_by_the_test_epoch_is_scheduler_granularity(tmp
     if found is not None:
         values = found["evidence"][0]["values"]
         assert values["idle_steps"] == 8 and values["stepped_per"] == "phase", values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_weights_checkpoint_with_an_extra_entry_is_judged_as_weights(tmp_path_factory, validate_report, how):
+    # Pytorch-UNet: state_dict['mask_values'] = ... made the saved dict no longer "all tensors", so the save held
+    # nothing recognisable and the weights-only checkpoint went unjudged; the twin saves the optimizer beside it
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "weights-with-extras", "weights_with_extras_checkpoint.py",
+                            how, "done", "checkpoint-incomplete", "torch.save(state_dict,")
+    if found is not None:
+        values = found["evidence"][0]["values"]
+        assert "model" in values["saved"] and "optimizer" in values["missing"], values
