@@ -868,3 +868,14 @@ def test_a_weights_checkpoint_with_an_extra_entry_is_judged_as_weights(tmp_path_
     if found is not None:
         values = found["evidence"][0]["values"]
         assert "model" in values["saved"] and "optimizer" in values["missing"], values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_nan_made_inline_in_the_loss_is_named_from_the_loss_graph(tmp_path_factory, validate_report, how):
+    # TRL's GRPO loss: `... / mask.sum()` with an all-zero mask is 0/0; its nan gradients reach the weights in the
+    # same step, so no later op has finite inputs for the op watch: the bad loss's own graph names the division
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-inline-division", "nan_inline_division.py", how,
+                            "done", "nan-loss", "loss = (per_item * mask).sum() / denominator")
+    if found is not None:
+        assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]
