@@ -209,6 +209,15 @@ class CheckpointProbe(Probe):
                 out["prefix"] = _prefix(keys)
                 out["tensors"] = len(obj)
             return out
+        weights = _weights_among(obj, keys, torch)
+        if weights:
+            # a model's state_dict with a few extras put in it (Pytorch-UNet's `state_dict['mask_values'] = ...`):
+            # the weights, and the extras read like a checkpoint's other entries
+            add("model")
+            out["prefix"] = _prefix(weights)
+            out["tensors"] = len(weights)
+            named = set(weights)
+            keys = [k for k in keys if k not in named]
         for key in keys:
             value = obj[key]
             name = str(key).lower()
@@ -500,6 +509,14 @@ def _mapping_kind(value: Mapping, torch: Any) -> str | None:
         if any("." in k or k.endswith(("weight", "bias")) for k in keys):
             return "model"
     return None
+
+
+def _weights_among(value: Mapping, keys: list[Any], torch: Any) -> list[str]:
+    """The keys of the named parameter tensors of a mapping that is mostly one model's weights (more than half of
+    its entries, two or more) with a few other entries beside them; [] otherwise."""
+    named = [k for k in keys if isinstance(k, str) and isinstance(value[k], torch.Tensor)
+             and ("." in k or k.endswith(("weight", "bias")))]
+    return named if len(named) >= 2 and 2 * len(named) > len(keys) else []
 
 
 def _prefix(keys: list[Any]) -> str | None:

@@ -54,6 +54,8 @@ class LossFunctions:
         self.user: dict[Any, bool] = {}  # code object -> the user's own code
         self.entries: set[Any] = set()  # user code entered from library code that is not a module's call
         self.wrapped: list[str] = []
+        # the loop's function and the framework's entries into user code (compute_loss): where the loss is written
+        self.loss_code: list[tuple[str, int, str]] = []
         self._call_impl = torch.nn.Module._call_impl.__code__
         self._module_call = {self._call_impl, torch.nn.Module._wrapped_call_impl.__code__}
         self._torch_root = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
@@ -142,6 +144,7 @@ class LossFunctions:
         if caller is None:
             return
         loops = {caller.f_code} | (self.entries if framework else set())
+        self.loss_code = [(c.co_filename, c.co_firstlineno, c.co_name) for c in list(loops)[:16]]
         for (parent, code), (globals_, module_below) in list(self.edges.items()):
             if parent not in loops or module_below or len(self.wrapped) >= MAX_FUNCTIONS:
                 continue

@@ -88,6 +88,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.lossfuncs import LossFunctions
 from torchdoctor.probes.models import ModelMap, is_compiled
+from torchdoctor.probes.nangraph import culprit_op
 from torchdoctor.probes.nanlocate import (
     BUILT,
     MAX_BUILT,
@@ -103,6 +104,7 @@ from torchdoctor.probes.nanlocate import (
 from torchdoctor.probes.nanwatch import OpWatch
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch, user_site
 from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import is_library_file
 
 
 def _number(x: float) -> float | str:
@@ -384,9 +386,11 @@ class NanProbe(Probe):
         calls = self._current_calls(self.backward.calls)
         site = user_site(sys._getframe(1))
         value = float(loss.detach().reshape(-1)[0]) if loss.numel() else float("nan")
-        self._report("loss", calls, locate_forward, site, loss_value=_number(value), under_scaler=scaled)
+        self._report("loss", calls, locate_forward, site, loss_value=_number(value), under_scaler=scaled, tensor=loss,
+                     frame=sys._getframe(1))
 
-    def _report(self, what: str, calls: list[Call], locate: Any, site: Any, **extra: Any) -> None:
+    def _report(self, what: str, calls: list[Call], locate: Any, site: Any, tensor: Any = None, frame: Any = None,
+                **extra: Any) -> None:
         step = self.step + 1
         if self.names is None or not calls:
             found: dict[str, Any] = {"phase": "forward" if what == "loss" else "backward", "module": None,
@@ -404,6 +408,8 @@ class NanProbe(Probe):
         event: dict[str, Any] = {"what": what, "at_step": step, **found, **extra}
         if what == "loss" and found.get("outside_model") and not found.get("line"):
             self._op_watch_wanted = True
+            if tensor is not None:
+                event.update(self._graph_op(tensor, frame))
         if site is not None and what == "loss":
             event["backward_path"], event["backward_line"], event["backward_function"] = site
         lr = self._lr()
@@ -412,6 +418,22 @@ class NanProbe(Probe):
         if self.scaler_seen:
             event["loss_scale"] = self.scale
         self.emit("nonfinite", **event)
+
+    def _graph_op(self, loss: Any, frame: Any) -> dict[str, Any]:
+        """The op the bad loss's own graph shows making it (probes/nangraph.py), and the user code that computed
+        the loss (the loop calling backward(), a framework's compute_loss), where the analysis looks for its line."""
+        try:
+            op = culprit_op(loss, self.torch)
+        except Exception:  # noqa: BLE001 - the verdict stands without it
+            return {}
+        if op is None:
+            return {}
+        code = list(self.loss_functions.loss_code)
+        while frame is not None and is_library_file(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            code.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_code.co_name))
+        return {"graph_op": op, "loss_code": [list(c) for c in dict.fromkeys(code)]}
 
     def _batch_field(self) -> dict[str, Any]:
         """The DataLoader batch the step used, if it holds the non-finite values."""

@@ -95,10 +95,11 @@ class _FakeOptimizer:
 class _Scheduler:
     __slots__ = ("ref", "index", "kind", "opt", "steps", "first_opt", "last_opt", "intervals", "lrs", "stride",
                  "step_site", "clone", "length", "child", "created_opt", "next_report", "early",
-                 "step_by_library")
+                 "step_by_library", "idle")
 
     def __init__(self) -> None:
         self.steps = 0
+        self.idle = 0  # steps with no optimizer step since the previous one, once training has begun
         self.first_opt: int | None = None
         self.last_opt: int | None = None
         self.intervals: dict[int, int] = {}
@@ -272,6 +273,8 @@ class ScheduleProbe(Probe):
         else:
             gap = now - (rec.last_opt or 0)
             rec.intervals[gap] = rec.intervals.get(gap, 0) + 1
+            if gap == 0 and now > 0:
+                rec.idle += 1  # a phase that trains nothing (an evaluation pass) stepped it too
         rec.last_opt = now
         if rec.steps % rec.stride == 0:
             rec.lrs.append((now, _lr(getattr(sched, "optimizer", None))))
@@ -301,6 +304,7 @@ class ScheduleProbe(Probe):
             intervals={str(k): v for k, v in sorted(rec.intervals.items())[:32]},
             step_site=as_dict(rec.step_site),
             step_by_library=rec.step_by_library,
+            idle_steps=rec.idle,
             child=rec.child,
             early=rec.early,
             **extra,

@@ -209,9 +209,21 @@ class ValidationProbe(Probe):
             if user is None:
                 user = self.user_code[code] = not is_library_file(code.co_filename)
             if user:
+                back = frame.f_back
+                if code.co_name == "forward" and back is not None and self._is_user(back.f_code):
+                    # the script called `model.forward(x)` itself (no Module.__call__ in between): the model's
+                    # own forward is not the call site, the line that called it is
+                    frame = back
+                    continue
                 return code.co_filename, frame.f_lineno, code.co_name
             frame = frame.f_back
         return None
+
+    def _is_user(self, code: Any) -> bool:
+        user = self.user_code.get(code)
+        if user is None:
+            user = self.user_code[code] = not is_library_file(code.co_filename)
+        return user
 
     def _stack(self, frame: Any, limit: int = 32) -> tuple[tuple[Any, int], ...]:
         """The user's frames of this call, outermost first: (code object, current line)."""

@@ -266,6 +266,18 @@ def test_the_same_list_holding_graphs_is_memory_growth(tmp_path_factory, validat
 
 
 @pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun (~5 s); the quick suite is at its 10-minute budget
+def test_a_schedule_that_switches_sync_back_on_for_its_last_micro_step_is_healthy(tmp_path_factory, validate_report):
+    # picotron's 1F1B step after its fix: sync off for the steady state, on again before the last micro-step
+    result = dist_run(tmp_path_factory, "sync-off-schedule-fixed", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_sync_off.py", "--", "schedule-fixed")
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    assert "ddp-ranks-diverged" not in ids(result), result.report["symptoms"]
+
+
+@pytest.mark.distributed
 def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, validate_report):
     result = dist_run(tmp_path_factory, "sync-off-nosync", "-p", "distributed", "--nproc-per-node", "2",
                       "ddp_sync_off.py", "--", "nosync")

@@ -286,7 +286,10 @@ def test_a_background_threads_output_does_not_hide_a_hung_main_thread(tmp_path_f
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize(("how", "text"), [("flag", "            loss.backward()"),
+@pytest.mark.parametrize(("how", "text"), [("flag", "model.require_backward_grad_sync = micro == accum - 1"),
+                                           # heavy: a 2-rank torchrun per case; the quick suite is at its budget
+                                           pytest.param("schedule", "    model.require_backward_grad_sync = False",
+                                                        marks=pytest.mark.heavy),
                                            # heavy: a 2-rank torchrun (~4 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
                                            pytest.param("unwrapped", "net = model.module if", marks=pytest.mark.heavy),
                                            # heavy: a 2-rank torchrun per case; the quick suite is at its budget
@@ -832,3 +835,47 @@ def test_a_checkpoint_written_before_any_step_loaded_empty_is_no_lost_state(tmp_
     assert_sound(result, validate_report, exitcodes.OK)
     assert "done 10" in result.stdout + result.stderr
     assert not result.symptoms("resume-optimizer-state-missing"), result.report["symptoms"]
+
+
+@pytest.mark.heavy  # a training run per case (~5 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_test_pass_through_model_forward_is_named_at_the_call_of_forward(tmp_path_factory, validate_report, how):
+    # BERT-pytorch: `self.model.forward(x)` runs no Module.__call__, so the first module called was the model's own
+    # `self.body(x)`: the evaluation was sited inside the model's forward, not at the trainer's line
+    _bug_or_twin(tmp_path_factory, validate_report, "forward-called-directly", "forward_called_directly.py", how,
+                 "done", "eval-without-no-grad", "out = self.model.forward(x)")
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_scheduler_also_stepped_by_the_test_epoch_is_scheduler_granularity(tmp_path_factory, validate_report, how):
+    # PALAVRA: run_epoch() ends with scheduler.step() and runs the test epoch too, so the schedule advances twice
+    # per epoch; the twin steps it after training epochs only
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "scheduler-in-test-epoch",
+                            "scheduler_in_test_epoch.py", how, "done", "scheduler-granularity", "        scheduler.step()")
+    if found is not None:
+        values = found["evidence"][0]["values"]
+        assert values["idle_steps"] == 8 and values["stepped_per"] == "phase", values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_weights_checkpoint_with_an_extra_entry_is_judged_as_weights(tmp_path_factory, validate_report, how):
+    # Pytorch-UNet: state_dict['mask_values'] = ... made the saved dict no longer "all tensors", so the save held
+    # nothing recognisable and the weights-only checkpoint went unjudged; the twin saves the optimizer beside it
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "weights-with-extras", "weights_with_extras_checkpoint.py",
+                            how, "done", "checkpoint-incomplete", "torch.save(state_dict,")
+    if found is not None:
+        values = found["evidence"][0]["values"]
+        assert "model" in values["saved"] and "optimizer" in values["missing"], values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_nan_made_inline_in_the_loss_is_named_from_the_loss_graph(tmp_path_factory, validate_report, how):
+    # TRL's GRPO loss: `... / mask.sum()` with an all-zero mask is 0/0; its nan gradients reach the weights in the
+    # same step, so no later op has finite inputs for the op watch: the bad loss's own graph names the division
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-inline-division", "nan_inline_division.py", how,
+                            "done", "nan-loss", "loss = (per_item * mask).sum() / denominator")
+    if found is not None:
+        assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]

@@ -65,6 +65,7 @@ from torchdoctor.analysis.ranks import (
     remote_ranks,
     where_ranks_wait,
 )
+from torchdoctor.analysis.source import sync_switch_line
 from torchdoctor.analysis.stacks import format_thread
 from torchdoctor.model import Evidence, Location, RunError, Symptom
 from torchdoctor.probes.userframes import display_path
@@ -621,6 +622,13 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                    "the all-reduce: its gradient stayed local")
         else:
             how = f"{event.get('micro')} backward passes, none after a DDP forward with gradient synchronisation on"
+        backward = event.get("site") or {}
+        if event.get("micro") and backward.get("path"):
+            # DDP forwards ran with sync off: the line that switched it off is the fix, not the backward
+            switch = sync_switch_line(backward["path"], backward.get("function"), backward.get("line"))
+            if switch is not None:
+                how += f"; line {switch} turns `require_backward_grad_sync` off"
+                event = {**event, "site": {**backward, "line": switch}}
         text += (f": optimizer step {event.get('at_step')} applied a gradient no all-reduce had reached ({how}), so "
                  "each rank stepped on its own gradient")
         where = _site(run, event["site"]) if event.get("site") else None

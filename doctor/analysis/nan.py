@@ -16,6 +16,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
+from torchdoctor.analysis.source import op_line
 from torchdoctor.model import Evidence, Location, Symptom
 
 PROBE = "nan"
@@ -25,7 +26,7 @@ def analyse(run: RunEvidence) -> Analysis:
     out = Analysis()
     lim = run.limits(PROBE)
     for rank in run.ranks:
-        _nonfinite(run, rank, out)
+        _nonfinite(run, rank, out, lim)
         _exploding(run, rank, lim, out)
         _after_explosion(out.symptoms, run.rank_of(rank))
         _vanishing(run, rank, lim, out)
@@ -69,7 +70,7 @@ def _common(event: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def _nonfinite(run: RunEvidence, rank: int, out: Analysis) -> None:
+def _nonfinite(run: RunEvidence, rank: int, out: Analysis, lim: dict[str, Any]) -> None:
     events = run.of_kind("nonfinite", PROBE, rank)
     grad_symptom: Symptom | None = None
     grad_step: int | None = None
@@ -90,7 +91,7 @@ def _nonfinite(run: RunEvidence, rank: int, out: Analysis) -> None:
         elif what == "loss":
             out.symptoms.append(_loss_symptom(run, rank, event))
             if event.get("outside_model") and not event.get("line"):
-                _placed_later(run, rank, out.symptoms[-1])
+                _placed_later(run, rank, out.symptoms[-1], event, lim)
         elif what in ("grad", "parameters"):
             grad_symptom = _grad_symptom(run, rank, event)
             grad_step = step
@@ -168,11 +169,14 @@ def _loss_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom
                        step=step, rank=rank)
 
 
-def _placed_later(run: RunEvidence, rank: int, symptom: Symptom) -> None:
+def _placed_later(run: RunEvidence, rank: int, symptom: Symptom, event: dict[str, Any], lim: dict[str, Any]) -> None:
     """A loss that went non-finite outside the model with no line: the op the next steps' watch caught making a
-    non-finite value from finite ones (probes/nanwatch.py) names the line instead of `backward()`."""
+    non-finite value from finite ones (probes/nanwatch.py) names the line instead of `backward()`; failing that,
+    the op the bad loss's own graph shows making it (probes/nangraph.py), at the one line of the loss code that
+    writes it."""
     found = run.of_kind("nonfinite-op", PROBE, rank)
     if not found or not found[0].get("path") or not found[0].get("line"):
+        _placed_by_graph(run, symptom, event, lim)
         return
     op = found[0]
     symptom.location = run.location(op["path"], op["line"], op.get("function"))
@@ -183,6 +187,25 @@ def _placed_later(run: RunEvidence, rank: int, symptom: Symptom) -> None:
                          + f" turned finite values into non-finite ones at step {op.get('at_step')}")
     evidence.values["made_op"] = op.get("op")
     evidence.values["made_at_step"] = op.get("at_step")
+
+
+def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], lim: dict[str, Any]) -> None:
+    op = event.get("graph_op")
+    syntax = (lim.get("loss_op_syntax") or {}).get(op)
+    places = [tuple(c) for c in event.get("loss_code") or [] if isinstance(c, list) and len(c) == 3]
+    if not op or not syntax or not places:
+        return
+    found = op_line(places, list(syntax))
+    if found is None:
+        return
+    path, line = found
+    function = next((c[2] for c in places if c[0] == path), None)
+    symptom.location = run.location(path, line, None if function == "<module>" else function)
+    evidence = symptom.evidence[0]
+    evidence.location = symptom.location
+    evidence.summary += (f"; its autograd graph shows `{op}` making the non-finite value from the finite inputs it "
+                         f"saved, and line {line} is the one line of the loss code that writes it")
+    evidence.values["made_op"] = op
 
 
 def _grad_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom:

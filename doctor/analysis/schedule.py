@@ -173,7 +173,28 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
         if judged:
             return _per_epoch(run, rank, created, state, length, k, finished, where, base)
 
-    return _overrun(run, rank, created, state, lim, k, where, base)
+    return _overrun(run, rank, created, state, lim, k, where, base) or _idle(run, rank, created, state, lim, where,
+                                                                          base)
+
+
+def _idle(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any],
+          where: Any, base: dict[str, Any]) -> tuple[Any, None] | None:
+    """A scheduler stepped again with no optimizer step since its previous step, over and over while training goes
+    on: a phase that trains nothing (the test epoch of a shared run_epoch()) advances it too."""
+    idle = int(state.get("idle_steps") or 0)
+    steps = int(state.get("steps") or 0)
+    if state.get("step_by_library") or idle < int(lim.get("min_idle_steps", 3)) \
+            or idle < float(lim.get("min_idle_share", 0.25)) * steps:
+        return None
+    kind = created["scheduler"]
+    opt_steps = int(state.get("optimizer_steps") or 0)
+    values = {**base, "lr_steps_taken": steps, "steps_taken": steps, "stepped_per": "phase", "idle_steps": idle}
+    summary = (f"{kind}.step() ran {plural(idle, 'time')} with no optimizer step since its previous step "
+               f"({steps} scheduler steps over {opt_steps} optimizer steps): a phase that trains nothing, such as an "
+               f"evaluation pass, steps it too, so the schedule advances {steps / max(1, steps - idle):.1f}× faster "
+               "than the training it was planned for")
+    return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values, location=where,
+                       step=steps, rank=rank), None
 
 
 def _per_epoch(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], length: int, k: int,

@@ -172,3 +172,46 @@ def _in_place_calls(nodes, head: str) -> list[ast.stmt]:
                 and _root_name(node.target) == head:
             found.append(node)
     return sorted(found, key=lambda n: n.lineno)
+
+
+def sync_switch_line(path: str, function: str | None, backward_line: int | None) -> int | None:
+    """The line that turned DDP's gradient sync off for a backward that no all-reduce reached:
+    `model.require_backward_grad_sync = ...` in the backward's own function (a schedule sets it once before its
+    loop, far from the backward). Prefers an assignment of a false constant before the backward, else the
+    nearest assignment before it; None when the function assigns the flag nowhere."""
+    tree = _tree(path)
+    if tree is None or backward_line is None:
+        return None
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.name == function and n.lineno <= backward_line <= (n.end_lineno or n.lineno)]
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    switches = [n for n in _walk_scope(scope) if isinstance(n, ast.Assign) and n.lineno <= backward_line
+                and any(isinstance(t, ast.Attribute) and t.attr == "require_backward_grad_sync" for t in n.targets)]
+    if not switches:
+        return None
+    off = [n for n in switches if isinstance(n.value, ast.Constant) and not n.value.value]
+    return max(n.lineno for n in (off or switches))
+
+
+def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str]) -> tuple[str, int] | None:
+    """The one line, across the script's loss code (`places`: file, first line, function), that writes an op
+    spelled by `syntax`: "/" (a division), "**", or a call or method name (`log`, `cross_entropy`). None when no
+    line or several lines do: the analysis never picks between them."""
+    lines: set[tuple[str, int]] = set()
+    names = {s for s in syntax if s.isidentifier()}
+    binops = {"/": ast.Div, "//": ast.FloorDiv, "**": ast.Pow}
+    wanted = tuple(binops[s] for s in syntax if s in binops)
+    for path, firstlineno, function in places:
+        tree = _tree(path)
+        if tree is None:
+            continue
+        scope = _scope(tree, firstlineno, function)
+        for node in _walk_scope(scope):
+            if wanted and isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, wanted):
+                lines.add((path, node.lineno))
+            elif isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+                if name in names:
+                    lines.add((path, node.lineno))
+    return next(iter(lines)) if len(lines) == 1 else None
