@@ -1315,3 +1315,39 @@ def test_a_loss_class_that_is_not_cross_entropy_is_not_found(tmp_path, monkeypat
     capsule = CAPSULE.replace("nn.CrossEntropyLoss()", "nn.MSELoss()")
     files = {"model_big.py": capsule, "train_binary.py": CAPSULE_TRAIN}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
+
+
+CRITERION_RUN = """def train(model, loader, optimizer, criterion):
+    model.train()
+    for data, target in loader:
+        optimizer.zero_grad()
+        output = model(data)
+        loss = criterion(output, target)
+        loss.backward()
+        optimizer.step()
+"""
+CRITERION_MAIN = """import torch
+
+from models import SetNet
+from run import train
+
+model = SetNet(8, 3)
+if torch.cuda.device_count() > 1:
+    model = torch.nn.DataParallel(model)
+criterion = torch.nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(4, 8), torch.randint(0, 3, (4,)))]
+train(model, loader, optimizer, criterion)
+"""
+
+
+def test_log_softmax_model_handed_with_a_cross_entropy_criterion_is_found_at_the_model(tmp_path, monkeypatch):
+    # Randl/MobileNetV2-pytorch: imagenet.py hands the model and CrossEntropyLoss to run.train(model, ..., criterion)
+    files = {"models.py": LOG_SOFTMAX_MODEL, "run.py": CRITERION_RUN, "main.py": CRITERION_MAIN}
+    assert ("models.py", 11, "TD210") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_log_softmax_model_handed_with_an_nll_criterion_is_not_found(tmp_path, monkeypatch):
+    main = CRITERION_MAIN.replace("torch.nn.CrossEntropyLoss()", "torch.nn.NLLLoss()")
+    files = {"models.py": LOG_SOFTMAX_MODEL, "run.py": CRITERION_RUN, "main.py": main}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] in ("TD205", "TD210")] == []

@@ -663,6 +663,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
             ctx.leave("loss-class", {"class": info.name, "kind": wrapped})
     kinds = _loss_kinds(ctx)
     _leave_loss_inputs(ctx, kinds)
+    _leave_criterion_parameters(ctx)
     fed: dict[tuple[ast.AST, int], dict] = {}  # (function, parameter position) -> the loss it feeds
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
@@ -736,7 +737,11 @@ def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> 
     return out
 
 
-def _constructed_class(index, expr: ast.AST) -> str | None:
+_WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
+                       "torch.nn.parallel.DataParallel", "torch.compile"})
+
+
+def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     """The class a name was built from (`classifier = model.Classifier().cuda()` -> `model.Classifier`), for a
     class of this file or of another module of the project (not torch's own)."""
     b = index.binding(expr)
@@ -751,6 +756,9 @@ def _constructed_class(index, expr: ast.AST) -> str | None:
     if not isinstance(value, ast.Call):
         return None
     q = index.resolve(value.func) or dotted(value.func)
+    if q in _WRAPPERS and value.args and isinstance(value.args[0], ast.Name) and depth < 3:
+        # `model = torch.nn.DataParallel(model, gpus)`: the wrapper runs the wrapped model's forward
+        return _constructed_class(index, value.args[0], depth + 1)
     if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
         return None
     return q
@@ -850,6 +858,54 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
             ctx.leave("loss-input", {**fact, "model_cls": output[0], "position": output[1]})
 
 
+_LOSS_CLASSES = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}
+
+
+def _leave_criterion_parameters(ctx: Context) -> None:
+    """For the project pass, the two halves of `train(model, loader, optimizer, criterion)`: a module-level function
+    that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
+    of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
+    index = ctx.index
+    for fn in index.functions.values():
+        if not isinstance(index.parent(fn), ast.Module):
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+        for call in index.calls_in(fn):
+            if not (isinstance(call.func, ast.Name) and call.func.id in params and call.args):
+                continue
+            made = call.args[0]
+            if isinstance(made, ast.Name):
+                made = latest_value(index, made.id, made)
+            while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
+                    and made.func.attr in _SAME_VALUES:
+                made = made.func.value
+            if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) and made.func.id in params \
+                    and made.func.id != call.func.id:
+                ctx.leave("criterion-on-param", {"function": fn.name,  # type: ignore[attr-defined]
+                                                 "position": params.index(made.func.id),
+                                                 "loss_position": params.index(call.func.id),
+                                                 "loss": call.func.id, "line": call.lineno})
+    for call in index.nodes(ast.Call):
+        if isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
+            continue
+        q = index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue
+        args: dict[int, dict] = {}
+        for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
+            if not isinstance(arg, ast.Name):
+                continue
+            b = index.binding(arg)
+            if b is not None and b.kind == "loss" and b.cls in _LOSS_CLASSES:
+                args[i] = {"loss": _LOSS_CLASSES[b.cls]}
+                continue
+            cls = _constructed_class(index, arg)
+            if cls is not None:
+                args[i] = {"cls": cls, "local": cls in index.classes}
+        if any("loss" in a for a in args.values()) and any("cls" in a for a in args.values()):
+            ctx.leave("hands-model-and-loss", {"callee": q, "args": {str(i): a for i, a in args.items()}})
+
+
 _EXPECTS = {"cross_entropy": "logits: it applies log_softmax itself, so the softmax is applied twice",
             "nll": "log-probabilities (log_softmax output), not probabilities"}
 
@@ -895,6 +951,19 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
                 [(g.module, name) for g, name in project.defining(fact["cls"])]
             for owner in owners:
                 class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy")
+    criteria = {(f.module, fact["function"]): fact for f, fact in project.facts("criterion-on-param")}
+    for f, fact in project.facts("hands-model-and-loss") if criteria else ():
+        for g, name in project.defining(fact["callee"]):
+            fed = criteria.get((g.module, name))
+            model = fact["args"].get(str(fed["position"])) if fed else None
+            loss = fact["args"].get(str(fed["loss_position"])) if fed else None
+            if fed is None or model is None or loss is None or "cls" not in model or loss.get("loss") not in wanted:
+                continue
+            owners = [(f.module, model["cls"])] if model["local"] else \
+                [(h.module, n) for h, n in project.defining(model["cls"], below=True)]
+            for owner in owners:
+                class_hit(owner, None, fed["loss"], f"in `{fact['callee']}`, {g.path} line {fed['line']}",
+                          loss["loss"])
     for f, fact in project.facts("loss-input"):
         loss_kind = fact.get("loss_kind")
         if loss_kind is None:
