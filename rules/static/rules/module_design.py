@@ -535,8 +535,10 @@ def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
 
 def _local_class_called(index: Index, call: ast.Call) -> ClassInfo | None:
     """The module class of this file whose instance `call` calls (`criterion = CapsuleLoss(); criterion(x, y)`)."""
-    if not isinstance(call.func, (ast.Name, ast.Attribute)):
+    if not index.module_classes or not isinstance(call.func, (ast.Name, ast.Attribute)):
         return None
+    if isinstance(call.func, ast.Name) and (call.func.id in index.functions or call.func.id in index.classes):
+        return None  # a function of the file, or building a class, not calling an instance
     b = index.binding(call.func)
     info = index.classes.get(b.cls or "") if b is not None and b.kind == "module" else None
     if info is None and isinstance(call.func, ast.Name):
@@ -819,15 +821,35 @@ def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[s
     return cls, position
 
 
-def _imported_class_called(index: Index, call: ast.Call) -> str | None:
+def _built_classes(ctx: Context) -> dict[str, str]:
+    """Names and attributes the file assigns from a class call, by their dotted name (`criterion`,
+    `self.loss_fn`), when every assignment of that name builds the same class: worked out once per file, so that
+    asking it of every call stays cheap."""
+    def build() -> dict[str, str]:
+        index = ctx.index
+        same = index.names["same_object_methods"]
+        found: dict[str, set[str | None]] = {}
+        for stmt in index.nodes(ast.Assign):
+            value = stmt.value  # type: ignore[attr-defined]
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+                value = value.func.value
+            q = (index.resolve(value.func) or dotted(value.func)) if isinstance(value, ast.Call) else None
+            if q and (q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np")
+                      or not q.rsplit(".", 1)[-1][:1].isupper()):
+                q = None
+            for target in stmt.targets:  # type: ignore[attr-defined]
+                name = dotted(target)
+                if name:
+                    found.setdefault(name, set()).add(q)
+        return {name: next(iter(qs)) for name, qs in found.items() if len(qs) == 1 and None not in qs}
+    return ctx.memo("module-design:built-classes", build)
+
+
+def _imported_class_called(ctx: Context, call: ast.Call) -> str | None:
     """The other module's class whose instance `call` calls (`criterion = CrossEntropy2d().cuda()`)."""
-    if isinstance(call.func, ast.Name):
-        cls = _constructed_class(index, call.func)
-    elif isinstance(call.func, ast.Attribute):
-        cls = attribute_class(index, call.func)
-    else:
-        return None
-    return None if cls is None or cls in index.classes else cls
+    name = dotted(call.func) if isinstance(call.func, ast.Name | ast.Attribute) else None
+    cls = _built_classes(ctx).get(name) if name else None
+    return None if cls is None or cls in ctx.index.classes else cls
 
 
 def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
@@ -837,7 +859,7 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
     index = ctx.index
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
-        loss_cls = None if kind is not None else _imported_class_called(index, call)  # type: ignore[arg-type]
+        loss_cls = None if kind is not None else _imported_class_called(ctx, call)  # type: ignore[arg-type]
         if kind is None and loss_cls is None:
             continue
         inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
@@ -891,18 +913,21 @@ def _leave_criterion_parameters(ctx: Context) -> None:
         q = index.resolve(call.func)  # type: ignore[attr-defined]
         if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue
+        names = [(i, a) for i, a in enumerate(call.args) if isinstance(a, ast.Name)]  # type: ignore[attr-defined]
+        if len(names) < 2:
+            continue
         args: dict[int, dict] = {}
-        for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            if not isinstance(arg, ast.Name):
-                continue
+        for i, arg in names:
             b = index.binding(arg)
             if b is not None and b.kind == "loss" and b.cls in _LOSS_CLASSES:
                 args[i] = {"loss": _LOSS_CLASSES[b.cls]}
-                continue
-            cls = _constructed_class(index, arg)
+        if not args:
+            continue  # no cross-entropy or NLL handed over: most calls
+        for i, arg in names:
+            cls = _constructed_class(index, arg) if i not in args else None
             if cls is not None:
                 args[i] = {"cls": cls, "local": cls in index.classes}
-        if any("loss" in a for a in args.values()) and any("cls" in a for a in args.values()):
+        if any("cls" in a for a in args.values()):
             ctx.leave("hands-model-and-loss", {"callee": q, "args": {str(i): a for i, a in args.items()}})
 
 
