@@ -880,9 +880,6 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
             ctx.leave("loss-input", {**fact, "model_cls": output[0], "position": output[1]})
 
 
-_LOSS_CLASSES = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}
-
-
 def _leave_criterion_parameters(ctx: Context) -> None:
     """For the project pass, the two halves of `train(model, loader, optimizer, criterion)`: a module-level function
     that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
