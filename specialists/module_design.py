@@ -228,6 +228,19 @@ def softmax_loss(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("log-softmax-before-cross-entropy")
+def log_softmax_loss(case: Case) -> Advice:
+    where = case.at("The model")
+    return Advice(
+        f"{where} applies log_softmax before a cross-entropy loss that applies log_softmax itself: the loss and its "
+        "gradients are unchanged, but the extra pass and its saved activation are wasted.",
+        [
+            advice.fix("module-design", "return-logits", location=case.location)
+        ],
+        [f"`{case.check_cmd(case.rule_code('TD2'))}` finds log_softmax outputs passed to CrossEntropyLoss."],
+    )
+
+
 def _sdpa_fix(case: Case) -> Fix:
     return advice.fix("module-design", "sdpa", location=case.location)
 

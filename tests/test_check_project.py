@@ -1221,3 +1221,178 @@ def test_a_library_loader_built_by_a_single_process_script_is_quiet(tmp_path, mo
     single = single.replace("torch.nn.parallel.DistributedDataParallel(model.cuda())", "model.cuda()")
     files = {"utils.py": EMA_UTILS, "train.py": single}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD703"] == []
+
+
+LOG_SOFTMAX_MODEL = """import torch.nn.functional as F
+from torch import nn
+
+
+class SetNet(nn.Module):
+    def __init__(self, d, n_classes):
+        super().__init__()
+        self.fc = nn.Linear(d, n_classes)
+
+    def forward(self, x):
+        return F.log_softmax(self.fc(x), dim=1)
+"""
+CLOSURE_TRAIN = """import torch
+import torch.nn.functional as F
+
+from models import SetNet
+
+model = SetNet(8, 3)
+optimizer = torch.optim.Adam(model.parameters())
+
+
+def train(X, y):
+    optimizer.zero_grad()
+    output = model(X)
+    loss = F.cross_entropy(output, y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+for _ in range(3):
+    train(torch.randn(4, 8), torch.randint(0, 3, (4,)))
+"""
+
+
+def test_log_softmax_model_read_by_a_closure_into_cross_entropy_is_found_at_the_model(tmp_path, monkeypatch):
+    # giannisnik/repset: models.py ends in log_softmax, main.py's train() reads the global model
+    files = {"models.py": LOG_SOFTMAX_MODEL, "main.py": CLOSURE_TRAIN}
+    assert ("models.py", 11, "TD210") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_log_softmax_model_into_nll_loss_is_not_found(tmp_path, monkeypatch):
+    files = {"models.py": LOG_SOFTMAX_MODEL, "main.py": CLOSURE_TRAIN.replace("F.cross_entropy", "F.nll_loss")}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] in ("TD205", "TD210")] == []
+
+
+TUPLE_MODEL = """import torch.nn.functional as F
+from torch import nn
+
+
+class TextCNN(nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        self.fc = nn.Linear(vocab, 4)
+
+    def forward(self, x):
+        probs = F.softmax(self.fc(x), dim=1)
+        classes = probs.argmax(1)
+        return probs, classes
+"""
+TUPLE_TRAIN = """import torch
+from torch import nn
+
+from model import TextCNN
+
+model = TextCNN(16)
+loss_function = nn.CrossEntropyLoss()
+optimizer = torch.optim.Adam(model.parameters())
+for _ in range(3):
+    probs, classes = model(torch.randn(4, 16))
+    loss = loss_function(probs, torch.randint(0, 4, (4,)))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_softmax_element_of_a_tuple_from_another_file_is_found_at_the_softmax(tmp_path, monkeypatch):
+    # yongjincho/cnn-text-classification-pytorch: forward returns (softmax, argmax); the train script unpacks it
+    files = {"model.py": TUPLE_MODEL, "text_classifier.py": TUPLE_TRAIN}
+    assert ("model.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_the_other_element_of_the_tuple_is_not_found(tmp_path, monkeypatch):
+    train = TUPLE_TRAIN.replace("probs, classes = model", "classes, probs = model")
+    files = {"model.py": TUPLE_MODEL, "text_classifier.py": train}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
+
+
+CAPSULE = """import torch.nn.functional as F
+from torch import nn
+
+
+class CapsuleNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        classes = F.softmax(self.fc(x), dim=-1)
+        return classes, classes.detach().mean(1)
+
+
+class CapsuleLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cross_entropy_loss = nn.CrossEntropyLoss()
+
+    def forward(self, classes, labels):
+        return self.cross_entropy_loss(classes[:, 0, :], labels)
+"""
+CAPSULE_TRAIN = """import torch
+
+import model_big
+
+capnet = model_big.CapsuleNet()
+capsule_loss = model_big.CapsuleLoss()
+optimizer = torch.optim.Adam(capnet.parameters())
+for _ in range(3):
+    classes, class_ = capnet(torch.randn(4, 3, 8))
+    loss_dis = capsule_loss(classes, torch.randint(0, 2, (4,)))
+    optimizer.zero_grad()
+    loss_dis.backward()
+    optimizer.step()
+"""
+
+
+def test_softmax_model_into_a_loss_class_of_another_file_is_found_at_the_softmax(tmp_path, monkeypatch):
+    # Capsule-Forensics-v2: CapsuleLoss's forward applies CrossEntropyLoss to what it is handed
+    files = {"model_big.py": CAPSULE, "train_binary.py": CAPSULE_TRAIN}
+    assert ("model_big.py", 11, "TD205") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_a_loss_class_that_is_not_cross_entropy_is_not_found(tmp_path, monkeypatch):
+    capsule = CAPSULE.replace("nn.CrossEntropyLoss()", "nn.MSELoss()")
+    files = {"model_big.py": capsule, "train_binary.py": CAPSULE_TRAIN}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD205"] == []
+
+
+CRITERION_RUN = """def train(model, loader, optimizer, criterion):
+    model.train()
+    for data, target in loader:
+        optimizer.zero_grad()
+        output = model(data)
+        loss = criterion(output, target)
+        loss.backward()
+        optimizer.step()
+"""
+CRITERION_MAIN = """import torch
+
+from models import SetNet
+from run import train
+
+model = SetNet(8, 3)
+if torch.cuda.device_count() > 1:
+    model = torch.nn.DataParallel(model)
+criterion = torch.nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = [(torch.randn(4, 8), torch.randint(0, 3, (4,)))]
+train(model, loader, optimizer, criterion)
+"""
+
+
+def test_log_softmax_model_handed_with_a_cross_entropy_criterion_is_found_at_the_model(tmp_path, monkeypatch):
+    # Randl/MobileNetV2-pytorch: imagenet.py hands the model and CrossEntropyLoss to run.train(model, ..., criterion)
+    files = {"models.py": LOG_SOFTMAX_MODEL, "run.py": CRITERION_RUN, "main.py": CRITERION_MAIN}
+    assert ("models.py", 11, "TD210") in _findings(tmp_path, monkeypatch, files)
+
+
+def test_log_softmax_model_handed_with_an_nll_criterion_is_not_found(tmp_path, monkeypatch):
+    main = CRITERION_MAIN.replace("torch.nn.CrossEntropyLoss()", "torch.nn.NLLLoss()")
+    files = {"models.py": LOG_SOFTMAX_MODEL, "run.py": CRITERION_RUN, "main.py": main}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] in ("TD205", "TD210")] == []

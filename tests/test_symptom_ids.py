@@ -35,6 +35,7 @@ BY_RULE = [
     ("unregistered-buffer", "TD204"),
     ("manual-attention", "TD206"),
     ("functional-dropout-always-on", "TD209"),
+    ("log-softmax-before-cross-entropy", "TD210"),
     ("shuffle-with-sampler", "TD302"),
     ("cuda-device-not-set", "TD306"),
     ("grad-sync-misplaced", "TD308"),

@@ -14,6 +14,13 @@ from torchdoctor.rules.static.index import Index, dotted, kwarg, last_name
 DEPTH = 12
 
 SOFTMAX = frozenset({"torch.nn.functional.softmax", "torch.softmax", "torch.special.softmax"})
+LOG_SOFTMAX = frozenset({"torch.nn.functional.log_softmax", "torch.log_softmax", "torch.special.log_softmax"})
+# What a value holds after a softmax-like last step: probabilities (softmax) or log-probabilities (log_softmax).
+# Rules pass the kinds they ask about; the default, probabilities, is what most of them mean.
+PROBABILITIES = frozenset({"softmax"})
+LOG_PROBABILITIES = frozenset({"log_softmax"})
+_KIND_FUNCTIONS = {"softmax": SOFTMAX, "log_softmax": LOG_SOFTMAX}
+_KIND_LAYERS = {"softmax": "torch.nn.Softmax", "log_softmax": "torch.nn.LogSoftmax"}
 DROPOUT = frozenset({"torch.nn.functional.dropout", "torch.dropout"})
 MATMUL = frozenset({"torch.matmul", "torch.bmm", "torch.einsum", "torch.mm"})
 # Torch functions that create a tensor from nothing (no autograd history).
@@ -271,6 +278,31 @@ def is_softmax_call(index: Index, expr: ast.AST) -> ast.AST | None:
     return None
 
 
+def softmax_kind(index: Index, expr: ast.AST) -> str | None:
+    """'softmax' or 'log_softmax' when `expr` is a call of one: the function (`F.log_softmax(x, 1)`), the tensor
+    method (`x.log_softmax(-1)`), a layer built in place (`nn.LogSoftmax(1)(x)`), a layer kept on `self`
+    (`self.softmax(x)`), or a layer bound to a local name (`m = nn.LogSoftmax(); pred = m(pred)`)."""
+    if not isinstance(expr, ast.Call):
+        return None
+    func = expr.func
+    q = index.resolve(func)
+    for kind, functions in _KIND_FUNCTIONS.items():
+        if q in functions:
+            return kind
+        if isinstance(func, ast.Attribute) and func.attr == kind and q is None:
+            return kind
+    for kind, layer in _KIND_LAYERS.items():
+        if isinstance(func, ast.Call) and index.resolve(func.func) == layer:
+            return kind
+        if _self_attr_is(index, func, {layer}):
+            return kind
+        if isinstance(func, ast.Name):
+            b = index.binding(func)
+            if b is not None and b.cls == layer:
+                return kind
+    return None
+
+
 def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
     """Whether `expr` holds softmax output: a softmax call, a name assigned one, or a model whose forward
     ends in a softmax (an `nn.Sequential(..., nn.Softmax())` or a class returning `softmax(...)`)."""
@@ -278,53 +310,56 @@ def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int
 
 
 def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0,
-                         position: int | None = None) -> ast.AST | None:
+                         position: int | None = None, kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
     """The softmax that made `expr` (a softmax call, or the `nn.Softmax()` layer of a model), or None.
-    `position` picks an element of a tuple the expression returns (`validity, label = D(x)`)."""
+    `position` picks an element of a tuple the expression returns (`validity, label = D(x)`); `kinds` says which
+    last steps count (`LOG_PROBABILITIES` asks for a log_softmax instead)."""
     if expr is None or depth > DEPTH:
         return None
-    if position is None and is_softmax_call(index, expr) is not None:
+    if position is None and softmax_kind(index, expr) in kinds:
         return expr
     if isinstance(expr, ast.Tuple) and position is not None:
-        return probabilities_origin(index, expr.elts[position], at, depth + 1) if position < len(expr.elts) else None
+        return probabilities_origin(index, expr.elts[position], at, depth + 1, None, kinds) \
+            if position < len(expr.elts) else None
     if isinstance(expr, ast.Name):
         unpacked = _unpacked_from(index, expr.id, expr)
         if unpacked is not None:
             value, where = unpacked
-            return probabilities_origin(index, value, value, depth + 1, where)
+            return probabilities_origin(index, value, value, depth + 1, where, kinds)
         value = latest_value(index, expr.id, expr)
         if value is None:
             # `for out in outputs:` with `outputs = torch.softmax(scores, -1)`: each slice is probabilities too
             for loop in index.loops_around(at):
                 node = loop.node
                 if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == expr.id:
-                    return probabilities_origin(index, node.iter, node, depth + 1)
+                    return probabilities_origin(index, node.iter, node, depth + 1, None, kinds)
             return None
-        return probabilities_origin(index, value, value, depth + 1, position)
+        return probabilities_origin(index, value, value, depth + 1, position, kinds)
     if isinstance(expr, ast.Call):
         func = expr.func
         if position is None and isinstance(func, ast.Attribute) and func.attr in _RESHAPES \
                 and index.resolve(func) is None:
             # `y_pred.view(1, -1)`, `probs.float()`: a reshaped or cast softmax output is still probabilities
-            return probabilities_origin(index, func.value, at, depth + 1)
-        found = model_softmax(index, func, position, depth)
+            return probabilities_origin(index, func.value, at, depth + 1, None, kinds)
+        found = model_softmax(index, func, position, depth, kinds)
         if found is None and position is None and index.is_submodule(expr.func):
             # `self.cd4(x, nn.Sequential(self.fc4, self.softmax))`: a wrapper layer (concrete dropout, a
             # checkpointing or residual wrapper) that applies the layer it is handed returns that layer's output.
-            found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a)) is not None), None)
+            found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a, kinds)) is not None), None)
         return found
     return None
 
 
-def softmax_layer(index: Index, expr: ast.AST | None) -> ast.AST | None:
+def softmax_layer(index: Index, expr: ast.AST | None, kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
     """The softmax layer a layer expression ends in: `nn.Softmax(1)`, `self.softmax` (assigned one), or an
-    `nn.Sequential(...)` whose last element is one."""
-    if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Softmax":
+    `nn.Sequential(...)` whose last element is one (`nn.LogSoftmax` when `kinds` asks for log-probabilities)."""
+    layers = {_KIND_LAYERS[k] for k in kinds}
+    if isinstance(expr, ast.Call) and index.resolve(expr.func) in layers:
         return expr
-    if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, {"torch.nn.Softmax"}):
+    if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, layers):
         return expr
     if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Sequential" and expr.args:
-        return softmax_layer(index, expr.args[-1])
+        return softmax_layer(index, expr.args[-1], kinds)
     return None
 
 
@@ -346,36 +381,44 @@ def _unpacked_from(index: Index, name: str, at: ast.AST) -> tuple[ast.expr, int]
     return found
 
 
+def unpacked_from(index: Index, name: str, at: ast.AST) -> tuple[ast.expr, int] | None:
+    """`probs, classes = model(x)`: the call and the position `name` takes in the tuple it returns."""
+    return _unpacked_from(index, name, at)
+
+
 def model_returns_softmax(index: Index, func: ast.AST) -> bool:
     return model_softmax(index, func, None, 0) is not None
 
 
-def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int) -> ast.AST | None:
+def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
+                  kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
     """The softmax at the end of a model's forward (or of one element of the tuple it returns); `self(x)` in a
     module's own method (a LightningModule's training_step) runs that module's forward."""
     if isinstance(func, ast.Name) and func.id == "self":
         own = index.class_of(func)
-        return _forward_softmax(index, own, position, depth) if own is not None and own.is_module else None
+        return _forward_softmax(index, own, position, depth, kinds) if own is not None and own.is_module else None
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
     call = b.call
     if b.cls == "torch.nn.Sequential" and call.args and position is None:
         last = call.args[-1]
-        return last if isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Softmax" else None
+        layers = {_KIND_LAYERS[k] for k in kinds}
+        return last if isinstance(last, ast.Call) and index.resolve(last.func) in layers else None
     info = index.classes.get(b.cls or "")
     if info is None or not info.is_module:
         return None
-    return _forward_softmax(index, info, position, depth)
+    return _forward_softmax(index, info, position, depth, kinds)
 
 
-def _forward_softmax(index: Index, info, position: int | None, depth: int) -> ast.AST | None:
+def _forward_softmax(index: Index, info, position: int | None, depth: int,
+                     kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
     """The softmax every `return` of a module class's forward ends in, or None."""
     forward = info.method("forward")
     if forward is None:
         return None
     returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
-    origins = [probabilities_origin(index, r, r, depth + 1, position) for r in returns]
+    origins = [probabilities_origin(index, r, r, depth + 1, position, kinds) for r in returns]
     return origins[0] if origins and all(o is not None for o in origins) else None
 
 

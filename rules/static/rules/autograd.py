@@ -908,3 +908,119 @@ def _tainted_generator_loss(index: Index, fn: ast.AST, start: ast.stmt) -> str |
             elif not isinstance(stmt, ast.AugAssign):
                 tainted.discard(name)
     return None
+
+
+# Objects whose `.backward(loss)` runs the loss's backward (Accelerate, Fabric, DeepSpeed engines).
+_BACKWARD_RUNNERS = frozenset({"accelerator", "fabric", "engine", "model_engine", "manual_backward"})
+# How a term is cut from the graph: the methods and attributes whose result holds no autograd history.
+_CUTS = frozenset({"detach", "item", "data", "tolist", "numpy"})
+
+
+def _cut_value(expr: ast.AST) -> tuple[ast.AST, str] | None:
+    """(the value cut, how) for `x.detach()`, `x.item()`, `x.detach().item()`, `x.data`, `float(x)`."""
+    if isinstance(expr, ast.Call) and not expr.args and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _CUTS:
+        inner = _cut_value(expr.func.value)
+        return inner if inner is not None else (expr.func.value, f".{expr.func.attr}()")
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":
+        return expr.value, ".data"
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "float" \
+            and len(expr.args) == 1:
+        return expr.args[0], "float()"
+    return None
+
+
+def _constant_factor(index: Index, expr: ast.AST) -> bool:
+    """A weight that carries no gradient of its own: a number, a config attribute (`opt.beta3`), a bare name
+    the function never computes (a hyper-parameter)."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int | float) or isinstance(expr, ast.Attribute):
+        return True
+    if isinstance(expr, ast.UnaryOp):
+        return _constant_factor(index, expr.operand)
+    return isinstance(expr, ast.Name) and not index.definitions(expr.id, expr)
+
+
+def _additive_terms(index: Index, expr: ast.AST, depth: int = 0) -> list[ast.AST]:
+    """The terms a loss is the sum of, through the function's names: `at_loss = at1 + at2 + cls_loss` with
+    `at1 = criterion(a, b).detach() * beta` gives `criterion(a, b).detach() * beta` among them."""
+    if depth > 6:
+        return []
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add | ast.Sub):  # type: ignore[attr-defined]
+        return _additive_terms(index, expr.left, depth + 1) + _additive_terms(index, expr.right, depth + 1)
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, expr)
+        if len(values) == 1 or values and isinstance(values[-1], ast.BinOp):
+            # `loss = loss + term` rebinds: its earlier value is one more term
+            return _additive_terms(index, values[-1], depth + 1) or [expr]
+    return [expr]
+
+
+def _scaled_cut(index: Index, term: ast.AST) -> tuple[ast.AST, ast.AST, str] | None:
+    """(the cut expression, the value cut, how) when a term is a cut value, maybe times or over a constant weight."""
+    while isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult | ast.Div):  # type: ignore[attr-defined]
+        if _constant_factor(index, term.right):
+            term = term.left
+        elif isinstance(term.op, ast.Mult) and _constant_factor(index, term.left):
+            term = term.right
+        else:
+            return None
+    cut = _cut_value(term)
+    return (term, *cut) if cut is not None else None
+
+
+@rule("TD808", ast.Module)
+def loss_term_detached(node: ast.Module, ctx: Context) -> None:
+    """`at3_loss = criterionAT(a_s, a_t).detach() * beta`, then `(at3_loss + cls_loss).backward()`: the term counts
+    in the loss value and trains nothing."""
+    index = ctx.index
+    backpropagated = _backpropagated(index)
+    for call in index.backward_calls:
+        target = _backward_target(call)
+        if target is None:
+            continue
+        terms = _additive_terms(index, target)
+        if len(terms) < 2:
+            continue  # the whole loss detached is another failure (backward raises): not this rule's
+        texts = {ast.unparse(t) for t in terms}
+        for term in terms:
+            found = _scaled_cut(index, term)
+            if found is None:
+                continue
+            cut, value, how = found
+            if not isinstance(value, ast.Call | ast.Name | ast.Attribute) or ast.unparse(value) in texts:
+                continue  # `x - x.detach()`: the value and its gradient on purpose
+            if isinstance(value, ast.Name | ast.Attribute) and (dotted(value) or "") in backpropagated:
+                continue  # the term has its own backward: detached here so it is not counted twice
+            if isinstance(value, ast.Name) and not _computed_here(index, value):
+                continue  # a parameter of the function: what it holds is the caller's
+            ctx.report(cut, variable=ctx.segment(value, 40), op=how, loss=ctx.segment(target, 40),
+                       detached_from=ctx.segment(value, 40))
+
+
+def _backward_target(call: ast.Call) -> ast.AST | None:
+    """What backward runs on: `loss.backward()`, `scaler.scale(loss).backward()`, `accelerator.backward(loss)`."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "backward"):
+        return None
+    receiver = call.func.value
+    if call.args and (dotted(receiver) or "").rsplit(".", 1)[-1] in _BACKWARD_RUNNERS:
+        return call.args[0]  # `accelerator.backward(loss)`, `model_engine.backward(loss)`
+    if isinstance(receiver, ast.Name | ast.Attribute | ast.BinOp):
+        return receiver
+    if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute) \
+            and receiver.func.attr == "scale" and receiver.args:
+        return receiver.args[0]  # `scaler.scale(loss).backward()`
+    return None
+
+
+def _backpropagated(index: Index) -> set[str]:
+    out: set[str] = set()
+    for call in index.backward_calls:
+        target = _backward_target(call)
+        if target is not None:
+            out.update(d for n in ast.walk(target) if (d := dotted(n)))
+    return out
+
+
+def _computed_here(index: Index, name: ast.Name) -> bool:
+    values = index.definitions(name.id, name)
+    return bool(values) and isinstance(values[-1], ast.Call | ast.BinOp | ast.Subscript)

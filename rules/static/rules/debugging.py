@@ -1560,3 +1560,94 @@ def index_into_scalar_loss(node: ast.Subscript, ctx: Context) -> None:
         return
     if isinstance(node.ctx, ast.Load) and _scalar_loss(ctx.index, value.value):
         ctx.report(node, variable=ctx.segment(value.value, 40), expr=ctx.segment(node, 50))
+
+
+# Names that say a tensor marks elements to count: a mask, the positive anchors, the valid tokens.
+_MASK_WORDS = ("mask", "pos", "positive", "valid", "keep", "selected")
+# Tensor methods that keep a count a count (a dtype or a host copy of it).
+_SAME_COUNT = frozenset({"item", "float", "long", "int", "double", "half", "to", "cuda", "cpu", "detach", "type",
+                         "type_as", "bool"})
+
+
+def _mask_like(index: Index, expr: ast.AST, depth: int = 0) -> bool:
+    """A tensor of 0/1 marks: a comparison (`cls_targets > 0`), a cast of one, or a name that says so."""
+    if depth > 6:
+        return False
+    if isinstance(expr, ast.Compare):
+        return True
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_COUNT:
+        return _mask_like(index, expr.func.value, depth + 1)
+    if isinstance(expr, ast.Subscript):
+        return _mask_like(index, expr.value, depth + 1)
+    if isinstance(expr, ast.Name | ast.Attribute):
+        value = latest_value(index, expr.id, expr) if isinstance(expr, ast.Name) else None
+        if value is not None:
+            return _mask_like(index, value, depth + 1)
+        last = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
+        return any(w in last.split("_") or last.endswith(w) for w in _MASK_WORDS)
+    return False
+
+
+def _count_that_can_be_zero(index: Index, expr: ast.AST, depth: int = 0) -> str | None:
+    """Why a denominator can be exactly 0: it counts the marked elements of a mask (`mask.sum()`,
+    `pos.sum().item()`, `torch.sum(valid)`), and a batch can mark none. None when it is kept off 0 on the way
+    (`.clamp(min=1)`, `max(n, 1)`, `+ eps`) or not a count."""
+    if depth > 6:
+        return None
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        return _count_that_can_be_zero(index, value, depth + 1) if value is not None else None
+    if not isinstance(expr, ast.Call):
+        return None  # `n + eps`, `max(n, 1)`, a constant: kept off 0, or not a count
+    func = expr.func
+    if isinstance(func, ast.Attribute) and func.attr in _SAME_COUNT and not expr.args:
+        return _count_that_can_be_zero(index, func.value, depth + 1)
+    counted = None
+    if isinstance(func, ast.Attribute) and func.attr in ("sum", "count_nonzero") and not expr.args \
+            and not expr.keywords:
+        counted = func.value
+    elif index.resolve(func) in ("torch.sum", "torch.count_nonzero") and len(expr.args) == 1 and not expr.keywords:
+        counted = expr.args[0]
+    if counted is not None and _mask_like(index, counted):
+        return f"`{ast.unparse(expr)[:40]}`, the number of marked elements, which is 0 for a batch that marks none"
+    return None
+
+
+def _tested(index: Index, node: ast.AST, counts: set[str], masks: set[str]) -> bool:
+    """The function tests for the empty batch before it divides: the count itself (`if num_pos > 0:`,
+    `assert n`, `torch.where(n > 0, ...)`), or what the mask holds (`if pos.any():`, `if mask.sum() == 0:`).
+    A test that the mask exists (`if loss_mask is not None:`) is not one."""
+    fn = index.function_of(node) or index.tree
+    for n in ast.walk(fn):
+        test = n.test if isinstance(n, ast.If | ast.IfExp | ast.While | ast.Assert) else None
+        if test is None and isinstance(n, ast.Call) and index.resolve(n.func) == "torch.where" and n.args:
+            test = n.args[0]
+        if test is None:
+            continue
+        for m in ast.walk(test):
+            if (dotted(m) or "") in counts:
+                return True
+            if isinstance(m, ast.Call) and isinstance(m.func, ast.Attribute) \
+                    and m.func.attr in ("any", "all", "sum", "numel", "nonzero", "count_nonzero") \
+                    and (dotted(m.func.value) or "") in masks:
+                return True
+    return False
+
+
+@rule("TD611", ast.BinOp)
+def division_by_empty_count(node: ast.BinOp, ctx: Context) -> None:
+    if not isinstance(node.op, ast.Div):
+        return
+    index = ctx.index
+    if not _in_loss_code(index, node):
+        return
+    why = _count_that_can_be_zero(index, node.right)
+    if why is None:
+        return
+    counts = {node.right.id} if isinstance(node.right, ast.Name) else set()
+    value = latest_value(index, node.right.id, node.right) if isinstance(node.right, ast.Name) else node.right
+    masks = {d for m in ast.walk(value) if isinstance(m, ast.Name | ast.Attribute) and (d := dotted(m))} \
+        if value is not None else set()
+    if _tested(index, node, counts, masks - {"torch"}):
+        return
+    ctx.report(node, variable=snippet(ctx, node, 50), why=why)

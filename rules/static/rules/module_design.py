@@ -9,11 +9,13 @@ import re
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name
 from torchdoctor.rules.static.patterns import (
+    LOG_PROBABILITIES,
     attention_probs,
     latest_value,
     probabilities_origin,
     requires_grad_in_chain,
     tensor_factory,
+    unpacked_from,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 
@@ -461,23 +463,88 @@ def _loss_kind(index, node: ast.Call, bound: bool = True) -> str | None:
         return None
     b = index.binding(node.func)
     if b is not None and b.kind == "loss":
+        if len(node.args) > 2:
+            # a loss module's forward takes (input, target): a call with more is another callable bound to the
+            # same name on a path the binding does not cover (`self.loss_fn(lprobs, labels, eps)`)
+            return None
         return _LOSS_CLASSES.get(b.cls or "")
     return None
 
 
+# Tensor methods that hand on the same values in another shape or layout: a loss class that reshapes its input
+# before the cross-entropy still computes the cross-entropy of that input.
+_SAME_VALUES = frozenset({"view", "reshape", "permute", "transpose", "contiguous", "flatten", "squeeze", "unsqueeze",
+                          "float", "double", "to", "cuda", "cpu"})
+
+
+def _from_parameter(index: Index, expr: ast.AST | None, param: str, depth: int = 0) -> bool:
+    """Whether `expr` is the parameter `param`, reshaped or sliced (`predict.transpose(1, 2).contiguous()`,
+    `classes[:, 0, :]`), followed through the function's own assignments."""
+    if expr is None or depth > 8:
+        return False
+    if isinstance(expr, ast.Subscript):
+        return _from_parameter(index, expr.value, param, depth + 1)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_VALUES:
+        return _from_parameter(index, expr.func.value, param, depth + 1)
+    if isinstance(expr, ast.Name):
+        value = latest_value(index, expr.id, expr)
+        if value is None:
+            return expr.id == param
+        return _from_parameter(index, value, param, depth + 1)
+    return False
+
+
+def wrapped_loss_kind(index: Index, info: ClassInfo) -> str | None:
+    """A loss class (`CrossEntropy2d`, `CapsuleLoss`) whose forward hands its first input to cross-entropy or NLL:
+    calling it is calling that loss on what it is given."""
+    forward = info.method("forward")
+    if forward is None:
+        return None
+    params = [a.arg for a in forward.args.posonlyargs + forward.args.args][1:]  # type: ignore[attr-defined]
+    if not params:
+        return None
+    for call in index.calls_in(forward):
+        kind = _loss_kind(index, call)
+        if kind is not None and _from_parameter(index, kwarg(call, "input", 0), params[0]):
+            return kind
+    return None
+
+
 def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
-    """The cross-entropy / NLL calls of the file and their kind, worked out once per file."""
+    """The cross-entropy / NLL calls of the file and their kind, worked out once per file: the torch losses, and
+    calls of this file's loss classes that pass their input on to one."""
     def build() -> dict[ast.Call, str]:
         index = ctx.index
         # a call's binding is the latest one of its name: only a name whose latest binding is such a loss counts
         bound = any(bs[-1].kind == "loss" and bs[-1].cls in _LOSS_CLASSES for bs in index.bindings.values() if bs)
         out: dict[ast.Call, str] = {}
+        wrappers: dict[str, str | None] = {}
         for call in index.nodes(ast.Call):
             kind = _loss_kind(index, call, bound)  # type: ignore[arg-type]
+            if kind is None:
+                cls = _local_class_called(index, call)  # type: ignore[arg-type]
+                if cls is not None:
+                    if cls.name not in wrappers:
+                        wrappers[cls.name] = wrapped_loss_kind(index, cls)
+                    kind = wrappers[cls.name]
             if kind is not None:
                 out[call] = kind  # type: ignore[index]
         return out
     return ctx.memo("module-design:loss-kinds", build)
+
+
+def _local_class_called(index: Index, call: ast.Call) -> ClassInfo | None:
+    """The module class of this file whose instance `call` calls (`criterion = CapsuleLoss(); criterion(x, y)`)."""
+    if not index.module_classes or not isinstance(call.func, (ast.Name, ast.Attribute)):
+        return None
+    if isinstance(call.func, ast.Name) and (call.func.id in index.functions or call.func.id in index.classes):
+        return None  # a function of the file, or building a class, not calling an instance
+    b = index.binding(call.func)
+    info = index.classes.get(b.cls or "") if b is not None and b.kind == "module" else None
+    if info is None and isinstance(call.func, ast.Name):
+        name = _constructed_class(index, call.func)
+        info = index.classes.get(name or "")
+    return info if info is not None and info.is_module else None
 
 
 @rule("TD205", ast.Module)
@@ -485,6 +552,30 @@ def softmax_before_loss(node: ast.AST, ctx: Context) -> None:
     _leave_softmax_facts(ctx)
     for call, kind in _loss_kinds(ctx).items():
         _softmax_before_loss(call, kind, ctx)
+
+
+@rule("TD210", ast.Module)
+def log_softmax_before_cross_entropy(node: ast.AST, ctx: Context) -> None:
+    _leave_softmax_facts(ctx)
+    index = ctx.index
+    for call, kind in _loss_kinds(ctx).items():
+        if kind != "cross_entropy":
+            continue  # log_softmax into NLLLoss is the right pairing
+        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        origin = probabilities_origin(index, inputs, call, kinds=LOG_PROBABILITIES) if inputs is not None else None
+        if origin is None:
+            continue
+        seen = ctx.memo("module-design:log-softmax-layers", set)
+        if id(origin) in seen:
+            continue  # a model's last layer feeding several losses: one cause, one finding
+        seen.add(id(origin))
+        ctx.report(origin, variable=ctx.segment(inputs, 40), loss=ctx.segment(call.func),
+                   remedy=_log_softmax_remedy(ctx.segment(call.func), f"line {call.lineno}"))
+
+
+def _log_softmax_remedy(loss: str, where: str) -> str:
+    return (f"Drop the log_softmax and pass the logits to `{loss}` ({where}), or keep it and use "
+            "`F.nll_loss` / `nn.NLLLoss`, which expects log-probabilities.")
 
 
 def _softmax_before_loss(node: ast.Call, kind: str, ctx: Context) -> None:
@@ -549,16 +640,32 @@ def _only_feeds_losses(index, origin: ast.AST, loss_call: ast.Call) -> bool:
 def _leave_softmax_facts(ctx: Context) -> None:
     """For the project pass: model classes that end in softmax, functions that feed a model parameter's output
     to a cross-entropy loss, and calls that hand a model of a known class to a function of another file."""
+    if ctx.memo("module-design:softmax-facts-left", lambda: [False])[0]:
+        return  # TD205 and TD210 share these facts: left once per file
+    ctx.memo("module-design:softmax-facts-left", lambda: [False])[0] = True
     index = ctx.index
     for info in index.module_classes:
         forward = info.method("forward")
         returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None] \
             if forward is not None else []
-        origins = [probabilities_origin(index, r, r) for r in returns]
-        if origins and all(o is not None for o in origins):
-            ctx.leave("softmax-class", {"class": info.name, "line": origins[0].lineno,  # type: ignore[union-attr]
-                                        "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
+        sizes = {len(r.elts) for r in returns if isinstance(r, ast.Tuple)}
+        # `return probs, classes`: each element of a tuple every return builds is a value of its own
+        positions: list[int | None] = [None] + (list(range(sizes.pop())) if len(sizes) == 1 and all(
+            isinstance(r, ast.Tuple) for r in returns) else [])
+        for softmax in ("softmax", "log_softmax"):
+            for position in positions:
+                origins = [probabilities_origin(index, r, r, position=position, kinds=frozenset({softmax}))
+                           for r in returns]
+                if origins and all(o is not None for o in origins):
+                    ctx.leave("softmax-class", {"class": info.name, "kind": softmax, "position": position,
+                                                "line": origins[0].lineno,  # type: ignore[union-attr]
+                                                "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
+        wrapped = wrapped_loss_kind(index, info)
+        if wrapped is not None:
+            ctx.leave("loss-class", {"class": info.name, "kind": wrapped})
     kinds = _loss_kinds(ctx)
+    _leave_loss_inputs(ctx, kinds)
+    _leave_criterion_parameters(ctx)
     fed: dict[tuple[ast.AST, int], dict] = {}  # (function, parameter position) -> the loss it feeds
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
@@ -632,19 +739,28 @@ def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> 
     return out
 
 
-def _constructed_class(index, expr: ast.AST) -> str | None:
+_WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
+                       "torch.nn.parallel.DataParallel", "torch.compile"})
+
+
+def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     """The class a name was built from (`classifier = model.Classifier().cuda()` -> `model.Classifier`), for a
     class of this file or of another module of the project (not torch's own)."""
     b = index.binding(expr)
     if b is not None and b.kind == "module" and b.cls and not b.cls.startswith("torch."):
         return b.cls
     value = latest_value(index, expr.id, expr) if isinstance(expr, ast.Name) else None
+    if value is None and isinstance(expr, ast.Name):
+        value = index.closure_value(expr.id, expr)  # a model built in `main` and run by a closure inside it
     same = index.names["same_object_methods"]
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
         value = value.func.value
     if not isinstance(value, ast.Call):
         return None
     q = index.resolve(value.func) or dotted(value.func)
+    if q in _WRAPPERS and value.args and isinstance(value.args[0], ast.Name) and depth < 3:
+        # `model = torch.nn.DataParallel(model, gpus)`: the wrapper runs the wrapped model's forward
+        return _constructed_class(index, value.args[0], depth + 1)
     if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
         return None
     return q
@@ -673,43 +789,240 @@ def attribute_class(index, func: ast.Attribute) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
+def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[str, int | None] | None:
+    """(the class, the tuple position) when `expr` is the output of a model built from another module's class:
+    `output = model(X)` with `model = ApproxRepSet(...)`, `probs, classes = model(seqs)`, `self.head(x)`."""
+    if expr is None or depth > 6:
+        return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_VALUES:
+        return _model_output(index, expr.func.value, depth + 1)
+    position: int | None = None
+    if isinstance(expr, ast.Name):
+        unpacked = unpacked_from(index, expr.id, expr)
+        if unpacked is not None:
+            expr, position = unpacked
+        else:
+            value = latest_value(index, expr.id, expr)
+            if not isinstance(value, ast.Call):
+                return None
+            if isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_VALUES:
+                return _model_output(index, value, depth + 1)
+            expr = value
+    if not isinstance(expr, ast.Call):
+        return None
+    if isinstance(expr.func, ast.Name):
+        cls = _constructed_class(index, expr.func)
+    elif isinstance(expr.func, ast.Attribute):
+        cls = attribute_class(index, expr.func)
+    else:
+        cls = None
+    if cls is None or cls in index.classes:
+        return None  # a class of this file: the file's own pass follows it
+    return cls, position
+
+
+def _built_classes(ctx: Context) -> dict[str, str]:
+    """Names and attributes the file assigns from a class call, by their dotted name (`criterion`,
+    `self.loss_fn`), when every assignment of that name builds the same class: worked out once per file, so that
+    asking it of every call stays cheap."""
+    def build() -> dict[str, str]:
+        index = ctx.index
+        same = index.names["same_object_methods"]
+        found: dict[str, set[str | None]] = {}
+        for stmt in index.nodes(ast.Assign):
+            value = stmt.value  # type: ignore[attr-defined]
+            while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+                value = value.func.value
+            q = (index.resolve(value.func) or dotted(value.func)) if isinstance(value, ast.Call) else None
+            if q and (q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np")
+                      or not q.rsplit(".", 1)[-1][:1].isupper()):
+                q = None
+            for target in stmt.targets:  # type: ignore[attr-defined]
+                name = dotted(target)
+                if name:
+                    found.setdefault(name, set()).add(q)
+        return {name: next(iter(qs)) for name, qs in found.items() if len(qs) == 1 and None not in qs}
+    return ctx.memo("module-design:built-classes", build)
+
+
+def _imported_class_called(ctx: Context, call: ast.Call) -> str | None:
+    """The other module's class whose instance `call` calls (`criterion = CrossEntropy2d().cuda()`)."""
+    name = dotted(call.func) if isinstance(call.func, ast.Name | ast.Attribute) else None
+    cls = _built_classes(ctx).get(name) if name else None
+    return None if cls is None or cls in ctx.index.classes else cls
+
+
+def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
+    """For the project pass: a loss call whose input or whose loss is another file's business. Either the loss is
+    a cross-entropy of this file and its input another module's model output, or the loss is another module's
+    class and its input a softmax of this file or another module's model output."""
+    index = ctx.index
+    for call in index.nodes(ast.Call):
+        kind = kinds.get(call)  # type: ignore[call-overload]
+        loss_cls = None if kind is not None else _imported_class_called(ctx, call)  # type: ignore[arg-type]
+        if kind is None and loss_cls is None:
+            continue
+        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        if inputs is None:
+            continue
+        fact = {"loss": ctx.segment(call.func, 40), "loss_line": call.lineno,  # type: ignore[attr-defined]
+                "loss_kind": kind, "loss_cls": loss_cls, "variable": ctx.segment(inputs, 40)}
+        if loss_cls is not None:
+            local = [(k, o) for k in ("softmax", "log_softmax")
+                     if (o := probabilities_origin(index, inputs, call, kinds=frozenset({k}))) is not None]
+            if local:
+                softmax, origin = local[0]
+                ctx.leave("loss-input", {**fact, "origin_kind": softmax, "line": origin.lineno,
+                                         "col": origin.col_offset + 1})
+                continue
+        output = _model_output(index, inputs)
+        if output is not None:
+            ctx.leave("loss-input", {**fact, "model_cls": output[0], "position": output[1]})
+
+
+def _leave_criterion_parameters(ctx: Context) -> None:
+    """For the project pass, the two halves of `train(model, loader, optimizer, criterion)`: a module-level function
+    that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
+    of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
+    index = ctx.index
+    for fn in index.functions.values():
+        if not isinstance(index.parent(fn), ast.Module):
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+        for call in index.calls_in(fn):
+            if not (isinstance(call.func, ast.Name) and call.func.id in params and call.args):
+                continue
+            made = call.args[0]
+            if isinstance(made, ast.Name):
+                made = latest_value(index, made.id, made)
+            while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
+                    and made.func.attr in _SAME_VALUES:
+                made = made.func.value
+            if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) and made.func.id in params \
+                    and made.func.id != call.func.id:
+                ctx.leave("criterion-on-param", {"function": fn.name,  # type: ignore[attr-defined]
+                                                 "position": params.index(made.func.id),
+                                                 "loss_position": params.index(call.func.id),
+                                                 "loss": call.func.id, "line": call.lineno})
+    for call in index.nodes(ast.Call):
+        if isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
+            continue
+        q = index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+            continue
+        names = [(i, a) for i, a in enumerate(call.args) if isinstance(a, ast.Name)]  # type: ignore[attr-defined]
+        if len(names) < 2:
+            continue
+        args: dict[int, dict] = {}
+        for i, arg in names:
+            b = index.binding(arg)
+            if b is not None and b.kind == "loss" and b.cls in _LOSS_CLASSES:
+                args[i] = {"loss": _LOSS_CLASSES[b.cls]}
+        if not args:
+            continue  # no cross-entropy or NLL handed over: most calls
+        for i, arg in names:
+            cls = _constructed_class(index, arg) if i not in args else None
+            if cls is not None:
+                args[i] = {"cls": cls, "local": cls in index.classes}
+        if any("cls" in a for a in args.values()):
+            ctx.leave("hands-model-and-loss", {"callee": q, "args": {str(i): a for i, a in args.items()}})
+
+
+_EXPECTS = {"cross_entropy": "logits: it applies log_softmax itself, so the softmax is applied twice",
+            "nll": "log-probabilities (log_softmax output), not probabilities"}
+
+
+def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
+    """Joins a model class whose forward ends in `softmax` (or log_softmax) with the loss its output reaches in
+    another file: through a call handing the model to a function that feeds it to the loss, through an attribute
+    or name built from the class, or through a loss class of another module."""
+    classes: dict[tuple[str, str, int | None], tuple] = {}
+    for f, fact in project.facts("softmax-class"):
+        if fact.get("kind", "softmax") == softmax:
+            classes.setdefault((f.module, fact["class"], fact.get("position")), (f, fact))
+    wrappers = {(f.module, fact["class"]): fact["kind"] for f, fact in project.facts("loss-class")}
+    wanted = ("cross_entropy",) if softmax == "log_softmax" else ("cross_entropy", "nll")
+    hits: dict[tuple[str, int], ProjectHit] = {}
+
+    def class_hit(owner: tuple[str, str], position: int | None, loss: str, where: str, loss_kind: str) -> None:
+        if (*owner, position) not in classes:
+            return
+        g, cls = classes[(*owner, position)]
+        if softmax == "log_softmax":
+            values = {"variable": f"{cls['class']}'s output", "loss": loss,
+                      "remedy": _log_softmax_remedy(loss, where)}
+        else:
+            values = {"variable": f"{cls['class']}'s output", "loss": loss, "expects": _EXPECTS[loss_kind],
+                      "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss "
+                                f"is `{loss}` {where}); keep softmax only for reporting probabilities."}
+        hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], values))
+
+    if classes:
+        losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
+        for f, fact in project.facts("loss-on-class-output"):
+            for g, name in project.defining(fact["cls"], below=True):
+                class_hit((g.module, name), None, fact["loss"], f"in {f.path}, line {fact['line']}", "cross_entropy")
+        for f, fact in project.facts("passes-model"):
+            targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
+                [(g.module, name) for g, name in project.defining(fact["callee"])]
+            loss = next((losses[(m, n, fact["position"])] for m, n in targets
+                         if (m, n, fact["position"]) in losses), None)
+            if loss is None:
+                continue
+            owners = [(f.module, fact["cls"])] if fact["local"] else \
+                [(g.module, name) for g, name in project.defining(fact["cls"])]
+            for owner in owners:
+                class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy")
+    criteria = {(f.module, fact["function"]): fact for f, fact in project.facts("criterion-on-param")}
+    for f, fact in project.facts("hands-model-and-loss") if criteria else ():
+        for g, name in project.defining(fact["callee"]):
+            fed = criteria.get((g.module, name))
+            model = fact["args"].get(str(fed["position"])) if fed else None
+            loss = fact["args"].get(str(fed["loss_position"])) if fed else None
+            if fed is None or model is None or loss is None or "cls" not in model or loss.get("loss") not in wanted:
+                continue
+            owners = [(f.module, model["cls"])] if model["local"] else \
+                [(h.module, n) for h, n in project.defining(model["cls"], below=True)]
+            for owner in owners:
+                class_hit(owner, None, fed["loss"], f"in `{fact['callee']}`, {g.path} line {fed['line']}",
+                          loss["loss"])
+    for f, fact in project.facts("loss-input"):
+        loss_kind = fact.get("loss_kind")
+        if loss_kind is None:
+            loss_kind = next((wrappers[(g.module, name)] for g, name in project.defining(fact["loss_cls"], below=True)
+                              if (g.module, name) in wrappers), None)
+        if loss_kind not in wanted:
+            continue
+        if fact.get("origin_kind") is not None:
+            if fact["origin_kind"] != softmax:
+                continue
+            if softmax == "log_softmax":
+                values = {"variable": fact["variable"], "loss": fact["loss"],
+                          "remedy": _log_softmax_remedy(fact["loss"], f"line {fact['loss_line']}")
+                          + f" `{fact['loss']}` is a {fact['loss_cls']} whose forward applies cross-entropy."}
+            else:
+                values = {"variable": fact["variable"], "loss": fact["loss"], "expects": _EXPECTS[loss_kind],
+                          "remedy": f"Pass the raw logits to `{fact['loss']}` (a {fact['loss_cls']}, whose forward "
+                                    f"applies the loss) and drop the softmax."}
+            hits.setdefault((f.path, fact["line"]), ProjectHit(f.path, fact["line"], fact["col"], values))
+            continue
+        for g, name in project.defining(fact["model_cls"], below=True):
+            class_hit((g.module, name), fact.get("position"), fact["loss"],
+                      f"in {f.path}, line {fact['loss_line']}", loss_kind)
+    return list(hits.values())
+
+
 @project("TD205")
 def softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHit]:
     """main.py builds `model.Classifier()` and hands it to `train.source_only(encoder, classifier, ...)`, which
     feeds `classifier(x)` to CrossEntropyLoss; Classifier's forward ends in softmax (model.py)."""
-    classes = {(f.module, fact["class"]): (f, fact) for f, fact in project.facts("softmax-class")}
-    if not classes:
-        return []
-    losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
-    hits: dict[tuple[str, int], ProjectHit] = {}
-    for f, fact in project.facts("loss-on-class-output"):
-        for owner in [(g.module, name) for g, name in project.defining(fact["cls"], below=True)]:
-            if owner in classes:
-                g, cls = classes[owner]
-                hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], {
-                    "variable": f"{cls['class']}'s output", "loss": fact["loss"],
-                    "expects": "logits: it applies log_softmax itself, so the softmax is applied twice",
-                    "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss is "
-                              f"`{fact['loss']}` in {f.path}, line {fact['line']}); keep softmax only for "
-                              "reporting probabilities."}))
-    for f, fact in project.facts("passes-model"):
-        targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
-            [(g.module, name) for g, name in project.defining(fact["callee"])]
-        loss = next((losses[(m, n, fact["position"])] for m, n in targets if (m, n, fact["position"]) in losses), None)
-        if loss is None:
-            continue
-        owners = [(f.module, fact["cls"])] if fact["local"] else \
-            [(g.module, name) for g, name in project.defining(fact["cls"])]
-        for owner in owners:
-            if owner in classes:
-                g, cls = classes[owner]
-                hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], {
-                    "variable": f"{cls['class']}'s output", "loss": loss["loss"],
-                    "expects": "logits: it applies log_softmax itself, so the softmax is applied twice",
-                    "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss is "
-                              f"`{loss['loss']}` in `{fact['callee']}`, line {loss['line']}); keep softmax only for "
-                              "reporting probabilities."}))
-    return list(hits.values())
+    return _softmax_loss_hits(project, "softmax")
+
+
+@project("TD210")
+def log_softmax_model_trained_with_cross_entropy(project: Project) -> list[ProjectHit]:
+    """models.py's forward returns `F.log_softmax(out, dim=1)`; main.py feeds `model(X)` to `F.cross_entropy`."""
+    return _softmax_loss_hits(project, "log_softmax")
 
 
 @rule("TD206", ast.BinOp, ast.Call)

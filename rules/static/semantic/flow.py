@@ -43,6 +43,25 @@ class Flow:
         here = (getattr(stmt, "lineno", 1 << 30), getattr(stmt, "col_offset", 0))
         return [value for s, value in self.defs(scope).get(name, []) if (s.lineno, s.col_offset) < here]
 
+    def closure_value(self, name: str, at: ast.AST) -> ast.expr | None:
+        """The value a function reads for a name it neither assigns nor takes as a parameter: the last
+        assignment of the name in the innermost enclosing function that makes one (`model = Net()` in `main`,
+        read by `def train(X, y): output = model(X)` inside it), else in the module (a global)."""
+        fn = self.function_of(at)
+        if fn is None or self.defs(fn).get(name):
+            return None
+        args = fn.args  # type: ignore[attr-defined]
+        if name in {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}:
+            return None
+        scope = self.scope_of(fn)
+        while isinstance(scope, FUNCTIONS):
+            found = self.defs(scope).get(name)
+            if found:
+                return found[-1][1]
+            scope = self.scope_of(scope)
+        found = self.defs(self.tree).get(name) if isinstance(scope, ast.Module) else None
+        return found[-1][1] if found else None
+
     def _local_function_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, function) for calls of this file's functions and of methods through `self.`."""
         if self._local_calls is not None:
