@@ -1562,8 +1562,11 @@ def index_into_scalar_loss(node: ast.Subscript, ctx: Context) -> None:
         ctx.report(node, variable=ctx.segment(value.value, 40), expr=ctx.segment(node, 50))
 
 
-# Names that say a tensor marks elements to count: a mask, the positive anchors, the valid tokens.
-_MASK_WORDS = ("mask", "pos", "positive", "valid", "keep", "selected")
+# Names that say a tensor marks elements the data decides: the positive anchors, the valid tokens, a loss's or
+# labels' mask. A bare `mask` is not enough: on the dev corpus every such count (MAE's random patch masks, VITS's
+# sequence-length masks) was full by construction, 9 false findings of 9.
+_MASK_WORDS = ("pos", "positive", "valid", "keep", "selected")
+_MASK_NAMES = ("loss_mask", "label_mask", "labels_mask", "target_mask", "targets_mask")
 # Tensor methods that keep a count a count (a dtype or a host copy of it).
 _SAME_COUNT = frozenset({"item", "float", "long", "int", "double", "half", "to", "cuda", "cpu", "detach", "type",
                          "type_as", "bool"})
@@ -1584,7 +1587,7 @@ def _mask_like(index: Index, expr: ast.AST, depth: int = 0) -> bool:
         if value is not None:
             return _mask_like(index, value, depth + 1)
         last = (dotted(expr) or "").rsplit(".", 1)[-1].lower()
-        return any(w in last.split("_") or last.endswith(w) for w in _MASK_WORDS)
+        return any(w in last.split("_") or last.endswith(w) for w in _MASK_WORDS) or last.endswith(_MASK_NAMES)
     return False
 
 
