@@ -205,10 +205,7 @@ class ValidationProbe(Probe):
         """The caller of `model(...)`: usually the frame just below Module.__call__ (cached per code object)."""
         while frame is not None:
             code = frame.f_code
-            user = self.user_code.get(code)
-            if user is None:
-                user = self.user_code[code] = not is_library_file(code.co_filename)
-            if user:
+            if self._is_user(code):
                 back = frame.f_back
                 if code.co_name == "forward" and back is not None and self._is_user(back.f_code):
                     # the script called `model.forward(x)` itself (no Module.__call__ in between): the model's
@@ -220,6 +217,7 @@ class ValidationProbe(Probe):
         return None
 
     def _is_user(self, code: Any) -> bool:
+        """Whether a code object is the user's, not a library's (cached: asked for every frame of every forward)."""
         user = self.user_code.get(code)
         if user is None:
             user = self.user_code[code] = not is_library_file(code.co_filename)
@@ -230,10 +228,7 @@ class ValidationProbe(Probe):
         out = []
         while frame is not None and len(out) < limit:
             code = frame.f_code
-            user = self.user_code.get(code)
-            if user is None:
-                user = self.user_code[code] = not is_library_file(code.co_filename)
-            if user:
+            if self._is_user(code):
                 out.append((code, frame.f_lineno))
             frame = frame.f_back
         return tuple(reversed(out))
