@@ -2,7 +2,7 @@
 # Original: VISION-SJTU/DiffusionTrack lib/train/actors/diffusiontrack.py (DiffusionTrackActor.compute_losses),
 # lib/train/trainers/ltr_trainer.py (LTRTrainer.cycle_dataset, _update_stats, _stats_new_epoch) and the
 # pytracking-style AverageMeter of lib/train/admin/stats.py
-# Bug: compute_losses returns status = loss_dict.copy(), the weighted loss terms themselves (only total_loss is turned
+# Bug: compute_losses returns status = loss_dict.copy(), the loss terms themselves (only total_loss is turned
 # into a float); _update_stats feeds them to AverageMeter.update, whose running sum then holds every step's autograd
 # graph for the whole epoch, and new_epoch() keeps each epoch's average in its history for good: host memory grows
 # until the process is killed (the reporter's fix: .item() on the status values in compute_losses).
