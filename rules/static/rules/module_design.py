@@ -18,6 +18,7 @@ from torchdoctor.rules.static.patterns import (
     unpacked_from,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 
 def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
@@ -652,7 +653,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
     index = ctx.index
     for info in index.module_classes:
         forward = info.method("forward")
-        returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None] \
+        returns = [n.value for n in subtree(forward) if isinstance(n, ast.Return) and n.value is not None] \
             if forward is not None else []
         sizes = {len(r.elts) for r in returns if isinstance(r, ast.Tuple)}
         # `return probs, classes`: each element of a tuple every return builds is a value of its own

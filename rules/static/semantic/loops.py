@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.bindings import Binding, looks_like_loader
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     LOOPS,
     SCOPES,
@@ -195,7 +196,7 @@ class Loops:
         if cached is not None:
             return cached
         out: set[str] = set()
-        for sub in ast.walk(loop.node):
+        for sub in subtree(loop.node):
             if isinstance(sub, ast.Name | ast.Attribute | ast.Subscript) and isinstance(sub.ctx, ast.Store | ast.Del):
                 name = dotted(sub.value if isinstance(sub, ast.Subscript) else sub)
                 if name is not None:
@@ -301,7 +302,7 @@ class Loops:
             if isinstance(node, ast.For | ast.AsyncFor):
                 target = node.target
                 targets = (target.id,) if isinstance(target, ast.Name) else tuple(
-                    n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                    n.id for n in subtree(target) if isinstance(n, ast.Name))
                 src = self._iter_source(node.iter)
                 source = dotted(src) or keyed_name(src)
                 binding = self.binding(src)

@@ -107,10 +107,19 @@ class Names:
                 self.functions[node.name] = node
 
     def _index_calls(self) -> None:
+        # `callee`'s cache filled here without its lookup: every call is new to it, and a missed lookup costs
+        # an exception each
+        known = self._callee
         for node in self.nodes(ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute):
                 self.calls_by_method.setdefault(func.attr, []).append(node)
-            name = self.callee(node)
+            if node in known:
+                name = known[node]
+            else:
+                name = self.resolve(func)
+                if name is None:
+                    name = dotted(func)
+                known[node] = name
             if name is not None:
                 self.calls_by_name.setdefault(name, []).append(node)
