@@ -74,9 +74,10 @@ class Flow:
             owner = self.scope_of(fn)
             if isinstance(owner, FUNCTIONS):
                 nested.setdefault((owner, fn.name), fn)  # type: ignore[attr-defined]
+        nested_names = {name for _, name in nested}  # a call by any other name finds no nested function
         for call in self.nodes(ast.Call):
             func = call.func
-            if isinstance(func, ast.Name) and nested:
+            if isinstance(func, ast.Name) and func.id in nested_names:
                 target = self._nested_target(call, func.id, nested)
                 if target is not None:
                     pairs.append((call, target))

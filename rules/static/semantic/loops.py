@@ -321,6 +321,8 @@ class Loops:
         steps = set(self.step_calls)
         local_targets = dict(self._local_function_calls())
         external_steps = set(self.training_step_calls())
+        # a call hands over an optimizer built here only when some name's latest binding is one
+        optimizers = any(bs and bs[-1].kind == "optimizer" for bs in self.bindings.values())
         for loop in self.loops.values():
             loop.calls.sort(key=stmt_position)
             for call in loop.calls:
@@ -331,7 +333,7 @@ class Loops:
                 target = local_targets.get(call)
                 if target is not None and target in self.training_functions or call in external_steps:
                     loop.calls_training = True
-                elif target is None and self._hands_model_and_optimizer(call):
+                elif target is None and optimizers and self._hands_model_and_optimizer(call):
                     loop.calls_training = True  # `train_one_epoch(model, criterion, loader, optimizer, ...)` of engine.py
         for loop in sorted(self.loops.values(), key=lambda lp: -_depth(lp)):
             loop.trains = loop.has_backward or loop.has_step or loop.calls_training or any(
