@@ -756,6 +756,8 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     b = index.binding(expr)
     if b is not None and b.kind == "module" and b.cls and not b.cls.startswith("torch."):
         return b.cls
+    if isinstance(expr, ast.Name) and expr.id not in index.assigned_names():
+        return None  # never assigned: no value to follow, here or in an enclosing function
     value = latest_value(index, expr.id, expr) if isinstance(expr, ast.Name) else None
     if value is None and isinstance(expr, ast.Name):
         value = index.closure_value(expr.id, expr)  # a model built in `main` and run by a closure inside it
