@@ -15,21 +15,29 @@ if TYPE_CHECKING:
     pass
 
 
+_UNKNOWN = object()  # `resolve`'s cache: not asked yet (None is an answer)
+
+
 class Names:
     """Qualified names through import aliases; calls by qualified name and by method."""
 
     def resolve(self, expr: ast.AST | None) -> str | None:
-        """The qualified name of an imported object: `F.softmax` -> `torch.nn.functional.softmax`."""
+        """The qualified name of an imported object: `F.softmax` -> `torch.nn.functional.softmax`. Kept per node:
+        rules ask it of the same callee many times, and the imports it reads are final once the index is built."""
+        known = self._resolved.get(expr, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+        found = None
         name = dotted(expr)
-        if name is None:
-            return None
-        root, _, rest = name.partition(".")
-        base = self.aliases.get(root)
-        if base is None:
-            base = self.vocab["conventional_aliases"].get(root)
+        if name is not None:
+            root, _, rest = name.partition(".")
+            base = self.aliases.get(root)
             if base is None:
-                return None
-        return canonical(f"{base}.{rest}" if rest else base)
+                base = self.vocab["conventional_aliases"].get(root)
+            if base is not None:
+                found = canonical(f"{base}.{rest}" if rest else base)
+        self._resolved[expr] = found
+        return found
 
     def class_choices(self, func: ast.AST) -> list[str]:
         """The qualified classes a call may build: the imported class itself, or, for a local name bound once to
