@@ -21,6 +21,7 @@ from typing import Any
 from torchdoctor.rules.static.api import Context
 from torchdoctor.rules.static.project import Project, ProjectFile, ProjectHit
 from torchdoctor.rules.static.semantic.callsites import function_identity
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 SITES = "call-sites"
 
@@ -58,8 +59,8 @@ def defer(ctx: Context, node: ast.AST, fn: ast.AST, under: str, values: dict[str
 def _referenced_here(tree: ast.AST, name: str) -> bool:
     """The function's name read as a value in its own file (`callbacks=[self.validate]`, `pool.map(evaluate, ...)`),
     not called: it runs where this file hands it. A walk of the file, made only for a finding about to be deferred."""
-    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    for n in ast.walk(tree):
+    calls = {id(n.func) for n in subtree(tree) if isinstance(n, ast.Call)}
+    for n in subtree(tree):
         if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in calls:
             return True
         if isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Load) and id(n) not in calls:

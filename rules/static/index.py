@@ -111,6 +111,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.calls_by_name: dict[str, list[ast.Call]] = {}
         self.calls_by_method: dict[str, list[ast.Call]] = {}
         self._callee: dict[ast.Call, str | None] = {}
+        self._resolved: dict[ast.AST | None, str | None] = {}  # names.py
         self._scope: dict[ast.AST, ast.AST] = {}
         self._loop_of: dict[ast.AST, Loop | None] = {}
         self._assigned: dict[ast.AST, frozenset[str]] = {}  # names a loop rebinds (loops.py)
@@ -128,6 +129,9 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.backward_calls: list[ast.Call] = []
         self.step_calls: list[ast.Call] = []
         self._returns_of: dict[ast.AST | None, list[ast.expr]] = {}  # a function's return values (bindings.py)
+        self._samplers_in_text: bool | None = None  # bindings.py
+        self._assigned_names: frozenset[str] | None = None  # flow.py
+        self._contexts: frozenset[str] | None = None  # contexts.py
         self._build()
 
     def _build(self) -> None:

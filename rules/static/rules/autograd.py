@@ -11,6 +11,7 @@ from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import FUNCTIONS, ClassInfo, Index, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import latest_self_value
 from torchdoctor.rules.static.rules.profiling import snippet
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 _CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
 # Tensor methods and torch functions that return one tensor (what a backward usually returns).
@@ -607,7 +608,7 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
                 trainable.add(str(call.args[0].value))
     unknown = {
         n.attr
-        for n in ast.walk(info.node)
+        for n in subtree(info.node)
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
     } - plain - trainable - _NO_GRAPH_ATTRS
     return trainable | {a for a in unknown if a not in info.methods}
@@ -625,7 +626,7 @@ def _numeric_attrs(info: ClassInfo) -> set[str]:
         return isinstance(n, ast.Constant) and type(n.value) in (int, float)
 
     out: set[str] = set()
-    for n in ast.walk(info.node):
+    for n in subtree(info.node):
         if isinstance(n, ast.BinOp):
             for a, b in ((n.left, n.right), (n.right, n.left)):
                 name = attr(a)

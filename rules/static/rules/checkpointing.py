@@ -22,6 +22,7 @@ from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import _position
 
 _COUNTER = re.compile(r"epoch|step|iter", re.I)
@@ -773,7 +774,7 @@ def _resumes(ctx: Context) -> bool:
         if index.calls_to("torch.load") or any(not _in_memory_weights(index, c)
                                                 for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
-        return any(_RESUME_WORDS.search(dotted(n) or "") for n in ast.walk(ctx.tree)
+        return any(_RESUME_WORDS.search(dotted(n) or "") for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
 
@@ -1627,7 +1628,7 @@ def _prefix_stripped(index: Index, call: ast.Call) -> bool:
     bound = dotted(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
         and stmt.value is call else None
     fn = index.function_of(call)
-    for comp in ast.walk(fn if fn is not None else index.tree):
+    for comp in subtree(fn if fn is not None else index.tree):
         if not isinstance(comp, ast.ListComp | ast.DictComp | ast.GeneratorExp) or len(comp.generators) != 1:
             continue
         items = comp.generators[0].iter
@@ -1896,7 +1897,7 @@ def _reads_optimizer_back(index: Index) -> bool:
             for a in _alternatives(arg) if isinstance(a, ast.Name | ast.Attribute)
         )):
             return True
-    for sub in ast.walk(index.tree):
+    for sub in subtree(index.tree):
         if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and isinstance(sub.slice, ast.Constant):
             key = sub.slice.value
             if isinstance(key, str) and "optim" in key.lower():

@@ -18,6 +18,7 @@ from torchdoctor.rules.static.patterns import (
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 # Layers whose forward depends on train()/eval(): dropout and batch norm (Transformer layers carry dropout).
 _MODE_LAYERS = frozenset(
@@ -52,7 +53,7 @@ def _dropout_p_zero(call: ast.Call) -> bool:
 
 
 def _expr_has_mode_layers(index: Index, expr: ast.AST, seen: set[str]) -> bool:
-    for node in ast.walk(expr):
+    for node in subtree(expr):
         if not isinstance(node, ast.Call):
             continue
         q = index.resolve(node.func)
@@ -877,7 +878,7 @@ def _with_the_steps(index: Index, loop, calls: list[ast.Call]) -> list[ast.Call]
     if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
         return calls
     params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
-    params -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    params -= {n.id for n in subtree(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     if not params:
         return calls
 

@@ -192,7 +192,7 @@ def _argument_methods() -> frozenset[str]:
     return frozenset(q.rsplit(".", 1)[-1] for q in deprecations().arguments)
 
 
-@rule("TD608", ast.Module, reads=(ast.Name, ast.Attribute, ast.Call))
+@rule("TD608", ast.Module, reads=(ast.Name, ast.Call))
 def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     # One loop per file over the walk's buckets, not a call per node: most names of a file are locals, and
     # a function call for each of them was the largest single cost of `check` on torch's own tree.

@@ -23,6 +23,7 @@ from torchdoctor.rules.static.index import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import accumulations, number
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 
 def _position(node: ast.AST) -> tuple[int, int]:
@@ -346,7 +347,7 @@ def _temporary(index: Index, expr: ast.AST | None, at: ast.AST) -> bool:
     if not names:
         return False
     scope = index.function_of(at) or index.tree
-    for node in ast.walk(scope):
+    for node in subtree(scope):
         if isinstance(node, ast.With | ast.AsyncWith):
             for item in node.items:
                 bound = {n.id for n in ast.walk(item.optional_vars) if isinstance(n, ast.Name)} if item.optional_vars else set()
@@ -1212,7 +1213,7 @@ def no_sync_on_the_stepping_micro_step(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     seen: set[int] = set()
     for loop in index.loops.values():
-        for sub in ast.walk(loop.node):
+        for sub in subtree(loop.node):
             if id(sub) in seen or index.loop_of(sub) is not loop:
                 continue
             if isinstance(sub, ast.IfExp):
@@ -1223,7 +1224,7 @@ def no_sync_on_the_stepping_micro_step(node: ast.Module, ctx: Context) -> None:
                         _check_sync_choice(ctx, loop, sub.test, chosen)
             elif isinstance(sub, ast.If):
                 for body, chosen in ((sub.body, True), (sub.orelse, False)):
-                    if any(isinstance(n, ast.Attribute) and n.attr == "no_sync" for stmt in body for n in ast.walk(stmt)):
+                    if any(isinstance(n, ast.Attribute) and n.attr == "no_sync" for stmt in body for n in subtree(stmt)):
                         seen.add(id(sub))
                         _check_sync_choice(ctx, loop, sub.test, chosen)
 

@@ -11,6 +11,7 @@ from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kw
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 
 def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
@@ -472,7 +473,7 @@ def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
     target = assign.targets[0]
     # the usual `h = rnn(x, h)` needs no walk of its one-name target
     outputs = ({target.id} if isinstance(target, ast.Name)
-               else {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}) & passed
+               else {n.id for n in subtree(target) if isinstance(n, ast.Name)}) & passed
     carried = [a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name) and a.id in outputs]
     if not carried or not isinstance(node.func, ast.Name | ast.Attribute) or not index.is_model(node.func):
         return

@@ -18,6 +18,7 @@ from torchdoctor.rules.static.patterns import (
     unpacked_from,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 
 def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
@@ -518,19 +519,25 @@ def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
         # a call's binding is the latest one of its name: only a name whose latest binding is such a loss counts
         bound = any(bs[-1].kind == "loss" and bs[-1].cls in _LOSS_CLASSES for bs in index.bindings.values() if bs)
         out: dict[ast.Call, str] = {}
-        wrappers: dict[str, str | None] = {}
+        wrappers = _wrapped_loss_kinds(ctx)
+        wrapping = any(k is not None for k in wrappers.values())  # else no call of a local class is a loss
         for call in index.nodes(ast.Call):
             kind = _loss_kind(index, call, bound)  # type: ignore[arg-type]
-            if kind is None:
+            if kind is None and wrapping:
                 cls = _local_class_called(index, call)  # type: ignore[arg-type]
                 if cls is not None:
-                    if cls.name not in wrappers:
-                        wrappers[cls.name] = wrapped_loss_kind(index, cls)
                     kind = wrappers[cls.name]
             if kind is not None:
                 out[call] = kind  # type: ignore[index]
         return out
     return ctx.memo("module-design:loss-kinds", build)
+
+
+def _wrapped_loss_kinds(ctx: Context) -> dict[str, str | None]:
+    """`wrapped_loss_kind` of every module class of the file, by name, worked out once per file: the facts and the
+    loss calls both ask it, and a file with no such class lets the loss calls skip the class lookup."""
+    return ctx.memo("module-design:wrapped-loss-kinds",
+                    lambda: {info.name: wrapped_loss_kind(ctx.index, info) for info in ctx.index.module_classes})
 
 
 def _local_class_called(index: Index, call: ast.Call) -> ClassInfo | None:
@@ -646,7 +653,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
     index = ctx.index
     for info in index.module_classes:
         forward = info.method("forward")
-        returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None] \
+        returns = [n.value for n in subtree(forward) if isinstance(n, ast.Return) and n.value is not None] \
             if forward is not None else []
         sizes = {len(r.elts) for r in returns if isinstance(r, ast.Tuple)}
         # `return probs, classes`: each element of a tuple every return builds is a value of its own
@@ -660,7 +667,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
                     ctx.leave("softmax-class", {"class": info.name, "kind": softmax, "position": position,
                                                 "line": origins[0].lineno,  # type: ignore[union-attr]
                                                 "col": origins[0].col_offset + 1})  # type: ignore[union-attr]
-        wrapped = wrapped_loss_kind(index, info)
+        wrapped = _wrapped_loss_kinds(ctx)[info.name]
         if wrapped is not None:
             ctx.leave("loss-class", {"class": info.name, "kind": wrapped})
     kinds = _loss_kinds(ctx)
@@ -749,6 +756,8 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     b = index.binding(expr)
     if b is not None and b.kind == "module" and b.cls and not b.cls.startswith("torch."):
         return b.cls
+    if isinstance(expr, ast.Name) and expr.id not in index.assigned_names():
+        return None  # never assigned: no value to follow, here or in an enclosing function
     value = latest_value(index, expr.id, expr) if isinstance(expr, ast.Name) else None
     if value is None and isinstance(expr, ast.Name):
         value = index.closure_value(expr.id, expr)  # a model built in `main` and run by a closure inside it
@@ -857,9 +866,12 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
     a cross-entropy of this file and its input another module's model output, or the loss is another module's
     class and its input a softmax of this file or another module's model output."""
     index = ctx.index
+    built = _built_classes(ctx)
+    if not kinds and not built:
+        return  # no loss call and no name built from a class: no call here is a loss
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
-        loss_cls = None if kind is not None else _imported_class_called(ctx, call)  # type: ignore[arg-type]
+        loss_cls = None if kind is not None or not built else _imported_class_called(ctx, call)  # type: ignore[arg-type]
         if kind is None and loss_cls is None:
             continue
         inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
@@ -905,13 +917,13 @@ def _leave_criterion_parameters(ctx: Context) -> None:
                                                  "loss_position": params.index(call.func.id),
                                                  "loss": call.func.id, "line": call.lineno})
     for call in index.nodes(ast.Call):
-        if isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
-            continue
-        q = index.resolve(call.func)  # type: ignore[attr-defined]
-        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+        if len(call.args) < 2 or isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
             continue
         names = [(i, a) for i, a in enumerate(call.args) if isinstance(a, ast.Name)]  # type: ignore[attr-defined]
         if len(names) < 2:
+            continue  # two names handed over, a model and a loss, before the callee is worth resolving
+        q = index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue
         args: dict[int, dict] = {}
         for i, arg in names:

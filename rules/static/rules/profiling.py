@@ -24,6 +24,7 @@ from torchdoctor.rules.static.patterns import (
     unpacked_beside_the_loss_from_elsewhere,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import _position
 
 # A script that puts work on a CUDA device: `.cuda(`, "cuda", "cuda:0", f"cuda:{rank}".
@@ -151,7 +152,7 @@ def batch_names(index: Index, loop: Loop) -> set[str]:
 
 
 def _mentions(expr: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(expr))
+    return any(isinstance(n, ast.Name) and n.id in names for n in subtree(expr))
 
 
 def _is_model_call(index: Index, expr: ast.AST) -> bool:
@@ -524,13 +525,13 @@ def _varying_names(loop: Loop) -> set[str]:
     each epoch and hands it to the loader, which therefore differs from one epoch to the next. Also names
     bound to a fresh random draw there (`indices = torch.randperm(n).tolist()`): a new order per epoch."""
     varying = set(loop.targets)
-    assigns = [n for n in ast.walk(loop.node) if isinstance(n, ast.Assign)]
+    assigns = [n for n in subtree(loop.node) if isinstance(n, ast.Assign)]
     changed = True
     while changed:
         changed = False
         for stmt in assigns:
-            used = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)}
-            fresh = any(isinstance(n, ast.Attribute) and n.attr in _RANDOM_DRAWS for n in ast.walk(stmt.value))
+            used = {n.id for n in subtree(stmt.value) if isinstance(n, ast.Name)}
+            fresh = any(isinstance(n, ast.Attribute) and n.attr in _RANDOM_DRAWS for n in subtree(stmt.value))
             if not (used & varying or fresh):
                 continue
             for target in stmt.targets:
@@ -815,7 +816,7 @@ def _accumulated(index: Index, node: ast.AST, loop: Loop) -> bool:
 
 def _collected_later(loop: Loop, names: set[str]) -> bool:
     """A name that the loop only adds to a running total or a history."""
-    for sub in ast.walk(loop.node):
+    for sub in subtree(loop.node):
         if isinstance(sub, ast.AugAssign) and _mentions(sub.value, names):
             return True
         if (
@@ -837,7 +838,7 @@ def _feeds_a_branch(index: Index, node: ast.AST, loop: Loop) -> bool:
     names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     if not names:
         return False
-    for sub in ast.walk(loop.node):
+    for sub in subtree(loop.node):
         if isinstance(sub, ast.If | ast.While | ast.Assert | ast.IfExp) and _mentions(sub.test, names):
             return True
     return False

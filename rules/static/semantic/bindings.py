@@ -216,6 +216,14 @@ class Bindings:
                     return True
         return False
 
+    def _sampler_named(self) -> bool:
+        """Whether the file's text names a distributed sampler class at all. A name resolves to one only through
+        the code's own spelling or an import of it, and a qualified name keeps its last part, so a file without
+        `DistributedSampler` skips looking up what every locally named call may build."""
+        if self._samplers_in_text is None:
+            self._samplers_in_text = any(q.rsplit(".", 1)[-1] in self.source for q in self.names["distributed_samplers"])
+        return self._samplers_in_text
+
     def _classify(self, value: ast.AST, name: str, stmt: ast.AST, depth: int = 0) -> Binding | None:
         if depth > 8:
             return None
@@ -246,7 +254,8 @@ class Bindings:
         q = self.resolve(value.func)
         n = self.names
         if q is None:
-            chosen = [c for c in self.class_choices(value.func) if c in self.names["distributed_samplers"]]
+            chosen = [c for c in self.class_choices(value.func) if c in self.names["distributed_samplers"]] \
+                if self._sampler_named() else []
             if chosen:  # `train_sampler(dataset)`, a name for RandomSampler or DistributedSampler
                 return Binding(name, "sampler", chosen[0], stmt, value)
             local = dotted(value.func)

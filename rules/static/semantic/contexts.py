@@ -30,7 +30,13 @@ class Contexts:
         return bool(self.calls_to("accelerate.Accelerator"))
 
     def contexts(self) -> set[str]:
-        """Setup facts for the router (routing.toml [[context]])."""
+        """Setup facts for the router (routing.toml [[context]]); worked out once per file (the engine asks for
+        the router, the call sites ask whether the file runs as several processes), a copy each time."""
+        if self._contexts is None:
+            self._contexts = frozenset(self._work_out_contexts())
+        return set(self._contexts)
+
+    def _work_out_contexts(self) -> set[str]:
         out: set[str] = set()
         if (
             self.uses("torch.distributed")

@@ -35,6 +35,14 @@ class Flow:
             self._defs = table
         return self._defs.get(scope, {})
 
+    def assigned_names(self) -> frozenset[str]:
+        """Every name some scope of the file assigns (the keys of `defs`): a name outside it has no definition
+        and no closure value anywhere."""
+        if self._assigned_names is None:
+            self.defs(self.tree)
+            self._assigned_names = frozenset(n for table in self._defs.values() for n in table)  # type: ignore[union-attr]
+        return self._assigned_names
+
     def definitions(self, name: str, at: ast.AST) -> list[ast.expr]:
         """Values assigned to `name` in the scope of `at` by statements before the one holding `at`
         (so `att = att.softmax(-1)` looks up the earlier `att`), in source order."""
@@ -74,9 +82,10 @@ class Flow:
             owner = self.scope_of(fn)
             if isinstance(owner, FUNCTIONS):
                 nested.setdefault((owner, fn.name), fn)  # type: ignore[attr-defined]
+        nested_names = {name for _, name in nested}  # a call by any other name finds no nested function
         for call in self.nodes(ast.Call):
             func = call.func
-            if isinstance(func, ast.Name) and nested:
+            if isinstance(func, ast.Name) and func.id in nested_names:
                 target = self._nested_target(call, func.id, nested)
                 if target is not None:
                     pairs.append((call, target))

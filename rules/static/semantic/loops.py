@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.bindings import Binding, looks_like_loader
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     LOOPS,
     SCOPES,
@@ -195,7 +196,7 @@ class Loops:
         if cached is not None:
             return cached
         out: set[str] = set()
-        for sub in ast.walk(loop.node):
+        for sub in subtree(loop.node):
             if isinstance(sub, ast.Name | ast.Attribute | ast.Subscript) and isinstance(sub.ctx, ast.Store | ast.Del):
                 name = dotted(sub.value if isinstance(sub, ast.Subscript) else sub)
                 if name is not None:
@@ -301,7 +302,7 @@ class Loops:
             if isinstance(node, ast.For | ast.AsyncFor):
                 target = node.target
                 targets = (target.id,) if isinstance(target, ast.Name) else tuple(
-                    n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                    n.id for n in subtree(target) if isinstance(n, ast.Name))
                 src = self._iter_source(node.iter)
                 source = dotted(src) or keyed_name(src)
                 binding = self.binding(src)
@@ -320,6 +321,8 @@ class Loops:
         steps = set(self.step_calls)
         local_targets = dict(self._local_function_calls())
         external_steps = set(self.training_step_calls())
+        # a call hands over an optimizer built here only when some name's latest binding is one
+        optimizers = any(bs and bs[-1].kind == "optimizer" for bs in self.bindings.values())
         for loop in self.loops.values():
             loop.calls.sort(key=stmt_position)
             for call in loop.calls:
@@ -330,7 +333,7 @@ class Loops:
                 target = local_targets.get(call)
                 if target is not None and target in self.training_functions or call in external_steps:
                     loop.calls_training = True
-                elif target is None and self._hands_model_and_optimizer(call):
+                elif target is None and optimizers and self._hands_model_and_optimizer(call):
                     loop.calls_training = True  # `train_one_epoch(model, criterion, loader, optimizer, ...)` of engine.py
         for loop in sorted(self.loops.values(), key=lambda lp: -_depth(lp)):
             loop.trains = loop.has_backward or loop.has_step or loop.calls_training or any(

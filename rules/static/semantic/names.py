@@ -15,21 +15,29 @@ if TYPE_CHECKING:
     pass
 
 
+_UNKNOWN = object()  # `resolve`'s cache: not asked yet (None is an answer)
+
+
 class Names:
     """Qualified names through import aliases; calls by qualified name and by method."""
 
     def resolve(self, expr: ast.AST | None) -> str | None:
-        """The qualified name of an imported object: `F.softmax` -> `torch.nn.functional.softmax`."""
+        """The qualified name of an imported object: `F.softmax` -> `torch.nn.functional.softmax`. Kept per node:
+        rules ask it of the same callee many times, and the imports it reads are final once the index is built."""
+        known = self._resolved.get(expr, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
+        found = None
         name = dotted(expr)
-        if name is None:
-            return None
-        root, _, rest = name.partition(".")
-        base = self.aliases.get(root)
-        if base is None:
-            base = self.vocab["conventional_aliases"].get(root)
+        if name is not None:
+            root, _, rest = name.partition(".")
+            base = self.aliases.get(root)
             if base is None:
-                return None
-        return canonical(f"{base}.{rest}" if rest else base)
+                base = self.vocab["conventional_aliases"].get(root)
+            if base is not None:
+                found = canonical(f"{base}.{rest}" if rest else base)
+        self._resolved[expr] = found
+        return found
 
     def class_choices(self, func: ast.AST) -> list[str]:
         """The qualified classes a call may build: the imported class itself, or, for a local name bound once to
@@ -107,10 +115,19 @@ class Names:
                 self.functions[node.name] = node
 
     def _index_calls(self) -> None:
+        # `callee`'s cache filled here without its lookup: every call is new to it, and a missed lookup costs
+        # an exception each
+        known = self._callee
         for node in self.nodes(ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute):
                 self.calls_by_method.setdefault(func.attr, []).append(node)
-            name = self.callee(node)
+            if node in known:
+                name = known[node]
+            else:
+                name = self.resolve(func)
+                if name is None:
+                    name = dotted(func)
+                known[node] = name
             if name is not None:
                 self.calls_by_name.setdefault(name, []).append(node)

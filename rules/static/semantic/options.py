@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 
+from torchdoctor.rules.static.semantic.subtree import subtree
+
 
 def option_defaults(tree: ast.AST) -> dict[str, ast.expr]:
     """The `default=` of each option declared with `add_argument`, by its destination name.
@@ -18,7 +20,7 @@ def option_defaults(tree: ast.AST) -> dict[str, ast.expr]:
     """
     found: dict[str, ast.expr] = {}
     clashing: set[str] = set()
-    for node in ast.walk(tree):
+    for node in subtree(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
             continue
         default = next((k.value for k in node.keywords if k.arg == "default"), None)
