@@ -103,25 +103,41 @@ class Flow:
             scope = self.function_of(scope)
         return None
 
-    def instance_method(self, call: ast.Call) -> ast.AST | None:
-        """The method of a class of this file that `obj.method(...)` runs when every assignment of `obj` in its scope
-        (or, failing that, at module level) builds an instance of that class (horovod's ImageNet example:
-        `train_loss = Metric('train_loss')` ... `train_loss.update(loss)` runs `Metric.update`). Not an
-        nn.Module or autograd Function: calling those runs forward, not a helper."""
+    def instance_class(self, call: ast.Call) -> ast.expr | None:
+        """The class `obj.method(...)` runs a method of, as this file spells it (the constructor's callee): every assignment of `obj`
+        in its scope (or, failing that, at module level) builds an instance of one class (horovod's ImageNet
+        example: `train_loss = Metric('train_loss')` ... `train_loss.update(loss)`), or `obj` is `self.x` and every
+        `self.x = ...` of the class does (DeblurGANv2's `self.metric_counter = MetricCounter(name)` in `__init__`,
+        `self.metric_counter.add_losses(...)` in the epoch loop). The class may be this file's (`Metric`) or an
+        imported one (`MetricCounter`, `metrics.Meter`): `resolve` names the latter for the project pass."""
         func = call.func
-        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self":
+        if not isinstance(func, ast.Attribute):
             return None
-        name = func.value.id
-        values = [v for _s, v in self.defs(self.scope_of(call)).get(name, [])] or \
-            [v for _s, v in self.defs(self.tree).get(name, [])]
-        classes = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
-        if not values or len(classes) != 1 or len(values) != sum(
-                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) for v in values):
+        receiver = func.value
+        if isinstance(receiver, ast.Name) and receiver.id != "self":
+            values = [v for _s, v in self.defs(self.scope_of(call)).get(receiver.id, [])] or \
+                [v for _s, v in self.defs(self.tree).get(receiver.id, [])]
+        elif (isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name)
+              and receiver.value.id == "self"):
+            info = self.class_of(call)
+            if info is None:
+                return None
+            values = [a.value for a in self.self_assignments(info, None) if a.attr == receiver.attr]
+        else:
             return None
-        info = self.classes.get(classes.pop())
+        built = [dotted(v.func) for v in values if isinstance(v, ast.Call)]
+        if not values or len(built) != len(values) or None in built or len(set(built)) != 1:
+            return None
+        return values[0].func  # type: ignore[attr-defined]
+
+    def instance_method(self, call: ast.Call) -> ast.AST | None:
+        """The method of a class of this file that `obj.method(...)` runs (`instance_class`). Not an nn.Module or
+        autograd Function: calling those runs forward, not a helper."""
+        built = self.instance_class(call)
+        info = self.classes.get(built.id) if isinstance(built, ast.Name) else None
         if info is None or info.is_module or info.is_function:
             return None
-        return info.method(func.attr)
+        return info.method(call.func.attr)  # type: ignore[attr-defined]
 
     def handed_in(self, value: ast.expr) -> bool:
         """Whether this code receives `value` rather than builds it: a parameter of its function; `self.model`
