@@ -1458,3 +1458,49 @@ def test_a_number_handed_to_that_helper_or_a_helper_that_keeps_nothing_is_quiet(
     forgetful = COUNTER.replace("        self.D_loss.append(l_D)\n", "        self.last_D = l_D\n")
     found = _findings(tmp_path, monkeypatch, {"metric_counter.py": forgetful, "train.py": GAN_TRAINER})
     assert [f for f in found if f[2] == "TD101"] == []
+
+
+TRACKERS = """class LossesTrackEpoch:
+    def __init__(self, n):
+        self.n = n
+        self.train_losses = {}
+
+    def update_train_losses(self, loss):
+        for key in loss:
+            self.train_losses[key] += loss[key]
+
+
+class Metrics:
+    def __init__(self, n):
+        self.losses_track = LossesTrackEpoch(n)
+"""
+
+TRACKED_LOOP = """import torch
+
+from common.metrics import Metrics
+
+
+def train(model, optimizer, loader, epochs):
+    metrics = Metrics(len(loader))
+    for epoch in range(epochs):
+        for data in loader:
+            loss = model.compute_loss(model(data), data)
+            optimizer.zero_grad()
+            loss["total"].backward()
+            optimizer.step()
+            metrics.losses_track.update_train_losses(loss)
+"""
+
+
+@pytest.mark.parametrize("order", [["train.py", "common"], ["common", "train.py"]])
+def test_a_graph_handed_to_a_helper_held_by_another_helper_of_another_file(tmp_path, monkeypatch, order):
+    # jokester-zzz/SSA-SC #2: Metrics keeps a LossesTrackEpoch whose update adds every loss tensor into a dict
+    files = {"common/__init__.py": "", "common/metrics.py": TRACKERS, "train.py": TRACKED_LOOP}
+    found = _findings(tmp_path, monkeypatch, files, order)
+    assert [f for f in found if f[2] == "TD101"] == [("train.py", 14, "TD101")]
+
+
+def test_numbers_handed_to_the_nested_helper_are_quiet(tmp_path, monkeypatch):
+    fixed = TRACKED_LOOP.replace("update_train_losses(loss)", "update_train_losses({k: v.item() for k, v in loss.items()})")
+    files = {"common/__init__.py": "", "common/metrics.py": TRACKERS, "train.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []

@@ -9,8 +9,9 @@ from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.callcontext import defer, leave_sites, settle
 from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kwarg, looks_like_loader
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
-from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.project import Project, ProjectFile, ProjectHit
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
+from torchdoctor.rules.static.semantic.flow import one_constructor
 
 
 def _accumulation(node: ast.AST) -> tuple[ast.AST, list[ast.expr]] | None:
@@ -102,10 +103,12 @@ def _accumulated_in_methods(ctx: Context) -> None:
     project pass joins what this loop hands in with what that class's method keeps (`keeps-argument`)."""
     index = ctx.index
     done: set[int] = set()
+    seen: set[ast.Call] = set()  # a call of a nested loop is also a call of the loop around it
     for loop in index.training_loops():
         for call in loop.all_calls():
-            if index.grad_disabled(call) or not isinstance(call.func, ast.Attribute):
+            if call in seen or index.grad_disabled(call) or not isinstance(call.func, ast.Attribute):
                 continue
+            seen.add(call)
             method = index.instance_method(call)
             if method is None:
                 _leave_handed_to_method(ctx, call)
@@ -146,8 +149,11 @@ def _leave_handed_to_method(ctx: Context, call: ast.Call) -> None:
     """`self.metric_counter.add_losses(loss_G.item(), loss_D[0], ...)` where the counter's class is imported: the
     argument positions that hold the graph, for the project pass to match with what that method keeps."""
     index = ctx.index
-    built = index.instance_class(call)
-    if built is None or isinstance(built, ast.Name) and built.id in index.classes:
+    found = index.receiver_class(call)
+    if found is None:
+        return
+    built, path = found
+    if isinstance(built, ast.Name) and built.id in index.classes:
         return  # this file's class: `_accumulated_in_methods` reads its method itself
     qualified = index.resolve(built)
     if qualified is None or qualified.split(".", 1)[0] in ("torch", "numpy", "np", "math"):
@@ -157,18 +163,30 @@ def _leave_handed_to_method(ctx: Context, call: ast.Call) -> None:
     positions = [i for i, arg in enumerate(call.args) if holds_graph(index, arg, call, names)]
     if positions:
         ctx.leave("hands-graph-to-method", {
-            "class": qualified, "method": call.func.attr, "positions": positions,  # type: ignore[attr-defined]
+            "class": qualified, "path": path, "method": call.func.attr, "positions": positions,  # type: ignore[attr-defined]
             "line": call.lineno, "col": call.col_offset + 1, "variable": dotted(call.func.value) or "self",  # type: ignore[attr-defined]
             "value": ctx.segment(call.args[positions[0]], 40)})
 
 
 def _leave_kept_arguments(ctx: Context) -> None:
     """For the project pass: methods of this file's helper classes (not modules, not autograd Functions) that keep
-    an argument in an attribute, with the argument positions."""
+    an argument in an attribute, with the argument positions; and the class each of their `self.x` holds when
+    every assignment builds one (`self.losses_track = LossesTrackEpoch(n)`), to follow `metrics.losses_track`."""
     index = ctx.index
     for info in index.classes.values():
         if info.is_module or info.is_function:
             continue
+        built: dict[str, list[ast.expr]] = {}
+        for a in index.self_assignments(info, None):
+            built.setdefault(a.attr, []).append(a.value)
+        for attr, values in sorted(built.items()):
+            callee = one_constructor(values)
+            if callee is None:
+                continue
+            local = isinstance(callee, ast.Name) and callee.id in index.classes
+            name = callee.id if local else index.resolve(callee)  # type: ignore[attr-defined]
+            if name is not None and not name.startswith("torch."):
+                ctx.leave("attribute-class", {"class": info.name, "attr": attr, "built": name, "local": local})
         for name, method in info.methods.items():
             params = [a.arg for a in method.args.posonlyargs + method.args.args][1:]
             positions = sorted({p for _stmt, kept in _kept_in_attributes(method, params) for p in kept})
@@ -328,7 +346,15 @@ def graph_handed_to_helpers_of_other_files(project: Project) -> list[ProjectHit]
     hits: list[ProjectHit] = []
     for f, fact in project.facts("hands-graph-to-method"):
         kept: set[int] = set()
-        for defining, local in project.defining(fact["class"]):
+        classes = project.defining(fact["class"])
+        for attr in fact.get("path", ()):  # `metrics.losses_track`: the class Metrics keeps in that attribute
+            held: list[tuple[ProjectFile, str]] = []
+            for defining, local in classes:
+                for a in defining.facts.get("attribute-class", ()):
+                    if a["class"] == local and a["attr"] == attr:
+                        held += [(defining, a["built"])] if a["local"] else project.defining(a["built"])
+            classes = held
+        for defining, local in classes:
             for keeps in defining.facts.get("keeps-argument", ()):
                 if keeps["class"] == local and keeps["method"] == fact["method"]:
                     kept.update(keeps["positions"])
