@@ -1396,3 +1396,111 @@ def test_log_softmax_model_handed_with_an_nll_criterion_is_not_found(tmp_path, m
     main = CRITERION_MAIN.replace("torch.nn.CrossEntropyLoss()", "torch.nn.NLLLoss()")
     files = {"models.py": LOG_SOFTMAX_MODEL, "run.py": CRITERION_RUN, "main.py": main}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] in ("TD205", "TD210")] == []
+
+
+COUNTER = """class MetricCounter:
+    def __init__(self, name):
+        self.name = name
+        self.G_loss = []
+        self.D_loss = []
+
+    def clear(self):
+        self.G_loss, self.D_loss = [], []
+
+    def add_losses(self, l_G, l_D):
+        self.G_loss.append(l_G)
+        self.D_loss.append(l_D)
+"""
+
+GAN_TRAINER = """import torch
+
+from metric_counter import MetricCounter
+
+
+class Trainer:
+    def __init__(self, netG, netD, loader):
+        self.netG, self.netD, self.loader = netG, netD, loader
+        self.optimizer_G = torch.optim.Adam(netG.parameters())
+        self.optimizer_D = torch.optim.Adam(netD.parameters())
+        self.metric_counter = MetricCounter("gan")
+
+    def _update_d(self, outputs):
+        self.optimizer_D.zero_grad()
+        loss_D = self.netD(outputs.detach()).mean()
+        loss_D.backward(retain_graph=True)
+        self.optimizer_D.step()
+        return loss_D
+
+    def run_epoch(self):
+        self.metric_counter.clear()
+        for inputs in self.loader:
+            outputs = self.netG(inputs)
+            loss_D = self._update_d(outputs)
+            self.optimizer_G.zero_grad()
+            loss_G = -self.netD(outputs).mean()
+            loss_G.backward()
+            self.optimizer_G.step()
+            self.metric_counter.add_losses(loss_G.item(), loss_D)
+"""
+
+
+@pytest.mark.parametrize("order", [["train.py", "metric_counter.py"], ["metric_counter.py", "train.py"]])
+def test_a_graph_handed_to_a_helper_class_of_another_file_that_keeps_it(tmp_path, monkeypatch, order):
+    # VITA-Group/DeblurGANv2 395ba5a: `_update_d` returns the backpropagated loss_D, MetricCounter appends it
+    found = _findings(tmp_path, monkeypatch, {"metric_counter.py": COUNTER, "train.py": GAN_TRAINER}, order)
+    assert [f for f in found if f[2] == "TD101"] == [("train.py", 29, "TD101")]
+
+
+def test_a_number_handed_to_that_helper_or_a_helper_that_keeps_nothing_is_quiet(tmp_path, monkeypatch):
+    fixed = GAN_TRAINER.replace("        return loss_D\n", "        return loss_D.item()\n")
+    found = _findings(tmp_path, monkeypatch, {"metric_counter.py": COUNTER, "train.py": fixed})
+    assert [f for f in found if f[2] == "TD101"] == []
+    forgetful = COUNTER.replace("        self.D_loss.append(l_D)\n", "        self.last_D = l_D\n")
+    found = _findings(tmp_path, monkeypatch, {"metric_counter.py": forgetful, "train.py": GAN_TRAINER})
+    assert [f for f in found if f[2] == "TD101"] == []
+
+
+TRACKERS = """class LossesTrackEpoch:
+    def __init__(self, n):
+        self.n = n
+        self.train_losses = {}
+
+    def update_train_losses(self, loss):
+        for key in loss:
+            self.train_losses[key] += loss[key]
+
+
+class Metrics:
+    def __init__(self, n):
+        self.losses_track = LossesTrackEpoch(n)
+"""
+
+TRACKED_LOOP = """import torch
+
+from common.metrics import Metrics
+
+
+def train(model, optimizer, loader, epochs):
+    metrics = Metrics(len(loader))
+    for epoch in range(epochs):
+        for data in loader:
+            loss = model.compute_loss(model(data), data)
+            optimizer.zero_grad()
+            loss["total"].backward()
+            optimizer.step()
+            metrics.losses_track.update_train_losses(loss)
+"""
+
+
+@pytest.mark.parametrize("order", [["train.py", "common"], ["common", "train.py"]])
+def test_a_graph_handed_to_a_helper_held_by_another_helper_of_another_file(tmp_path, monkeypatch, order):
+    # jokester-zzz/SSA-SC #2: Metrics keeps a LossesTrackEpoch whose update adds every loss tensor into a dict
+    files = {"common/__init__.py": "", "common/metrics.py": TRACKERS, "train.py": TRACKED_LOOP}
+    found = _findings(tmp_path, monkeypatch, files, order)
+    assert [f for f in found if f[2] == "TD101"] == [("train.py", 14, "TD101")]
+
+
+def test_numbers_handed_to_the_nested_helper_are_quiet(tmp_path, monkeypatch):
+    fixed = TRACKED_LOOP.replace("update_train_losses(loss)", "update_train_losses({k: v.item() for k, v in loss.items()})")
+    files = {"common/__init__.py": "", "common/metrics.py": TRACKERS, "train.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []

@@ -127,8 +127,14 @@ def _graph(index: Index, expr: ast.AST | None, at: ast.AST, backward_names: set[
             return not index.grad_disabled(expr)
         target = index.local_target(expr)
         if target is not None and depth < DEPTH - 1:
-            # `loss_each = self.train_one_batch(images, targets)`: what that method returns
-            found = [_graph(index, r, r, backward_names, depth + 2, device_only) for r in index.returns_of(target)]
+            # `loss_each = self.train_one_batch(images, targets)`: what that method returns. A name the method
+            # itself ran the backward on holds the graph when it is returned (DeblurGANv2's `_update_d`:
+            # `loss_D.backward(retain_graph=True)`, `return loss_D`).
+            returns = index.returns_of(target)
+            if not device_only and any(isinstance(r, ast.Name) and r.id in _own_backward_names(index, target)
+                                       for r in returns):
+                return True
+            found = [_graph(index, r, r, backward_names, depth + 2, device_only) for r in returns]
             if any(found):
                 return True
             if found and all(f is False for f in found):
@@ -217,6 +223,14 @@ def _loop_element(index: Index, name: ast.Name, at: ast.AST) -> ast.AST | None:
                 and node.iter.func.attr == "items":
             return node.iter.func.value
     return None
+
+
+def _own_backward_names(index: Index, fn: ast.AST) -> set[str]:
+    """`backward_names` of one function, cached on the index: the graph walk asks it for every call it follows."""
+    cache = index.__dict__.setdefault("_backward_names_by_function", {})
+    if fn not in cache:
+        cache[fn] = backward_names(index, fn)
+    return cache[fn]
 
 
 def backward_names(index: Index, scope: ast.AST | None = None) -> set[str]:

@@ -9,8 +9,9 @@ from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.callcontext import defer, leave_sites, settle
 from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kwarg, looks_like_loader
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
-from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.project import Project, ProjectFile, ProjectHit
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
+from torchdoctor.rules.static.semantic.flow import one_constructor
 from torchdoctor.rules.static.semantic.subtree import subtree
 
 
@@ -48,6 +49,7 @@ def _accumulator_name(target: ast.AST) -> str | None:
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.Module):
         _leave_graph_returns(ctx)  # once per file, for the project pass
+        _leave_kept_arguments(ctx)
         _accumulated_in_methods(ctx)
         return
     found = _accumulation(node)
@@ -98,28 +100,99 @@ def _accumulated_in_methods(ctx: Context) -> None:
     """A training loop hands its loss to a helper object's method that adds its argument into an attribute
     (horovod's ImageNet example: `train_loss.update(loss)`, and `Metric.update(self, val)` does
     `self.sum += hvd.allreduce(val.cpu())`): the attribute lives across steps, so every step's graph does too.
-    Reported at the accumulation, which is the line to change."""
+    Reported at the accumulation, which is the line to change. When the helper's class is imported, the
+    project pass joins what this loop hands in with what that class's method keeps (`keeps-argument`)."""
     index = ctx.index
     done: set[int] = set()
+    seen: set[ast.Call] = set()  # a call of a nested loop is also a call of the loop around it
     for loop in index.training_loops():
         for call in loop.all_calls():
+            if call in seen or index.grad_disabled(call) or not isinstance(call.func, ast.Attribute):
+                continue
+            seen.add(call)
             method = index.instance_method(call)
-            if method is None or index.grad_disabled(call):
+            if method is None:
+                _leave_handed_to_method(ctx, call)
                 continue
             params = [a.arg for a in method.args.posonlyargs + method.args.args][1:]  # type: ignore[attr-defined]
-            for stmt in ast.walk(method):
-                if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Attribute)
-                        and isinstance(stmt.target.value, ast.Name) and stmt.target.value.id == "self"):
-                    continue
+            for stmt, positions in _kept_in_attributes(method, params):
                 if id(stmt) in done:
                     continue
-                handed = [call.args[p] for p in _parameters_kept(stmt.value, params) if p < len(call.args)]
+                handed = [call.args[p] for p in positions if p < len(call.args)]
                 fn = index.function_of(call)
                 names = ctx.memo(("backward-names", fn), lambda fn=fn: backward_names(index, fn))
                 if any(holds_graph(index, arg, call, names) for arg in handed):
                     done.add(id(stmt))
                     # the value is the loss the loop at `call` hands in, e.g. `hvd.allreduce(val.cpu(), ...)`
-                    ctx.report(stmt, variable=dotted(stmt.target) or "self", value=ctx.segment(stmt.value, 40))
+                    target = stmt.target if isinstance(stmt, ast.AugAssign) else stmt.func.value  # type: ignore[attr-defined]
+                    value = stmt.value if isinstance(stmt, ast.AugAssign) else stmt.args[0]  # type: ignore[attr-defined]
+                    ctx.report(stmt, variable=_accumulator_name(target) or "self", value=ctx.segment(value, 40))
+
+
+def _kept_in_attributes(method: ast.AST, params: list[str]) -> list[tuple[ast.AST, list[int]]]:
+    """(statement, parameter positions) where a method keeps what it is handed in an attribute of its object:
+    `self.sum += val * n`, `self.losses[key] += val`, `self.D_loss.append(l_D)` (DeblurGANv2's MetricCounter)."""
+    found: list[tuple[ast.AST, list[int]]] = []
+    for stmt in ast.walk(method):
+        kept = _accumulation(stmt)
+        if kept is None or isinstance(stmt, ast.Assign):
+            continue
+        name = _accumulator_name(kept[0]) or ""
+        if not name.startswith("self."):
+            continue
+        positions = sorted({p for value in kept[1] for p in _parameters_kept(value, params)})
+        if positions:
+            found.append((stmt, positions))
+    return found
+
+
+def _leave_handed_to_method(ctx: Context, call: ast.Call) -> None:
+    """`self.metric_counter.add_losses(loss_G.item(), loss_D[0], ...)` where the counter's class is imported: the
+    argument positions that hold the graph, for the project pass to match with what that method keeps."""
+    index = ctx.index
+    found = index.receiver_class(call)
+    if found is None:
+        return
+    built, path = found
+    if isinstance(built, ast.Name) and built.id in index.classes:
+        return  # this file's class: `_accumulated_in_methods` reads its method itself
+    qualified = index.resolve(built)
+    if qualified is None or qualified.split(".", 1)[0] in ("torch", "numpy", "np", "math"):
+        return
+    fn = index.function_of(call)
+    names = ctx.memo(("backward-names", fn), lambda: backward_names(index, fn))
+    positions = [i for i, arg in enumerate(call.args) if holds_graph(index, arg, call, names)]
+    if positions:
+        ctx.leave("hands-graph-to-method", {
+            "class": qualified, "path": path, "method": call.func.attr, "positions": positions,  # type: ignore[attr-defined]
+            "line": call.lineno, "col": call.col_offset + 1, "variable": dotted(call.func.value) or "self",  # type: ignore[attr-defined]
+            "value": ctx.segment(call.args[positions[0]], 40)})
+
+
+def _leave_kept_arguments(ctx: Context) -> None:
+    """For the project pass: methods of this file's helper classes (not modules, not autograd Functions) that keep
+    an argument in an attribute, with the argument positions; and the class each of their `self.x` holds when
+    every assignment builds one (`self.losses_track = LossesTrackEpoch(n)`), to follow `metrics.losses_track`."""
+    index = ctx.index
+    for info in index.classes.values():
+        if info.is_module or info.is_function:
+            continue
+        built: dict[str, list[ast.expr]] = {}
+        for a in index.self_assignments(info, None):
+            built.setdefault(a.attr, []).append(a.value)
+        for attr, values in sorted(built.items()):
+            callee = one_constructor(values)
+            if callee is None:
+                continue
+            local = isinstance(callee, ast.Name) and callee.id in index.classes
+            name = callee.id if local else index.resolve(callee)  # type: ignore[attr-defined]
+            if name is not None and not name.startswith("torch."):
+                ctx.leave("attribute-class", {"class": info.name, "attr": attr, "built": name, "local": local})
+        for name, method in info.methods.items():
+            params = [a.arg for a in method.args.posonlyargs + method.args.args][1:]
+            positions = sorted({p for _stmt, kept in _kept_in_attributes(method, params) for p in kept})
+            if positions:
+                ctx.leave("keeps-argument", {"class": info.name, "method": name, "positions": positions})
 
 
 def _parameters_kept(value: ast.AST, params: list[str]) -> list[int]:
@@ -264,6 +337,32 @@ def graph_accumulated_across_files(project: Project) -> list[ProjectHit]:
 
     return [ProjectHit(f.path, fact["line"], fact["col"], {"variable": fact["variable"], "value": fact["value"]})
             for f, fact in project.facts("accumulates-call") if keeps(fact)]
+
+
+@project("TD101")
+def graph_handed_to_helpers_of_other_files(project: Project) -> list[ProjectHit]:
+    """The loop hands a graph-holding tensor to a helper object whose class, in another file of the project, keeps
+    that argument in an attribute (`MetricCounter.add_losses` appending `l_D` to `self.D_loss`). Reported at the
+    call: the helper is fine with numbers, what the loop hands it is the line to change."""
+    hits: list[ProjectHit] = []
+    for f, fact in project.facts("hands-graph-to-method"):
+        kept: set[int] = set()
+        classes = project.defining(fact["class"])
+        for attr in fact.get("path", ()):  # `metrics.losses_track`: the class Metrics keeps in that attribute
+            held: list[tuple[ProjectFile, str]] = []
+            for defining, local in classes:
+                for a in defining.facts.get("attribute-class", ()):
+                    if a["class"] == local and a["attr"] == attr:
+                        held += [(defining, a["built"])] if a["local"] else project.defining(a["built"])
+            classes = held
+        for defining, local in classes:
+            for keeps in defining.facts.get("keeps-argument", ()):
+                if keeps["class"] == local and keeps["method"] == fact["method"]:
+                    kept.update(keeps["positions"])
+        if kept & set(fact["positions"]):
+            hits.append(ProjectHit(f.path, fact["line"], fact["col"],
+                                   {"variable": f"{fact['variable']}.{fact['method']}", "value": fact["value"]}))
+    return hits
 
 
 def _reset_with_the_step(index: Index, stmt: ast.AST, loop) -> bool:

@@ -221,6 +221,34 @@ def _mod_guard(index: Index, node: ast.AST, loop: Loop) -> ast.expr | None:
     return None
 
 
+def _backward_helpers(index: Index) -> set[ast.AST]:
+    """This file's functions that run a backward and step no optimizer: a call of one is a micro-step's backward
+    (NJUNMT's `compute_forward(...)` doing `torch.autograd.backward(loss)` and returning `loss.item()`)."""
+    stepping = {index.function_of(c) for c in index.step_calls}
+    return {fn for c in index.backward_calls if not is_engine_backward(c)
+            for fn in [index.function_of(c)] if fn is not None and fn not in stepping}
+
+
+def _pieces_of_the_batch(index: Index, loop: Loop) -> ast.expr | None:
+    """The iterable of an inner loop that walks pieces of the batch its parent loop is on (NJUNMT's
+    `for seqs_x_t, seqs_y_t in split_shard(seqs_x, seqs_y, split_size=update_cycle)`, with `seqs_x, seqs_y =
+    batch` from `for batch in training_iter`; `for chunk in batch.chunk(k)`): its iterations are micro-batches of
+    one batch, not tasks or models."""
+    parent = loop.parent
+    source = getattr(loop.node, "iter", None)
+    if parent is None or not isinstance(source, ast.Call):
+        return None
+    batch = set(parent.targets)
+    scope = index.defs(index.scope_of(loop.node))
+    start, end = parent.node.lineno, loop.node.lineno
+    for name, bindings in scope.items():  # names unpacked from the batch inside the parent loop, before this one
+        for stmt, value in bindings:
+            if start < stmt.lineno < end and any(isinstance(n, ast.Name) and n.id in batch for n in ast.walk(value)):
+                batch.add(name)
+    read = {n.id for n in ast.walk(source) if isinstance(n, ast.Name)}
+    return source if read & batch else None
+
+
 def _range_count(call: ast.AST) -> ast.expr | None:
     """n for `range(n)`."""
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "range":
@@ -249,8 +277,10 @@ def _accumulations(index: Index) -> list[Accumulation]:
     found: list[Accumulation] = []
     backward = set(index.backward_calls)
     steps = set(index.step_calls)
+    helpers = _backward_helpers(index)
     for loop in index.loops.values():
-        backs = [c for c in loop.calls if c in backward and not is_engine_backward(c)]
+        backs = [c for c in loop.calls if c in backward and not is_engine_backward(c)
+                 or index.local_target(c) in helpers]
         if not backs:
             continue
         here = [c for c in loop.calls if c in steps]
@@ -264,10 +294,13 @@ def _accumulations(index: Index) -> list[Accumulation]:
             continue
         count = _range_count(getattr(loop.node, "iter", None))
         parent = loop.parent
-        if count is None or parent is None:
+        if parent is None:
             continue
-        name = dotted(count) or ""
-        if not (_ACCUM_NAME.search(name) or isinstance(count, ast.Constant)):
+        if count is None:
+            count = _pieces_of_the_batch(index, loop)
+            if count is None:
+                continue
+        elif not (_ACCUM_NAME.search(dotted(count) or "") or isinstance(count, ast.Constant)):
             continue  # `for task in range(n_tasks)`: several losses on purpose, not micro-batches
         end = (getattr(loop.node, "end_lineno", 0) or 0, 1 << 30)
         after = tuple(c for c in parent.calls if c in steps and _position(c) > end)

@@ -112,25 +112,68 @@ class Flow:
             scope = self.function_of(scope)
         return None
 
-    def instance_method(self, call: ast.Call) -> ast.AST | None:
-        """The method of a class of this file that `obj.method(...)` runs when every assignment of `obj` in its scope
-        (or, failing that, at module level) builds an instance of that class (horovod's ImageNet example:
-        `train_loss = Metric('train_loss')` ... `train_loss.update(loss)` runs `Metric.update`). Not an
-        nn.Module or autograd Function: calling those runs forward, not a helper."""
+    def receiver_class(self, call: ast.Call) -> tuple[ast.expr, list[str]] | None:
+        """The class whose method `a.b.method(...)` runs, followed through attributes as far as this file can:
+        (the constructor's callee, the attributes left to follow in another file). `metrics.losses_track.update(x)`
+        with `metrics = Metrics(...)` imported gives (`Metrics`, ["losses_track"]): the project pass reads what
+        `Metrics.__init__` stores in `self.losses_track` (SSA-SC's `LossesTrackEpoch`); with `Metrics` a class of
+        this file, its `self.losses_track = LossesTrackEpoch(...)` is followed here and the path is empty."""
         func = call.func
-        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self":
+        if not isinstance(func, ast.Attribute):
             return None
-        name = func.value.id
-        values = [v for _s, v in self.defs(self.scope_of(call)).get(name, [])] or \
-            [v for _s, v in self.defs(self.tree).get(name, [])]
-        classes = {v.func.id for v in values if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)}
-        if not values or len(classes) != 1 or len(values) != sum(
-                isinstance(v, ast.Call) and isinstance(v.func, ast.Name) for v in values):
+        receiver, path = func.value, []
+        built = self.instance_class_of(receiver, call)
+        while built is None and isinstance(receiver, ast.Attribute) and not (
+                isinstance(receiver.value, ast.Name) and receiver.value.id == "self"):
+            path.insert(0, receiver.attr)
+            receiver = receiver.value
+            built = self.instance_class_of(receiver, call)
+        if built is None:
             return None
-        info = self.classes.get(classes.pop())
+        while path and isinstance(built, ast.Name) and built.id in self.classes:
+            info = self.classes[built.id]
+            values = [a.value for a in self.self_assignments(info, None) if a.attr == path[0]]
+            built = one_constructor(values)
+            if built is None:
+                return None
+            path.pop(0)
+        return built, path
+
+    def instance_class(self, call: ast.Call) -> ast.expr | None:
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return None
+        return self.instance_class_of(func.value, call)
+
+    def instance_class_of(self, receiver: ast.expr, call: ast.AST) -> ast.expr | None:
+        """The class `obj.method(...)` runs a method of, as this file spells it (the constructor's callee): every assignment of `obj`
+        in its scope (or, failing that, at module level) builds an instance of one class (horovod's ImageNet
+        example: `train_loss = Metric('train_loss')` ... `train_loss.update(loss)`), or `obj` is `self.x` and every
+        `self.x = ...` of the class does (DeblurGANv2's `self.metric_counter = MetricCounter(name)` in `__init__`,
+        `self.metric_counter.add_losses(...)` in the epoch loop). The class may be this file's (`Metric`) or an
+        imported one (`MetricCounter`, `metrics.Meter`): `resolve` names the latter for the project pass."""
+        if isinstance(receiver, ast.Name) and receiver.id != "self":
+            values = [v for _s, v in self.defs(self.scope_of(call)).get(receiver.id, [])] or \
+                [v for _s, v in self.defs(self.tree).get(receiver.id, [])]
+        elif (isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name)
+              and receiver.value.id == "self"):
+            info = self.class_of(call)
+            if info is None:
+                return None
+            values = [a.value for a in self.self_assignments(info, None) if a.attr == receiver.attr]
+        else:
+            return None
+        return one_constructor(values)
+
+    def instance_method(self, call: ast.Call) -> ast.AST | None:
+        """The method of a class of this file that `obj.method(...)` runs (`instance_class`). Not an nn.Module or
+        autograd Function: calling those runs forward, not a helper."""
+        found = self.receiver_class(call)
+        built = found[0] if found is not None and not found[1] else None
+        info = self.classes.get(built.id) if isinstance(built, ast.Name) else None
         if info is None or info.is_module or info.is_function:
             return None
-        return info.method(func.attr)
+        return info.method(call.func.attr)  # type: ignore[attr-defined]
 
     def handed_in(self, value: ast.expr) -> bool:
         """Whether this code receives `value` rather than builds it: a parameter of its function; `self.model`
@@ -265,3 +308,11 @@ def _read_from(value: ast.AST, params: set[str]) -> bool:
     else:
         return False
     return isinstance(value, ast.Name) and value.id in params
+
+
+def one_constructor(values: list[ast.expr]) -> ast.expr | None:
+    """The callee when every value builds an instance of one class (`Metric('loss')`, `metrics.Meter()`)."""
+    built = [dotted(v.func) for v in values if isinstance(v, ast.Call)]
+    if not values or len(built) != len(values) or None in built or len(set(built)) != 1:
+        return None
+    return values[0].func  # type: ignore[attr-defined]
