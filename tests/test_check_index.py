@@ -83,6 +83,18 @@ def test_the_walk_visits_every_child_in_source_order():
     assert {ast.MatchMapping, ast.MatchClass, ast.AsyncWith, ast.NamedExpr, ast.FormattedValue} <= kinds
 
 
+def test_a_kind_no_rule_declared_is_collected_when_asked_in_the_walks_order():
+    # A helper shared by several rules may read a kind (ast.Attribute) that the rule calling it did not declare in
+    # `reads=`; the answer must be the walk's, not an empty list (TD209's near miss went silent that way).
+    tree = ast.parse(_EVERY_SHAPE)
+    order, _ = _reference_walk(tree)
+    buckets, parents = walk(tree, set(INDEX_NODES))
+    assert ast.Attribute not in buckets
+    index = Index(tree, buckets, parents, _EVERY_SHAPE)
+    wanted = [n for n in order if type(n) is ast.Attribute]
+    assert wanted and index.nodes(ast.Attribute) == wanted
+
+
 def test_import_aliases_resolve_to_qualified_names():
     index = build(
         "import torch\nimport torch.nn.functional as F\nfrom torch import nn, optim as o\n"
