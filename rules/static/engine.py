@@ -155,6 +155,22 @@ def walk(tree: ast.AST, wanted: Iterable[type]) -> tuple[dict[type, list[ast.AST
     return buckets, parents
 
 
+_WANTED: dict[tuple, frozenset[type]] = {}
+
+
+def _wanted(rules: Sequence[Rule]) -> frozenset[type]:
+    """The node types the walk collects for these rules and the index, worked out once per set of rules."""
+    key = tuple((r.nodes, r.reads) for r in rules)
+    found = _WANTED.get(key)
+    if found is None:
+        types = set(INDEX_NODES)
+        for r in rules:
+            types.update(r.nodes)
+            types.update(r.reads)
+        found = _WANTED[key] = frozenset(types)
+    return found
+
+
 def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None) -> FileResult:
     """All enabled rules on one source unit; never raises for the user's input."""
     result = FileResult(unit.path)
@@ -177,10 +193,7 @@ def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, in
         result.results.append(_td000(unit, "the code is nested too deeply for Python's parser"))
         return result
 
-    wanted = set(INDEX_NODES)
-    for r in rules:
-        wanted.update(r.nodes)
-        wanted.update(r.reads)
+    wanted = _wanted(rules)
     try:
         buckets, parents = walk(tree, wanted)
         index = Index(tree, buckets, parents, unit.text)
