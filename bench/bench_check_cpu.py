@@ -7,7 +7,8 @@
 bench_check.py times wall clock, so on a shared machine its engine row swings with the load (0.40-0.84x of bare
 parse+walk in one afternoon on 2 cores at load 4-8). Here both sides run in the same process, alternated, and are
 timed with `time.process_time()`: the time other processes take from the CPU does not count. The corpus is the same
-(torch/{nn,optim,distributed} of the installed torch), and the engine runs every rule, as in bench_check.py.
+(torch/{nn,optim,distributed} of the installed torch), and the engine runs every rule, as in bench_check.py, and then
+the project pass over the whole corpus (cross-file analysis on, as `check` runs over a folder).
 
 To compare two checkouts, run each one's copy with its own venv, alternately, and report the load average.
 """
@@ -50,11 +51,13 @@ def bare(files: list[Path]) -> None:
 
 def engine(files: list[Path]) -> None:
     from torchdoctor.rules.static import registry
-    from torchdoctor.rules.static.engine import Options, analyse_file
+    from torchdoctor.rules.static.engine import Options, analyse_file, project_findings
 
     options = Options(codes=tuple(registry.rules()))
-    for path in files:
-        analyse_file(str(path), str(path), options)
+    results = [analyse_file(str(path), str(path), options) for path in files]
+    # Cross-file analysis on, as `check` runs it over a folder: the results are kept until the project pass
+    # joins the facts every file left (rules/static/project.py).
+    project_findings({}, results, options.codes, [os.path.commonpath([str(p) for p in files])])
 
 
 def cpu_seconds(fn, files: list[Path]) -> float:
