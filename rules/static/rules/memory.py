@@ -172,11 +172,24 @@ def _leave_handed_to_method(ctx: Context, call: ast.Call) -> None:
 def _leave_kept_arguments(ctx: Context) -> None:
     """For the project pass: methods of this file's helper classes (not modules, not autograd Functions) that keep
     an argument in an attribute, with the argument positions; and the class each of their `self.x` holds when
-    every assignment builds one (`self.losses_track = LossesTrackEpoch(n)`), to follow `metrics.losses_track`."""
+    every assignment builds one (`self.losses_track = LossesTrackEpoch(n)`), to follow `metrics.losses_track`.
+    Read from the file's `+=` statements and `.append`/`.extend` calls, not by walking every method."""
     index = ctx.index
-    for info in index.classes.values():
-        if info.is_module or info.is_function:
+    helpers = {info.node: info for info in index.classes.values() if not (info.is_module or info.is_function)}
+    if not helpers:
+        return
+    kept: dict[tuple[str, str], set[int]] = {}
+    for node in [*index.nodes(ast.AugAssign), *index.method_calls("append"), *index.method_calls("extend")]:
+        fn = index.function_of(node)
+        info = helpers.get(index.parents.get(fn)) if fn is not None else None  # type: ignore[arg-type]
+        if info is None:
             continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]  # type: ignore[union-attr]
+        for _stmt, positions in _kept_in_attributes(node, params):
+            kept.setdefault((info.name, fn.name), set()).update(positions)  # type: ignore[union-attr]
+    for (cls, method), positions in sorted(kept.items()):
+        ctx.leave("keeps-argument", {"class": cls, "method": method, "positions": sorted(positions)})
+    for info in helpers.values():
         built: dict[str, list[ast.expr]] = {}
         for a in index.self_assignments(info, None):
             built.setdefault(a.attr, []).append(a.value)
@@ -188,11 +201,6 @@ def _leave_kept_arguments(ctx: Context) -> None:
             name = callee.id if local else index.resolve(callee)  # type: ignore[attr-defined]
             if name is not None and not name.startswith("torch."):
                 ctx.leave("attribute-class", {"class": info.name, "attr": attr, "built": name, "local": local})
-        for name, method in info.methods.items():
-            params = [a.arg for a in method.args.posonlyargs + method.args.args][1:]
-            positions = sorted({p for _stmt, kept in _kept_in_attributes(method, params) for p in kept})
-            if positions:
-                ctx.leave("keeps-argument", {"class": info.name, "method": name, "positions": positions})
 
 
 def _parameters_kept(value: ast.AST, params: list[str]) -> list[int]:
