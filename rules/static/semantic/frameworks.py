@@ -66,3 +66,18 @@ class Frameworks:
 
     def framework_facts(self, framework: str) -> dict:
         return self.vocab["frameworks"][framework]
+
+    def single_process_runner(self, framework: str) -> bool:
+        """Every runner of the framework built in this file is pinned to one process (`Fabric(devices=1)`): what it
+        wraps is no DDP model."""
+        facts = self.vocab["frameworks"][framework]
+        calls = self.calls_to(*facts["constructors"])
+        if not calls:
+            return False
+        pinned = facts["single_process"]
+        for call in calls:
+            given = {k.arg: k.value for k in call.keywords if k.arg is not None}
+            if not any(isinstance(given.get(key), ast.Constant) and given[key].value in values  # type: ignore[union-attr]
+                       for key, values in pinned.items()):
+                return False
+        return True
