@@ -387,11 +387,15 @@ class Bindings:
         source, index = dotted(value.value), value.slice
         if source is None or not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
             return None
-        for assign in self.nodes(ast.Assign):
-            call = assign.value  # type: ignore[attr-defined]
-            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                    and call.func.attr == "prepare" and any(dotted(t) == source for t in assign.targets)):  # type: ignore[attr-defined]
-                continue
+        if self._prepared_names is None:  # names bound to a whole `x.prepare(...)` result, found once per file
+            self._prepared_names = {}
+            for assign in self.nodes(ast.Assign):
+                call = assign.value  # type: ignore[attr-defined]
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "prepare":
+                    for t in assign.targets:  # type: ignore[attr-defined]
+                        if (held := dotted(t)) is not None:
+                            self._prepared_names.setdefault(held, []).append(call)
+        for call in self._prepared_names.get(source, []):
             if index.value >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args[: index.value + 1]):
                 return None
             v = call.args[index.value]
