@@ -28,7 +28,8 @@ The model is split by question, one module each under rules/static/semantic/
 (the way ruff splits its semantic model): tree (where a node sits), names
 (imports and calls), bindings (what a name holds), classes, flow (definitions
 and callers), loops (and their roles), regions (grad mode, autocast), guards
-(rank-zero code), contexts (facts for the router) and callsites (the context
+(rank-zero code), contexts (facts for the router), frameworks (what Accelerate's and Fabric's
+runner methods do) and callsites (the context
 each call of another file's function runs in). `Index` composes them;
 rules ask it questions and never walk shapes themselves.
 """
@@ -42,6 +43,7 @@ from torchdoctor.rules.static.semantic.callsites import CallSites
 from torchdoctor.rules.static.semantic.classes import Classes, ClassInfo, SelfAssign
 from torchdoctor.rules.static.semantic.contexts import Contexts
 from torchdoctor.rules.static.semantic.flow import Flow
+from torchdoctor.rules.static.semantic.frameworks import Frameworks
 from torchdoctor.rules.static.semantic.guards import Guards
 from torchdoctor.rules.static.semantic.loops import Loop, Loops, is_eval_word
 from torchdoctor.rules.static.semantic.names import Names
@@ -82,7 +84,7 @@ INDEX_NODES: tuple[type[ast.AST], ...] = (
 )
 
 
-class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contexts, CallSites):
+class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contexts, CallSites, Frameworks):
     """The semantic model of one file: every question a rule may ask, answered from one walk."""
 
     def __init__(
@@ -123,6 +125,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._call_sites: dict[str, list[tuple[str | None, tuple[str, ...]]]] | None = None  # callsites.py
         self._site_words: frozenset[str] | None = None  # callsites.py
         self._multi_process: bool | None = None  # callsites.py
+        self._runner_names: dict[str, str] | None = None  # frameworks.py
+        self._prepared_names: dict[str, list[ast.Call]] | None = None  # bindings.py: `x = accelerator.prepare(...)`
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py
         self._local_calls: list[tuple[ast.Call, ast.AST]] | None = None
         self.training_functions: set[ast.AST] = set()

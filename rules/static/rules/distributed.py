@@ -717,24 +717,54 @@ def _saved_expressions(index: Index, call: ast.Call) -> list[ast.AST]:
 
 
 def _parameter_of_other_scope(index: Index, receiver: ast.AST, at: ast.AST, b: Binding) -> bool:
-    """The receiver is a parameter of the function holding `at`, and the binding was made elsewhere."""
+    """The receiver is a parameter of the function holding `at`, and the binding was made elsewhere. `self.model`
+    bound in another method of the same class is the same object."""
     fn = index.function_of(at)
     root = (dotted(receiver) or "").split(".", 1)[0]
     if fn is None or not root:
         return False
+    if root == "self" and b.name.startswith("self.") and (here := index.class_of(at)) is not None \
+            and (there := index.class_of(b.node)) is not None and here.node is there.node:
+        return False
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
     return root in params and index.function_of(b.node) is not fn
+
+
+def _prefixing_wrapper(index: Index, b: Binding | None) -> bool:
+    """A module whose `state_dict()` keys carry a wrapper's `module.` prefix: DDP, DataParallel, or a framework
+    wrapper that is DDP on several processes (vocabulary.toml [frameworks]: Accelerate's `prepare`; not Fabric's
+    `setup`, whose `state_dict` is the original module's)."""
+    if b is None or b.kind != "module":
+        return False
+    if b.wrapper in ("ddp", "dp"):
+        return True
+    facts = index.vocab["frameworks"].get(b.wrapper or "")
+    return bool(facts and facts["wrapped_state_dict_prefix"])
+
+
+def _wrapper_words(index: Index, b: Binding, name: str) -> tuple[str, str]:
+    """(the wrapper as the message names it, the expression that reaches the model inside it)."""
+    if b.wrapper == "ddp":
+        return "DistributedDataParallel", f"{name}.module"
+    if b.wrapper == "dp":
+        return "DataParallel", f"{name}.module"
+    runner = next((dotted(c.func.value) for c in ast.walk(b.node)  # type: ignore[attr-defined]
+                   if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "prepare"),
+                  None) or "accelerator"
+    return (f"DistributedDataParallel (what `{runner}.prepare` wraps it in on several processes)",
+            f"{runner}.unwrap_model({name})")
 
 
 @rule("TD304", ast.Module)
 def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     saves = index.calls_to("torch.save", "safetensors.torch.save_file")
-    if not saves or not any(b.wrapper in ("ddp", "dp") for b in index.bindings_of("module")):
+    saves += [c for c in index.method_calls("save") if index.framework_call(c, "save")]  # `accelerator.save(sd, f)`
+    if not saves or not any(_prefixing_wrapper(index, b) for b in index.bindings_of("module")):
         return
     for call in index.method_calls("load_state_dict"):
         b = _binding_at(index, call.func.value, call)  # type: ignore[attr-defined]
-        if b is not None and b.kind == "module" and b.wrapper in ("ddp", "dp"):
+        if _prefixing_wrapper(index, b):
             return  # the checkpoint goes back into a wrapped model: the prefix is what it expects
     reported: set[ast.AST] = set()
     for save in saves:
@@ -749,50 +779,84 @@ def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
                     continue
                 receiver = sub.func.value
                 b = _binding_at(index, receiver, sub)
-                if b is None or b.kind != "module" or b.wrapper not in ("ddp", "dp"):
+                if b is None or not _prefixing_wrapper(index, b):
                     continue
                 if _parameter_of_other_scope(index, receiver, sub, b):
                     continue  # `def save(model): ...`: which model the caller passes is unknown
+                local = index.definitions(dotted(receiver) or "", sub)
+                if local and not any(v is local[-1] for v in ast.walk(b.node)):
+                    continue  # rebound here to what the index cannot read: `inner_model = unwrap(model.inner_model)`
                 reported.add(sub)
-                wrapper = "DistributedDataParallel" if b.wrapper == "ddp" else "DataParallel"
                 name = dotted(receiver) or "model"
-                ctx.report(sub, variable=name, wrapper=wrapper, save=ctx.segment(save.func, 30), prefix="module.")
+                wrapper, unwrapped = _wrapper_words(index, b, name)
+                ctx.report(sub, variable=name, wrapper=wrapper, save=ctx.segment(save.func, 30), prefix="module.",
+                           unwrapped=unwrapped)
 
 
 # -- TD305 ---------------------------------------------------------------------------------------
 
 
-def _ddp_model_called(index: Index, loop: Loop) -> str | None:
-    """The name of a DDP-wrapped model the loop calls (its forward runs there), if any."""
+def _syncs_every_backward(index: Index, b: Binding) -> bool:
+    """A DDP model, or one a framework wrapped that all-reduces in every backward on several processes
+    (vocabulary.toml [frameworks]: Accelerate's `prepare`, Fabric's `setup`)."""
+    if b.kind != "module":
+        return False
+    if b.wrapper == "ddp":
+        return True
+    facts = index.vocab["frameworks"].get(b.wrapper or "")
+    return bool(facts and facts["syncs_every_backward"]) and not index.single_process_runner(b.wrapper or "")
+
+
+def _ddp_model_called(index: Index, loop: Loop) -> Binding | None:
+    """The binding of a DDP-wrapped model the loop calls (its forward runs there), if any."""
     for call in loop.all_calls():
         func = call.func
         if not isinstance(func, ast.Name | ast.Attribute):
             continue
         b = _binding_at(index, func, call)
-        if b is None or b.kind != "module" or b.wrapper != "ddp":
+        if b is None or not _syncs_every_backward(index, b):
             continue
         if not _parameter_of_other_scope(index, func, call, b):
-            return dotted(func)
+            return b
     return None
+
+
+def _sync_switch(index: Index, b: Binding, model: str, runner: str | None) -> str:
+    """How this model's wrapper skips the all-reduce on a micro-step, in the fix's words."""
+    if b.wrapper == "fabric":
+        return (f"run the forward and backward under `{runner or 'fabric'}.no_backward_sync({model}, "
+                "enabled=not last_micro_step)`")
+    if b.wrapper == "accelerate":
+        return (f"run the forward and backward under `{runner or 'accelerator'}.no_sync({model})` when the step "
+                f"is not the last, or let `{runner or 'accelerator'}.accumulate({model})` choose")
+    return (f"run the forward and backward under `{model}.no_sync()` when the step is not the last "
+            f"(`with {model}.no_sync() if not last_micro_step else nullcontext():`), or set "
+            f"`{model}.require_backward_grad_sync = last_micro_step` before the forward as nanoGPT does")
 
 
 @rule("TD305", ast.Module)
 def accumulation_without_no_sync(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
-    if not index.backward_calls or not any(b.wrapper == "ddp" for b in index.bindings_of("module")):
+    if not index.backward_calls or not any(_syncs_every_backward(index, b) for b in index.bindings_of("module")):
         return
     if "no_sync" in ctx.source or "require_backward_grad_sync" in ctx.source or index.method_calls("accumulate"):
         return  # synchronisation is already switched (no_sync, nanoGPT's flag, accelerate's accumulate)
-    for acc in accumulations(ctx):
-        model = _ddp_model_called(index, acc.loop)
-        if model is None:
+    switches = {m for facts in index.vocab["frameworks"].values() for m in facts["no_sync"]}
+    if any(index.framework_call(c, "no_sync") for m in sorted(switches) for c in index.method_calls(m)):
+        return  # a framework's own switch: Fabric's `no_backward_sync`
+    for acc in accumulations(ctx, framework_backward=True):
+        b = _ddp_model_called(index, acc.loop)
+        if b is None:
             continue  # the loop runs no model we know to be DDP-wrapped
         call = acc.backward[0]
+        model = b.name
+        runner = dotted(call.func.value) if index.framework_call(call, "backward") else None  # type: ignore[attr-defined]
         n = number(ctx, acc.count, call)
         values = dict(
             variable=ctx.segment(call, 50),
             model=model,
             accum_expr=ctx.segment(acc.count, 40),
+            sync_switch=_sync_switch(index, b, model, runner),
         )
         if n is not None and n == int(n):
             values.update(micro_steps=int(n), allreduces_per_step=int(n))

@@ -268,18 +268,22 @@ def is_engine_backward(call: ast.Call) -> bool:
     return bool(call.args) and last_name(func.value) not in ("autograd",)
 
 
-def accumulations(ctx: Context) -> list[Accumulation]:
-    """Every gradient-accumulation loop of the file (memoised)."""
-    return ctx.memo("accumulations", lambda: _accumulations(ctx.index))
+def accumulations(ctx: Context, framework_backward: bool = False) -> list[Accumulation]:
+    """Every gradient-accumulation loop of the file (memoised). With `framework_backward`, also the loops whose
+    backward is a training framework's (`fabric.backward`, `accelerator.backward`): for the questions such a
+    backward does not answer on its own (whether DDP all-reduces on every micro-step)."""
+    return ctx.memo(("accumulations", framework_backward), lambda: _accumulations(ctx.index, framework_backward))
 
 
-def _accumulations(index: Index) -> list[Accumulation]:
+def _accumulations(index: Index, framework_backward: bool = False) -> list[Accumulation]:
     found: list[Accumulation] = []
     backward = set(index.backward_calls)
     steps = set(index.step_calls)
     helpers = _backward_helpers(index)
     for loop in index.loops.values():
-        backs = [c for c in loop.calls if c in backward and not is_engine_backward(c)
+        backs = [c for c in loop.calls
+                 if c in backward and (not is_engine_backward(c)
+                                       or (framework_backward and index.framework_call(c, "backward")))
                  or index.local_target(c) in helpers]
         if not backs:
             continue
@@ -403,12 +407,84 @@ def _compatibility_fallback(index: Index, node: ast.AST) -> bool:
 # -- TD402 ---------------------------------------------------------------------------------------
 
 
+_TORCH_SCALER = ('`scaler = torch.amp.GradScaler("cuda")`, then `scaler.scale(loss).backward()`, '
+                 '`scaler.step(optimizer)`, `scaler.update()`; or use `dtype=torch.bfloat16` on GPUs that support it '
+                 '(it needs no scaler)')
+
+
+def _flag_values(index: Index, value: ast.AST) -> set[str] | None:
+    """The strings a command-line flag can hold (`args.mixed_precision` <- `add_argument("--mixed_precision",
+    default=..., choices=[...])`), or None when no `add_argument` of this file defines it."""
+    attr = value.attr if isinstance(value, ast.Attribute) else None
+    if attr is None:
+        return None
+    for call in index.method_calls("add_argument"):
+        flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        dest = kwarg(call, "dest")
+        names = {f.lstrip("-").replace("-", "_") for f in flags}
+        if attr in names or (isinstance(dest, ast.Constant) and dest.value == attr):
+            return {n.value for n in ast.walk(call) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return None
+
+
+def _runner_float16(index: Index, ctx: Context) -> list[tuple[ast.Call, str, str]]:
+    """Framework runners built with float16 mixed precision (vocabulary.toml [frameworks]: `precision_keyword`,
+    `float16_values`): (constructor call, framework, how the dtype is known). A value read from a flag or config
+    counts when the script itself offers a float16 value (`choices=["no", "fp16", "bf16"]`)."""
+    found = []
+    for framework, facts in index.vocab["frameworks"].items():
+        for call in index.calls_to(*facts["constructors"]):
+            value = kwarg(call, facts["precision_keyword"])
+            if value is None:
+                continue
+            if isinstance(value, ast.Constant):
+                if str(value.value) in facts["float16_values"]:
+                    found.append((call, framework, "float16"))
+                continue
+            offered = _flag_values(index, value)
+            if offered is None:  # a config value: any float16 spelling the script holds
+                offered = {n.value for n in ast.walk(index.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            if offered & set(facts["float16_values"]):
+                shown = ctx.segment(value, 40)
+                values = " / ".join(f'"{v}"' for v in facts["float16_values"] if v in offered)
+                found.append((call, framework, f"float16 when `{shown}` is {values} (a value this script offers)"))
+    return found
+
+
+def _plain_backward_under_runner(ctx: Context) -> None:
+    """`accelerator = Accelerator(mixed_precision="fp16")` but `loss.backward()`: the prepared model's forward runs
+    in float16 and only `accelerator.backward(loss)` scales the loss (med-seg-diff-pytorch #6)."""
+    index = ctx.index
+    runners = _runner_float16(index, ctx)
+    if not runners:
+        return
+    for call, framework, dtype in runners:
+        owner = index.function_of(call)
+        for back in index.backward_calls:
+            if is_engine_backward(back) or index.function_of(back) is not owner or index.grad_disabled(back):
+                continue
+            if not isinstance(back.func, ast.Attribute) or isinstance(back.func.value, ast.Call):
+                continue  # `scaler.scale(loss).backward()`: scaled by hand
+            stmt = index.parent(call)
+            runner = (dotted(stmt.targets[0]) if isinstance(stmt, ast.Assign) else None) or framework
+            loss = ctx.segment(back.func.value, 30)
+            # A flag's value: float16 on the runs that pick it, so a warning rather than the rule's error.
+            ctx.report(back, severity=None if dtype == "float16" else "warning", variable=ctx.segment(call, 60), dtype=dtype,
+                       backward=f"`{ctx.segment(back, 40)}` (line {back.lineno}), not `{runner}.backward({loss})`,",
+                       scale_with=f"call `{runner}.backward({loss})` instead of `{ctx.segment(back, 40)}`: it applies "
+                                  f"the runner's GradScaler (and divides by the accumulation steps)")
+
+
 @rule("TD402", ast.Module, ast.With, ast.AsyncWith)
 def fp16_without_scaler(node: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Module):
         return
     index = ctx.index
-    if not index.backward_calls or any(is_engine_backward(c) for c in index.backward_calls):
+    if not index.backward_calls:
+        return
+    if not _uses_a_scaler(ctx):
+        _plain_backward_under_runner(ctx)
+    if any(is_engine_backward(c) for c in index.backward_calls):
         return  # no training here, or a framework (Accelerate, DeepSpeed, Lightning) that scales for you
     regions = [r for r in autocast_regions(ctx) if r.dtype == "float16" and _autocast_enabled(index, r)]
     if not regions or _uses_a_scaler(ctx):
@@ -430,7 +506,7 @@ def fp16_without_scaler(node: ast.AST, ctx: Context) -> None:
         )
         dtype = "float16 (the CUDA default when no dtype is given)" if implicit else "float16"
         backward = f"`{ctx.segment(backs[0], 40)}` (line {backs[0].lineno})" if backs else "the backward pass"
-        ctx.report(where, variable=ctx.segment(where, 60), dtype=dtype, backward=backward)
+        ctx.report(where, variable=ctx.segment(where, 60), dtype=dtype, backward=backward, scale_with=_TORCH_SCALER)
 
 
 # -- TD403 ---------------------------------------------------------------------------------------
@@ -916,6 +992,39 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
         if e_num is not None:
             values["lr_steps_taken"] = round(e_num)
         ctx.report(call, **values)
+    _stepped_in_epoch_hook(ctx, _scheduler_steps(ctx), per_batch_names)
+
+
+def _epoch_hook(index: Index, call: ast.Call) -> str | None:
+    """The Lightning hook holding `call` when Lightning runs it once per epoch (vocabulary.toml
+    `lightning_epoch_hooks`: `validation_epoch_end`, `on_train_epoch_end`, ...), in a LightningModule of this file
+    (a class with a `training_step`, in a file that imports Lightning)."""
+    fn = index.function_of(call)
+    if not isinstance(fn, FUNCTIONS) or fn.name not in index.names["lightning_epoch_hooks"]:
+        return None
+    info = index.class_of(call)
+    if info is None or info.method("training_step") is None:
+        return None
+    return fn.name if index.uses("lightning") or index.uses("pytorch_lightning") else None
+
+
+def _stepped_in_epoch_hook(ctx: Context, steps: list[tuple[ast.Call, Schedule]], per_batch_names: set[str]) -> None:
+    """hearai's GlossTranslationModel (before 90271af): a OneCycleLR sized in `max_epochs * steps_per_epoch` batches,
+    stepped by hand in `validation_epoch_end`, which Lightning calls once per epoch."""
+    index = ctx.index
+    for call, s in steps:
+        if s.name in per_batch_names or _granularity(index, call) is not None:
+            continue
+        hook = _epoch_hook(index, call)
+        if hook is None:
+            continue
+        length = _batch_length(ctx, s, None)
+        if length is None:
+            continue
+        _what, plan_text, _planned = length
+        usage = (f"Lightning calls `{hook}` once per epoch, so the run makes one scheduler step per epoch where it "
+                 f"plans {plan_text}")
+        ctx.report(call, variable=s.name, scheduler=s.cls, usage=usage, stepped_per="epoch")
 
 
 def _epoch_set_each_step(node: ast.Module, ctx: Context) -> None:

@@ -314,6 +314,9 @@ class Bindings:
         return None
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
+        if isinstance(value, ast.Call) and (framework := self.framework_call(value, "setup")):
+            self._bind_setup(target, value, stmt, framework)
+            return
         if isinstance(target, ast.Tuple | ast.List):
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 for t, v in zip(target.elts, value.elts, strict=True):
@@ -333,6 +336,8 @@ class Bindings:
                         # A prepared loader moves its batches to the device itself: the wrapper says so.
                         wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
                         self._add(Binding(name, inner.kind, inner.cls, stmt, inner.call, wrapper, inner.compiled, dotted(v)))
+                    elif name and value.func.attr == "prepare" and self._prepared_module(name, v):
+                        self._add(Binding(name, "module", None, stmt, None, "accelerate", False, dotted(v)))
             return
         name = dotted(target) or keyed_name(target)
         if name is None or value is None:
@@ -362,8 +367,60 @@ class Bindings:
                 prepared = value.func.attr == "prepare" and inner.kind in ("module", "dataloader")
                 b = Binding(name, inner.kind, inner.cls, stmt, inner.call, "accelerate" if prepared else inner.wrapper,
                             inner.compiled, dotted(handed[0]))
+        if b is None and isinstance(value, ast.Subscript):
+            b = self._prepared_item(value, name, stmt)
         if b is not None:
             self._add(b)
+
+    def _prepared_module(self, name: str, handed: ast.AST) -> bool:
+        """What `accelerator.prepare` handed back is a model when nothing of this file built it but it is used as
+        one (`vae.state_dict()`, `self.model.train()`) or named as one, and is named as no optimizer or loader."""
+        handed_name = dotted(handed) or ""
+        names = (name, handed_name)
+        if any(_OPTIMIZER_NAME.search(n.rsplit(".", 1)[-1]) or looks_like_loader(n) for n in names if n):
+            return False
+        return any(looks_like_model(n) or self._used_as_module(n) for n in names if n)
+
+    def _prepared_item(self, value: ast.Subscript, name: str, stmt: ast.AST) -> Binding | None:
+        """`vae = prepared[0]` after `prepared = accelerator.prepare(vae, loader, *optimizers)`: the item handed in
+        at that position, wrapped (only positions before any starred argument are known)."""
+        source, index = dotted(value.value), value.slice
+        if source is None or not (isinstance(index, ast.Constant) and isinstance(index.value, int)):
+            return None
+        if self._prepared_names is None:  # names bound to a whole `x.prepare(...)` result, found once per file
+            self._prepared_names = {}
+            for assign in self.nodes(ast.Assign):
+                call = assign.value  # type: ignore[attr-defined]
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "prepare":
+                    for t in assign.targets:  # type: ignore[attr-defined]
+                        if (held := dotted(t)) is not None:
+                            self._prepared_names.setdefault(held, []).append(call)
+        for call in self._prepared_names.get(source, []):
+            if index.value >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args[: index.value + 1]):
+                return None
+            v = call.args[index.value]
+            inner = self._value_binding(v)
+            if inner is not None:
+                wrapper = "accelerate" if inner.kind in ("module", "dataloader") else inner.wrapper
+                return Binding(name, inner.kind, inner.cls, stmt, inner.call, wrapper, inner.compiled, dotted(v))
+            if self._prepared_module(name, v):
+                return Binding(name, "module", None, stmt, None, "accelerate", False, dotted(v))
+        return None
+
+    def _bind_setup(self, target: ast.AST, call: ast.Call, stmt: ast.AST, framework: str) -> None:
+        """`model, optimizer = fabric.setup(model, optimizer)`: the framework hands back what it was given, in the
+        kinds its contract names (vocabulary.toml `setup_returns`: the model, then optimizers), wrapped."""
+        targets = target.elts if isinstance(target, ast.Tuple | ast.List) else [target]
+        kinds = self.framework_facts(framework)["setup_returns"]
+        for i, (t, v) in enumerate(zip(targets, call.args, strict=False)):
+            name = dotted(t)
+            if name is None:
+                continue
+            inner = self._value_binding(v)
+            kind = kinds[min(i, len(kinds) - 1)]
+            self._add(Binding(name, kind, inner.cls if inner else None, stmt, inner.call if inner else None,
+                              framework if kind == "module" else (inner.wrapper if inner else None),
+                              bool(inner and inner.compiled), dotted(v)))
 
     def _add(self, b: Binding) -> None:
         self.bindings.setdefault(b.name, []).append(b)

@@ -429,15 +429,24 @@ class Loops:
             return True
         if _depth == 0 and self.model_run_method(call) is not None:
             return True  # in the loop itself: a helper that generates is often decorated with no_grad
-        if _depth == 1 and isinstance(func, ast.Attribute) and func.attr == "forward" and self.is_model(func.value):
+        if isinstance(func, ast.Attribute) and func.attr == "forward" and self.is_model(func.value) and (
+            _depth == 1 or self._evaluation_forward(call)
+        ):
             # `self._model.forward(task, batch)` inside the loop's own helper (jiant's `self._forward(batch)`): a
             # pass-through to the model. In the loop itself `model.forward(x)` stays out: gradient loops call it
-            # directly (FROMP's Fisher loops, notes_bugs_h.md).
+            # directly (FROMP's Fisher loops, notes_bugs_h.md), unless the call says it is not training
+            # (DB's `model.forward(batch, training=False)`).
             return True
         if _depth >= 2:
             return False
         target = self.local_target(call)
         return target is not None and any(self.call_runs_model(c, _depth + 1) for c in self.calls_in(target))
+
+    def _evaluation_forward(self, call: ast.Call) -> bool:
+        """A forward told it is not training: a keyword of vocabulary.toml `evaluation_forward_flags` set to False."""
+        flags = self.names["evaluation_forward_flags"]
+        return any(k.arg in flags and isinstance(k.value, ast.Constant) and k.value.value is False
+                   for k in call.keywords)
 
     def model_run_method(self, call: ast.Call) -> ast.expr | None:
         """The model a method call runs through its forward: `model.generate(x)` (Hugging Face decoding; TrOCR's

@@ -1,0 +1,83 @@
+"""Training frameworks' runner objects (Accelerate's `Accelerator`, Lightning's `Fabric`) and what their methods
+mean: which call is the framework's backward, which context skips the gradient all-reduce, which call unwraps or
+saves a model. The facts are data (vocabulary.toml [frameworks]); this module only finds the runners."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.rules.static.semantic.syntax import dotted
+
+
+class Frameworks:
+    """Runners by name, and framework calls by role."""
+
+    def _runners(self) -> dict[str, str]:
+        """Names bound to a framework runner (`accelerator = Accelerator(...)`, `self.fabric = fabric` after
+        `fabric = Fabric(...)`) -> the framework, from the constructors of this file and plain copies of them."""
+        cached = getattr(self, "_runner_names", None)
+        if cached is not None:
+            return cached
+        found: dict[str, str] = {}
+        for framework, facts in self.vocab["frameworks"].items():
+            for call in self.calls_to(*facts["constructors"]):
+                stmt = self.parent(call)
+                if isinstance(stmt, ast.Assign) and stmt.value is call:
+                    found.update({d: framework for d in (dotted(t) for t in stmt.targets) if d})
+        changed = bool(found)
+        while changed:  # copies: `self.fabric = fabric`, `acc = self.accelerator`
+            changed = False
+            for stmt in self.nodes(ast.Assign):
+                source = dotted(stmt.value)  # type: ignore[attr-defined]
+                if source in found:
+                    for target in stmt.targets:  # type: ignore[attr-defined]
+                        name = dotted(target)
+                        if name and name not in found:
+                            found[name] = found[source]
+                            changed = True
+        self._runner_names = found
+        return found
+
+    def framework_of(self, expr: ast.AST | None) -> str | None:
+        """The framework whose runner `expr` names: bound to its constructor in this file, or called by the
+        framework's usual name (`self.accelerator`) in a file that imports the framework."""
+        name = dotted(expr) if expr is not None else None
+        if not name:
+            return None
+        runners = self._runners()
+        if name in runners:
+            return runners[name]
+        last = name.rsplit(".", 1)[-1]
+        for framework, facts in self.vocab["frameworks"].items():
+            roots = {c.split(".", 1)[0] for c in facts["constructors"]}
+            if last in facts["receivers"] and any(self.uses(root) for root in roots):
+                return framework
+        return None
+
+    def framework_call(self, call: ast.AST, role: str) -> str | None:
+        """The framework, when `call` is `runner.method(...)` and the framework lists `method` under `role`
+        (backward, no_sync, unwrap, save, setup)."""
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+            return None
+        framework = self.framework_of(call.func.value)
+        if framework is None or call.func.attr not in self.vocab["frameworks"][framework].get(role, ()):
+            return None
+        return framework
+
+    def framework_facts(self, framework: str) -> dict:
+        return self.vocab["frameworks"][framework]
+
+    def single_process_runner(self, framework: str) -> bool:
+        """Every runner of the framework built in this file is pinned to one process (`Fabric(devices=1)`): what it
+        wraps is no DDP model."""
+        facts = self.vocab["frameworks"][framework]
+        calls = self.calls_to(*facts["constructors"])
+        if not calls:
+            return False
+        pinned = facts["single_process"]
+        for call in calls:
+            given = {k.arg: k.value for k in call.keywords if k.arg is not None}
+            if not any(isinstance(given.get(key), ast.Constant) and given[key].value in values  # type: ignore[union-attr]
+                       for key, values in pinned.items()):
+                return False
+        return True
