@@ -27,6 +27,8 @@ def module_prefix_cut_unchecked(node: ast.Subscript, ctx: Context) -> None:
     scope = index.function_of(node) or index.statement_of(node)
     if scope is None or not _mentions_module(ctx, scope, node) or _tests_prefix(scope):
         return
+    if _every_caller_tests(index, scope):
+        return
     reported: set[ast.AST] = ctx.memo("TD708-scopes", set)  # one finding per function: one loop, one fix
     if scope in reported:
         return
@@ -92,3 +94,15 @@ def _tests_prefix(scope: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+def _every_caller_tests(index: Index, fn: ast.AST) -> bool:
+    """A helper (`def remove_module(d): return {k[7:]: v ...}`) whose every call in this file runs under a test of
+    the keys (`if "module." in keys[1]: d = remove_module(d)`): the check is the caller's."""
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    calls = index.callers(fn)
+    return bool(calls) and all(
+        any(isinstance(up, ast.If | ast.IfExp) and _tests_prefix(up.test) for up in index.ancestors(call))
+        for call in calls
+    )
