@@ -368,7 +368,7 @@ def bug_specialist_match(bug: dict[str, Any], code: str) -> bool:
 # Families whose rules sit in more than one specialist's range: the codes that answer them.
 FAMILY_CODES = {
     "deprecated-api": ("TD401", "TD607", "TD608"),  # the AMP API (mixed precision), removed and deprecated torch API
-    "module-prefix-mismatch": ("TD3", "TD706"),  # saving the wrapper's keys (distributed), loading bare keys into it (checkpointing)
+    "module-prefix-mismatch": ("TD3", "TD706", "TD708"),  # saving the wrapper's keys (distributed), loading bare keys into it, cutting the prefix unchecked (checkpointing)
 }
 
 

@@ -1,0 +1,221 @@
+"""TD612: a square root of a sum of squares (a Euclidean length) with nothing added under the root.
+
+d sqrt(x)/dx = 1 / (2 sqrt(x)) is infinite at x = 0, and a length is exactly 0 whenever the vector is (a flat
+image's gradient map, two coinciding points, an all-zero capsule). Backward then multiplies that inf by the 0
+of the inner derivative and every weight upstream gets NaN. torch.linalg.vector_norm / torch.norm define a 0
+subgradient there, a hand-written root does not.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.index import Index, is_constant, kwarg
+from torchdoctor.rules.static.rules.debugging import _in_loss_code
+from torchdoctor.rules.static.rules.profiling import snippet
+
+_REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
+
+
+@rule("TD612", ast.Call, ast.BinOp)
+def sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
+    index = ctx.index
+    inner = _radicand(index, node)
+    if inner is None or not _differentiated_here(index, ctx, node) or not _sum_of_squares(index, inner, node, 0):
+        return
+    if _read_on_host_only(index, node):
+        return
+    # One finding per function: its roots share one cause and one fix (nodes arrive in source order).
+    reported: set[ast.AST | None] = ctx.memo("TD612-functions", set)
+    fn = index.function_of(node)
+    if fn in reported:
+        return
+    reported.add(fn)
+    ctx.report(node, variable=snippet(ctx, node, 60))
+
+
+def _radicand(index: Index, node: ast.AST) -> ast.expr | None:
+    """What is under the square root: `torch.sqrt(x)`, `x.sqrt()`, `torch.pow(x, 0.5)`, `x.pow(0.5)`, `x ** 0.5`."""
+    if isinstance(node, ast.BinOp):
+        return node.left if _is_half(node.right) else None
+    if not isinstance(node, ast.Call):
+        return None
+    q = index.resolve(node.func)
+    if q == "torch.sqrt":
+        return kwarg(node, "input", 0)
+    if q == "torch.pow":
+        exponent = kwarg(node, "exponent", 1)
+        return kwarg(node, "input", 0) if exponent is not None and _is_half(exponent) else None
+    func = node.func
+    if q is not None or not isinstance(func, ast.Attribute) or node.keywords:
+        return None
+    if func.attr == "sqrt" and not node.args:
+        return func.value
+    if func.attr == "pow" and len(node.args) == 1 and _is_half(node.args[0]):
+        return func.value
+    return None
+
+
+def _is_half(expr: ast.AST) -> bool:
+    return is_constant(expr, 0.5)
+
+
+def _is_two(expr: ast.AST | None) -> bool:
+    return is_constant(expr, 2) or is_constant(expr, 2.0)
+
+
+def _differentiated_here(index: Index, ctx: Context, node: ast.AST) -> bool:
+    """Where a gradient flows through the root: loss code (a function, class or file named for a loss) or a
+    method of an nn.Module subclass other than `__init__`, and not under no_grad. A metric or a plot helper
+    computes the same length with no backward through it."""
+    if index.grad_disabled(node):
+        return False
+    fn = index.function_of(node)
+    if fn is not None and fn.name == "__init__":
+        return False
+    if _in_loss_code(index, node) or "loss" in os.path.basename(ctx.path).lower():
+        return True
+    info = index.class_of(node)
+    return info is not None and info.is_module
+
+
+def _square(index: Index, expr: ast.AST) -> bool:
+    """`x ** 2`, `torch.pow(x, 2)`, `x.pow(2)`, `torch.square(x)`, `x.square()`, `x * x`."""
+    if isinstance(expr, ast.BinOp):
+        if isinstance(expr.op, ast.Pow):
+            return _is_two(expr.right)
+        return isinstance(expr.op, ast.Mult) and ast.dump(expr.left) == ast.dump(expr.right)
+    if not isinstance(expr, ast.Call):
+        return False
+    q = index.resolve(expr.func)
+    if q == "torch.pow":
+        return _is_two(kwarg(expr, "exponent", 1))
+    if q == "torch.square":
+        return True
+    func = expr.func
+    if q is None and isinstance(func, ast.Attribute):
+        if func.attr == "pow" and len(expr.args) == 1:
+            return _is_two(expr.args[0])
+        return func.attr == "square" and not expr.args
+    return False
+
+
+def _sum_of_squares(index: Index, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+    """A value that is exactly 0 when the vector is: a sum or mean of squares, or squares added together,
+    followed through the function's own names (`squared_norm = (x ** 2).sum(-1)` then `torch.sqrt(squared_norm)`).
+    Anything else on the way (`+ eps`, a clamp, a constant) keeps it off 0 or is not the shape: no claim."""
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, at)
+        return bool(values) and all(_sum_of_squares(index, v, at, depth + 1) for v in values[-1:])
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        # Squares added by hand: every base must be a tensor this code computes. `(pred - target) ** 2 + c ** 2`
+        # (pseudo-Huber) and `sigma ** 2 + self.sigma_data ** 2` (diffusion preconditioning) add a positive
+        # constant's square, which keeps the sum off 0.
+        return all((_square(index, side) and _computed_base(index, _square_base(index, side), at))
+                   or _sum_of_squares(index, side, at, depth + 1) for side in (expr.left, expr.right))
+    if not isinstance(expr, ast.Call):
+        return False
+    q = index.resolve(expr.func)
+    if q in _REDUCTIONS:
+        arg = kwarg(expr, "input", 0)
+    elif q is None and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("sum", "mean"):
+        arg = expr.func.value
+    else:
+        return False
+    # The length of a ground-truth tensor (`torch.sum(flow_gt ** 2, dim=1).sqrt()` for a validity mask) has no
+    # gradient to spoil.
+    return arg is not None and _square(index, arg) and not _data_only(_square_base(index, arg))
+
+
+def _square_base(index: Index, expr: ast.AST) -> ast.AST:
+    """x in `x ** 2`, `torch.pow(x, 2)`, `x.pow(2)`, `torch.square(x)`, `x.square()`, `x * x`."""
+    if isinstance(expr, ast.BinOp):
+        return expr.left
+    if isinstance(expr, ast.Call):
+        if index.resolve(expr.func) in ("torch.pow", "torch.square"):
+            return kwarg(expr, "input", 0) or expr
+        if isinstance(expr.func, ast.Attribute):
+            return expr.func.value
+    return expr
+
+
+def _computed_base(index: Index, base: ast.AST, at: ast.AST) -> bool:
+    """A tensor this code computes: a difference, a call, a slice, or a local name bound to one that is not
+    arithmetic on sizes and constants (`c = 0.00054 * math.sqrt(math.prod(pred.shape[1:]))`). Attributes
+    (`self.sigma_data`, `args.huber_c`) and parameters are hyperparameters as often as tensors: not counted."""
+    if isinstance(base, ast.BinOp | ast.Call | ast.Subscript):
+        return not _constant_like(index, base)
+    if isinstance(base, ast.Name):
+        values = index.definitions(base.id, at)
+        if not values:
+            return False  # a parameter or a global
+        value = values[-1]
+        func = value.func if isinstance(value, ast.Call) else None
+        if isinstance(func, ast.Attribute) and func.attr in _RESHAPES and index.resolve(func) is None:
+            return _computed_base(index, func.value, value)  # `huber_c = huber_c.view(-1, 1, 1, 1)`: still the parameter
+        return isinstance(value, ast.BinOp | ast.Call | ast.Subscript) and not _constant_like(index, value)
+    return False
+
+
+_RESHAPES = frozenset({"view", "reshape", "to", "unsqueeze", "squeeze", "expand", "expand_as", "flatten", "float",
+                       "double", "half", "type", "type_as", "contiguous"})
+
+
+def _constant_like(index: Index, expr: ast.AST) -> bool:
+    """Arithmetic on numbers, sizes and math/NumPy calls, with no torch call in it."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call):
+            q = index.resolve(node.func) or ""
+            if q.startswith("torch."):
+                return False
+            if not q.startswith(("math.", "numpy.", "np.")) and q not in ("len", "float", "int", "min", "max"):
+                return False
+        elif isinstance(node, ast.Subscript) and not (isinstance(node.value, ast.Attribute)
+                                                      and node.value.attr == "shape"):
+            return False
+        elif isinstance(node, ast.Name) and not isinstance(index.parent(node), ast.Attribute | ast.Call):
+            return False
+    return True
+
+
+_DATA_WORDS = frozenset({"gt", "target", "targets", "label", "labels", "true", "truth"})
+
+
+def _data_only(base: ast.AST) -> bool:
+    names = [n.id for n in ast.walk(base) if isinstance(n, ast.Name)]
+    return bool(names) and all(set(name.lower().split("_")) & _DATA_WORDS for name in names)
+
+
+_HOST_READS = frozenset({"item", "tolist", "numpy", "cpu"})
+
+
+def _read_on_host_only(index: Index, node: ast.AST) -> bool:
+    """The root is bound to a name that is only compared or read to the host afterwards (an end-point error
+    logged as a metric, a convergence test): backward never passes through it."""
+    stmt = index.statement_of(node)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    name = stmt.targets[0].id
+    scope = index.function_of(node) or index.tree
+    uses = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+            and n.lineno > stmt.end_lineno]  # type: ignore[operator]
+    for use in uses:
+        if not _host_read_or_rebinding(index, use, name):
+            return False
+    return bool(uses)
+
+
+def _host_read_or_rebinding(index: Index, use: ast.Name, name: str) -> bool:
+    for parent in index.ancestors(use):
+        if isinstance(parent, ast.Compare):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr in _HOST_READS:
+            return True
+        if isinstance(parent, ast.stmt):
+            return isinstance(parent, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                          for t in parent.targets)
+    return False
