@@ -879,3 +879,18 @@ def test_a_nan_made_inline_in_the_loss_is_named_from_the_loss_graph(tmp_path_fac
                             "done", "nan-loss", "loss = (per_item * mask).sum() / denominator")
     if found is not None:
         assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["module", "function", "healthy"])
+def test_a_nan_gradient_made_by_a_loss_is_named_at_its_op(tmp_path_factory, validate_report, how):
+    # siamese-triplet's ContrastiveLoss, mmrotate's GWD loss: sqrt of a distance that is exactly 0 is finite forward
+    # and infinite backward. The backward replay ran the loss on the real step's prediction, whose graph the step's
+    # own backward had freed ("backward through the graph a second time"), and named nothing; it now cuts a
+    # replayed call's inputs into leaves and runs loss functions with grad too
+    line = {"module": "return distance.sqrt().mean()", "function": "return dist.sqrt().mean()"}.get(how, "")
+    result, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-grad-sqrt-loss", "nan_grad_sqrt_loss.py", how,
+                                 "done", "nonfinite-grad", line)
+    if found is not None:
+        assert found["location"]["function"] == ("forward" if how == "module" else "pair_distance"), found
+        assert found["evidence"][0]["values"].get("op") == "Tensor.sqrt", found["evidence"][0]
