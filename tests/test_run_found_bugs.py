@@ -894,3 +894,24 @@ def test_a_nan_gradient_made_by_a_loss_is_named_at_its_op(tmp_path_factory, vali
     if found is not None:
         assert found["location"]["function"] == ("forward" if how == "module" else "pair_distance"), found
         assert found["evidence"][0]["values"].get("op") == "Tensor.sqrt", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy", "epoch-decay"])
+def test_a_lambda_schedule_sized_in_steps_but_stepped_per_epoch_is_scheduler_granularity(tmp_path_factory,
+                                                                                       validate_report, how):
+    # stable-worldmodel: a warm-up + cosine LambdaLR over max_epochs * len(train) steps, stepped per epoch by
+    # Lightning's "interval": "epoch". A lambda has no length to read; where its replayed curve ends is one
+    result = shared_run(tmp_path_factory, f"lambda-sized-in-steps-{how}", "lambda_sized_in_steps.py", "--fail-on",
+                        "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("scheduler-granularity")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("lambda_sized_in_steps.py", 'if how != "healthy":') + 1, found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["total_steps"] == 192 and values["steps_taken"] == 6, values
+    assert values["length_from"] == "the replayed lambda curve", values
