@@ -915,3 +915,14 @@ def test_a_lambda_schedule_sized_in_steps_but_stepped_per_epoch_is_scheduler_gra
     values = found[0]["evidence"][0]["values"]
     assert values["total_steps"] == 192 and values["steps_taken"] == 6, values
     assert values["length_from"] == "the replayed lambda curve", values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_loss_averaged_through_torch_tensor_is_named_at_that_constructor(tmp_path_factory, validate_report, how):
+    # predrnn: torch.mean(torch.tensor(decouple_loss)) copies the terms' values into a tensor with no graph; no
+    # Tensor method cuts it, so the cut was named at the script's backward (where a probe read the loss's value)
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "tensor-of-losses", "tensor_of_losses.py", how, "done",
+                            "non-differentiable", "aux = torch.mean(torch.tensor(terms))")
+    if found is not None:
+        assert found["evidence"][0]["values"]["op"] == "torch.tensor(...)", found["evidence"][0]
