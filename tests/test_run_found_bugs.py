@@ -926,3 +926,15 @@ def test_a_loss_averaged_through_torch_tensor_is_named_at_that_constructor(tmp_p
                             "non-differentiable", "aux = torch.mean(torch.tensor(terms))")
     if found is not None:
         assert found["evidence"][0]["values"]["op"] == "torch.tensor(...)", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_metric_pairs_kept_in_a_dict_of_lists_are_named_where_a_helper_appends_them(tmp_path_factory,
+                                                                                    validate_report, how):
+    # lambeq's Trainer: `eval_results[metr].append((batch_size, res))` into the trainer's dict of lists, handed to
+    # the helper as a parameter; the scan saw neither the (n, tensor) pairs nor which name the dict grows under
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "metric-pairs-in-dict", "metric_pairs_in_dict.py", how,
+                            "done", "memory-growth", "results[name].append((len(x), value))")
+    if found is not None:
+        assert found["location"]["function"] == "step_and_eval", found["location"]
