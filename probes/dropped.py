@@ -21,6 +21,9 @@ from torchdoctor.probes.patches import user_site
 from torchdoctor.probes.sites import as_dict
 
 MAX_ARGS = 16  # tensor arguments looked at per op (a torch.cat of many parts is judged by its first ones)
+# torch functions that build a new tensor from the values of their data argument: given values with a graph,
+# the result has none (predrnn's `torch.mean(torch.tensor(decouple_loss))`)
+CONSTRUCTORS = ("tensor", "as_tensor", "asarray")
 
 
 class DroppedTerms:
@@ -38,6 +41,9 @@ class DroppedTerms:
         # cut: reads waits for the consuming op, consumed for the read (either may come first).
         self.reads: Any = None
         self.consumed: Any = None
+        # called with (tensor, op, site) when a constructor copies a marked value that has a graph into a new
+        # tensor without one (`torch.tensor(list_of_losses)`): a cut no Tensor method makes (set by gradflow)
+        self.on_cut: Any = None
 
     def arm(self) -> None:
         if self.armed:
@@ -109,6 +115,11 @@ class DroppedTerms:
             if isinstance(t, tensor):
                 marks[t] = True
                 graph = graph or t.requires_grad
+        if not graph and hit.requires_grad and getattr(func, "__name__", "") in CONSTRUCTORS \
+                and self.torch.is_grad_enabled() and self.on_cut is not None:
+            site = user_site(sys._getframe(2))
+            if site is not None and self.is_user_file(site[0]):
+                self.on_cut(hit, op_name(func), site)
         if graph:
             self.consumed[hit] = True
             for call in self.reads.get(hit, ()):

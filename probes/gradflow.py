@@ -58,6 +58,7 @@ from torchdoctor.probes.patches import backward_watch, compile_watch, user_site
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import as_dict, here
 from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import in_torchdoctor
 
 CUT_OPS = ("detach", "numpy", "item", "tolist")
 
@@ -266,8 +267,20 @@ class GradflowProbe(Probe):
         for entry in loc["owners"].values():
             loc["hooks"].append(entry["module"].register_forward_hook(self._owner_ran(entry), always_call=True))
         self._patch_cut_ops(loc)
+        self.dropped.on_cut = self._constructor_cut(loc)
         self.dropped.arm()
         return True
+
+    def _constructor_cut(self, loc: dict[str, Any]) -> Any:
+        probe = self
+
+        def cut(t: Any, op: str, site: tuple[str, int, str]) -> None:
+            if len(loc["calls"]) < 32:
+                call = {"op": f"{op}(...)", "seq": next(loc["seq"]), "site": as_dict(site)}
+                loc["calls"].append(call)
+                probe.dropped.note_read(t, call)
+
+        return cut
 
     def _owner_ran(self, entry: dict[str, Any]) -> Any:
         loc = self.localising
@@ -298,7 +311,9 @@ class GradflowProbe(Probe):
         probe = self
 
         def watched(t: Any, *args: Any, **kwargs: Any) -> Any:
-            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False) and probe.dropped.made_from_owners(t):
+            # torchdoctor's own reads (a probe taking the loss's value at the backward) are no cut of the script's
+            if len(loc["calls"]) < 32 and getattr(t, "requires_grad", False) and probe.dropped.made_from_owners(t) \
+                    and not in_torchdoctor(sys._getframe(1).f_code.co_filename):
                 site = user_site(sys._getframe(1))
                 if site is not None and probe.is_user_file(site[0]):
                     call = {"op": f".{op}()", "seq": next(loc["seq"]), "site": as_dict(site)}

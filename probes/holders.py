@@ -12,14 +12,16 @@ survive into the next step. For each name that holds
 - an object of one of the script's own classes (a callback, a meter), or a short list of them: its
   attributes, one level down, as holders named `history.losses` (the analysis finds the line that grows
   them in that class);
-- a list / tuple / deque / dict of tensors, or of dicts of tensors (one level
-  down): its length, and from a sample of elements at both ends an estimate of
+- a list / tuple / deque / dict of tensors, or of dicts of tensors or short
+  tuples of them (one level down), or a dict of such lists: its length, and from a sample of elements at both ends an estimate of
   the tensors, graph-holding tensors and bytes it keeps (`history.append(out)`,
   `outputs.append({"loss": loss})`); for a small dict, the largest graph among
   its values (a dict of running sums, `totals[k] = totals.get(k, 0) + loss`).
 
 Each record names the variable, its scope and the frame's file, function and
-current line, so the parent can find the line that accumulates into it.
+current line, so the parent can find the line that accumulates into it; the
+other names the same holder goes by in other frames (a trainer's attribute
+handed to a helper as a parameter) are kept as its `aliases`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from torchdoctor.probes.userframes import is_library_file
 BIG_TENSOR = MIB
 MAX_OBJECTS = 8  # objects of the script's classes looked into per list (a trainer's callbacks)
 MAX_ATTRIBUTES = 64  # attributes looked at per such object
+MAX_ALIASES = 4  # other names one holder is recorded under
+MAX_PAIR = 8  # a tuple element this short is a record (`(batch_size, loss)`), looked into
 _MARK = "torchdoctor.carried"
 
 
@@ -64,6 +68,7 @@ class HolderScan:
         found: list[dict[str, Any]] = []
         walked: dict[int, tuple[int, bool]] = {}  # id(grad_fn) -> count, shared by holders in one scan
         seen_values: set[int] = set()
+        self._by_id: dict[int, dict[str, Any]] = {}  # id(holder) -> its record, for the other names it goes by
         for owner, where in owners:
             attrs = getattr(owner, "__dict__", None)
             if isinstance(attrs, dict):
@@ -127,11 +132,18 @@ class HolderScan:
 
     def _consider(self, name, scope, value, where, found, walked, seen_values, depth: int = 0) -> None:
         if id(value) in seen_values:
+            # the same holder under another name (a trainer's `self.running` handed to a helper as `results`):
+            # the analysis looks for the line that grows it under each name
+            record = self._by_id.get(id(value))
+            if record is not None and len(record.setdefault("aliases", [])) < MAX_ALIASES:
+                record["aliases"].append({"name": name, "scope": scope, **where})
             return
         if self.is_tensor(value):
             record = self._tensor(value, walked)
         elif type(value) in _CONTAINERS and len(value) > 0:
             record = self._container(value, walked)
+            if record is None and type(value) is dict:
+                record = self._dict_of_lists(value, walked)
             if record is None and depth == 0 and type(value) in (list, tuple) and len(value) <= MAX_OBJECTS:
                 # a few objects of the script's own classes (a trainer's callbacks): their attributes
                 for i, item in enumerate(value):
@@ -144,6 +156,7 @@ class HolderScan:
         if record is None:
             return
         seen_values.add(id(value))
+        self._by_id[id(value)] = record
         record.update(name=name, scope=scope, **where)
         found.append(record)
 
@@ -230,10 +243,32 @@ class HolderScan:
                 record.update(graph_nodes=max(c[0] for c in counted), truncated=any(c[1] for c in counted))
         return record
 
+    def _dict_of_lists(self, box: dict, walked: dict) -> dict[str, Any] | None:
+        """A dict of per-key lists (`running[metric].append((n, value))`): the lists' records summed, as one
+        holder named by the dict."""
+        parts = [self._container(v, walked) for v in list(box.values())[:MAX_OBJECTS]
+                 if type(v) in (list, deque) and len(v) > 0]
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            return None
+        record: dict[str, Any] = {"kind": "dict of lists", "in_lists": True}
+        for key in ("length", "tensors", "graph_tensors"):
+            record[key] = sum(int(p.get(key) or 0) for p in parts)
+        record["mib"] = round(sum(float(p.get("mib") or 0.0) for p in parts), 4)
+        roots = [r for p in parts for r in p.get("_roots") or []]
+        if roots:
+            record.update(graph_nodes_each=max(int(p.get("graph_nodes_each") or 0) for p in parts),
+                          truncated=any(p.get("truncated") for p in parts), _roots=roots)
+        return record
+
     def _dict_tensors(self, value: Any, limit: int = 16) -> list[Any]:
-        """The graph-holding tensors among a dict element's values: what a list of per-step dicts keeps alive
-        that matters (detached metrics in such dicts are a few bytes a step, and a state_dict is no plain dict)."""
-        if type(value) is not dict or not value:
+        """The graph-holding tensors among a dict element's values, or a short tuple's (`(batch_size, loss)`):
+        what a list of per-step records keeps alive that matters (detached metrics in them are a few bytes a
+        step, and a state_dict is no plain dict)."""
+        if type(value) is dict and value:
+            items = list(value.values())[:limit]
+        elif type(value) in (tuple, list) and 0 < len(value) <= MAX_PAIR:
+            items = list(value)
+        else:
             return []
-        return [v for v in list(value.values())[:limit]
-                if self.is_tensor(v) and getattr(v, "grad_fn", None) is not None]
+        return [v for v in items if self.is_tensor(v) and getattr(v, "grad_fn", None) is not None]

@@ -22,7 +22,13 @@ point stays so whatever finite gradient multiplies it) to the parameters —
 never touching `.grad` — with a hook on every autograd node created by the
 replay. The first node, in backward execution order,
 that turns finite incoming gradients into non-finite ones is the culprit; the
-forward replay already knows which module and line created it.
+forward replay already knows which module and line created it. A replayed
+call's input that carries the real step's graph (a loss module's prediction)
+is cut into a leaf that requires grad, and gradients are asked of those leaves
+too: the real graph was freed by the step's own backward, and the loss's ops
+must run backward even though they reach no parameter. The script's loss
+functions are replayed with grad as well, on copies: a square root of an exact
+zero is finite forward and infinite backward.
 
 A batch that reaches the model already non-finite is not the model's doing: when the DataLoader gave it from a
 map-style dataset, the items of that batch are fetched again (`dataset[i]`, in this process) under the same op
@@ -269,6 +275,9 @@ class Replay:
         self.torch = torch
         self.calls = calls
         self.names = names
+        # the leaves that stand for inputs of replayed calls (a loss's prediction): gradients are asked of them
+        # too, or the backward would skip every op between a loss and its inputs
+        self.leaves: list[Any] = []
 
     def _devices(self) -> list[int]:
         cuda = self.torch.cuda
@@ -283,8 +292,9 @@ class Replay:
         with torch.random.fork_rng(devices=devices):
             for call in self.calls:
                 if call.function is not None:
-                    if not with_grad:
-                        self._run_function(call, recorder)
+                    out = self._run_function(call, recorder, with_grad)
+                    if with_grad and out is not None:
+                        outputs.append((call, out))
                     if recorder.first_op is not None and not with_grad:
                         break
                     continue
@@ -306,8 +316,13 @@ class Replay:
                     with grad, unwatched(), contextlib.ExitStack() as regions:
                         for device, dtype in call.autocast:  # the regions the real call ran in
                             regions.enter_context(torch.autocast(device, dtype=dtype))
+                        # With grad, an input that carries the real step's graph (a loss module's prediction) is
+                        # cut from it: that graph was freed by the step's own backward, and the replay's backward
+                        # needs only the call's own ops.
+                        args, kwargs = (_leafed(call.args, torch, self.leaves), _leafed(call.kwargs, torch,
+                                        self.leaves)) if with_grad else (call.args, call.kwargs)
                         with _ops_mode(torch, recorder):
-                            out = inner(*call.args, **call.kwargs)
+                            out = inner(*args, **kwargs)
                     outputs.append((call, out))
                 finally:
                     for h in handles:
@@ -319,20 +334,25 @@ class Replay:
         return outputs
 
 
-    def _run_function(self, call: Call, recorder: Recorder) -> None:
-        """A loss function's call again, on copies of its tensors (it may write into them), under the op check."""
+    def _run_function(self, call: Call, recorder: Recorder, with_grad: bool = False) -> Any:
+        """A loss function's call again, on copies of its tensors (it may write into them), under the op check;
+        with grad, the copies of its inputs that required grad are leaves that do, and its output is returned so
+        that the backward replay runs through the function's own ops (a square root of an exact zero is finite
+        forward and infinite backward)."""
         torch = self.torch
         if not _plain(call.args, torch) or not _plain(call.kwargs, torch):
-            return  # a module, an optimizer or another object it could change for good: not replayed
+            return None  # a module, an optimizer or another object it could change for good: not replayed
         if not any(t.requires_grad for _, t in tensors_in((call.args, call.kwargs), torch)):
-            return  # no prediction among its inputs: a data helper (`get_batch('train')`), maybe one that advances
-            # an iterator, not a loss
-        args, kwargs = _copied(call.args, torch), _copied(call.kwargs, torch)
-        with torch.no_grad(), unwatched(), contextlib.ExitStack() as regions:
+            return None  # no prediction among its inputs: a data helper (`get_batch('train')`), maybe one that
+            # advances an iterator, not a loss
+        leaves = self.leaves if with_grad else None
+        args, kwargs = _copied(call.args, torch, leaves), _copied(call.kwargs, torch, leaves)
+        grad = torch.enable_grad() if with_grad else torch.no_grad()
+        with grad, unwatched(), contextlib.ExitStack() as regions:
             for device, dtype in call.autocast:
                 regions.enter_context(torch.autocast(device, dtype=dtype))
             with _ops_mode(torch, recorder), contextlib.redirect_stdout(None):
-                call.function(*args, **kwargs)
+                return call.function(*args, **kwargs)
 
 
 def _swap_buffers(model: Any) -> list[tuple[Any, str, Any]]:
@@ -356,15 +376,38 @@ def _plain(value: Any, torch: Any, depth: int = 0) -> bool:
     return all(_plain(v, torch, depth + 1) for v in items)
 
 
-def _copied(value: Any, torch: Any, depth: int = 0) -> Any:
+def _copied(value: Any, torch: Any, leaves: list[Any] | None = None, depth: int = 0) -> Any:
+    """A copy of `value`'s tensors; given `leaves`, a copy of one that required grad is a leaf that does, added
+    to `leaves`."""
     if isinstance(value, torch.Tensor):
-        return value.detach().clone()
+        copy = value.detach().clone()
+        if leaves is not None and value.requires_grad and copy.is_floating_point():
+            leaves.append(copy.requires_grad_(True))
+        return copy
     if depth > 4:
         return value
     if isinstance(value, dict):
-        return {k: _copied(v, torch, depth + 1) for k, v in value.items()}
+        return {k: _copied(v, torch, leaves, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
-        return type(value)(_copied(v, torch, depth + 1) for v in value)
+        return type(value)(_copied(v, torch, leaves, depth + 1) for v in value)
+    return value
+
+
+def _leafed(value: Any, torch: Any, leaves: list[Any], depth: int = 0) -> Any:
+    """`value` with each float tensor that carries a graph replaced by a detached leaf that requires grad (the same
+    storage, no copy; added to `leaves`); other tensors and objects as they are."""
+    if isinstance(value, torch.Tensor):
+        if value.grad_fn is not None and value.is_floating_point():
+            leaf = value.detach().requires_grad_(True)
+            leaves.append(leaf)
+            return leaf
+        return value
+    if depth > 4:
+        return value
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _leafed(v, torch, leaves, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_leafed(v, torch, leaves, depth + 1) for v in value)
     return value
 
 
@@ -509,7 +552,8 @@ def locate_backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str,
 def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
     recorder = Recorder(torch, names)
     recorder.map_nodes = True
-    outputs = Replay(torch, calls, names).run(recorder, with_grad=True)
+    replay = Replay(torch, calls, names)
+    outputs = replay.run(recorder, with_grad=True)
     forward = _forward_result(recorder)
     if forward.get("module") is not None or forward.get("op"):
         return forward  # the replay's forward already goes non-finite: report where
@@ -521,6 +565,7 @@ def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
                 roots.append(t)
                 grads.append(torch.ones_like(t))
     params = [p for layer in names.layers for _, p in layer.params if p.requires_grad]
+    targets = params + replay.leaves
     if not roots or not params:
         return {"phase": "backward", "module": None, "reproduced": False,
                 "note": "the replayed forward produced no output that requires grad"}
@@ -540,7 +585,7 @@ def _backward(torch: Any, calls: list[Call], names: ModelMap) -> dict[str, Any]:
         except (RuntimeError, AttributeError):
             continue
     try:
-        replayed = torch.autograd.grad(roots, params, grad_outputs=grads, allow_unused=True)
+        replayed = torch.autograd.grad(roots, targets, grad_outputs=grads, allow_unused=True)[: len(params)]
     finally:
         for h in handles:
             h.remove()

@@ -22,8 +22,9 @@ Measures
   step);
 - at the end, the scheduler's own curve: the copy stepped once per
   scheduler step for max(planned length, steps seen) steps (at most
-  `curve_max_steps`), from which the analysis draws the intended and the
-  projected learning-rate curves.
+  `curve_max_steps`; a LambdaLR `lambda_replay_factor` × past the optimizer
+  steps, to show where it ends), from which the analysis draws the intended and
+  the projected learning-rate curves.
 
 Costs: nothing per training step beyond the optimizer-step counter (< 1 µs);
 ~2 µs per `scheduler.step()`; ~0.1 ms per scheduler constructed (the copy);
@@ -34,13 +35,14 @@ in doctor/analysis/schedule.py)
 ----------------------------------------------------------------------------
 - scheduler-granularity: a schedule with a planned length sized in
   optimizer steps (OneCycleLR, CyclicLR; any planned one on a completed run
-  whose optimizer steps match its length) stepped once every several
+  whose optimizer steps match its length, a LambdaLR's length being where its
+  replayed curve ends) stepped once every several
   optimizer steps — it will use only a fraction of its plan; or a schedule
   stepped every optimizer step that passes `overrun_factor` × its planned
   length (it cycles or sits at its end value), or OneCycleLR raising
-  because it was stepped past total_steps. Periodic and lambda schedules
-  (StepLR, ExponentialLR, LambdaLR, …) have no plan to compare and never
-  raise it;
+  because it was stepped past total_steps. Periodic schedules and lambdas
+  that never end (StepLR, ExponentialLR, 0.95 ** epoch, …) have no plan to
+  compare and are judged only by the LR they reach;
 - scheduler-order: `scheduler.step()` before its optimizer ever stepped
   (not after a GradScaler skipped the first steps: that order is right).
 """
@@ -125,6 +127,7 @@ class ScheduleProbe(Probe):
         self.max_lr_samples = int(opt.get("max_lr_samples", 512))
         self.curve_max_steps = int(opt.get("curve_max_steps", 4096))
         self.max_schedulers = int(opt.get("max_schedulers", 16))
+        self.lambda_replay_factor = float(opt.get("lambda_replay_factor", 1.5))
         self.records: dict[int, _Scheduler] = {}
         self.opt_steps: dict[int, int] = {}
         self._quiet = 0  # inside a scheduler's __init__ or step: nested calls are not the script's
@@ -324,6 +327,10 @@ class ScheduleProbe(Probe):
             return [], None
         seen = self.opt_steps.get(rec.opt, 0) - rec.created_opt
         wanted = max(rec.length or 0, rec.steps, seen) + 1
+        if rec.kind == "LambdaLR":
+            # no length to read: replay past the run's optimizer steps, so that a lambda sized in them shows its
+            # end as a flat tail (the analysis reads its length from there)
+            wanted = max(wanted, int(self.lambda_replay_factor * seen) + 1)
         count = min(wanted, self.curve_max_steps)
         curve = [_lr(clone.optimizer)]
         note = None

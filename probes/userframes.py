@@ -48,6 +48,11 @@ def is_library_file(path: str) -> bool:
     return any(real == root or real.startswith(root + os.sep) for root in _LIBRARY_ROOTS)
 
 
+def in_torchdoctor(path: str) -> bool:
+    """Whether `path` is a file of torchdoctor's own code."""
+    return bool(path) and not path.startswith("<") and _in_torchdoctor(os.path.realpath(path))
+
+
 def _in_torchdoctor(real: str) -> bool:
     # The editable install maps doctor/, probes/, rules/, specialists/ into one package.
     here = os.path.dirname(os.path.realpath(__file__))

@@ -879,3 +879,62 @@ def test_a_nan_made_inline_in_the_loss_is_named_from_the_loss_graph(tmp_path_fac
                             "done", "nan-loss", "loss = (per_item * mask).sum() / denominator")
     if found is not None:
         assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["module", "function", "healthy"])
+def test_a_nan_gradient_made_by_a_loss_is_named_at_its_op(tmp_path_factory, validate_report, how):
+    # siamese-triplet's ContrastiveLoss, mmrotate's GWD loss: sqrt of a distance that is exactly 0 is finite forward
+    # and infinite backward. The backward replay ran the loss on the real step's prediction, whose graph the step's
+    # own backward had freed ("backward through the graph a second time"), and named nothing; it now cuts a
+    # replayed call's inputs into leaves and runs loss functions with grad too
+    line = {"module": "return distance.sqrt().mean()", "function": "return dist.sqrt().mean()"}.get(how, "")
+    result, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-grad-sqrt-loss", "nan_grad_sqrt_loss.py", how,
+                                 "done", "nonfinite-grad", line)
+    if found is not None:
+        assert found["location"]["function"] == ("forward" if how == "module" else "pair_distance"), found
+        assert found["evidence"][0]["values"].get("op") == "Tensor.sqrt", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy", "epoch-decay"])
+def test_a_lambda_schedule_sized_in_steps_but_stepped_per_epoch_is_scheduler_granularity(tmp_path_factory,
+                                                                                       validate_report, how):
+    # stable-worldmodel: a warm-up + cosine LambdaLR over max_epochs * len(train) steps, stepped per epoch by
+    # Lightning's "interval": "epoch". A lambda has no length to read; where its replayed curve ends is one
+    result = shared_run(tmp_path_factory, f"lambda-sized-in-steps-{how}", "lambda_sized_in_steps.py", "--fail-on",
+                        "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("scheduler-granularity")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("lambda_sized_in_steps.py", 'if how != "healthy":') + 1, found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["total_steps"] == 192 and values["steps_taken"] == 6, values
+    assert values["length_from"] == "the replayed lambda curve", values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_loss_averaged_through_torch_tensor_is_named_at_that_constructor(tmp_path_factory, validate_report, how):
+    # predrnn: torch.mean(torch.tensor(decouple_loss)) copies the terms' values into a tensor with no graph; no
+    # Tensor method cuts it, so the cut was named at the script's backward (where a probe read the loss's value)
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "tensor-of-losses", "tensor_of_losses.py", how, "done",
+                            "non-differentiable", "aux = torch.mean(torch.tensor(terms))")
+    if found is not None:
+        assert found["evidence"][0]["values"]["op"] == "torch.tensor(...)", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_metric_pairs_kept_in_a_dict_of_lists_are_named_where_a_helper_appends_them(tmp_path_factory,
+                                                                                    validate_report, how):
+    # lambeq's Trainer: `eval_results[metr].append((batch_size, res))` into the trainer's dict of lists, handed to
+    # the helper as a parameter; the scan saw neither the (n, tensor) pairs nor which name the dict grows under
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "metric-pairs-in-dict", "metric_pairs_in_dict.py", how,
+                            "done", "memory-growth", "results[name].append((len(x), value))")
+    if found is not None:
+        assert found["location"]["function"] == "step_and_eval", found["location"]

@@ -188,7 +188,17 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
         mib_slope = theil_sen([float(s) for s, _ in points], [float(h.get("mib", 0.0)) for _, h in points])
         line = accumulation_line(path, name, last.get("lineno"), last.get("firstlineno"), function)
         location = run.location(path, line or last.get("lineno"), function) if path else None
-        if last.get("class_path") and last.get("attribute"):
+        grown_as = None
+        if line is None:
+            # the frame that holds it under this name does not grow it: the name it goes by where it grows (a
+            # helper's parameter that is the trainer's attribute)
+            for alias in last.get("aliases") or []:
+                grows = accumulation_line(alias.get("path", ""), alias["name"], alias.get("lineno"),
+                                          alias.get("firstlineno"), alias.get("function"))
+                if grows is not None:
+                    grown_as = location = run.location(alias["path"], grows, alias.get("function"))
+                    break
+        if last.get("class_path") and last.get("attribute") and grown_as is None:
             # an attribute of an object of the script's own class: the line of that class that grows it, unless
             # a graph grows in place from the loop's own code (`stats.device_stat("loss").add_(loss)`: the class
             # only made the tensor)

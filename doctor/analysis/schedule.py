@@ -10,7 +10,10 @@ cycle, CosineAnnealingLR T_max, LinearLR / ConstantLR / PolynomialLR
 total_iters, a SequentialLR whose last part has one) are judged by
 comparing that length with the steps taken: a period (StepLR step_size,
 CosineAnnealingWarmRestarts T_0, ExponentialLR's gamma) or a lambda fits
-per-batch and per-epoch stepping alike, so those never raise.
+per-batch and per-epoch stepping alike, so those never raise. A LambdaLR's
+length is read from its replayed curve when the curve ends (the last change,
+then a flat tail): a warm-up + cosine lambda sized in optimizer steps is then
+judged like a planned schedule; a lambda that never ends (0.9 ** epoch) is not.
 
 A planned schedule stepped once every k optimizer steps (k ≥
 `min_interval`) is sized in optimizer steps when, on a finished run, the
@@ -144,6 +147,10 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
     planned = per_step_kinds | set(lim.get("planned_kinds", ["CosineAnnealingLR", "LinearLR", "PolynomialLR",
                                                               "ConstantLR", "SequentialLR"]))
     length = created.get("length") if kind in planned else None
+    from_curve = False
+    if length is None and kind in set(lim.get("lambda_kinds", ["LambdaLR"])):
+        length = horizon(state.get("curve") or [], float(lim.get("horizon_min_tail", 0.2)))
+        from_curve = length is not None
     min_interval = int(lim.get("min_interval", 2))
     used = float(lim.get("used_fraction", 0.5))
     sized = float(lim.get("sized_factor", 2.0))
@@ -171,10 +178,33 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
             # has not yet gone far past the plan (then the plan was evidently counted in epochs).
             judged = kind in per_step_kinds and opt_steps <= sized * length
         if judged:
+            if from_curve:
+                base = {**base, "length_from": "the replayed lambda curve"}
             return _per_epoch(run, rank, created, state, length, k, finished, where, base)
 
     return _overrun(run, rank, created, state, lim, k, where, base) or _idle(run, rank, created, state, lim, where,
                                                                           base)
+
+
+def horizon(curve: list[Any], min_tail: float) -> int | None:
+    """Where a replayed schedule ends: the last step at which its learning rate still changes, when a flat tail of
+    at least `min_tail` × that many steps follows (a warm-up + cosine lambda sized in steps sits at its final
+    value after total_steps). None for a curve that never settles in what was replayed, or never changes."""
+    values = [v for v in curve if isinstance(v, (int, float))]
+    if len(values) != len(curve) or len(values) < 3:
+        return None
+    if max(abs(v) for v in values) <= 0:
+        return None
+    # a change relative to the values themselves: a decay with no end (0.9 ** epoch) keeps changing by its own
+    # ratio however small it gets, while a schedule that has ended repeats its final value exactly
+    changes = [i for i in range(1, len(values))
+               if abs(values[i] - values[i - 1]) > 1e-6 * max(abs(values[i]), abs(values[i - 1]))]
+    if not changes:
+        return None
+    end = changes[-1]
+    if end < 2 or len(values) - 1 - end < min_tail * end:
+        return None
+    return end
 
 
 def _idle(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any],
@@ -209,12 +239,14 @@ def _per_epoch(run: RunEvidence, rank: int, created: dict[str, Any], state: dict
     values = {**base, "lr_steps_taken": taken, "steps_taken": taken, "stepped_per": "epoch",
               "optimizer_steps_per_scheduler_step": k, "used_fraction": round(fraction, 4),
               "projected": not finished}
+    sized = (f"{kind}'s lambda reaches its final value after {length} steps" if base.get("length_from") else
+             f"{kind} is sized for {length} optimizer steps")
     if finished:
-        summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() ran once every "
+        summary = (f"{sized} but scheduler.step() ran once every "
                    f"{plural(k, 'optimizer step')}: it took {taken} of its {length} steps "
                    f"({fraction:.0%} of its schedule) over the whole run")
     else:
-        summary = (f"{kind} is sized for {length} optimizer steps but scheduler.step() runs once every "
+        summary = (f"{sized} but scheduler.step() runs once every "
                    f"{plural(k, 'optimizer step')}: over the {length} optimizer steps it was sized for it would "
                    f"take about {taken} ({fraction:.0%} of its schedule; projected from {plural(steps, 'step')} "
                    f"in {opt_steps} optimizer steps)")

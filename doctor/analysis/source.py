@@ -93,6 +93,9 @@ def _candidates(scope: ast.AST, name: str) -> list[tuple[int, ast.stmt]]:
             if isinstance(func, ast.Attribute) and func.attr in GROWING_METHODS | IN_PLACE_GROWING \
                     and _matches(func.value, name):
                 found.append((0, node))
+            elif isinstance(func, ast.Attribute) and func.attr in GROWING_METHODS \
+                    and isinstance(func.value, ast.Subscript) and _matches(func.value.value, name):
+                found.append((1, node))  # one list of a dict of lists grows: `running[metric].append(value)`
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 if _matches(target, name) and _mentions(node.value, name):
