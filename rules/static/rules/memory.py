@@ -133,7 +133,10 @@ def _kept_in_attributes(method: ast.AST, params: list[str]) -> list[tuple[ast.AS
     """(statement, parameter positions) where a method keeps what it is handed in an attribute of its object:
     `self.sum += val * n`, `self.losses[key] += val`, `self.D_loss.append(l_D)` (DeblurGANv2's MetricCounter)."""
     found: list[tuple[ast.AST, list[int]]] = []
-    for stmt in ast.walk(method):
+    kinds = (ast.AugAssign, ast.Call)  # what `_accumulation` can read (an Assign is skipped below)
+    for stmt in subtree(method):
+        if stmt.__class__ not in kinds:
+            continue
         kept = _accumulation(stmt)
         if kept is None or isinstance(stmt, ast.Assign):
             continue
