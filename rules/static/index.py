@@ -129,6 +129,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._prepared_names: dict[str, list[ast.Call]] | None = None  # bindings.py: `x = accelerator.prepare(...)`
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py
         self._local_calls: list[tuple[ast.Call, ast.AST]] | None = None
+        self._runner_names: dict[str, str] | None = None  # frameworks.py
         self.training_functions: set[ast.AST] = set()
         self.backward_calls: list[ast.Call] = []
         self.step_calls: list[ast.Call] = []

@@ -15,9 +15,8 @@ class Frameworks:
     def _runners(self) -> dict[str, str]:
         """Names bound to a framework runner (`accelerator = Accelerator(...)`, `self.fabric = fabric` after
         `fabric = Fabric(...)`) -> the framework, from the constructors of this file and plain copies of them."""
-        cached = getattr(self, "_runner_names", None)
-        if cached is not None:
-            return cached
+        if self._runner_names is not None:
+            return self._runner_names
         found: dict[str, str] = {}
         for framework, facts in self.vocab["frameworks"].items():
             for call in self.calls_to(*facts["constructors"]):

@@ -24,7 +24,9 @@ class Tree:
             # A kind no enabled rule declared in `reads=`: collect it now, in the walk's order. A missing
             # declaration then costs one more pass instead of a silently empty answer (a helper shared by
             # several rules is easy to call from a rule that did not declare what the helper reads).
-            bucket = self.buckets[kind] = [n for n in _preorder(self.tree) if n.__class__ is kind]
+            from torchdoctor.rules.static.engine import walk  # the engine imports the index: import at use
+
+            bucket = self.buckets[kind] = walk(self.tree, (kind,))[0][kind]
         return bucket
 
     def parent(self, node: ast.AST) -> ast.AST | None:
@@ -72,13 +74,3 @@ class Tree:
         while current is not None and not isinstance(current, ast.stmt):
             current = self.parents.get(current)
         return current
-
-
-def _preorder(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node below `node` (itself first), parents before children and children in source order: the order
-    of the engine's walk."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(list(ast.iter_child_nodes(current))))
