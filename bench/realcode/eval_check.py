@@ -398,6 +398,7 @@ FAMILY_SPECIALIST = {
     "modules-in-plain-list": "2",
     "backward-in-validation": "6",
     "log-of-zero": "6",
+    "unstable-log-sum-exp": "6",
     "deprecated-api": "4",
     "scaler-not-checkpointed": "7",
     "resume-missing-state": "7",
