@@ -80,9 +80,7 @@ def _exponentials(index: Index, expr: ast.expr, at: ast.AST, depth: int) -> list
         value = _follow(index, expr, at)
         return [] if value is expr else _exponentials(index, value, value, depth + 1)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
-        terms = _added_terms(expr)
-        exps = [_exponent(index, t, at, depth) for t in terms]
-        return [x for x in exps if x is not None] if len(terms) >= 2 and all(x is not None for x in exps) else []
+        return _added_exponentials(index, _added_terms(expr), at, depth)
     summed = _reduced(index, expr)
     if summed is None:
         return []
@@ -97,6 +95,24 @@ def _reduces_everything(index: Index, expr: ast.expr, at: ast.AST) -> bool:
         return False
     dims = expr.args[1:] if index.resolve(expr.func) in _REDUCTIONS else expr.args
     return not dims and not any(k.arg in ("dim", "axis") for k in expr.keywords)
+
+
+def _added_exponentials(index: Index, terms: list[ast.expr], at: ast.AST, depth: int) -> list[ast.expr]:
+    """`exp(a) + exp(b)`, `1 + torch.sum(torch.exp(x), 2)` (the N-pair loss): exponentials, sums of them and
+    constants (a constant is exp of a constant). `1 + exp(x)` alone is softplus by hand, left alone."""
+    exponents: list[ast.expr] = []
+    reductions = 0
+    for term in terms:
+        if isinstance(term, ast.Constant) and isinstance(term.value, int | float):
+            continue
+        value = _follow(index, term, at) if depth < _DEPTH else term
+        summed = _reduced(index, value)
+        x = _exponent(index, summed, value, depth + 1) if summed is not None else _exponent(index, term, at, depth)
+        if x is None:
+            return []
+        reductions += summed is not None
+        exponents.append(x)
+    return exponents if reductions or len(exponents) >= 2 else []
 
 
 def _added_terms(expr: ast.expr) -> list[ast.expr]:
