@@ -54,6 +54,15 @@ def test_there_are_enough_rules_and_each_has_its_fixtures():
     assert not stray, f"fixture folders without a rule: {sorted(stray)}"
 
 
+def test_readme_counts_of_rules_match_the_catalogue():
+    # The README states how many rules there are and how many report at info; both went stale before.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    docs = [r.doc for r in registry.rules().values() if r.doc.code != "TD000"]
+    at_info = sum(1 for d in docs if d.level == "info")
+    assert f"There are {len(docs)} rules plus `TD000`" in readme
+    assert f"{at_info} of the {len(docs)} rules report at `info`" in readme
+
+
 @pytest.mark.parametrize("path", _fixtures("fire"), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_rule_fires_on_the_marked_lines(path):
     code = path.parent.name
