@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import gc
+import weakref
 
 import pytest
 
@@ -220,6 +222,21 @@ def test_loops_batch_vs_epoch_and_training_vs_validation():
     assert [lp.line for lp in index.loops_around(call_at(index, "loss.backward"))] == [5]
     assert {fn.name for fn in index.training_functions if hasattr(fn, "name")} == {"train_one_epoch", "main"}
 
+
+
+def test_the_loops_are_freed_with_the_index_without_the_garbage_collector():
+    # a loop and its nested loops must not hold each other both ways: such a cycle kept the loops, and the subtree
+    # of every loop they hold, alive until the collector's next pass
+    gc.disable()
+    try:
+        index = build(LOOPS)
+        micro = next(lp for lp in index.loops.values() if lp.line == 25)
+        assert micro.parent is not None and micro in micro.parent.children
+        freed = weakref.ref(micro)
+        del index, micro
+        assert freed() is None
+    finally:
+        gc.enable()
 
 def test_env_step_is_not_an_optimizer_step():
     index = build("for t in range(10):\n    obs, r, done, info = env.step(action)\n    scheduler.step()\n")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.bindings import Binding, looks_like_loader
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
 class Loop:
     node: ast.For | ast.AsyncFor | ast.While
     scope: ast.AST
-    parent: Loop | None
+    # The enclosing loop, held weakly (the index's `loops` keeps every loop alive): with a strong reference each way
+    # between a loop and its `children`, the loops and the AST they hold were freed only by the garbage collector,
+    # which then carried every nested loop's subtree through its passes.
+    outer: InitVar[Loop | None]
     targets: tuple[str, ...]
     source: str | None  # dotted name iterated, after unwrapping enumerate/tqdm/zip
     source_binding: Binding | None
@@ -42,6 +46,13 @@ class Loop:
     calls: list[ast.Call] = field(default_factory=list)  # calls directly in this loop, in source order
     kind: str = "other"  # batch | epoch | other
     validation: bool = False
+
+    def __post_init__(self, outer: Loop | None) -> None:
+        self._outer = weakref.ref(outer) if outer is not None else None
+
+    @property
+    def parent(self) -> Loop | None:
+        return self._outer() if self._outer is not None else None
 
     def all_calls(self) -> Iterator[ast.Call]:
         yield from self.calls
