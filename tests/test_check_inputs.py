@@ -303,6 +303,35 @@ def test_a_rules_broken_message_template_is_its_own_td000_and_the_others_still_r
     assert sorted(c for c in codes if c != "TD000") == sorted(r.finding.code for r in clean.results)
 
 
+
+def test_the_garbage_collector_is_paused_for_a_file_and_left_as_the_caller_had_it(monkeypatch):
+    """The engine pauses the cyclic collector while it analyses a file (engine.analyse_unit): on again afterwards,
+    also after a syntax error or a rule that raised, and still off for a caller that had turned it off."""
+    import dataclasses
+    import gc
+
+    table = registry.rules()
+    seen: list[bool] = []
+
+    def failing(node, ctx):
+        seen.append(gc.isenabled())
+        raise RuntimeError("a bug of ours")
+
+    code = next(c for c, r in table.items() if r.check is not None)
+    monkeypatch.setitem(table, code, dataclasses.replace(table[code], check=failing))
+    assert gc.isenabled()
+    result = analyse_text(LEAK, codes=[code])
+    assert seen and not any(seen)
+    assert [r.finding.code for r in result.results] == ["TD000"] and gc.isenabled()
+    analyse_text("def f(:\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        analyse_text(LEAK)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
 def test_a_shell_command_continued_with_backslashes_is_one_shell_line():
     # Qwen's fine-tuning notebooks: `!python finetune.py \` with an indented option on each following line. The
     # continuation lines are shell text: they become `pass` like the first, and the rest of the cell is analysed.

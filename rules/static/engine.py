@@ -9,6 +9,7 @@ are still checked. Nothing here imports or executes the code it reads.
 from __future__ import annotations
 
 import ast
+import gc
 import re
 import sys
 import warnings
@@ -173,6 +174,22 @@ def _wanted(rules: Sequence[Rule]) -> frozenset[type]:
 
 def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None) -> FileResult:
     """All enabled rules on one source unit; never raises for the user's input."""
+    # The cyclic garbage collector is paused for the file. Its passes are set off by allocations, and one file's
+    # tree, index and facts are all allocated at once and all still alive, so every pass during the analysis
+    # traverses the live tree and frees nothing: 8-9 % of `check`'s CPU time over torch's own files. The tree and
+    # index are freed by reference counting when the file is done; a cycle made meanwhile is collected by the first
+    # pass after the collector is back on.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _analyse_unit(unit, rules, torch_version)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None) -> FileResult:
     result = FileResult(unit.path)
     for number, why in unit.skipped_cells:
         result.results.append(_td000(unit, f"cell {number} skipped ({why})", line=1, cell=number, severity="info"))
