@@ -170,3 +170,22 @@ def test_columns_count_characters_not_bytes():
     text = 'import torch\nmodel = torch.nn.Linear(2, 2)\nétiquette = "é"; y = model.forward(torch.ones(2))\n'
     (r,) = analyse_text(text, codes=["TD202"]).results
     assert r.finding.col == len('étiquette = "é"; y = ') + 1
+
+
+NARROWED = [code for code in CODES if ALL[code].callees or ALL[code].methods]
+
+
+@pytest.mark.parametrize("code", NARROWED)
+def test_a_rule_narrowed_to_some_calls_finds_what_it_finds_on_every_call(code, monkeypatch):
+    """`callees=`/`methods=` on `@rule` is a promise that the check does nothing for any other call: the same
+    findings, in the same order, with the check called on every call of the file."""
+    import dataclasses
+
+    sources = [(p, p.read_text()) for p in sorted((RULES_DIR / code).glob("*.py"))]
+    sources += [(Path(f"{code}-bad.py"), ALL[code].doc.bad), (Path(f"{code}-good.py"), ALL[code].doc.good)]
+    narrowed = [[(r.finding.line, r.finding.col, r.finding.message) for r in analyse_text(text, str(path), [code]).results]
+                for path, text in sources]
+    monkeypatch.setitem(ALL, code, dataclasses.replace(ALL[code], callees=(), methods=()))
+    every = [[(r.finding.line, r.finding.col, r.finding.message) for r in analyse_text(text, str(path), [code]).results]
+             for path, text in sources]
+    assert narrowed == every and any(narrowed)

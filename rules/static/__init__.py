@@ -31,7 +31,10 @@ Adding a rule (ruff-style: a small unit with its docs and two fixtures)
                ctx.report(node, variable="torch.cuda.empty_cache()")
 
    `@rule(code, *node_types)` subscribes the function to node types
-   (`ast.Module` for once per file). It receives the node and a `Context`:
+   (`ast.Module` for once per file). A check on `ast.Call` that returns at
+   once for any call but a few names declares them, `callees=(...)`
+   (qualified, as `index.callee` gives them) or `methods=("forward",)`, and
+   is called on those calls alone. It receives the node and a `Context`:
    `ctx.index` (the semantic index), `ctx.source`, `ctx.lines`,
    `ctx.segment(node)`, `ctx.torch_at_least(2, 6)` (the targeted torch
    version: installed, or `torch-version` in [tool.torchdoctor]) and

@@ -6,7 +6,7 @@ See the package docstring (`torchdoctor.rules.static`) for how to add a rule.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ class RuleDoc:
 
 
 CheckFunction = Callable[[Any, "Context"], None]
+Names = tuple[str, ...] | Callable[[], Iterable[str]]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class Rule:
     # Node types the check reads with `index.nodes(...)` without being called once per node: the walk must
     # still collect them when no other enabled rule subscribes to them (`--select TD608`).
     reads: tuple[type[ast.AST], ...] = ()
+    # For a check subscribed to ast.Call: the only calls it can report on or leave a fact for, by what they call
+    # (`index.callee(call)`) or by method name (`x.forward(...)`). The engine then calls it on those calls alone,
+    # found in the index's tables, instead of on every call of the file. Names, or a function that returns them
+    # (read once, for names the vocabulary holds).
+    callees: Names = ()
+    methods: Names = ()
 
     @property
     def code(self) -> str:
@@ -65,12 +72,13 @@ class Rule:
         return self.doc.name
 
 
-# (code, node types, function, module, node types read) in registration order; registry.py pairs them with docs.
-REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str, tuple[type[ast.AST], ...]]] = []
+# (code, node types, function, module, node types read, callees, methods) in registration order; registry.py pairs
+# them with docs.
+REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str, tuple[type[ast.AST], ...], Names, Names]] = []
 
 
 def rule(
-    code: str, *nodes: type[ast.AST], reads: tuple[type[ast.AST], ...] = ()
+    code: str, *nodes: type[ast.AST], reads: tuple[type[ast.AST], ...] = (), callees: Names = (), methods: Names = ()
 ) -> Callable[[CheckFunction], CheckFunction]:
     """Register a check for the node types it subscribes to.
 
@@ -78,13 +86,19 @@ def rule(
     types in a file (in source order), after the file's semantic index is built.
     Subscribe to `ast.Module` for a once-per-file check. `reads` names node types
     the check takes from `ctx.index.nodes(...)` itself: a once-per-file loop over
-    every `ast.Name` costs far less than a call per name.
+    every `ast.Name` costs far less than a call per name. `callees` and `methods` narrow an `ast.Call`
+    subscription to the calls of those qualified names or method names (see `Rule.callees`): a check that returns
+    at once for any other call declares them, and is then never called for the rest.
     """
     if not nodes or not all(isinstance(n, type) and issubclass(n, ast.AST) for n in (*nodes, *reads)):
         raise TypeError(f"@rule({code!r}, ...) needs at least one ast node type")
+    if (callees or methods) and ast.Call not in nodes:
+        raise TypeError(f"@rule({code!r}, ...): callees= and methods= narrow an ast.Call subscription")
 
     def register(fn: CheckFunction) -> CheckFunction:
-        REGISTERED.append((code, tuple(nodes), fn, fn.__module__, tuple(reads)))
+        REGISTERED.append((code, tuple(nodes), fn, fn.__module__, tuple(reads),
+                           callees if callable(callees) else tuple(callees),
+                           methods if callable(methods) else tuple(methods)))
         return fn
 
     return register

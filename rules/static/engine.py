@@ -172,6 +172,20 @@ def _wanted(rules: Sequence[Rule]) -> frozenset[type]:
     return found
 
 
+_NARROWING: dict[int, tuple[Rule, tuple[frozenset[str], frozenset[str]]]] = {}
+
+
+def _narrowing(r: Rule) -> tuple[frozenset[str], frozenset[str]]:
+    """A rule's `callees=` and `methods=` as sets, worked out once per rule (a function among them called once)."""
+    cached = _NARROWING.get(id(r))
+    if cached is not None and cached[0] is r:
+        return cached[1]
+    found = (frozenset(r.callees() if callable(r.callees) else r.callees),
+             frozenset(r.methods() if callable(r.methods) else r.methods))
+    _NARROWING[id(r)] = (r, found)
+    return found
+
+
 def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None) -> FileResult:
     """All enabled rules on one source unit; never raises for the user's input."""
     # The cyclic garbage collector is paused for the file. Its passes are set off by allocations, and one file's
@@ -231,7 +245,10 @@ def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, i
         ctx.rule = r
         try:
             for kind in r.nodes:
-                for node in buckets.get(kind, ()):
+                nodes = buckets.get(kind, ())
+                if kind is ast.Call and (r.callees or r.methods):
+                    nodes = index.calls_named(*_narrowing(r))
+                for node in nodes:
                     r.check(node, ctx)
         except (RecursionError, MemoryError):
             result.results.append(_td000(unit, f"{r.code} stopped: the code is nested too deeply"))

@@ -113,6 +113,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self.calls_by_name: dict[str, list[ast.Call]] = {}
         self.calls_by_method: dict[str, list[ast.Call]] = {}
         self._callee: dict[ast.Call, str | None] = {}
+        self._call_order: dict[ast.Call, int] | None = None  # call -> its place in the walk (names.py)
         self._resolved: dict[ast.AST | None, str | None] = {}  # names.py
         self._scope: dict[ast.AST, ast.AST] = {}
         self._loop_of: dict[ast.AST, Loop | None] = {}

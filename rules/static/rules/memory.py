@@ -550,10 +550,13 @@ def _model_call_path(index: Index, call: ast.Call, depth: int = 0) -> list[ast.C
     return []
 
 
-@rule("TD103", ast.Call)
+_EMPTY_CACHE = ("torch.cuda.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache")
+
+
+@rule("TD103", ast.Call, callees=_EMPTY_CACHE)
 def empty_cache_in_training_loop(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
-    if index.callee(node) not in ("torch.cuda.empty_cache", "torch.mps.empty_cache", "torch.xpu.empty_cache"):
+    if index.callee(node) not in _EMPTY_CACHE:
         return
     loop = index.step_loop_of(node)
     if loop is None:

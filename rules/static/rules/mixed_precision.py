@@ -1753,7 +1753,7 @@ def _literal(expr: ast.AST | None, constants: dict[str, float]) -> float | None:
     return None
 
 
-@rule("TD414", ast.Call)
+@rule("TD414", ast.Call, callees=tuple(_FILL_FUNCTIONS), methods=tuple(_FILL_METHODS))
 def fp16_overflowing_fill(node: ast.Call, ctx: Context) -> None:
     func = node.func
     position: int | None = None

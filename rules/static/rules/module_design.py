@@ -7,7 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name
+from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name, vocabulary
 from torchdoctor.rules.static.patterns import (
     LOG_PROBABILITIES,
     attention_probs,
@@ -229,7 +229,7 @@ def modules_in_plain_container(node: ast.ClassDef, ctx: Context) -> None:
             )
 
 
-@rule("TD202", ast.Call)
+@rule("TD202", ast.Call, methods=("forward",))
 def forward_called_directly(node: ast.Call, ctx: Context) -> None:
     func = node.func
     if not isinstance(func, ast.Attribute) or func.attr != "forward":
@@ -1102,7 +1102,7 @@ def tensor_parameter_not_registered(node: ast.ClassDef, ctx: Context) -> None:
         ctx.report(a.stmt, variable=f"self.{a.attr}", value=ctx.segment(a.value, 50))
 
 
-@rule("TD208", ast.Call)
+@rule("TD208", ast.Call, callees=lambda: vocabulary()["names"]["stateful_layers"])
 def layer_created_in_forward(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     q = index.callee(node)
@@ -1119,7 +1119,7 @@ def layer_created_in_forward(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=ctx.segment(node, 50), layer=q.rsplit(".", 1)[-1], cls=info.name)
 
 
-@rule("TD209", ast.Call)
+@rule("TD209", ast.Call, callees=lambda: vocabulary()["names"]["functional_dropout"])
 def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     q = index.callee(node)

@@ -80,6 +80,21 @@ class Names:
             found += self.calls_by_name.get(n, [])
         return sorted(found, key=stmt_position) if len(names) > 1 else found
 
+    def calls_named(self, callees: frozenset[str], methods: frozenset[str]) -> list[ast.Call]:
+        """The calls of these qualified callees (`callee`) or method names, in the walk's order: the calls, and the
+        order, a check subscribed to every call meets them in (the engine's `callees=`/`methods=` narrowing)."""
+        by_name, by_method = self.calls_by_name, self.calls_by_method
+        found = [by_name[n] for n in callees if n in by_name] if len(callees) < len(by_name) else [
+            calls for n, calls in by_name.items() if n in callees]
+        found += [by_method[m] for m in methods if m in by_method]
+        if not found:
+            return []
+        if len(found) == 1:
+            return found[0]
+        if self._call_order is None:
+            self._call_order = {call: i for i, call in enumerate(self.nodes(ast.Call))}
+        return sorted({call for calls in found for call in calls}, key=self._call_order.__getitem__)
+
     def method_calls(self, method: str) -> list[ast.Call]:
         """Every `<expr>.method(...)` call, in source order."""
         return self.calls_by_method.get(method, [])
