@@ -45,7 +45,7 @@ def _accumulator_name(target: ast.AST) -> str | None:
     return dotted(target)
 
 
-@rule("TD101", ast.Module, ast.AugAssign, ast.Assign, ast.Call)
+@rule("TD101", ast.Module, ast.AugAssign, ast.Assign, ast.Call, methods=("append", "extend"))
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.Module):
         _leave_graph_returns(ctx)  # once per file, for the project pass

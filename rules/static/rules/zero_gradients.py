@@ -19,7 +19,7 @@ from torchdoctor.rules.static.rules.profiling import snippet
 _REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
 
 
-@rule("TD612", ast.Call, ast.BinOp)
+@rule("TD612", ast.Call, ast.BinOp, callees=("torch.sqrt", "torch.pow"), methods=("sqrt", "pow"))
 def sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
     index = ctx.index
     inner = _radicand(index, node)
