@@ -611,7 +611,7 @@ def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=state, model=dotted(node.func) or "model")
 
 
-@rule("TD105", ast.Call)
+@rule("TD105", ast.Call, callees=("torch.autograd.backward",), methods=("backward", "manual_backward"))
 def retain_graph_in_loop(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     if node not in ctx.memo("backward-set", lambda: set(index.backward_calls)):
