@@ -938,3 +938,15 @@ def test_metric_pairs_kept_in_a_dict_of_lists_are_named_where_a_helper_appends_t
                             "done", "memory-growth", "results[name].append((len(x), value))")
     if found is not None:
         assert found["location"]["function"] == "step_and_eval", found["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["trainer", "registry", "healthy"])
+def test_a_meter_fed_loss_tensors_through_dicts_is_named_where_it_sums(tmp_path_factory, validate_report, how):
+    # pytracking's trainer.stats[loader][name].update(val) and fairseq's metrics aggregators: the holder scan looked
+    # one level into objects and never through a dict (or a class-level registry) to the meter's running sum
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, f"meters-in-registry-{how}", "meters_in_registry.py",
+                            "healthy" if how == "healthy" else how, "done", "memory-growth", "self.sum += val * n")
+    if found is not None:
+        variable = found["evidence"][0]["values"]["variable"]
+        assert variable.endswith(".sum") and ("['loss']" in variable), variable
