@@ -953,3 +953,15 @@ def test_a_meter_fed_loss_tensors_through_dicts_is_named_where_it_sums(tmp_path_
     if found is not None:
         variable = found["evidence"][0]["values"]["variable"]
         assert variable.endswith(".sum") and ("['loss']" in variable), variable
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_nan_made_by_a_masked_mean_below_a_loss_object_is_named_at_the_division_that_ran(tmp_path_factory,
+                                                                                           validate_report, how):
+    # NeMo RL's ClippedPGLossFn: both terms go through masked_mean's 0/0, so the bad loss's graph forks (the walk
+    # gave up), and the division sits in a helper of the loss object's __call__, with a second, unused one
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-masked-mean", "nan_masked_mean_helper.py", how,
+                            "done", "nan-loss", "return (values * mask).sum() / total")
+    if found is not None:
+        assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]
