@@ -97,6 +97,7 @@ class CheckpointProbe(Probe):
         self.replaced_in_place: set[int] = set()  # optimizers built where a restored one was in a local variable
         self.loaded_optimizer_state: dict[str, Any] | None = None  # the first load holding optimizer state
         self.model_restore_site: dict[str, Any] | None = None
+        self.model_restore_stack: list[tuple[str, int, str, Any]] = []
         # an optimizer whose load_state_dict ran but left it with no per-parameter state (a state dict filtered
         # through the fresh optimizer's own, empty, state_dict()): (weakref, the call's site)
         self.loaded_empty: tuple[weakref.ref, dict[str, Any] | None] | None = None
@@ -338,6 +339,7 @@ class CheckpointProbe(Probe):
         total = len(state_dict) if isinstance(state_dict, Mapping) else None
         if self.model_restore_site is None and not self.step:
             self.model_restore_site = here()  # weights restored before training (the optimizer's file may come next)
+            self.model_restore_stack = _user_stack()
         self._emit(
             "load-state-dict",
             what="model",
@@ -385,7 +387,10 @@ class CheckpointProbe(Probe):
 
         def __init__(optimizer: Any, *args: Any, **kwargs: Any) -> None:
             original(optimizer, *args, **kwargs)
-            if probe.restored and not probe.resume_checked:  # only once a restore happened: nothing otherwise
+            # only once a restore happened (an optimizer's, or the weights next to a checkpoint's optimizer state)
+            restoring = probe.restored or (probe.model_restore_site is not None
+                                           and probe.loaded_optimizer_state is not None)
+            if restoring and not probe.resume_checked:
                 try:
                     probe.built_after[optimizer] = _user_stack()
                 except TypeError:
@@ -393,7 +398,7 @@ class CheckpointProbe(Probe):
                 else:
                     # built in a function that was handed the restored optimizer (a training loop given
                     # `optimizer` that builds its own from its class): that line throws the restored state away
-                    if probe._holds_restored(sys._getframe(1)):
+                    if probe.restored and probe._holds_restored(sys._getframe(1)):
                         probe.replaced_in_place.add(id(optimizer))
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -441,9 +446,13 @@ class CheckpointProbe(Probe):
                                entries=self.loaded_optimizer_state.get("entries"),
                                model_site=self.model_restore_site, at_step=step)
                 return
+            # the optimizer that steps was built after the weights were restored (a trainer's train() that builds
+            # its own after load() restored the weights): where it was built is where the state was not handed on
+            # Only there: a framework's configure_optimizers builds a fresh one by design (the fix is at the restore)
+            built_site = _as_site(_sibling_call(self.model_restore_stack, self.built_after.get(optimizer)) or [])
             self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
-                       model_site=self.model_restore_site, at_step=step,
+                       model_site=self.model_restore_site, at_step=step, built_site=built_site,
                        own_file=not self.loaded_optimizer_state.get("with_model"))
 
     def finish(self, reason: str) -> None:
@@ -483,6 +492,21 @@ def _shared_call(restore: list[Any], built: list[Any] | None) -> list[Any] | Non
     functions = {frame[3] for frame in restore}
     for frame in reversed(built):
         if frame[3] in functions:
+            return [frame]
+    return None
+
+
+def _sibling_call(restore: list[Any], built: list[Any] | None) -> list[Any] | None:
+    """The frame of the construction's stack in a method of a class whose other method restored the weights
+    (`Trainer.train` building the optimizer after `Trainer.load` restored the model): the line that builds it
+    afresh instead of the factory it calls."""
+    if not built:
+        return None
+    classes = {q.rpartition(".")[0] for q in (getattr(f[3], "co_qualname", "") for f in restore)
+               if "." in q and "<locals>" not in q}
+    for frame in reversed(built):
+        qualname = getattr(frame[3], "co_qualname", "")
+        if "." in qualname and qualname.rpartition(".")[0] in classes:
             return [frame]
     return None
 

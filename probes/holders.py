@@ -11,7 +11,9 @@ survive into the next step. For each name that holds
 - a big tensor (≥ 1 MiB) without a graph: its bytes (`cache = cat([cache, x])`);
 - an object of one of the script's own classes (a callback, a meter), or a short list of them: its
   attributes, one level down, as holders named `history.losses` (the analysis finds the line that grows
-  them in that class);
+  them in that class); and, a few levels down, the meters a dict or registry keeps
+  (`trainer.stats["train"]["loss"].sum`, `_aggregators["train"]["loss"].sum`, a class-level
+  `metrics.meters[...]`): a running sum `self.sum += val * n` fed a loss tensor keeps every step's graph;
 - a list / tuple / deque / dict of tensors, or of dicts of tensors or short
   tuples of them (one level down), or a dict of such lists: its length, and from a sample of elements at both ends an estimate of
   the tensors, graph-holding tensors and bytes it keeps (`history.append(out)`,
@@ -40,6 +42,8 @@ MAX_OBJECTS = 8  # objects of the script's classes looked into per list (a train
 MAX_ATTRIBUTES = 64  # attributes looked at per such object
 MAX_ALIASES = 4  # other names one holder is recorded under
 MAX_PAIR = 8  # a tuple element this short is a record (`(batch_size, loss)`), looked into
+MAX_DEPTH = 4  # dicts / objects of the script's classes looked through to reach a holder (`stats["train"]["loss"].sum`)
+MAX_NESTED = 48  # dict entries and objects looked into below the first level, per scan
 _MARK = "torchdoctor.carried"
 
 
@@ -69,6 +73,7 @@ class HolderScan:
         walked: dict[int, tuple[int, bool]] = {}  # id(grad_fn) -> count, shared by holders in one scan
         seen_values: set[int] = set()
         self._by_id: dict[int, dict[str, Any]] = {}  # id(holder) -> its record, for the other names it goes by
+        self._nested_left = MAX_NESTED
         for owner, where in owners:
             attrs = getattr(owner, "__dict__", None)
             if isinstance(attrs, dict):
@@ -149,32 +154,70 @@ class HolderScan:
                 for i, item in enumerate(value):
                     self._inside(f"{name}[{i}]", item, where, found, walked, seen_values)
                 return
+        elif isinstance(value, dict) and len(value) > 0:
+            # a dict subclass (an OrderedDict of meters): only looked through, never a holder itself (a
+            # state_dict is an OrderedDict of tensors that do not grow)
+            self._through(name, scope, value, where, found, walked, seen_values, depth)
+            return
         else:
-            if depth == 0:
-                self._inside(name, value, where, found, walked, seen_values)
+            if depth < MAX_DEPTH:
+                self._inside(name, value, where, found, walked, seen_values, depth)
             return
         if record is None:
+            if type(value) is dict:
+                self._through(name, scope, value, where, found, walked, seen_values, depth)
             return
         seen_values.add(id(value))
         self._by_id[id(value)] = record
         record.update(name=name, scope=scope, **where)
         found.append(record)
 
-    def _inside(self, name, value, where, found, walked, seen_values) -> None:
+    def _inside(self, name, value, where, found, walked, seen_values, depth: int = 0) -> None:
         """The attributes of an object of one of the script's own classes (a callback keeping `self.losses`),
-        one level down; the class is where the analysis looks for the line that accumulates into them."""
-        cls = type(value)
-        if not self._own_class(cls):
-            return
-        attrs = getattr(value, "__dict__", None)
+        or of a class of the script used as a registry (`metrics.meters`); the class is where the analysis looks
+        for the line that accumulates into them."""
+        if isinstance(value, type):
+            cls, attrs = value, {k: v for k, v in vars(value).items() if not k.startswith("__") and not callable(v)
+                                 and not isinstance(v, (staticmethod, classmethod, property))}
+            if not self._own_class(cls, as_class=True):
+                return
+        else:
+            cls = type(value)
+            if not self._own_class(cls):
+                return
+            attrs = getattr(value, "__dict__", None)
         if not isinstance(attrs, dict) or id(value) in seen_values:
             return
+        if depth > 0:
+            # below the first level only plain Python objects (meters, trackers): a model or an optimizer of the
+            # script's class holds its parameters, which are no step's results
+            torch = sys.modules.get("torch")
+            if torch is not None and isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+                return
+            if self._nested_left <= 0:
+                return
+            self._nested_left -= 1
         seen_values.add(id(value))
         for attr, item in list(attrs.items())[:MAX_ATTRIBUTES]:
             inner = {**where, "class_path": self._class_file.get(cls), "class_name": cls.__name__, "attribute": attr}
-            self._consider(f"{name}.{attr}", "object", item, inner, found, walked, seen_values, depth=1)
+            self._consider(f"{name}.{attr}", "object", item, inner, found, walked, seen_values, depth=depth + 1)
 
-    def _own_class(self, cls: type) -> bool:
+    def _through(self, name, scope, box, where, found, walked, seen_values, depth: int) -> None:
+        """A dict that holds no tensor itself: the dicts and objects of the script's classes among its first
+        values, looked into (`stats["train"]` → the meters by name)."""
+        if depth >= MAX_DEPTH or id(box) in seen_values:
+            return
+        seen_values.add(id(box))
+        for key, item in list(box.items())[:MAX_OBJECTS * 2]:
+            if self._nested_left <= 0:
+                return
+            if isinstance(item, dict) or self._own_class(type(item)):
+                self._nested_left -= 1
+                self._consider(f"{name}[{key!r}]", scope, item, where, found, walked, seen_values, depth=depth + 1)
+
+    def _own_class(self, cls: type, as_class: bool = False) -> bool:
+        """Whether `cls` is defined in the script's own code (`as_class`: the class itself is the value looked
+        into, a registry class, rather than the type of an instance)."""
         known = self._own.get(cls)
         if known is None:
             module = sys.modules.get(getattr(cls, "__module__", "") or "")
@@ -183,6 +226,10 @@ class HolderScan:
             self._own[cls] = known
             if known:
                 self._class_file[cls] = path
+        if as_class and known:
+            torch = sys.modules.get("torch")
+            # a model or dataset class's class attributes are configuration, not a registry
+            return not (torch is not None and issubclass(cls, (torch.nn.Module, torch.optim.Optimizer)))
         return known
 
     def _nodes(self, grad_fn: Any, walked: dict) -> tuple[int, bool]:

@@ -56,6 +56,11 @@ class LossFunctions:
         self.wrapped: list[str] = []
         # the loop's function and the framework's entries into user code (compute_loss): where the loss is written
         self.loss_code: list[tuple[str, int, str]] = []
+        # the lines of the user's code that ran a torch op during the watched step: which of a helper's lines
+        # writing the same op ran (a masked mean's `dim=None` branch, not its other one)
+        self.ran: set[tuple[Any, int]] = set()
+        self.loss_callees: list[tuple[str, int, str]] = []
+        self.loss_lines: list[tuple[str, int]] = []
         self._call_impl = torch.nn.Module._call_impl.__code__
         self._module_call = {self._call_impl, torch.nn.Module._wrapped_call_impl.__code__}
         self._torch_root = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
@@ -88,20 +93,22 @@ class LossFunctions:
         return known
 
     def _note(self, frame: Any) -> None:
-        chain: list[tuple[Any, Any, bool]] = []  # (code, globals, a module ran between the op and this frame)
+        chain: list[tuple[Any, Any, bool, int]] = []  # (code, globals, a module ran below this frame, its line)
         below = False
         while frame is not None and len(chain) < MAX_CHAIN:
             code = frame.f_code
             if code is self._call_impl:
                 below = True
             elif self._is_user(code):
-                chain.append((code, frame.f_globals, below))
+                chain.append((code, frame.f_globals, below, frame.f_lineno))
                 caller = frame.f_back
                 if caller is not None and len(self.entries) < 64 and caller.f_code not in self._module_call \
                         and not self._is_user(caller.f_code):
                     self.entries.add(code)  # called by library code: a framework's hook (training_step)
             frame = frame.f_back
-        for (code, globals_, module_below), (parent, _, _) in zip(chain, chain[1:], strict=False):
+        if chain and len(self.ran) < 4096:
+            self.ran.add((chain[0][0], chain[0][3]))
+        for (code, globals_, module_below, _), (parent, _, _, _) in zip(chain, chain[1:], strict=False):
             edge = self.edges.get((parent, code))
             if edge is None:
                 if len(self.edges) < 4096:
@@ -122,6 +129,7 @@ class LossFunctions:
             self.edges = {}
             self.user = {}
             self.entries = set()
+            self.ran = set()
 
     def tidy(self) -> None:
         """Pop the mode when it is the innermost one. Inside backward() (a torch function the mode's handler runs,
@@ -144,7 +152,16 @@ class LossFunctions:
         if caller is None:
             return
         loops = {caller.f_code} | (self.entries if framework else set())
+        # the loss code: the loops, and the functions and methods below them that ran torch ops and called no
+        # module (`loss_fn(out, batch)` → its `__call__` → `masked_mean`), where a graph-named op's line is looked for
+        code_of = set(loops)
+        for _ in range(4):
+            code_of |= {code for (parent, code), (_, module_below) in self.edges.items()
+                        if parent in code_of and not module_below}
+        code_of = set(list(code_of)[:32])
         self.loss_code = [(c.co_filename, c.co_firstlineno, c.co_name) for c in list(loops)[:16]]
+        self.loss_callees = [(c.co_filename, c.co_firstlineno, c.co_name) for c in code_of - loops]
+        self.loss_lines = sorted({(c.co_filename, line) for c, line in self.ran if c in code_of})[:256]
         for (parent, code), (globals_, module_below) in list(self.edges.items()):
             if parent not in loops or module_below or len(self.wrapped) >= MAX_FUNCTIONS:
                 continue

@@ -433,7 +433,12 @@ class NanProbe(Probe):
             frame = frame.f_back
         if frame is not None:
             code.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_code.co_name))
-        return {"graph_op": op, "loss_code": [list(c) for c in dict.fromkeys(code)]}
+        out: dict[str, Any] = {"graph_op": op, "loss_code": [list(c) for c in dict.fromkeys(code)]}
+        if self.loss_functions.loss_callees:
+            # the helpers the loss code called (a loss object's __call__, its masked_mean) and the lines that ran
+            out["loss_callees"] = [list(c) for c in self.loss_functions.loss_callees]
+            out["loss_lines"] = [list(c) for c in self.loss_functions.loss_lines]
+        return out
 
     def _batch_field(self) -> dict[str, Any]:
         """The DataLoader batch the step used, if it holds the non-finite values."""

@@ -24,19 +24,25 @@ _BACKWARD = re.compile(r"Backward\d*$")
 
 
 def culprit_op(loss: Any, torch: Any) -> str | None:
-    """The name of the autograd op that turned finite inputs into the non-finite loss, or None when the path
-    from the loss forks before one is found (the walk never guesses between branches)."""
-    node = getattr(loss, "grad_fn", None)
-    for _ in range(MAX_NODES):
-        if node is None:
-            return None
+    """The name of the autograd op that turned finite inputs into the non-finite loss, or None when none is found
+    or the branches of the graph show different ones (the walk never guesses between them). Where the path forks
+    (`actor_loss + kl`, both made by the same masked mean), every branch is walked, none below the op that made
+    its non-finite value, `MAX_NODES` nodes at most."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    todo = [getattr(loss, "grad_fn", None)]
+    budget = MAX_NODES
+    while todo and budget > 0:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        budget -= 1
         if _made_here(node, torch):
-            return _name(node)
-        children = [n for n, _ in node.next_functions if n is not None and type(n).__name__ != "AccumulateGrad"]
-        if len(children) != 1:
-            return None
-        node = children[0]
-    return None
+            found.add(_name(node))
+            continue
+        todo.extend(n for n, _ in node.next_functions if n is not None and type(n).__name__ != "AccumulateGrad")
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _made_here(node: Any, torch: Any) -> bool:

@@ -298,7 +298,9 @@ def test_ddp_accumulation_under_no_sync_keeps_the_ranks_equal(tmp_path_factory, 
                                  # heavy: one more run (~6 s); the quick suite was at 603 s on a clean clone of stop 26 (budget 600)
                                  pytest.param("pretrained", marks=pytest.mark.heavy),
                                  # heavy: one more run (~4-8 s); the weights and the optimizer in two files
-                                 pytest.param("separate-resume", marks=pytest.mark.heavy)])
+                                 pytest.param("separate-resume", marks=pytest.mark.heavy),
+                                 # heavy: one more run (~4-8 s); a trainer's fit() that loads what its load() kept
+                                 pytest.param("trainer-resume", marks=pytest.mark.heavy)])
 def test_a_restored_optimizer_or_a_weights_only_start_is_no_empty_resume(tmp_path_factory, validate_report, how):
     result = shared_run(tmp_path_factory, f"resume-optimizer-{how}", "resume_optimizer.py", "--fail-on", "never",
                         "--", how)

@@ -80,6 +80,15 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 f"{e.get('stepping_type')} took its first step with empty state, so the resumed run restarts its "
                 "optimizer from scratch")
         where = e.get("load_site") or e.get("model_site")
+    elif e.get("built_site"):
+        # a fresh optimizer built after the weights came back (a trainer's train() after its load()): that line
+        built = e["built_site"]
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights and the weights were "
+                f"restored, but the {e.get('stepping_type')} that steps was built afresh after that restore (line "
+                f"{built.get('line')}, in {built.get('function')}) and no load_state_dict handed it the saved state: it "
+                "took its first step with empty state, so the resumed run restarts its optimizer (and the schedule "
+                "built on it) from scratch").replace("  ", " ")
+        where = built
     else:
         text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
                 f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "

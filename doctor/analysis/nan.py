@@ -196,6 +196,13 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
     if not op or not syntax or not places:
         return
     found = op_line(places, list(syntax))
+    callees = [tuple(c) for c in event.get("loss_callees") or [] if isinstance(c, list) and len(c) == 3]
+    if found is None and callees:
+        # not written in the loss code itself: in a helper it called (a loss object's masked mean), among the
+        # lines that ran torch ops in the watched step (the branch taken, not its twin)
+        ran = {(c[0], c[1]) for c in event.get("loss_lines") or [] if isinstance(c, list) and len(c) == 2}
+        found = op_line(places + callees, list(syntax), ran)
+        places = places + callees
     if found is None:
         return
     path, line = found

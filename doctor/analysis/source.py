@@ -196,10 +196,12 @@ def sync_switch_line(path: str, function: str | None, backward_line: int | None)
     return max(n.lineno for n in (off or switches))
 
 
-def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str]) -> tuple[str, int] | None:
+def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str],
+            ran: set[tuple[str, int]] | None = None) -> tuple[str, int] | None:
     """The one line, across the script's loss code (`places`: file, first line, function), that writes an op
-    spelled by `syntax`: "/" (a division), "**", or a call or method name (`log`, `cross_entropy`). None when no
-    line or several lines do: the analysis never picks between them."""
+    spelled by `syntax`: "/" (a division), "**", or a call or method name (`log`, `cross_entropy`). `ran`: when
+    given, only lines that ran a torch op in the watched step count. None when no line or several lines do: the
+    analysis never picks between them."""
     lines: set[tuple[str, int]] = set()
     names = {s for s in syntax if s.isidentifier()}
     binops = {"/": ast.Div, "//": ast.FloorDiv, "**": ast.Pow}
@@ -217,4 +219,6 @@ def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str])
                 name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
                 if name in names:
                     lines.add((path, node.lineno))
+    if ran is not None:
+        lines &= ran
     return next(iter(lines)) if len(lines) == 1 else None
