@@ -326,3 +326,15 @@ def test_sandwich_rule_summing_sub_network_losses_of_one_batch_is_not_undivided_
     assert result.run["measurements"]["accumulation"]["micro_steps_per_step"] == 4
     assert not result.symptoms("accumulation-not-normalized"), result.report["symptoms"]
     assert any("same input batch" in note for note in result.report["notes"]), result.report["notes"]
+
+
+@pytest.mark.heavy  # one more `torchdoctor run` (~5 s); the quick suite is at its 600 s budget on a clean clone
+def test_gradients_divided_after_backward_are_not_undivided_accumulation(tmp_path_factory, validate_report):
+    # fairseq's trainer: sum-reduced losses, backward per micro-batch, then `p.grad.div_(sample_size)` before the
+    # step; the gradient norm the step sees is far below one micro-step's, which no undivided sum gives
+    result = shared_run(tmp_path_factory, "accum-divided-after", "accum_grads_divided_after_backward.py",
+                        "--fail-on", "warning")
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert result.run["measurements"]["accumulation"]["micro_steps_per_step"] == 2
+    assert not result.symptoms("accumulation-not-normalized"), result.report["symptoms"]
+    assert any("rescaled after backward" in note for note in result.report["notes"]), result.report["notes"]

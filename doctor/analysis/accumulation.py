@@ -88,13 +88,25 @@ def _not_normalized(run: RunEvidence, rank: int, k: int, state: dict[str, Any], 
     scale = k * factor
     if scale < float(lim.get("max_gradient_scale", 1.5)):
         return
+    norms = state.get("norms") or []
+    growth = statistics.median(n["accumulated_norm"] / n["first_norm"] for n in norms if n["first_norm"]) \
+        if any(n["first_norm"] for n in norms) else None
+    if growth is not None and growth < float(lim.get("rescaled_below_growth", 0.5)):
+        # k undivided gradients summed cannot shrink far below the first one's norm: the script rescaled the
+        # gradients between backward and the step (fairseq's `p.grad.div_(sample_size)`), so the loss's factor
+        # says nothing about the update
+        if rank == 0:
+            out.notes.append(
+                f"{k} backward passes per optimizer step on a loss that is not divided, but the gradient the step "
+                f"applies is {growth:.2g}× the first micro-step's: the gradients are rescaled after backward, not "
+                "judged as an undivided accumulation."
+            )
+        return
     values: dict[str, Any] = {"micro_steps": k, "loss_factor": round(factor, 6), "gradient_scale": round(scale, 3)}
     text = (f"{k} backward passes are accumulated into each optimizer step and the loss reaching backward is "
             + ("the criterion's value itself" if factor == 1 else f"the criterion's value × {factor:.4g}")
             + f": the accumulated gradient is {scale:.3g}× the mean gradient of the effective batch")
-    norms = state.get("norms") or []
-    if norms:
-        growth = statistics.median(n["accumulated_norm"] / n["first_norm"] for n in norms if n["first_norm"])
+    if growth is not None:
         values.update(grad_norm_first_micro_step=round(norms[0]["first_norm"], 6),
                       grad_norm_accumulated=round(norms[0]["accumulated_norm"], 6),
                       grad_norm_growth=round(growth, 3))
