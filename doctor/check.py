@@ -11,6 +11,7 @@ when it writes to a terminal.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections import Counter
@@ -195,6 +196,7 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
     codes = tuple(r.code for r in registry.selected(settings.select, settings.ignore))
     options = Options(codes=codes, torch_version=settings.torch_version, max_bytes=settings.max_file_bytes)
     items = discover(request.paths, settings)
+    options.project = project_classes(items, _roots(request.paths), options.max_bytes)
     results = []
     files = 0
     not_analysed = 0
@@ -239,13 +241,39 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
     return report
 
 
+def _roots(paths: Sequence[str]) -> list[str]:
+    """The folders module names are taken below: the folders named, else the named files' folders."""
+    return [p for p in paths if p != "-" and os.path.isdir(p)] or [
+        os.path.dirname(os.path.abspath(p)) for p in paths if p != "-"]
+
+
+def project_classes(items: Sequence[tuple[str, str]], roots: list[str], max_bytes: int):
+    """The pre-pass: which classes of the checked `.py` files are torch modules (semantic/projectclasses.py), so a
+    file's index knows a model class another file defines. Only class headers are read; a file that cannot be
+    read is left to the analysis, which reports it."""
+    from torchdoctor.rules.static.project import module_name
+    from torchdoctor.rules.static.semantic.projectclasses import build
+
+    texts: list[tuple[str, str]] = []
+    for path, _display in items:
+        if not path.endswith(".py"):
+            continue
+        try:
+            info = os.stat(path)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+                continue  # a pipe or a device would block or never end: the analysis reports it
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                texts.append((module_name(path, roots), fh.read()))
+        except OSError:
+            continue
+    return build(texts) if len(texts) > 1 else None
+
+
 def _project_pass(request: CheckRequest, analysed: list, options) -> list:
     """The rules that join files (rules/static/project.py): their findings, as the engine writes findings."""
     from torchdoctor.rules.static.engine import project_findings
 
-    roots = [p for p in request.paths if p != "-" and os.path.isdir(p)] or [
-        os.path.dirname(os.path.abspath(p)) for p in request.paths if p != "-"]
-    return project_findings({}, analysed, options.codes, roots)
+    return project_findings({}, analysed, options.codes, _roots(request.paths))
 
 
 def _summary(files: int, not_analysed: int, findings: list[Finding]) -> str:

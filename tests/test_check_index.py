@@ -486,3 +486,82 @@ def test_an_instance_of_a_plain_class_of_the_file_is_not_a_duck_typed_model():
     )
     assert not index.is_model(call_at(index, "net_ensemble.forward(x)").func.value)
 
+
+
+# -- classes of other files of the project (semantic/projectclasses.py) ------------------------------------------
+
+_NETWORK = """
+import torch.nn as nn
+from torch import nn as tnn
+
+class coRNN(nn.Module):
+    pass
+
+class Base(
+        tnn.Module):
+    pass
+
+class Wide(Base):
+    pass
+
+class Config(object):
+    pass
+"""
+
+
+def _project(files: dict[str, str]):
+    from torchdoctor.rules.static.semantic.projectclasses import build
+
+    return build(files.items())
+
+
+def _with_project(source: str, files: dict[str, str]) -> Index:
+    tree = ast.parse(source)
+    buckets, parents = walk(tree, set(INDEX_NODES) | {ast.If, ast.With, ast.Expr})
+    return Index(tree, buckets, parents, source, _project(files))
+
+
+def test_a_module_class_of_another_file_makes_a_model_binding():
+    train = "import network\nrnn = network.coRNN(1, 2)\ncfg = network.Config()\n"
+    index = _with_project(train, {"network": _NETWORK})
+    b = index.binding("rnn")
+    assert b is not None and b.kind == "module" and b.cls == "network.coRNN"
+    assert index.binding("cfg") is None  # a plain class of that file is no model
+    assert build(train).binding("rnn") is None  # without the pre-pass the file cannot know
+
+
+def test_project_bases_are_followed_across_files_and_packages():
+    project = _project({"pkg.network": _NETWORK, "pkg.models.unet": "class UNet(Wide):\n    pass\n"})
+    assert project.is_module_class("pkg.network.Wide")  # through Base, two lines of header
+    assert project.is_module_class(".network.Base")  # a relative import
+    assert project.is_module_class("models.UNet")  # re-exported by the package, defined in one of its modules
+    assert not project.is_module_class("network.Config")
+    assert not project.is_module_class("other.coRNN")  # no module of the project by that name
+    source = "from models.unet import UNet\nclass Big(UNet):\n    def forward(self, x):\n        return x\n"
+    index = _with_project(source, {"models.unet": "import torch\nclass UNet(torch.nn.Module):\n    pass\n"})
+    assert index.classes["Big"].is_module
+    assert not _with_project(source, {"models.unet": "class UNet:\n    pass\n"}).classes["Big"].is_module
+
+
+def test_a_star_import_of_a_project_module_names_its_module_classes():
+    source = "from models import *\ngenerator = Generator()\nmeter = Meter()\n"
+    files = {"models": "import torch.nn as nn\nclass Generator(nn.Module):\n    pass\nclass Meter:\n    pass\n"}
+    index = _with_project(source, files)
+    assert index.binding("generator").kind == "module"
+    assert index.binding("meter") is None
+
+
+def test_a_parameter_name_two_functions_share_keeps_no_kind_when_callers_disagree_by_name():
+    source = """
+import torch
+def inner(net, loader):
+    for x in loader:
+        net(x)
+def outer(net, loader):
+    inner(loader, net)
+model = torch.nn.Linear(2, 2)
+outer(model, [])
+"""
+    assert build(source).binding("net") is None  # inner's `net` is handed `loader`: no kind file-wide
+    agreeing = source.replace("inner(loader, net)", "inner(net, loader)")
+    assert build(agreeing).binding("net").kind == "module"

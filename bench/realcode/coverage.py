@@ -352,7 +352,7 @@ def entry_points(project: ProjectModel) -> Counter:
         index = f.index
         for fn in index.nodes(ast.FunctionDef):
             if fn.name == "training_step":
-                info = index.class_of(fn)
+                info = index.class_of(fn.body[0]) if fn.body else None
                 found["lightning training_step"] += 1
                 found["lightning training_step, module class"] += bool(info and info.is_module)
             elif fn.name == "compute_loss":
@@ -366,6 +366,10 @@ def entry_points(project: ProjectModel) -> Counter:
 def build_project(root: str, paths: list[str]) -> ProjectModel:
     """Each file of a project the way `check` finds it (its excludes) and indexes it (its walk, its Index)."""
     from torchdoctor.check import discover
+    try:  # the pre-pass of project classes; an older torchdoctor (a baseline run) has none
+        from torchdoctor.check import _roots, project_classes
+    except ImportError:
+        _roots = project_classes = None
     from torchdoctor.config import Settings
     from torchdoctor.rules.static import registry
     from torchdoctor.rules.static.engine import _wanted, walk
@@ -377,14 +381,18 @@ def build_project(root: str, paths: list[str]) -> ProjectModel:
     os.chdir(root)
     files: list[FileModel] = []
     try:
-        for path, display in discover(paths, Settings(root=root)):
+        items = discover(paths, Settings(root=root))
+        known = project_classes(items, _roots(paths), 2_000_000) if project_classes is not None else None
+        for path, display in items:
             try:
                 unit = read_unit(path, display, 2_000_000)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     tree = ast.parse(unit.text)
                 buckets, parents = walk(tree, wanted)
-                files.append(FileModel(display, Index(tree, buckets, parents, unit.text)))
+                index = Index(tree, buckets, parents, unit.text, known) if known is not None else \
+                    Index(tree, buckets, parents, unit.text)
+                files.append(FileModel(display, index))
             except (UnreadableSource, SyntaxError, ValueError, RecursionError, MemoryError):
                 continue
             except Exception as exc:  # noqa: BLE001 - the index's own bug: counted, not fatal

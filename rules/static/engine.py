@@ -20,6 +20,7 @@ from torchdoctor.model import Finding
 from torchdoctor.rules.static import registry
 from torchdoctor.rules.static.api import Context, Hit, Rule, RuleDoc, milder, split_lines
 from torchdoctor.rules.static.index import INDEX_NODES, Index
+from torchdoctor.rules.static.semantic.projectclasses import ProjectClasses
 from torchdoctor.rules.static.sources import Unit, UnreadableSource, read_unit, unit_from_bytes
 
 FRAME_RADIUS = 2  # lines of context around a finding's line
@@ -47,6 +48,7 @@ class Options:
     codes: tuple[str, ...]  # enabled rule codes
     torch_version: tuple[int, int] | None = None
     max_bytes: int = MAX_BYTES
+    project: ProjectClasses | None = None  # the checked project's module classes (projectclasses.py)
 
 
 @dataclass
@@ -186,7 +188,8 @@ def _narrowing(r: Rule) -> tuple[frozenset[str], frozenset[str]]:
     return found
 
 
-def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None) -> FileResult:
+def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None = None,
+                 project: ProjectClasses | None = None) -> FileResult:
     """All enabled rules on one source unit; never raises for the user's input."""
     # The cyclic garbage collector is paused for the file. Its passes are set off by allocations, and one file's
     # tree, index and facts are all allocated at once and all still alive, so every pass during the analysis
@@ -197,13 +200,14 @@ def analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, in
     if paused:
         gc.disable()
     try:
-        return _analyse_unit(unit, rules, torch_version)
+        return _analyse_unit(unit, rules, torch_version, project)
     finally:
         if paused:
             gc.enable()
 
 
-def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None) -> FileResult:
+def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, int] | None,
+                  project: ProjectClasses | None) -> FileResult:
     result = FileResult(unit.path)
     for number, why in unit.skipped_cells:
         result.results.append(_td000(unit, f"cell {number} skipped ({why})", line=1, cell=number, severity="info"))
@@ -227,7 +231,7 @@ def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, i
     wanted = _wanted(rules)
     try:
         buckets, parents = walk(tree, wanted)
-        index = Index(tree, buckets, parents, unit.text)
+        index = Index(tree, buckets, parents, unit.text, project)
         result.contexts = index.contexts()
     except (RecursionError, MemoryError):
         result.analysed = False
@@ -492,7 +496,7 @@ def analyse_file(path: str, display: str, options: Options) -> FileResult:
         unit = read_unit(path, display, options.max_bytes)
     except UnreadableSource as exc:
         return _unreadable(display, str(exc))
-    result = analyse_unit(unit, rules, options.torch_version)
+    result = analyse_unit(unit, rules, options.torch_version, options.project)
     result.read_path = path
     return result
 

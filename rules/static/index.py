@@ -47,6 +47,7 @@ from torchdoctor.rules.static.semantic.frameworks import Frameworks
 from torchdoctor.rules.static.semantic.guards import Guards
 from torchdoctor.rules.static.semantic.loops import Loop, Loops, is_eval_word
 from torchdoctor.rules.static.semantic.names import Names
+from torchdoctor.rules.static.semantic.projectclasses import ProjectClasses
 from torchdoctor.rules.static.semantic.regions import AutocastRegion, Regions
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
@@ -93,8 +94,10 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         buckets: dict[type, list[ast.AST]],
         parents: dict[ast.AST, ast.AST],
         source: str = "",
+        project: ProjectClasses | None = None,
     ):
         self.tree = tree
+        self.project = project  # the project's module classes, from the pre-pass (projectclasses.py)
         self.buckets = buckets
         self.parents = parents
         self.source = source

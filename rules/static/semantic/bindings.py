@@ -261,6 +261,9 @@ class Bindings:
             local = dotted(value.func)
             if local in self.classes and self.classes[local].is_module:
                 return Binding(name, "module", local, stmt, value)
+            if isinstance(value.func, ast.Name) and self.star_imports and self.project is not None \
+                    and local not in self.classes and self.project.star_module_class(self.star_imports, local):
+                return Binding(name, "module", local, stmt, value)  # `from models import *` then `Generator()`
             returned = self._returned(value, name, stmt, depth)
             if returned is not None:
                 return returned
@@ -311,6 +314,8 @@ class Bindings:
             owner = q.rsplit(".", 2)[-2] if q.count(".") >= 1 else ""
             if any(marker in owner for marker in n["pretrained_model_markers"]):
                 return Binding(name, "module", q.rsplit(".", 1)[0], stmt, value)
+        if self.project is not None and self.project.is_module_class(q):
+            return Binding(name, "module", q, stmt, value)  # `network.coRNN(...)`: a module class of another file
         return None
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
@@ -571,6 +576,7 @@ class Bindings:
                         self._add(b)
         constructors = self._constructor_calls()
         built = {id(call) for call, _ in constructors}
+        named: dict[str, set[str]] = {}  # parameter -> kinds the names of values handed in without a binding say
         for call, fn in self._local_function_calls() + constructors:
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
             bound = isinstance(call.func, ast.Attribute) or id(call) in built  # `self.m(...)`, `Trainer(...)`
@@ -580,7 +586,15 @@ class Bindings:
             passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in params]
             for name, arg in passed:
                 source = self.binding(arg)
-                if source is None or name in self.bindings and self.bindings[name][-1].node is not fn:
+                if source is None:
+                    # A value whose name says a kind (`train_one(loader, net)` into `def train_one(net, loader)`):
+                    # the parameter's name is file-wide, so a model bound to `net` by another function's callers
+                    # would be read into this one. Kept to compare once every caller is seen.
+                    said = self.kind_of(arg) if isinstance(arg, ast.Name | ast.Attribute) else None
+                    if said is not None:
+                        named.setdefault(name, set()).add(said)
+                    continue
+                if name in self.bindings and self.bindings[name][-1].node is not fn:
                     continue
                 known = self.bindings.get(name)
                 if known and known[-1].kind != source.kind:
@@ -589,6 +603,11 @@ class Bindings:
                 if not known:
                     self._add(Binding(name, source.kind, source.cls, fn, source.call, source.wrapper, source.compiled,
                                       source.inner, guessed=True))
+        for name, kinds in named.items():  # callers disagree, by a binding and by a name: the kind is unknown
+            known = self.bindings.get(name)
+            if known and isinstance(known[-1].node, ast.FunctionDef | ast.AsyncFunctionDef) and known[-1].guessed \
+                    and kinds - {known[-1].kind}:
+                self.bindings.pop(name)
 
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""

@@ -70,6 +70,10 @@ class Classes:
                     info.is_module = True
                 if b in function_bases:
                     info.is_function = True
+            if not info.is_module and self.project is not None:
+                # `class GPT(BaseModel)` with `BaseModel(nn.Module)` in another file of the project
+                info.is_module = any(self.project.is_module_class(b) or self.star_imports
+                                     and self.project.star_module_class(self.star_imports, b) for b in bases if b)
             self.classes.setdefault(node.name, info)
         changed = True
         while changed:  # bases defined in the same file, in any order

@@ -1,0 +1,99 @@
+"""Which classes of the project are torch modules, known before any file is analysed.
+
+Each file is analysed on its own (in worker processes), so `model = network.coRNN(...)` in `train.py` did not
+know that `network.py` defines `class coRNN(nn.Module)`, and a model built from another file of the project had
+no kind. A pre-pass reads every `.py` file's class headers with a regular expression (no parse: it must cost next
+to nothing beside the analysis) and hands the index the table: qualified class name -> module or not, bases
+followed across files by name. The index asks it only about names it resolved through an import (or a star
+import) that no table of its own knows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# `class Name(Base1, pkg.Base2, metaclass=M):`, bases over several lines too.
+_CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^()]*(?:\([^()]*\)[^()]*)*)\)[ \t]*:", re.M)
+# A base that makes a class a torch module by itself: `nn.Module`, `torch.nn.Sequential`, `pl.LightningModule`,
+# `PreTrainedModel`, ... (the last part of the base's spelling).
+_MODULE_BASE = re.compile(r"^(?:(?:torch\.)?nn\.[A-Z]\w*|(?:\w+\.)*(?:Module|LightningModule|PreTrainedModel|"
+                          r"ModelMixin|Sequential|ModuleList|ModuleDict))$")
+_NOT_MODULE_BASE = frozenset({"nn.Parameter", "torch.nn.Parameter", "nn.ParameterList", "nn.ParameterDict"})
+
+
+@dataclass
+class ProjectClasses:
+    """The project's classes by module: which are torch modules (directly or through project bases)."""
+
+    modules: dict[str, frozenset[str]] = field(default_factory=dict)  # dotted module -> its module classes
+    _by_tail: dict[str, list[str]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for module in self.modules:
+            parts = module.split(".")
+            for i in range(len(parts)):
+                self._by_tail.setdefault(".".join(parts[i:]), []).append(module)
+
+    def is_module_class(self, qualified: str) -> bool:
+        """`network.coRNN`, `.models.unet.UNet`, `models.UNet` (re-exported by `models/__init__.py`): a class that
+        a module of the project matching the import defines (or, for a package, one of its modules), and that is
+        a torch module."""
+        module, _, name = qualified.lstrip(".").rpartition(".")
+        if not module or not name:
+            return False
+        for found in self._by_tail.get(module, ()):
+            if name in self.modules[found]:
+                return True
+        # a package: `from models import UNet` with `models/unet.py` defining it
+        return any(name in classes for m, classes in self.modules.items()
+                   if f".{module}." in f".{m}." and m != module)
+
+    def star_module_class(self, star_modules: Iterable[str], name: str) -> bool:
+        """`from models import *` then `Generator()`: a module class of one of those project modules."""
+        return any(self.is_module_class(f"{m}.{name}") for m in star_modules)
+
+
+def scan(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(class name, base spellings) for every class header in a source text."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if "class" not in text:
+        return out
+    for m in _CLASS.finditer(text):
+        bases = tuple(b.strip() for b in m.group(2).replace("\n", " ").split(",")
+                      if b.strip() and "=" not in b)
+        out.append((m.group(1), bases))
+    return out
+
+
+def build(files: Iterable[tuple[str, str]]) -> ProjectClasses:
+    """The table from (dotted module name, source text) pairs. A base named by a project class that is a module
+    makes its subclass one too, whichever file either sits in (matched by the base's last name)."""
+    headers: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    for module, text in files:
+        headers[module] = scan(text)
+    is_module: dict[tuple[str, str], bool] = {}
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for module, classes in headers.items():
+        for name, bases in classes:
+            key = (module, name)
+            is_module[key] = any(_MODULE_BASE.match(b) and b not in _NOT_MODULE_BASE for b in bases)
+            by_name.setdefault(name, []).append(key)
+    changed = True
+    while changed:
+        changed = False
+        for module, classes in headers.items():
+            for name, bases in classes:
+                if is_module[(module, name)]:
+                    continue
+                for b in bases:
+                    short = b.rsplit(".", 1)[-1]
+                    if short != name and any(is_module[k] for k in by_name.get(short, ())):
+                        is_module[(module, name)] = changed = True
+                        break
+    table: dict[str, set[str]] = {}
+    for (module, name), yes in is_module.items():
+        if yes:
+            table.setdefault(module, set()).add(name)
+    return ProjectClasses({m: frozenset(names) for m, names in table.items()})
