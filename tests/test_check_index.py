@@ -565,3 +565,21 @@ outer(model, [])
     assert build(source).binding("net") is None  # inner's `net` is handed `loader`: no kind file-wide
     agreeing = source.replace("inner(loader, net)", "inner(net, loader)")
     assert build(agreeing).binding("net").kind == "module"
+
+
+def test_parameter_annotations_give_kinds_without_arguments():
+    source = """
+from typing import Optional
+import torch
+from torch.utils.data import DataLoader
+def train_one_epoch(model: torch.nn.Module, criterion: torch.nn.CrossEntropyLoss, data_loader: DataLoader,
+                    optimizer: torch.optim.Optimizer, scheduler: Optional[torch.optim.lr_scheduler.LRScheduler],
+                    steps: int, weights: torch.nn.Parameter, config: "Config"):
+    pass
+"""
+    index = build(source)
+    kinds = {n: index.binding(n).kind for n in ("model", "criterion", "data_loader", "optimizer", "scheduler")}
+    assert kinds == {"model": "module", "criterion": "loss", "data_loader": "dataloader", "optimizer": "optimizer",
+                     "scheduler": "scheduler"}
+    assert index.binding("data_loader").call is None  # no constructor: its defaults are not the caller's
+    assert all(index.binding(n) is None for n in ("steps", "weights", "config"))

@@ -574,6 +574,7 @@ class Bindings:
                     if b is not None:
                         b.guessed = True
                         self._add(b)
+        self._bind_annotations()
         constructors = self._constructor_calls()
         built = {id(call) for call, _ in constructors}
         named: dict[str, set[str]] = {}  # parameter -> kinds the names of values handed in without a binding say
@@ -608,6 +609,51 @@ class Bindings:
             if known and isinstance(known[-1].node, ast.FunctionDef | ast.AsyncFunctionDef) and known[-1].guessed \
                     and kinds - {known[-1].kind}:
                 self.bindings.pop(name)
+
+    def _bind_annotations(self) -> None:
+        """Kinds from parameter annotations: `def train_one_epoch(model: torch.nn.Module, data_loader: DataLoader,
+        optimizer: torch.optim.Optimizer)` says what the callers (often in another file) hand in. No arguments are
+        known: the binding has no call, so no rule reads a constructor's defaults into it."""
+        for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            args = fn.args  # type: ignore[attr-defined]
+            for arg in args.posonlyargs + args.args + args.kwonlyargs:
+                if arg.annotation is None or arg.arg in self.bindings:
+                    continue
+                ann = arg.annotation
+                if isinstance(ann, ast.Subscript) and (last_name(ann.value) or "") == "Optional":
+                    ann = ann.slice
+                elif isinstance(ann, ast.BinOp) and isinstance(ann.op, ast.BitOr):
+                    ann = ann.left  # `DataLoader | None`
+                if not isinstance(ann, ast.Name | ast.Attribute):
+                    continue
+                q = self.resolve(ann)
+                kind = self._class_kind(q) if q is not None else None
+                if kind is not None:
+                    self._add(Binding(arg.arg, kind, q, fn, None, guessed=True))
+
+    def _class_kind(self, q: str) -> str | None:
+        """The kind of object a qualified class name builds, for an annotation (no call to read)."""
+        n = self.names
+        short = q.rsplit(".", 1)[-1]
+        if q in n["dataloaders"]:
+            return "dataloader"
+        if q in n["distributed_samplers"] or q in n["samplers"]:
+            return "sampler"
+        if any(q.startswith(p) for p in n["scheduler_prefixes"]):
+            return "scheduler"
+        if q in n["scalers"]:
+            return "scaler"
+        if short[:1].isupper() and q.count(".") == 2 and any(q.startswith(p) for p in n["optimizer_prefixes"]):
+            return "optimizer"
+        if q in n["ddp"] or q in n["fsdp"] or q in n["data_parallel"] or q in n["module_bases"]:
+            return "module"
+        if q.startswith("torch.nn.") and short[:1].isupper() and q.count(".") == 2:
+            if short.endswith(n["loss_module_suffix"]):
+                return "loss"
+            return None if short in ("Parameter", "ParameterList", "ParameterDict", "Buffer") else "module"
+        if self.project is not None and self.project.is_module_class(q):
+            return "module"
+        return None
 
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
