@@ -221,6 +221,19 @@ def _loop_calls(loop: ast.AST) -> list[ast.Call]:
     return out
 
 
+def _own_nodes(node: ast.AST) -> list[ast.AST]:
+    """The nodes below `node`, not inside functions or classes nested in it."""
+    out: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        sub = stack.pop()
+        if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        out.append(sub)
+        stack.extend(ast.iter_child_nodes(sub))
+    return out
+
+
 def _direct(loop: ast.AST) -> bool:
     """A backward or optimizer step in the loop's own body (not only in a nested loop)."""
     stack = [*loop.body, *loop.orelse]  # type: ignore[attr-defined]
@@ -308,8 +321,9 @@ def _scheduler_answer(region: list[tuple[FileModel, ast.Call]]) -> bool | None:
     return False if asked else None
 
 
-def _loader_answer(f: FileModel, node: ast.AST, loop: Any) -> bool | None:
-    if not isinstance(node, ast.For | ast.AsyncFor) or not _direct(node):
+def _loader_answer(node: ast.AST, loop: Any, innermost: bool) -> bool | None:
+    """Asked of the loop that draws the batches: the backward or step in its own body, or no training loop inside it."""
+    if not isinstance(node, ast.For | ast.AsyncFor) or not (innermost or _direct(node)):
         return None
     iterable = node.iter
     while isinstance(iterable, ast.Call) and iterable.args and (_dotted(iterable.func) or "") in (
@@ -325,10 +339,11 @@ def analyse_loops(project: ProjectModel) -> list[LoopReport]:
     reports: list[LoopReport] = []
     for f in project.files:
         index = f.index
-        for node in sorted(index.loops, key=lambda n: (n.lineno, n.col_offset)):
-            if not project.loop_trains(f, node):
-                continue
+        found = [n for n in sorted(index.loops, key=lambda n: (n.lineno, n.col_offset)) if project.loop_trains(f, n)]
+        ids = {id(n) for n in found}
+        for node in found:
             loop = index.loops.get(node)
+            innermost = not any(id(sub) in ids for sub in _own_nodes(node))
             region = project.region(f, node)
             model_kind, model_class = _model_answer(region)
             answers: dict[str, bool | None] = {
@@ -337,7 +352,7 @@ def analyse_loops(project: ProjectModel) -> list[LoopReport]:
                 "optimizer": _optimizer_answer(region),
                 "model": model_kind,
                 "model_class": model_class,
-                "loader": _loader_answer(f, node, loop),
+                "loader": _loader_answer(node, loop, innermost),
                 "loss": _loss_answer(region),
                 "scheduler": _scheduler_answer(region),
             }
