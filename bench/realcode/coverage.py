@@ -15,7 +15,7 @@ index (the `Index` the rules use, built the way `check` builds it) what it knows
 - loss       the value a backward runs on holds the graph by the index's reading (`patterns.holds_graph`)
 - scheduler  (loops that step something named or bound as a scheduler) the receiver is bound to one
 - *_named    the same question answered the way the rules answer it, a name counting as evidence
-             (`is_optimizer_step`, `is_model`, `Loop.iterates_loader`): what a rule sees, not what is known
+             (`is_model`, `Loop.iterates_loader`): what a rule sees, not what is known
 
 The loops are found without the index, so its misses count: a loop whose body, directly or through a function or
 method defined anywhere in the project (matched by name), calls `.backward()` (or `manual_backward`,
@@ -44,8 +44,9 @@ from typing import Any
 
 from eval_check import HERE, Project, extract, fail, has_commit, mirror_dir, read_jsonl, wanted_repo
 
-QUESTIONS = ("trains", "role", "optimizer", "optimizer_named", "model", "model_class", "model_named", "loader",
-             "loader_named", "loss", "scheduler")
+# No `optimizer_named`: the loops are found by steps on receivers named like optimizers, so it would always hold.
+QUESTIONS = ("trains", "role", "optimizer", "model", "model_class", "model_named", "loader", "loader_named", "loss",
+             "scheduler")
 CALL_DEPTH = 3
 # `.step()` receivers that are an optimizer or a GradScaler by their name, for finding loops without the index.
 _STEPPER = re.compile(r"optim|(?:^|_)opt(?:_|$|s$)|scaler|(?:^|_)(?:sgd|adam|adamw)(?:_|$)", re.I)
@@ -355,8 +356,6 @@ def analyse_loops(project: ProjectModel) -> list[LoopReport]:
                 "trains": bool(loop and loop.trains),
                 "role": bool(loop and loop.kind in ("batch", "epoch")),
                 "optimizer": optimizer,
-                "optimizer_named": None if optimizer is None else optimizer or any(
-                    f.index.is_optimizer_step(c) for f, c in region),
                 "model": model_kind,
                 "model_class": model_class,
                 "model_named": model_kind or any(
