@@ -527,6 +527,9 @@ def test_a_module_class_of_another_file_makes_a_model_binding():
     b = index.binding("rnn")
     assert b is not None and b.kind == "module" and b.cls == "network.coRNN"
     assert index.binding("cfg") is None  # a plain class of that file is no model
+    losses = _with_project("from layers import MultiBoxLoss\ncriterion = MultiBoxLoss(3)\n",
+                           {"layers": "import torch.nn as nn\nclass MultiBoxLoss(nn.Module):\n    pass\n"})
+    assert losses.binding("criterion").kind == "loss"  # a module class named as a loss is one, as in torch.nn
     assert build(train).binding("rnn") is None  # without the pre-pass the file cannot know
 
 

@@ -263,7 +263,8 @@ class Bindings:
                 return Binding(name, "module", local, stmt, value)
             if isinstance(value.func, ast.Name) and self.star_imports and self.project is not None \
                     and local not in self.classes and self.project.star_module_class(self.star_imports, local):
-                return Binding(name, "module", local, stmt, value)  # `from models import *` then `Generator()`
+                # `from models import *` then `Generator()`
+                return Binding(name, self._project_kind(local), local, stmt, value)
             returned = self._returned(value, name, stmt, depth)
             if returned is not None:
                 return returned
@@ -315,7 +316,8 @@ class Bindings:
             if any(marker in owner for marker in n["pretrained_model_markers"]):
                 return Binding(name, "module", q.rsplit(".", 1)[0], stmt, value)
         if self.project is not None and self.project.is_module_class(q):
-            return Binding(name, "module", q, stmt, value)  # `network.coRNN(...)`: a module class of another file
+            # `network.coRNN(...)`: a module class of another file; `MultiBoxLoss(...)` is a loss, as in torch.nn
+            return Binding(name, self._project_kind(short), q, stmt, value)
         return None
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
@@ -652,8 +654,12 @@ class Bindings:
                 return "loss"
             return None if short in ("Parameter", "ParameterList", "ParameterDict", "Buffer") else "module"
         if self.project is not None and self.project.is_module_class(q):
-            return "module"
+            return self._project_kind(short)
         return None
+
+    def _project_kind(self, short: str) -> str:
+        """A module class of the project builds a loss when its name says so (`MultiBoxLoss`), else a model."""
+        return "loss" if short.endswith(self.names["loss_module_suffix"]) else "module"
 
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
