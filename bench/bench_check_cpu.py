@@ -50,14 +50,18 @@ def bare(files: list[Path]) -> None:
 
 
 def engine(files: list[Path]) -> None:
+    from torchdoctor.check import project_classes
     from torchdoctor.rules.static import registry
     from torchdoctor.rules.static.engine import Options, analyse_file, project_findings
 
     options = Options(codes=tuple(registry.rules()))
+    root = os.path.commonpath([str(p) for p in files])
+    # the pre-pass over class headers, as `check` runs it before the analysis (semantic/projectclasses.py)
+    options.project = project_classes([(str(p), str(p)) for p in files], [root], options.max_bytes)
     results = [analyse_file(str(path), str(path), options) for path in files]
     # Cross-file analysis on, as `check` runs it over a folder: the results are kept until the project pass
     # joins the facts every file left (rules/static/project.py).
-    project_findings({}, results, options.codes, [os.path.commonpath([str(p) for p in files])])
+    project_findings({}, results, options.codes, [root])
 
 
 def cpu_seconds(fn, files: list[Path]) -> float:

@@ -28,13 +28,16 @@ class ProjectClasses:
     """The project's classes by module: which are torch modules (directly or through project bases)."""
 
     modules: dict[str, frozenset[str]] = field(default_factory=dict)  # dotted module -> its module classes
-    _by_tail: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    _by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a tail of a module's name -> classes
+    _below: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a package's name -> classes below it
 
     def __post_init__(self) -> None:
-        for module in self.modules:
+        for module, classes in self.modules.items():
             parts = module.split(".")
             for i in range(len(parts)):
-                self._by_tail.setdefault(".".join(parts[i:]), []).append(module)
+                self._by_tail.setdefault(".".join(parts[i:]), set()).update(classes)
+                for j in range(i + 1, len(parts)):  # `models` and `pkg.models` for `pkg.models.unet`
+                    self._below.setdefault(".".join(parts[i:j]), set()).update(classes)
 
     def is_module_class(self, qualified: str) -> bool:
         """`network.coRNN`, `.models.unet.UNet`, `models.UNet` (re-exported by `models/__init__.py`): a class that
@@ -43,12 +46,8 @@ class ProjectClasses:
         module, _, name = qualified.lstrip(".").rpartition(".")
         if not module or not name:
             return False
-        for found in self._by_tail.get(module, ()):
-            if name in self.modules[found]:
-                return True
-        # a package: `from models import UNet` with `models/unet.py` defining it
-        return any(name in classes for m, classes in self.modules.items()
-                   if f".{module}." in f".{m}." and m != module)
+        # a module of the project by that name, or a package: `from models import UNet` with `models/unet.py`
+        return name in self._by_tail.get(module, ()) or name in self._below.get(module, ())
 
     def star_module_class(self, star_modules: Iterable[str], name: str) -> bool:
         """`from models import *` then `Generator()`: a module class of one of those project modules."""
