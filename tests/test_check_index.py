@@ -530,6 +530,9 @@ def test_a_module_class_of_another_file_makes_a_model_binding():
     losses = _with_project("from layers import MultiBoxLoss\ncriterion = MultiBoxLoss(3)\n",
                            {"layers": "import torch.nn as nn\nclass MultiBoxLoss(nn.Module):\n    pass\n"})
     assert losses.binding("criterion").kind == "loss"  # a module class named as a loss is one, as in torch.nn
+    kd = _with_project("from distill import DML\ncriterionKD = DML(3)\nstudent = DML(3)\n",
+                       {"distill": "import torch.nn as nn\nclass DML(nn.Module):\n    pass\n"})
+    assert kd.binding("criterionKD").kind == "loss" and kd.binding("student").kind == "module"
     assert build(train).binding("rnn") is None  # without the pre-pass the file cannot know
 
 
@@ -584,5 +587,25 @@ def train_one_epoch(model: torch.nn.Module, criterion: torch.nn.CrossEntropyLoss
     kinds = {n: index.binding(n).kind for n in ("model", "criterion", "data_loader", "optimizer", "scheduler")}
     assert kinds == {"model": "module", "criterion": "loss", "data_loader": "dataloader", "optimizer": "optimizer",
                      "scheduler": "scheduler"}
+    assert build(source.replace("criterion: torch.nn.CrossEntropyLoss", "criterion: torch.nn.Module")).binding(
+        "criterion").kind == "loss"  # DETR's `criterion: torch.nn.Module`: the name says which module it is
     assert index.binding("data_loader").call is None  # no constructor: its defaults are not the caller's
     assert all(index.binding(n) is None for n in ("steps", "weights", "config"))
+
+
+def test_a_copy_beside_an_unwrapping_branch_holds_the_plain_model():
+    source = """
+import torch
+def train(generator):
+    if distributed:
+        g_module = generator.module
+    else:
+        g_module = generator
+    torch.save(g_module.state_dict(), "g.pt")
+generator = torch.nn.Linear(2, 2)
+generator = torch.nn.parallel.DistributedDataParallel(generator)
+train(generator)
+"""
+    assert build(source).binding("g_module").wrapper is None
+    alone = source.replace("        g_module = generator.module", "        g_module = generator")
+    assert build(alone).binding("g_module").wrapper == "ddp"

@@ -763,6 +763,18 @@ def _wrapper_words(index: Index, b: Binding, name: str) -> tuple[str, str]:
             f"{runner}.unwrap_model({name})")
 
 
+def _other_branch_unwraps(index: Index, call: ast.Call, receiver: ast.AST) -> bool:
+    """`a if c else b` where this call is one branch and the other reads `<receiver>.module`: the code wraps the
+    model on one path (ffjord's `DataParallel` only under CUDA) and unwraps it on that path itself."""
+    parent = index.parent(call)
+    if not isinstance(parent, ast.IfExp) or call is parent.test:
+        return False
+    other = parent.orelse if call is parent.body else parent.body
+    name = dotted(receiver)
+    return any(isinstance(n, ast.Attribute) and n.attr == "module" and dotted(n.value) == name
+               for n in ast.walk(other))
+
+
 @rule("TD304", ast.Module)
 def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -791,6 +803,8 @@ def ddp_state_dict_saved(node: ast.Module, ctx: Context) -> None:
                     continue
                 if _parameter_of_other_scope(index, receiver, sub, b):
                     continue  # `def save(model): ...`: which model the caller passes is unknown
+                if _other_branch_unwraps(index, sub, receiver):
+                    continue  # `model.module.state_dict() if cuda else model.state_dict()`: wrapped on one path only
                 local = index.definitions(dotted(receiver) or "", sub)
                 if local and not any(v is local[-1] for v in ast.walk(b.node)):
                     continue  # rebound here to what the index cannot read: `inner_model = unwrap(model.inner_model)`

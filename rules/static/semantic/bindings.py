@@ -61,6 +61,7 @@ _MODEL_NAME = re.compile(r"(?:^|_)(?:model|net|network|backbone)s?$|model$", re.
 _LOADER_NAME = re.compile(r"loader|(?:^|_)dl$|^dl_", re.I)
 _OPTIMIZER_NAME = re.compile(r"(?:^|_)(?:optim|optimizer|optimiser|opt)s?(?:_|$)|optimizer", re.I)
 _SCALER_NAME = re.compile(r"scaler$", re.I)
+_LOSS_ENDS = ("loss", "loss_fn", "lossfn", "loss_func", "loss_function")
 _SCALER_CLASS = re.compile(r"^(?:Native|Grad|Amp|Loss)Scaler")
 # The parts of an adversarial setup, by their usual names: `netG`, `net_d`, `G`, `D`, `gen`, `discriminator`.
 _PART_NAME = re.compile(r"^(?:net_?[gd]|[gd]|gen|disc|critic)$|generator|discriminator", re.I)
@@ -264,7 +265,7 @@ class Bindings:
             if isinstance(value.func, ast.Name) and self.star_imports and self.project is not None \
                     and local not in self.classes and self.project.star_module_class(self.star_imports, local):
                 # `from models import *` then `Generator()`
-                return Binding(name, self._project_kind(local), local, stmt, value)
+                return Binding(name, self._project_kind(local, name), local, stmt, value)
             returned = self._returned(value, name, stmt, depth)
             if returned is not None:
                 return returned
@@ -317,7 +318,7 @@ class Bindings:
                 return Binding(name, "module", q.rsplit(".", 1)[0], stmt, value)
         if self.project is not None and self.project.is_module_class(q):
             # `network.coRNN(...)`: a module class of another file; `MultiBoxLoss(...)` is a loss, as in torch.nn
-            return Binding(name, self._project_kind(short), q, stmt, value)
+            return Binding(name, self._project_kind(short, name), q, stmt, value)
         return None
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
@@ -451,7 +452,10 @@ class Bindings:
         """A copy written before its source is bound in the file (`self.loader = loader` in `__init__`, with
         `loader = DataLoader(...)` further down in `main`, or a parameter bound from its call sites): once every
         binding is known, plain copies take the kind (and keyed entries) of what they copy."""
-        for stmt in sorted(self.nodes(ast.Assign), key=stmt_position):
+        assigns = sorted(self.nodes(ast.Assign), key=stmt_position)
+        unwrapped = {(dotted(t), dotted(a.value.value)) for a in assigns for t in a.targets  # type: ignore[attr-defined]
+                     if isinstance(a.value, ast.Attribute) and a.value.attr == "module"}  # type: ignore[attr-defined]
+        for stmt in assigns:
             value = stmt.value
             if not isinstance(value, ast.Name | ast.Attribute):
                 continue
@@ -463,7 +467,10 @@ class Bindings:
                 if name not in self.bindings:
                     source = self.binding(value)
                     if source is not None and source.name != name:
-                        self._add(Binding(name, source.kind, source.cls, stmt, source.call, source.wrapper,
+                        # `g_module = generator.module` in one branch, `g_module = generator` in the other (the
+                        # model is wrapped only when distributed): the name holds the plain model either way
+                        wrapper = None if (name, dotted(value)) in unwrapped else source.wrapper
+                        self._add(Binding(name, source.kind, source.cls, stmt, source.call, wrapper,
                                           source.compiled, source.inner, source.guessed))
 
     def _bind_from_use(self) -> None:
@@ -631,6 +638,8 @@ class Bindings:
                 q = self.resolve(ann)
                 kind = self._class_kind(q) if q is not None else None
                 if kind is not None:
+                    if kind == "module":  # `criterion: torch.nn.Module` (DETR's train_one_epoch) is a loss
+                        kind = self._project_kind(q.rsplit(".", 1)[-1], arg.arg)
                     self._add(Binding(arg.arg, kind, q, fn, None, guessed=True))
 
     def _class_kind(self, q: str) -> str | None:
@@ -654,12 +663,16 @@ class Bindings:
                 return "loss"
             return None if short in ("Parameter", "ParameterList", "ParameterDict", "Buffer") else "module"
         if self.project is not None and self.project.is_module_class(q):
-            return self._project_kind(short)
+            return "module"
         return None
 
-    def _project_kind(self, short: str) -> str:
-        """A module class of the project builds a loss when its name says so (`MultiBoxLoss`), else a model."""
-        return "loss" if short.endswith(self.names["loss_module_suffix"]) else "module"
+    def _project_kind(self, short: str, name: str) -> str:
+        """A module class of the project builds a loss when its name or the name it is bound to says so
+        (`MultiBoxLoss`, `criterionKD = DML(...)`), else a model."""
+        held = name.rsplit(".", 1)[-1].lower()
+        if short.endswith(self.names["loss_module_suffix"]) or "criterion" in held or held.endswith(_LOSS_ENDS):
+            return "loss"
+        return "module"
 
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
