@@ -778,8 +778,23 @@ class Schedule:
 
 
 def schedules(ctx: Context) -> dict[str, Schedule]:
-    """Scheduler variables by name: direct constructions and calls of local factory functions."""
-    return ctx.memo("schedules", lambda: _schedules(ctx.index))
+    """Scheduler variables by name, each with its latest construction in the file."""
+    return ctx.memo("schedules", lambda: {name: built[-1][1] for name, built in _all_schedules(ctx).items()})
+
+
+def _all_schedules(ctx: Context) -> dict[str, list[tuple[ast.AST, Schedule]]]:
+    """Every construction of each scheduler variable, with its statement, in source order: direct constructions
+    and calls of local factory functions."""
+    return ctx.memo("schedules:all", lambda: _schedules(ctx.index))
+
+
+def schedules_at(ctx: Context, call: ast.Call) -> list[Schedule]:
+    """The schedules that may be what `name.step()` steps at this call, latest first: a later cell's or a later
+    function's construction under the same name is not this one's."""
+    built = _all_schedules(ctx).get(dotted(call.func.value) or "")  # type: ignore[attr-defined]
+    if not built:
+        return []
+    return ctx.index.reaching_statements(built, call, built[0][1].name)
 
 
 def _scheduler_call(index: Index, expr: ast.AST | None) -> str | None:
@@ -792,8 +807,8 @@ def _scheduler_call(index: Index, expr: ast.AST | None) -> str | None:
     return None
 
 
-def _schedules(index: Index) -> dict[str, Schedule]:
-    table: dict[str, Schedule] = {}
+def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
+    table: dict[str, list[tuple[ast.AST, Schedule]]] = {}
     stepped = {dotted(c.func.value) for c in index.method_calls("step")}  # type: ignore[attr-defined]
     stepped.discard(None)
     if not stepped:
@@ -804,7 +819,7 @@ def _schedules(index: Index) -> dict[str, Schedule]:
                 and value.func.id in index.functions:
             continue  # built by a local factory: read below, with the factory's own arguments
         if b.call is not None and b.cls and b.name in stepped:
-            table[b.name] = Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)
+            table.setdefault(b.name, []).append((b.node, Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)))
     built: dict[str, str | None] = {}  # local factory function -> the scheduler it returns
     for stmt in index.nodes(ast.Assign):
         value = stmt.value  # type: ignore[attr-defined]
@@ -825,16 +840,18 @@ def _schedules(index: Index) -> dict[str, Schedule]:
         q = built[fn.name]
         if q is not None:
             for name in names:
-                table[name] = Schedule(name, q.rsplit(".", 1)[-1], value, fn)
+                table.setdefault(name, []).append((stmt, Schedule(name, q.rsplit(".", 1)[-1], value, fn)))
+    for built_here in table.values():
+        built_here.sort(key=lambda p: _position(p[0]))
     return table
 
 
 def _scheduler_steps(ctx: Context) -> list[tuple[ast.Call, Schedule]]:
+    """(step call, the schedule it steps) for every scheduler step; a step some of whose constructions are in
+    branches appears once for each construction that may reach it."""
     found = []
-    table = schedules(ctx)
     for call in ctx.index.method_calls("step"):
-        s = table.get(dotted(call.func.value) or "")  # type: ignore[attr-defined]
-        if s is not None:
+        for s in schedules_at(ctx, call):
             found.append((call, s))
     return found
 
@@ -865,8 +882,8 @@ def _epoch_count(ctx: Context) -> tuple[float | None, str | None]:
 
 def _granularity(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
     loop = index.loop_of(call)
-    if loop is None or loop.kind not in ("batch", "epoch"):
-        return None
+    if loop is None or loop.kind not in ("batch", "epoch") or loop.full_batch:
+        return None  # full-batch training: every batch is an epoch, whatever the schedule counts
     return loop.kind, loop
 
 
@@ -955,9 +972,10 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
     if not steps:
         return
     per_batch_names = {s.name for call, s in steps if (_granularity(index, call) or ("", None))[0] == "batch"}
+    reported: set[ast.Call] = set()
     for call, s in steps:
         where = _granularity(index, call)
-        if where is None or where[0] != "epoch" or s.name in per_batch_names:
+        if where is None or where[0] != "epoch" or s.name in per_batch_names or call in reported:
             continue
         e_num, e_text = _epoch_loop_count(ctx, where[1])
         length = _batch_length(ctx, s, e_num)
@@ -991,6 +1009,7 @@ def per_batch_scheduler_stepped_per_epoch(node: ast.Module, ctx: Context) -> Non
             values["lr_steps_planned"] = round(planned)
         if e_num is not None:
             values["lr_steps_taken"] = round(e_num)
+        reported.add(call)
         ctx.report(call, **values)
     _stepped_in_epoch_hook(ctx, _scheduler_steps(ctx), per_batch_names)
 
@@ -1012,8 +1031,9 @@ def _stepped_in_epoch_hook(ctx: Context, steps: list[tuple[ast.Call, Schedule]],
     """hearai's GlossTranslationModel (before 90271af): a OneCycleLR sized in `max_epochs * steps_per_epoch` batches,
     stepped by hand in `validation_epoch_end`, which Lightning calls once per epoch."""
     index = ctx.index
+    reported: set[ast.Call] = set()
     for call, s in steps:
-        if s.name in per_batch_names or _granularity(index, call) is not None:
+        if s.name in per_batch_names or _granularity(index, call) is not None or call in reported:
             continue
         hook = _epoch_hook(index, call)
         if hook is None:
@@ -1024,6 +1044,7 @@ def _stepped_in_epoch_hook(ctx: Context, steps: list[tuple[ast.Call, Schedule]],
         _what, plan_text, _planned = length
         usage = (f"Lightning calls `{hook}` once per epoch, so the run makes one scheduler step per epoch where it "
                  f"plans {plan_text}")
+        reported.add(call)
         ctx.report(call, variable=s.name, scheduler=s.cls, usage=usage, stepped_per="epoch")
 
 
@@ -1157,7 +1178,10 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
     if not steps:
         return
     epochs, _ = _epoch_count(ctx)
+    reported: set[ast.Call] = set()
     for call, s in steps:
+        if call in reported:
+            continue
         where = _granularity(index, call)
         if where is None or where[0] != "batch" or not where[1].trains:
             continue
@@ -1166,6 +1190,7 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
         effect = _per_epoch_effect(ctx, s, epochs)
         if effect is None:
             continue
+        reported.add(call)
         ctx.report(call, variable=s.name, scheduler=s.cls, effect=effect, stepped_per="batch")
 
 
@@ -1195,13 +1220,14 @@ def scheduler_before_optimizer_step(node: ast.Module, ctx: Context) -> None:
         receiver = dotted(call.func.value)  # type: ignore[attr-defined]
         if receiver is None or call in steps:
             continue
-        s = table.get(receiver)
+        reaching = schedules_at(ctx, call) if receiver in table else []
+        s = reaching[0] if reaching else None
         if s is None:
             if not _SCHED_NAME.search(receiver.rsplit(".", 1)[-1]) or call.args or call.keywords:
                 continue
             if not isinstance(index.parent(call), ast.Expr) or _plain_schedule_class(index, call):
                 continue  # `_new_lr = scheduler.step()`: torch's step returns None, so this is the project's own
-        elif s.cls == "ReduceLROnPlateau":
+        elif any(r.cls == "ReduceLROnPlateau" for r in reaching):
             continue  # steps on a metric; PyTorch does not check its order
         loop = index.loop_of(call)
         here = _position(call)

@@ -87,6 +87,62 @@ class Bindings:
     def bindings_of(self, kind: str) -> list[Binding]:
         return [b for bs in self.bindings.values() for b in bs if b.kind == kind]
 
+    def reaching(self, name: str, at: ast.AST) -> list[Binding]:
+        """The bindings of `name` that may hold when `at` runs, latest first (`binding()` is simply the file's
+        latest). In one scope, only bindings written before `at` count, and a binding inside a branch that does
+        not hold `at` lets the earlier ones through: a notebook cell sees its own cell's scheduler, not one a
+        later cell binds to the same name. A use with no earlier binding in its own function reads what the
+        module (or, for `self.x`, any method) binds; with none of those either, the file's latest binding."""
+        found = self.bindings.get(name)
+        if not found:
+            return []
+        if len(found) == 1:
+            return list(found)
+        return self.reaching_statements([(b.node, b) for b in found], at, name)
+
+    def reaching_statements(self, pairs: list[tuple[ast.AST, object]], at: ast.AST, name: str) -> list:
+        """`reaching()` for any table of (binding statement, value) pairs of one name: the values that may
+        hold at `at`, latest first."""
+        fn = self.function_of(at)
+        here = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
+        ordered = sorted(pairs, key=lambda p: (getattr(p[0], "lineno", 0), getattr(p[0], "col_offset", 0)))
+        local = [p for p in ordered if self.function_of(p[0]) is fn
+                 and (getattr(p[0], "lineno", 0), getattr(p[0], "col_offset", 0)) <= here]
+        if not local:
+            if fn is None:
+                return [ordered[-1][1]]
+            attribute = "." in name
+            outer = [p for p in ordered if self.function_of(p[0]) is not fn
+                     and (attribute or self.function_of(p[0]) is None or self._encloses(p[0], at))]
+            return [p[1] for p in reversed(outer)] or [ordered[-1][1]]
+        out = []
+        for node, value in reversed(local):
+            out.append(value)
+            if self._dominates(node, at):
+                break
+        return out
+
+    def _encloses(self, binding: ast.AST, at: ast.AST) -> bool:
+        """The binding's function holds `at` (a closure reading its enclosing function's name)."""
+        fn = self.function_of(binding)
+        return fn is not None and any(a is fn for a in self.ancestors(at))
+
+    def _dominates(self, stmt: ast.AST, at: ast.AST) -> bool:
+        """Every path to `at` runs `stmt` first: the statement's block holds `at` (or a statement holding it)."""
+        parent = self.parent(stmt)
+        if parent is None:
+            return True
+        child: ast.AST = at
+        for anc in self.ancestors(at):
+            if anc is parent:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    block = getattr(parent, field, None)
+                    if isinstance(block, list) and stmt in block:
+                        return child in block
+                return True  # `x = (y := ...)` and other bindings that are not statements of a block
+            child = anc
+        return False
+
     def kind_of(self, expr: ast.AST | None, guess: bool = True) -> str | None:
         """A binding's kind, or with `guess` a kind read from the name (`train_loader`, `optimizer`)."""
         b = self.binding(expr)

@@ -46,6 +46,9 @@ class Loop:
     calls: list[ast.Call] = field(default_factory=list)  # calls directly in this loop, in source order
     kind: str = "other"  # batch | epoch | other
     validation: bool = False
+    # One optimizer step per epoch (full-batch training: `for epoch in range(n): loss = model(graph).backward();
+    # optimizer.step()`, no batch loop inside): the loop is the batch loop and the epoch loop at once.
+    full_batch: bool = False
 
     def __post_init__(self, outer: Loop | None) -> None:
         self._outer = weakref.ref(outer) if outer is not None else None
@@ -353,6 +356,8 @@ class Loops:
         for loop in self.loops.values():
             if loop.has_backward or loop.has_step or loop.iterates_loader:
                 loop.kind = "batch"
+                loop.full_batch = not loop.iterates_loader and not any(c.trains for c in loop.children) \
+                    and _counts_epochs(loop.node)
             elif loop.trains or any("epoch" in t.lower() for t in loop.targets):
                 loop.kind = "epoch"
         for loop in self.loops.values():
@@ -507,6 +512,18 @@ class Loops:
 
     def epoch_loops(self) -> list[Loop]:
         return [lp for lp in self.loops.values() if lp.kind == "epoch"]
+
+
+def _counts_epochs(node: ast.AST) -> bool:
+    """The loop counts epochs by its own words: its variable (`for epoch in ...`) or the bound of its `range()`
+    (`range(args.max_epoch)`, `trange(n_epochs)`)."""
+    if not isinstance(node, ast.For | ast.AsyncFor):
+        return False
+    words = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+    if isinstance(node.iter, ast.Call):
+        for arg in node.iter.args:
+            words += [dotted(n) or "" for n in ast.walk(arg) if isinstance(n, ast.Name | ast.Attribute)]
+    return any("epoch" in w.lower() for w in words)
 
 
 def _period_test(test: ast.AST) -> bool:
