@@ -826,7 +826,8 @@ def _syncs_every_backward(index: Index, b: Binding) -> bool:
     if b.wrapper == "ddp":
         return True
     facts = index.vocab["frameworks"].get(b.wrapper or "")
-    return bool(facts and facts["syncs_every_backward"]) and not index.single_process_runner(b.wrapper or "")
+    return bool(facts and facts["syncs_every_backward"]) and not index.single_process_runner(b.wrapper or "") \
+        and not index.sharded_runner(b.wrapper or "")
 
 
 def _ddp_model_called(index: Index, loop: Loop) -> Binding | None:

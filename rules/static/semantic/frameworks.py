@@ -80,3 +80,21 @@ class Frameworks:
                        for key, values in pinned.items()):
                 return False
         return True
+
+    def sharded_runner(self, framework: str) -> bool:
+        """The script hands the framework's runner a sharding engine (vocabulary.toml `sharding_*`):
+        `Accelerator(fsdp_plugin=plugin)`, `Fabric(strategy="fsdp")`, a `FullyShardedDataParallelPlugin(...)` or
+        `FSDPStrategy(...)` built in the file, or `os.environ["ACCELERATE_USE_FSDP"] = "true"`. What it prepares
+        is then FSDP or DeepSpeed, not a DDP model."""
+        facts = self.vocab["frameworks"][framework]
+        if facts["sharding_classes"] and self.calls_to(*facts["sharding_classes"]):
+            return True
+        for call in self.calls_to(*facts["constructors"]):
+            for k in call.keywords:
+                if k.arg in facts["sharding_keywords"] and not (isinstance(k.value, ast.Constant) and k.value.value is None):
+                    return True
+                values = facts["sharding_values"].get(k.arg or "", ())
+                if isinstance(k.value, ast.Constant) and k.value.value in values:
+                    return True
+        return any(name in self.source for name in facts["sharding_env"])
+
