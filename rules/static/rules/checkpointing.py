@@ -155,6 +155,24 @@ def _rebuilt_each_pass(index: Index, optimizer: str, model: str | None, loop: Lo
     return any(b.kind == "optimizer" and b.node in body for b in index.bindings.get(optimizer, ()))
 
 
+def _gone_at(index: Index, name: str, anchor: ast.AST) -> bool:
+    """The object is a local of a function the checkpoint is not written from (`def train(self, examples):
+    optimizer = optim.Adam(...)` in a wrapper whose `save_checkpoint()` another caller runs): a fresh one is built
+    on every call and it is gone when the save runs, so there is no state of it to save or to resume."""
+    if "." in name:
+        return False
+    built = index.bindings.get(name)
+    if not built:
+        return False
+    for b in built:
+        fn = index.function_of(b.node)
+        if fn is None or isinstance(b.node, ast.FunctionDef | ast.AsyncFunctionDef | ast.arguments | ast.arg):
+            return False  # a global, or a parameter: a caller may keep it
+        if any(a is fn for a in index.ancestors(anchor)):
+            return False  # alive where the checkpoint is written
+    return True
+
+
 def _used_binding(index: Index, kind: str, method: str) -> str | None:
     """The name of a `kind` object whose `.method()` the file calls (`scheduler.step()`, `scaler.scale()`)."""
     for call in index.method_calls(method):
@@ -598,11 +616,13 @@ def _checkpoint_without_training_state(node: ast.Call, ctx: Context) -> None:
     parts: list[str] = []  # the short names the checkpointing specialist reads
     additions: list[str] = []
     if "optimizer" not in kinds and not any("optim" in k for k in lowered) and not _stateless(index, optimizer) \
-            and not _rebuilt_each_pass(index, optimizer, model, loop):
+            and not _rebuilt_each_pass(index, optimizer, model, loop) and not _gone_at(index, optimizer, anchor):
         missing.append(f"the optimizer state (`{optimizer}.state_dict()`)")
         parts.append("optimizer")
         additions.append(f'"optimizer": {optimizer}.state_dict()')
     scheduler = _used_binding(index, "scheduler", "step")
+    if scheduler and _gone_at(index, scheduler, anchor):
+        scheduler = None
     if scheduler and "scheduler" not in kinds and not any("sched" in k for k in lowered) \
             and not _rebuilt_from_epoch(index, scheduler) and (kind != "helper" or _built_here(index, scheduler)):
         missing.append(f"the scheduler state (`{scheduler}.state_dict()`)")
@@ -771,12 +791,48 @@ def _resumes(ctx: Context) -> bool:
     a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`, `load_model(path)`)."""
     def build() -> bool:
         index = ctx.index
-        if index.calls_to("torch.load") or any(not _in_memory_weights(index, c)
-                                                for c in index.method_calls("load_state_dict")):
+        if any(not pretrained_load(index, c) for c in index.calls_to("torch.load")) or any(
+                not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
+                for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
         return any(_RESUME_WORDS.search(dotted(n) or "") for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
+
+
+def _names_pretrained(index: Index, path: ast.AST | None, depth: int = 0) -> bool:
+    """A path spelled for weights from another run to start from (vocabulary.toml `pretrained_path_words`):
+    `args.pretrain`, `cfg.init_from`, or a local bound to one."""
+    if path is None or depth > 2:
+        return False
+    words = index.names["pretrained_path_words"]
+    for n in ast.walk(path):
+        text = dotted(n) if isinstance(n, ast.Name | ast.Attribute) else n.value if isinstance(n, ast.Constant) else None
+        if isinstance(text, str) and any(w in text.lower() for w in words):
+            return True
+    if isinstance(path, ast.Name):
+        return any(_names_pretrained(index, v, depth + 1) for v in index.definitions(path.id, path))
+    return False
+
+
+def pretrained_load(index: Index, call: ast.Call) -> bool:
+    """`torch.load(args.pretrain)`: pretrained weights read to start from, not a resume."""
+    return _names_pretrained(index, kwarg(call, "f", 0))
+
+
+def _pretrained_weights(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    """The state dict handed to `load_state_dict` comes from a pretrained-weights load: `torch.load(args.pretrain)`,
+    a subscript of one, or a local bound to either."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Call):
+        if "load" in (last_name(expr.func) or ""):
+            return _names_pretrained(index, kwarg(expr, "f", 0))
+        return False
+    if isinstance(expr, ast.Name) and depth < 3:
+        values = index.definitions(expr.id, at)
+        return bool(values) and _pretrained_weights(index, values[-1], at, depth + 1)
+    return False
 
 
 def _in_memory_weights(index: Index, load: ast.Call) -> bool:
@@ -1673,10 +1729,13 @@ def _loaded_into(index: Index, call: ast.Call, roots: dict[str, str]) -> str | N
     name = last_name(call.func)
     if name == "load_state_dict" and isinstance(call.func, ast.Attribute):
         root = dotted(call.func.value)
-        if root in roots and call.args and _from_a_file(index, call.args[0], call):
+        if root in roots and call.args and _from_a_file(index, call.args[0], call) \
+                and not _pretrained_weights(index, call.args[0], call):
             return root
         return None
     if name and _LOAD_HELPER.match(name) and index.local_target(call) is None:
+        if any(_names_pretrained(index, a) for a in [*call.args, *(k.value for k in call.keywords)]):
+            return None  # `load_checkpoint(args.pretrained, model)`: another run's weights to start from
         for arg in [*call.args, *(k.value for k in call.keywords)]:
             if dotted(arg) in roots:
                 return dotted(arg)
@@ -1932,7 +1991,8 @@ def _resume_loads(ctx: Context) -> list[tuple[ast.Call, str]]:
         if not (name.startswith(("load", "resume", "restore")) and ("checkpoint" in name or "ckpt" in name or "resume" in name)):
             continue
         targets = [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]  # type: ignore[attr-defined]
-        if not any(_EPOCH_WORD.search(t) for t in targets):
+        epochs = [t for t in targets if _EPOCH_WORD.search(t)]
+        if not epochs or not any(_name_used(index, t, stmt) for t in epochs):
             continue
         model = next((dotted(a) for a in [*value.args, *(k.value for k in value.keywords)]
                       if isinstance(a, ast.Name | ast.Attribute) and (index.kind_of(a) == "module" or looks_like_model(dotted(a) or ""))), None)
@@ -1950,12 +2010,45 @@ def _resume_loads(ctx: Context) -> list[tuple[ast.Call, str]]:
         fn = index.function_of(call)
         reads_epoch = any(
             isinstance(sub, ast.Subscript) and dotted(sub.value) == source.id and isinstance(sub.slice, ast.Constant)
-            and isinstance(sub.slice.value, str) and _EPOCH_WORD.search(sub.slice.value)
+            and isinstance(sub.slice.value, str) and _EPOCH_WORD.search(sub.slice.value) and _value_used(index, sub)
             for sub in ast.walk(fn if fn is not None else index.tree)
         )
         if reads_epoch and (index.kind_of(receiver) == "module" or looks_like_model(dotted(receiver) or "")):
             found.append((call, dotted(receiver) or "the model"))
     return found
+
+
+def _shown_only(index: Index, node: ast.AST) -> bool:
+    """The value goes only to output: an argument of `print`/`logger.info`/`pbar.set_description` (vocabulary.toml
+    `output_calls`) or part of an f-string."""
+    outputs = index.names["output_calls"]
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.stmt):
+            return False
+        if isinstance(anc, ast.JoinedStr) or isinstance(anc, ast.Call) and last_name(anc.func) in outputs:
+            return True
+    return False
+
+
+def _name_used(index: Index, name: str, stmt: ast.AST) -> bool:
+    """A local bound at `stmt` is read after it for something other than output (a loop's start, a counter)."""
+    fn = index.function_of(stmt)
+    scope = fn if fn is not None else index.tree
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+             and n.lineno >= stmt.lineno]  # type: ignore[attr-defined]
+    return any(not _shown_only(index, n) for n in reads)
+
+
+def _value_used(index: Index, read: ast.AST) -> bool:
+    """The epoch read from a checkpoint does something: it is not only printed, and a local it is stored in is read
+    for more than output (`start_epoch = ckpt["epoch"]` then `range(start_epoch, ...)`); stored in an attribute
+    (`args.start_epoch = ...`) it is taken as used."""
+    if _shown_only(index, read):
+        return False
+    stmt = index.statement_of(read)
+    if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+        return any(_name_used(index, t.id, stmt) for t in stmt.targets)  # type: ignore[attr-defined]
+    return True
 
 
 def _is_loaded_file(index: Index, name: ast.Name, at: ast.AST) -> bool:
