@@ -164,6 +164,11 @@ def _gone_at(index: Index, name: str, anchor: ast.AST) -> bool:
     built = index.bindings.get(name)
     if not built:
         return False
+    for fn in index.ancestors(anchor):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                name in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+                or any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(fn))):
+            return False  # also a name of the function the save runs from (`optimizerG, optimizersD = self.define_optimizers(...)`)
     for b in built:
         fn = index.function_of(b.node)
         if fn is None or isinstance(b.node, ast.FunctionDef | ast.AsyncFunctionDef | ast.arguments | ast.arg):
@@ -791,11 +796,11 @@ def _resumes(ctx: Context) -> bool:
     a name that says it (`args.resume`, `start_epoch`, `load_checkpoint(...)`, `load_model(path)`)."""
     def build() -> bool:
         index = ctx.index
-        if any(not pretrained_load(index, c) for c in index.calls_to("torch.load")) or any(
-                not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
-                for c in index.method_calls("load_state_dict")):
+        if any(not pretrained_load(index, c) and not _evaluation_only(index, c) for c in index.calls_to("torch.load")) \
+                or any(not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
+                       and not _evaluation_only(index, c) for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
-        return any(_RESUME_WORDS.search(dotted(n) or "") for n in subtree(ctx.tree)
+        return any(_RESUME_WORDS.search(dotted(n) or "") and not _evaluation_only(index, n) for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
 
@@ -833,6 +838,24 @@ def _pretrained_weights(index: Index, expr: ast.AST | None, at: ast.AST, depth: 
         values = index.definitions(expr.id, at)
         return bool(values) and _pretrained_weights(index, values[-1], at, depth + 1)
     return False
+
+
+def _evaluation_function(index: Index, fn: ast.AST | None) -> bool:
+    return fn is not None and is_eval_word(getattr(fn, "name", "")) and fn not in index.training_functions
+
+
+def _evaluation_only(index: Index, node: ast.AST) -> bool:
+    """The node runs only for an evaluation: in an evaluation function that does not train (`def evaluate(self,
+    test_loader, D_path, G_path): self.load_model(D_path, G_path)`), or in a function that only such functions
+    call (pytorch-wgan's `load_model`, called by `evaluate` alone). A checkpoint read there is read to test the
+    weights, not to resume training from them."""
+    fn = index.function_of(node)
+    if fn is None:
+        return False
+    if _evaluation_function(index, fn):
+        return True
+    callers = index.callers(fn)
+    return bool(callers) and all(_evaluation_function(index, index.function_of(c)) for c in callers)
 
 
 def _in_memory_weights(index: Index, load: ast.Call) -> bool:
