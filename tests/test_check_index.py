@@ -609,3 +609,33 @@ train(generator)
     assert build(source).binding("g_module").wrapper is None
     alone = source.replace("        g_module = generator.module", "        g_module = generator")
     assert build(alone).binding("g_module").wrapper == "ddp"
+
+
+_REBOUND = """
+import torch
+from torch.optim import lr_scheduler
+
+opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+sched = lr_scheduler.StepLR(opt, 10)
+sched.step()
+if flag:
+    sched = lr_scheduler.ExponentialLR(opt, 0.9)
+sched.step()
+sched = lr_scheduler.ReduceLROnPlateau(opt)
+sched.step(1.0)
+
+
+def train():
+    sched.step()
+"""
+
+
+def test_reaching_bindings_follow_order_branches_and_scopes():
+    index = build(_REBOUND)
+    steps = sorted(index.method_calls("step"), key=lambda c: c.lineno)
+    classes = [[b.short_cls for b in index.reaching("sched", s)] for s in steps]
+    assert classes[0] == ["StepLR"]  # a later rebinding (a later notebook cell) is not this use's
+    assert classes[1] == ["ExponentialLR", "StepLR"]  # a binding under `if` lets the earlier one through
+    assert classes[2] == ["ReduceLROnPlateau"]
+    assert set(classes[3]) == {"StepLR", "ExponentialLR", "ReduceLROnPlateau"}  # a function reads the global
+    assert index.binding("sched").short_cls == "ReduceLROnPlateau"  # binding() stays the file's latest
