@@ -116,11 +116,30 @@ class Bindings:
                      and (attribute or self.function_of(p[0]) is None or self._encloses(p[0], at))]
             return [p[1] for p in reversed(outer)] or [ordered[-1][1]]
         out = []
+        conditions = self._branch_tests(at)
         for node, value in reversed(local):
-            out.append(value)
             if self._dominates(node, at):
+                out.append(value)
                 break
-        return out
+            if not any(conditions.get(test, taken) != taken for test, taken in self._branch_tests(node).items()):
+                out.append(value)  # not under a test the use's own branch contradicts (`if X:` vs `if not X:`)
+        return out or [local[-1][1]]
+
+    def _branch_tests(self, node: ast.AST) -> dict[str, bool]:
+        """The tests of the `if`s around `node` in its scope, each with the way taken to reach it (`if not X:`'s
+        body is X taken False)."""
+        tests: dict[str, bool] = {}
+        child = node
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef | ast.Module):
+                break
+            if isinstance(anc, ast.If) and child is not anc.test:
+                test, taken = anc.test, any(child is stmt for stmt in anc.body)
+                while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, taken = test.operand, not taken
+                tests.setdefault(ast.dump(test), taken)
+            child = anc
+        return tests
 
     def _encloses(self, binding: ast.AST, at: ast.AST) -> bool:
         """The binding's function holds `at` (a closure reading its enclosing function's name)."""
