@@ -44,6 +44,8 @@ from typing import Any
 
 from eval_check import HERE, Project, extract, fail, has_commit, mirror_dir, read_jsonl, wanted_repo
 
+from torchdoctor.rules.static.semantic.syntax import dotted as _dotted
+
 # No `optimizer_named`: the loops are found by steps on receivers named like optimizers, so it would always hold.
 QUESTIONS = ("trains", "role", "optimizer", "model", "model_class", "model_named", "loader", "loader_named", "loss",
              "scheduler")
@@ -81,15 +83,6 @@ def _receiver_name(call: ast.Call) -> str:
     return ""
 
 
-def _dotted(node: ast.AST | None) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 def is_backward(call: ast.Call) -> bool:
