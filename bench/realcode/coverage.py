@@ -45,6 +45,7 @@ from typing import Any
 from eval_check import HERE, Project, extract, fail, has_commit, mirror_dir, read_jsonl, wanted_repo
 
 from torchdoctor.rules.static.semantic.syntax import dotted as _dotted
+from torchdoctor.rules.static.semantic.syntax import last_name
 
 # No `optimizer_named`: the loops are found by steps on receivers named like optimizers, so it would always hold.
 QUESTIONS = ("trains", "role", "optimizer", "model", "model_class", "model_named", "loader", "loader_named", "loss",
@@ -110,27 +111,9 @@ def is_scheduler_step(call: ast.Call, index: Any) -> bool:
     return bool(_SCHEDULER.search(_receiver_name(call).rsplit(".", 1)[-1]))
 
 
-def _called_name(call: ast.Call) -> str | None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
 def _own_calls(fn: ast.AST) -> list[ast.Call]:
     """Calls in a function's (or loop's) body, not in functions or classes nested in it."""
-    out: list[ast.Call] = []
-    stack = list(ast.iter_child_nodes(fn))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.Call):
-            out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+    return [node for node in _own_nodes(fn) if isinstance(node, ast.Call)]
 
 
 class ProjectModel:
@@ -162,7 +145,7 @@ class ProjectModel:
             names = {fn.name for _f, fn in every if id(fn) in trains} - _NOT_FOLLOWED
             grown = False
             for _f, fn in every:
-                if id(fn) not in trains and any(_called_name(c) in names for c in self.calls_of(fn)):
+                if id(fn) not in trains and any(last_name(c) in names for c in self.calls_of(fn)):
                     trains.add(id(fn))
                     grown = True
             if not grown:
@@ -174,7 +157,7 @@ class ProjectModel:
         local = f.index.local_target(call)
         if local is not None:
             return [(f, local)]
-        name = _called_name(call)
+        name = last_name(call)
         if name is None or name in _NOT_FOLLOWED:
             return []
         return self.functions.get(name, [])[:3]
@@ -201,7 +184,7 @@ class ProjectModel:
         for call in _loop_calls(loop):
             if is_backward(call) or is_step(call):
                 return True
-            name = _called_name(call)
+            name = last_name(call)
             if any(id(fn) in self.training for _g, fn in self.targets(f, call)) and name not in _NOT_FOLLOWED:
                 return True
         return False

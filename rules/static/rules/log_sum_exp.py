@@ -33,7 +33,7 @@ _GLOBAL_SHIFT = (
 @rule("TD613", ast.Call)
 def log_sum_exp_by_hand(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
-    inner = _log_argument(index, node)
+    inner = _elementwise_operand(index, node, "log")
     if inner is None:
         return
     exponents = _exponentials(index, inner, node, 0)
@@ -53,13 +53,13 @@ def log_sum_exp_by_hand(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=snippet(ctx, node, 60), effect=_GLOBAL_SHIFT if "global" in shifts else _UNSHIFTED)
 
 
-def _log_argument(index: Index, node: ast.Call) -> ast.expr | None:
-    """What the log is taken of: `torch.log(a)` or `a.log()`."""
+def _elementwise_operand(index: Index, node: ast.Call, op: str) -> ast.expr | None:
+    """What `torch.<op>(a)` or `a.<op>()` is taken of (`op` is `log` or `exp`); None for any other call."""
     q = index.resolve(node.func)
-    if q == "torch.log":
+    if q == f"torch.{op}":
         return kwarg(node, "input", 0)
     func = node.func
-    if q is None and isinstance(func, ast.Attribute) and func.attr == "log" and not node.args and not node.keywords:
+    if q is None and isinstance(func, ast.Attribute) and func.attr == op and not node.args and not node.keywords:
         return func.value
     return None
 
@@ -143,13 +143,7 @@ def _exponent(index: Index, expr: ast.expr, at: ast.AST, depth: int) -> ast.expr
         return _exponent(index, expr.left, at, depth) or _exponent(index, expr.right, at, depth)
     if not isinstance(expr, ast.Call):
         return None
-    q = index.resolve(expr.func)
-    if q == "torch.exp":
-        return kwarg(expr, "input", 0)
-    func = expr.func
-    if q is None and isinstance(func, ast.Attribute) and func.attr == "exp" and not expr.args and not expr.keywords:
-        return func.value
-    return None
+    return _elementwise_operand(index, expr, "exp")
 
 
 def _shift(index: Index, x: ast.expr, at: ast.AST) -> str:
