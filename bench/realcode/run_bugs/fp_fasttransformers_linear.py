@@ -20,7 +20,7 @@ def elu_feature_map(x):
 
 class LinearAttention(Module):
     def __init__(self, feature_map=None, eps=1e-6):
-        super(LinearAttention, self).__init__()
+        super().__init__()
         self.feature_map = feature_map or elu_feature_map
         self.eps = eps
 
@@ -45,7 +45,7 @@ class LinearAttention(Module):
 
 class AttentionLayer(Module):
     def __init__(self, attention, d_model, n_heads):
-        super(AttentionLayer, self).__init__()
+        super().__init__()
         d_keys = d_model // n_heads
         d_values = d_model // n_heads
         self.inner_attention = attention

@@ -14,7 +14,7 @@ torch.manual_seed(0)
 
 class ConvLstm(nn.Module):
     def __init__(self, latent_dim, hidden_size, lstm_layers, bidirectional, n_class):
-        super(ConvLstm, self).__init__()
+        super().__init__()
         self.conv_model = Pretrained_conv(latent_dim)
         self.Lstm = Lstm(latent_dim, hidden_size, lstm_layers, bidirectional)
         self.output_layer = nn.Sequential(
@@ -35,7 +35,7 @@ class ConvLstm(nn.Module):
 
 class Pretrained_conv(nn.Module):
     def __init__(self, latent_dim):
-        super(Pretrained_conv, self).__init__()
+        super().__init__()
         self.conv_model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
                                         nn.AdaptiveAvgPool2d(1), nn.Flatten())
         for param in self.conv_model.parameters():
@@ -48,7 +48,7 @@ class Pretrained_conv(nn.Module):
 
 class Lstm(nn.Module):
     def __init__(self, latent_dim, hidden_size, lstm_layers, bidirectional):
-        super(Lstm, self).__init__()
+        super().__init__()
         self.Lstm = nn.LSTM(latent_dim, hidden_size=hidden_size, num_layers=lstm_layers, batch_first=True,
                             bidirectional=bidirectional)
         self.hidden_state = None
@@ -102,7 +102,7 @@ def main():
     criterion = nn.CrossEntropyLoss()
     for epoch in range(3):
         train_loss, train_acc = train_model(model, train_loader, device, optimizer, criterion)
-        print('Epoch {} : Train loss {:.8f}, Train acc {:.3f}'.format(epoch, train_loss, train_acc))
+        print(f'Epoch {epoch} : Train loss {train_loss:.8f}, Train acc {train_acc:.3f}')
 
 
 if __name__ == '__main__':

@@ -29,7 +29,7 @@ def fc_layers(reddim=32, alignsize=8):
 
 class crop_model_single_scale(nn.Module):
     def __init__(self, alignsize=4, reddim=8, downsample=2):
-        super(crop_model_single_scale, self).__init__()
+        super().__init__()
         self.Feat_ext = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
                                       nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU())
         self.DimRed = nn.Conv2d(32, reddim, kernel_size=1, padding=0)
@@ -122,7 +122,7 @@ def train():
             optimizer.step()
 
         test_avg_loss = test()  # BUG
-        print('[Epoch %d/%d] [Train Loss: %.4f] [Test Loss: %.4f]' % (epoch, 2, avg_loss, test_avg_loss))
+        print(f'[Epoch {epoch}/2] [Train Loss: {avg_loss:.4f}] [Test Loss: {test_avg_loss:.4f}]')
 
 
 if __name__ == '__main__':

@@ -44,7 +44,7 @@ class Model(nn.Module):
             learning_rate = warmup_lr if global_step < warmup_steps else learning_rate
         return learning_rate
 
-    def train_model(self, X, max_steps, warmup_steps, hold_steps, negative_weight_schedule=[1], lr=0.0001):
+    def train_model(self, X, max_steps, warmup_steps, hold_steps, negative_weight_schedule=[1], lr=0.0001):  # noqa: B006
         self.to(self.device)
         self.model.to(self.device)
 
