@@ -62,3 +62,15 @@ def test_training_in_spawned_processes_is_named_as_such_not_warned_about(tmp_pat
     assert values["child_processes"] == 1 and values["start_methods"] == ["spawn"], values
     assert values["child_target"] == "torch.multiprocessing.spawn._wrap"
     assert blind[0]["location"]["line"] == line_of("spawn_training.py", "mp.spawn(train")
+
+
+def test_steps_all_skipped_by_the_grad_scaler_are_not_a_run_that_measured_nothing(tmp_path_factory,
+                                                                                   validate_report):
+    # The script stepped through GradScaler.step() four times and the scaler refused each (inf gradients): the
+    # NaN checks did measure those steps, so "nothing was measured" would contradict the rest of the report.
+    result = shared_run(tmp_path_factory, "amp-every-step-skipped", "amp_every_step_skipped.py")
+    assert result.run["steps_completed"] == 0
+    assert not result.symptoms("nothing-measured"), result.report["symptoms"]
+    assert any("skipped every one of the 4 optimizer steps" in n for n in result.report["notes"]), \
+        result.report["notes"]
+    assert result.symptoms("nan-loss") or result.symptoms("nonfinite-grad"), result.report["symptoms"]

@@ -10,7 +10,7 @@ import statistics
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.sites import location, plural
+from torchdoctor.analysis.sites import latest, location, plural
 
 
 def analyse(run: RunEvidence) -> Analysis:
@@ -29,13 +29,40 @@ def analyse(run: RunEvidence) -> Analysis:
         )
     else:
         m["summary"] = "no optimizer step completed"
-        blind = _nothing_measured(run)
-        if blind is not None:
-            out.symptoms.append(blind)
+        skipped = _all_skipped_by_scaler(run)
+        if skipped:
+            # The script did call optimizer.step() through GradScaler.step(); the scaler refused each one because
+            # the gradients were inf/NaN. The NaN probe measured those steps (its finding says where the values
+            # come from), so "nothing was measured" would contradict the report; what the run lacks is a step.
+            m["summary"] = (f"no optimizer step completed: the GradScaler skipped all "
+                            f"{plural(skipped, 'step')} the script attempted (inf or NaN gradients)")
+            out.notes.append(
+                f"The GradScaler skipped every one of the {plural(skipped, 'optimizer step')} the script attempted "
+                "(their gradients held inf or NaN), so the weights never changed and the checks that run after a "
+                "completed step (memory per step, the profile window) had nothing to measure."
+            )
+        else:
+            blind = _nothing_measured(run)
+            if blind is not None:
+                out.symptoms.append(blind)
     if len(run.ranks) > 1:
         m["ranks"] = len(run.ranks)
     out.measurements = m
     return out
+
+
+def _all_skipped_by_scaler(run: RunEvidence) -> int:
+    """Optimizer steps attempted through a GradScaler when it skipped every one of them, else 0."""
+    attempts = 0
+    for rank in run.ranks:
+        state = latest(run, "amp", "amp-summary", "scaler-progress", rank=rank)
+        if state is None:
+            continue
+        tried, skipped = int(state.get("attempts") or 0), int(state.get("skipped") or 0)
+        if not tried or skipped < tried:
+            return 0
+        attempts += tried
+    return attempts
 
 
 def _activity(run: RunEvidence) -> dict[str, int]:
