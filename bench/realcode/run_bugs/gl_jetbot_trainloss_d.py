@@ -75,7 +75,7 @@ for epoch in range(NUM_EPOCHS):
         test_loss += loss
     test_loss /= len(test_loader)
 
-    print("%f, %f" % (train_loss, test_loss))
+    print(f"{float(train_loss):f}, {float(test_loss):f}")
     if test_loss < best_loss:
         torch.save(model.state_dict(), BEST_MODEL_PATH)
         best_loss = test_loss

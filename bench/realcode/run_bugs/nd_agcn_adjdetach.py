@@ -23,7 +23,7 @@ NUM_CLASSES = 16
 
 class NONLocalBlock1D(nn.Module):
     def __init__(self, in_channels, inter_channels=None):
-        super(NONLocalBlock1D, self).__init__()
+        super().__init__()
         self.in_channels = in_channels
         self.inter_channels = inter_channels
 
@@ -51,7 +51,7 @@ class NONLocalBlock1D(nn.Module):
 
 class GraphConvolution(nn.Module):
     def __init__(self, in_features, out_features, bias=False):
-        super(GraphConvolution, self).__init__()
+        super().__init__()
         self.in_features = in_features
         self.out_features = out_features
         self.weight = Parameter(torch.Tensor(in_features, out_features))
@@ -84,7 +84,7 @@ def gen_adj_new(A):
 
 class GCNResnet(nn.Module):
     def __init__(self, num_classes, in_channel=32):
-        super(GCNResnet, self).__init__()
+        super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(),
             nn.Conv2d(32, 128, 3, stride=2, padding=1), nn.ReLU(),
@@ -125,7 +125,7 @@ class GCNResnet(nn.Module):
         ]
 
 
-class Engine(object):
+class Engine:
     def __init__(self, state):
         self.state = state
 
@@ -146,7 +146,7 @@ class Engine(object):
             self.state["input"] = input
             self.state["target"] = target
             self.on_forward(True, model, criterion, criterion2, lamda, optimizer)
-        print("Epoch: [{0}]\tLoss {1:.4f}".format(epoch, self.state["loss"].item()))
+        print("Epoch: [{}]\tLoss {:.4f}".format(epoch, self.state["loss"].item()))
 
 
 word_embeddings = torch.randn(1, NUM_CLASSES, 32) * 0.5
