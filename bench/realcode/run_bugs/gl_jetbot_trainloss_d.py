@@ -6,7 +6,7 @@ Original: NVIDIA-AI-IOT/jetbot notebooks/road_following/train_model.ipynb, the "
 `test_loss += loss` are as the PR describes them).
 Bug: the per-epoch sums add the loss tensors themselves, so each training batch's autograd graph stays
 reachable from `train_loss` until the epoch ends; the PR wraps them in float().
-Ours: random 3x32x32 images and (x, y) targets instead of the collected dataset, a small CNN with the
+Ours: random 3x16x16 images and (x, y) targets instead of the collected dataset, a small CNN with the
 same 512 -> 2 regression head instead of the pretrained ResNet-18, CPU, fewer epochs.
 """
 import torch
@@ -18,7 +18,7 @@ torch.manual_seed(0)
 
 class XYDataset(torch.utils.data.Dataset):
     def __init__(self, n):
-        self.images = torch.randn(n, 3, 32, 32)
+        self.images = torch.randn(n, 3, 16, 16)
         self.xy = torch.rand(n, 2) * 2 - 1
 
     def __len__(self):
@@ -28,7 +28,7 @@ class XYDataset(torch.utils.data.Dataset):
         return self.images[idx], self.xy[idx]
 
 
-dataset = XYDataset(640)
+dataset = XYDataset(400)
 test_percent = 0.1
 num_test = int(test_percent * len(dataset))
 train_dataset, test_dataset = torch.utils.data.random_split(dataset, [len(dataset) - num_test, num_test])
@@ -38,7 +38,7 @@ test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=8, shuffle=Tr
 model = torch.nn.Sequential(
     torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.ReLU(),
     torch.nn.Conv2d(32, 64, 3, stride=2, padding=1), torch.nn.ReLU(),
-    torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 512), torch.nn.ReLU(),
+    torch.nn.Flatten(), torch.nn.Linear(64 * 4 * 4, 512), torch.nn.ReLU(),
 )
 model.fc = torch.nn.Linear(512, 2)
 device = torch.device("cpu")
