@@ -252,6 +252,8 @@ def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, i
                 nodes = buckets.get(kind, ())
                 if kind is ast.Call and (r.callees or r.methods):
                     nodes = index.calls_named(*_narrowing(r))
+                elif kind is ast.BinOp and r.ops:
+                    nodes = index.binops(r.ops)
                 for node in nodes:
                     r.check(node, ctx)
         except (RecursionError, MemoryError):

@@ -1037,7 +1037,7 @@ def log_softmax_model_trained_with_cross_entropy(project: Project) -> list[Proje
     return _softmax_loss_hits(project, "log_softmax")
 
 
-@rule("TD206", ast.BinOp, ast.Call, callees=("torch.matmul", "torch.bmm"))
+@rule("TD206", ast.BinOp, ast.Call, callees=("torch.matmul", "torch.bmm"), ops=(ast.MatMult,))
 def manual_attention(node: ast.AST, ctx: Context) -> None:
     index = ctx.index
     if isinstance(node, ast.BinOp):
