@@ -19,6 +19,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.subtree import subtree
+from torchdoctor.rules.static.semantic.syntax import stmt_position
 
 
 def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
@@ -897,13 +898,22 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
     of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
     index = ctx.index
-    for fn in index.functions.values():
-        if not isinstance(index.parent(fn), ast.Module):
-            continue
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
-        for call in index.calls_in(fn):
-            if not (isinstance(call.func, ast.Name) and call.func.id in params and call.args):
-                continue
+    wanted = {fn: [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+              for fn in index.functions.values() if isinstance(index.parent(fn), ast.Module)}
+    # `criterion(...)` with `criterion` a parameter: one pass over the file's calls picks the calls of a name some
+    # such function takes, and only those are asked which function they sit in
+    names = {p for params in wanted.values() for p in params}
+    called: dict[ast.AST, list[ast.Call]] = {}
+    name_cls = ast.Name
+    for call in index.nodes(ast.Call) if names else ():
+        func = call.func  # type: ignore[attr-defined]
+        if func.__class__ is name_cls and func.id in names and call.args:  # type: ignore[attr-defined]
+            fn = index.function_of(call)
+            if fn in wanted and func.id in wanted[fn]:
+                called.setdefault(fn, []).append(call)  # type: ignore[arg-type]
+    for fn, params in wanted.items():
+        # each function's calls in source order, as `calls_in` gives them
+        for call in sorted(called.get(fn, ()), key=stmt_position):
             made = call.args[0]
             if isinstance(made, ast.Name):
                 made = latest_value(index, made.id, made)
