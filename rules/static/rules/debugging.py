@@ -360,8 +360,10 @@ def _leave_modes_at_calls(ctx: Context) -> None:
     switches = bool(index.method_calls("train") or index.method_calls("eval"))
     if any(_mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train")):
         ctx.leave("switches-out-of-training", True)
-    # (the text test first: most files name no dropout or batch norm layer, and the class walk is not free)
-    if any(w in index.source for w in ("Dropout", "dropout", "BatchNorm", "Norm(")) and any(
+    # (a file without a module class searches no text; then the text test: most files name no dropout or batch norm
+    # layer, and the class walk is not free)
+    if any(info.is_module for info in index.classes.values()) \
+            and any(w in index.source for w in ("Dropout", "dropout", "BatchNorm", "Norm(")) and any(
             info.is_module and _class_has_mode_layers(index, info, set()) for info in index.classes.values()):
         ctx.leave("mode-layers", True)
     trains = any(lp.has_backward or lp.has_step for lp in index.training_loops())

@@ -82,7 +82,6 @@ class CallSites:
         shared: dict[tuple[str, str | None], frozenset[str]] = {}
         # calls of one statement share its context, the one its first call here gets: (that call, words answered)
         by_statement: dict[ast.AST, tuple[ast.Call, dict[str, bool]]] = {}
-        possible = self._possible_words()
         for call in self.nodes(ast.Call):
             if call.args or call.keywords:
                 self._references(call, external, methods, shared)
@@ -105,7 +104,9 @@ class CallSites:
             stmt = self._plain_statement(call)
             first, answers = by_statement.setdefault(stmt, (call, {})) if stmt is not None else (call, {})
             key = (name, q)
-            ask = shared[key] if key in shared else possible
+            # the words the file's text can give, searched for only once a call needs them: a third of torch's
+            # files call nothing another file may define, and skip the dozens of searches of their text
+            ask = shared[key] if key in shared else self._possible_words()
             if ask:
                 ask = frozenset(w for w in ask if self._site_word(first, w, answers))
             shared[key] = ask
