@@ -329,7 +329,7 @@ class Loops:
                 parent.children.append(loop)
         # A call on a line no loop spans sits in no loop: only the others are asked which loop holds them (a node's
         # lines lie within its ancestors'), so a file's calls outside its loops cost no climb of their ancestors.
-        spanned = bytearray((max(n.end_lineno or n.lineno for n in nodes) + 2))
+        spanned = bytearray(max(n.end_lineno or n.lineno for n in nodes) + 2)
         for node in nodes:
             end = node.end_lineno or node.lineno
             spanned[node.lineno:end + 1] = b"\x01" * (end + 1 - node.lineno)
