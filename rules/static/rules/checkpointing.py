@@ -789,6 +789,11 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
 # `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
 _RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_\w*checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
                            r"load_state$", re.I)  # `accelerator.load_state(dir)`
+# What the source must hold, lowercased, for one of its names to match `_RESUME_WORDS`: each alternative matches within
+# one identifier, and an ASCII file's identifiers are spelled in it as the tree holds them (a non-ASCII one may be
+# normalised, and re.I folds some non-ASCII letters: such a file is walked whatever its text holds).
+_RESUME_TEXT = ("resume", "restore", "start_epoch", "checkpoint", "continue_from", "load_model", "load_weights",
+                "load_state")
 
 
 def _resumes(ctx: Context) -> bool:
@@ -800,6 +805,8 @@ def _resumes(ctx: Context) -> bool:
                 or any(not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
                        and not _evaluation_only(index, c) for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
+        if ctx.source.isascii() and not any(w in ctx.source.lower() for w in _RESUME_TEXT):
+            return False  # no name of the file can hold a resume word: the walk of the whole tree is skipped
         return any(_RESUME_WORDS.search(dotted(n) or "") and not _evaluation_only(index, n) for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)

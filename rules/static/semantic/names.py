@@ -102,10 +102,19 @@ class Names:
 
     def uses(self, prefix: str) -> bool:
         """Whether the file imports or calls anything under a qualified prefix."""
-        dotted_prefix = prefix + "."
-        return any(n == prefix or n.startswith(dotted_prefix) for n in self.imported) or any(
-            n == prefix or n.startswith(dotted_prefix) for n in self.calls_by_name
-        )
+        if self._used_prefixes is None:
+            # every name imported or called, and each of its dotted prefixes (`torch.distributed` of
+            # `torch.distributed.all_reduce`), once per file: the router's contexts and the framework lookups ask
+            # several prefixes of every file. Both tables are final once the calls are indexed (`_index_calls`).
+            found: set[str] = set()
+            for n in (*self.imported, *self.calls_by_name):
+                found.add(n)
+                at = n.find(".")
+                while at >= 0:
+                    found.add(n[:at])
+                    at = n.find(".", at + 1)
+            self._used_prefixes = frozenset(found)
+        return prefix in self._used_prefixes
 
     def _build_names(self) -> None:
         """Import aliases, then every call indexed by qualified callee and by method name."""
