@@ -131,6 +131,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._call_sites: dict[str, list[tuple[str | None, tuple[str, ...]]]] | None = None  # callsites.py
         self._site_words: frozenset[str] | None = None  # callsites.py
         self._multi_process: bool | None = None  # callsites.py
+        self._rank_named: bool | None = None  # callsites.py
         self._runner_names: dict[str, str] | None = None  # frameworks.py
         self._prepared_names: dict[str, list[ast.Call]] | None = None  # bindings.py: `x = accelerator.prepare(...)`
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py

@@ -157,28 +157,34 @@ class CallSites:
             found = self.eval_switched_before(call)
         elif word == "multi_process":
             if self._multi_process is None:  # a fact of the file, asked of its every call: once
-                self._multi_process = "distributed" in self.contexts()  # type: ignore[attr-defined]
+                # the router's contexts first (worked out for every file anyway), the text's evidence only then
+                self._multi_process = "distributed" in self.contexts() and any(  # type: ignore[attr-defined]
+                    m in self.source for m in _MULTI_PROCESS)
             found = self._multi_process
         else:
             # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their
-            # effect, and the question costs the most of the three
-            found = isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call)
+            # effect, and the question costs the most of the three. The text's rank names are searched for (once)
+            # only when a statement call asks.
+            found = isinstance(self.parent(call), ast.Expr) and self._names_rank() and self.rank_guarded(call)
         answers[word] = found
         return found
 
     def _possible_words(self) -> frozenset[str]:
         """The words this file's text can give at all: each question's evidence is written in the file (a grad-off
-        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question."""
+        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question. The grad and
+        mode evidence is searched for here; the rank and multi-process evidence, whose questions start with a
+        cheaper test of their own, only when `_site_word` reaches it (rank_zero and multi_process stay possible)."""
         if self._site_words is None:
-            text = self.source
-            lowered = text.lower()
+            lowered = self.source.lower()
             found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
-            if any(n in text for n in _rank_names(self.vocab["rank"])):
-                found.add("rank_zero")
-            if any(m in text for m in _MULTI_PROCESS):
-                found.add("multi_process")
-            self._site_words = frozenset(found)
+            self._site_words = frozenset(found | {"rank_zero", "multi_process"})
         return self._site_words
+
+    def _names_rank(self) -> bool:
+        """The file's text names a rank (a rank name of the vocabulary, `init_process_group`): once per file."""
+        if self._rank_named is None:
+            self._rank_named = any(n in self.source for n in _rank_names(self.vocab["rank"]))
+        return self._rank_named
 
     def eval_switched_before(self, node: ast.AST, _depth: int = 0) -> bool:
         """The last `.train()`/`.eval()` switch before `node` in its function is `.eval()` (or `.train(False)`);
