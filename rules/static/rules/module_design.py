@@ -870,9 +870,15 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
     built = _built_classes(ctx)
     if not kinds and not built:
         return  # no loss call and no name built from a class: no call here is a loss
+    # A call can be of a built name only when it ends like one (`self.loss_fn(...)`, `criterion(...)`): the last
+    # part is read off the node, the dotted name worked out only for those calls.
+    tails = {name.rsplit(".", 1)[-1] for name in built}
+    name_cls, attribute_cls = ast.Name, ast.Attribute
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
-        loss_cls = None if kind is not None or not built else _imported_class_called(ctx, call)  # type: ignore[arg-type]
+        func = call.func  # type: ignore[attr-defined]
+        tail = func.id if func.__class__ is name_cls else func.attr if func.__class__ is attribute_cls else None
+        loss_cls = None if kind is not None or tail not in tails else _imported_class_called(ctx, call)  # type: ignore[arg-type]
         if kind is None and loss_cls is None:
             continue
         inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
