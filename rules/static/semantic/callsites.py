@@ -62,6 +62,21 @@ def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
     return found
 
 
+_SKIPPED: dict[int, tuple[dict, tuple[frozenset[str], frozenset[str]]]] = {}
+
+
+def _skipped(skip: dict) -> tuple[frozenset[str], frozenset[str]]:
+    """(the roots of calls no project file answers: the vocabulary's and the standard library's, the library
+    methods), worked out once per vocabulary, not once per file: the union with the standard library's few hundred
+    names was a tenth of the call sites' cost on torch's tree."""
+    cached = _SKIPPED.get(id(skip))
+    if cached is not None and cached[0] is skip:
+        return cached[1]
+    found = (frozenset(skip["external_roots"]) | _STDLIB, frozenset(skip["library_methods"]))
+    _SKIPPED[id(skip)] = (skip, found)
+    return found
+
+
 class CallSites:
     """Each call of a function another file may define, with the context it runs in."""
 
@@ -76,8 +91,7 @@ class CallSites:
         if self._call_sites is not None:
             return self._call_sites
         skip = self.vocab["call_sites"]
-        external = frozenset(skip["external_roots"]) | _STDLIB
-        methods = frozenset(skip["library_methods"])
+        external, methods = _skipped(skip)
         # (name, callee) -> the words every call seen so far carries; a callee whose set is empty is settled
         shared: dict[tuple[str, str | None], frozenset[str]] = {}
         # calls of one statement share its context, the one its first call here gets: (that call, words answered)
