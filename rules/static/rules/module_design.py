@@ -675,8 +675,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
     _leave_loss_inputs(ctx, kinds)
     _leave_criterion_parameters(ctx)
     fed: dict[tuple[ast.AST, int], dict] = {}  # (function, parameter position) -> the loss it feeds
-    for call in index.nodes(ast.Call):
-        kind = kinds.get(call)  # type: ignore[call-overload]
+    for call, kind in kinds.items():  # the loss calls, in the walk's order as `_loss_kinds` met them
         if kind == "cross_entropy":
             fn = index.function_of(call)
             inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
@@ -702,7 +701,8 @@ def _leave_softmax_facts(ctx: Context) -> None:
                 if cls is not None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
-        if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
+        # no name handed over (the test of every call's arguments, run as a loop in C)
+        if ast.Name not in map(type, call.args):  # type: ignore[attr-defined]
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
         q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
