@@ -792,8 +792,22 @@ _RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_\w*chec
 # What the source must hold, lowercased, for one of its names to match `_RESUME_WORDS`: each alternative matches within
 # one identifier, and an ASCII file's identifiers are spelled in it as the tree holds them (a non-ASCII one may be
 # normalised, and re.I folds some non-ASCII letters: such a file is walked whatever its text holds).
-_RESUME_TEXT = ("resume", "restore", "start_epoch", "checkpoint", "continue_from", "load_model", "load_weights",
-                "load_state")
+_RESUME_TEXT = ("resume", "restore", "start_epoch", "from_checkpoint", "continue_from", "load_model", "load_weights")
+
+
+def _may_name_resume(lowered: str) -> bool:
+    """Whether an ASCII source, lowercased, can hold a name `_RESUME_WORDS` matches: one of its plain words,
+    `load_` and `checkpoint` both (`load_\\w*checkpoint`), or an identifier ending in `load_state` (`load_state$`;
+    the `load_state_dict` of every training script does not count)."""
+    if any(w in lowered for w in _RESUME_TEXT) or "load_" in lowered and "checkpoint" in lowered:
+        return True
+    at = lowered.find("load_state")
+    while at >= 0:
+        end = at + len("load_state")
+        if end == len(lowered) or not (lowered[end].isalnum() or lowered[end] == "_"):
+            return True
+        at = lowered.find("load_state", end)
+    return False
 
 
 def _resumes(ctx: Context) -> bool:
@@ -805,7 +819,7 @@ def _resumes(ctx: Context) -> bool:
                 or any(not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
                        and not _evaluation_only(index, c) for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
-        if ctx.source.isascii() and not any(w in ctx.source.lower() for w in _RESUME_TEXT):
+        if ctx.source.isascii() and not _may_name_resume(ctx.source.lower()):
             return False  # no name of the file can hold a resume word: the walk of the whole tree is skipped
         return any(_RESUME_WORDS.search(dotted(n) or "") and not _evaluation_only(index, n) for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
