@@ -7,7 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.callcontext import CallContext, leave_sites
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Index,
     Loop,
@@ -1323,7 +1323,7 @@ def load_without_map_location_in_callers(proj: Project) -> list[ProjectHit]:
     pending = list(proj.facts("TD703-callers"))
     if not pending:
         return []
-    context = CallContext(proj)
+    context = call_context(proj)
     return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"]) for f, fact in pending
             if context.callers_any(f, fact["function"], "multi_process", fact["class"])]
 

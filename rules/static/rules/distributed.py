@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.callcontext import CallContext, leave_sites
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Binding,
     ClassInfo,
@@ -644,7 +644,7 @@ def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     for _f, fact in project.facts("call-guard"):
         guards.setdefault(fact["name"], []).append(fact["guarded"])
         once.setdefault(fact["name"], []).append(fact.get("once", fact["guarded"]))
-    context = CallContext(project)
+    context = call_context(project)
     for f, fact in pending:
         seen = guards.get(fact["function"], [])
         values = fact["values"]
