@@ -10,6 +10,21 @@ runs bare parse+walk over the corpus, one that then runs the engine (all rules a
 Each side's count is its process's count less the start-up one. Instructions are not seconds: the engine's Python
 runs at fewer instructions per cycle than the parser's C, so its CPU-second ratio is lower than this one; use this to
 compare two checkouts, and bench_check_cpu.py for the figure itself. About 5 minutes.
+
+Figures (issue 12, point 4: the engine at >= 0.6x bare parse+walk), each checkout run with its own venv:
+main a0f04a2 11.16 G bare, 17.75 G engine, 0.629; h-checkp10 5d736bc 11.20 G, 15.76 G, 0.710 (the engine 11 %
+fewer instructions). bench_check_cpu.py --rounds 3 --no-torch, alternated: at load 2, main 0.55x and the branch
+0.62x; at load 5-9, main 0.55x, 0.49x, 0.47x, 0.54x, 0.55x, 0.51x and the branch 0.57x, 0.58x, 0.57x, 0.60x,
+0.51x, 0.58x. What moved it, findings unchanged (sorted JSON of torch's three trees as one project and file by
+file, every fixture folder and file, 33 repositories; every file's project facts, bindings, loops and call sites):
+rules that read one shape of a node every file has thousands of (calls bound by an assignment, `x.data[0]`,
+`acc = acc + v`, `a / b`, `forward`) find it in one loop per file or through the engine's narrowing (`ops=` for
+BinOp, `callees=`/`methods=`), not by a check called on every node; facts worked out once per file or project
+instead of once per question (the call sites joined once per project pass, the skipped roots once per
+vocabulary, `uses()` from one prefix table); searches of the text only where a cheaper test of the question has
+not already answered it (the call sites' evidence, the class pre-pass's headers, TD701's resume names, TD601's
+mode layers); calls on no loop's lines not asked which loop holds them; assignments of constants and arithmetic
+skipped by the binding pass.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ nothing in this file changes.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -189,3 +190,44 @@ def test_a_rule_narrowed_to_some_calls_finds_what_it_finds_on_every_call(code, m
     every = [[(r.finding.line, r.finding.col, r.finding.message) for r in analyse_text(text, str(path), [code]).results]
              for path, text in sources]
     assert narrowed == every and any(narrowed)
+
+
+NARROWED_BY_OPERATOR = [code for code in CODES if ALL[code].ops]
+
+
+@pytest.mark.parametrize("code", NARROWED_BY_OPERATOR)
+def test_a_rule_narrowed_to_some_operators_finds_what_it_finds_on_every_binop(code, monkeypatch):
+    """`ops=` on `@rule` is the same promise for arithmetic: the check does nothing for a BinOp of another
+    operator, so handing it every BinOp of the file changes nothing."""
+    import dataclasses
+
+    sources = [(p, p.read_text()) for p in sorted((RULES_DIR / code).glob("*.py"))]
+    sources += [(Path(f"{code}-bad.py"), ALL[code].doc.bad), (Path(f"{code}-good.py"), ALL[code].doc.good)]
+    narrowed = [[(r.finding.line, r.finding.col, r.finding.message) for r in analyse_text(text, str(path), [code]).results]
+                for path, text in sources]
+    monkeypatch.setitem(ALL, code, dataclasses.replace(ALL[code], ops=()))
+    every = [[(r.finding.line, r.finding.col, r.finding.message) for r in analyse_text(text, str(path), [code]).results]
+             for path, text in sources]
+    assert narrowed == every and any(narrowed)
+
+
+def test_operators_narrow_only_a_binop_subscription():
+    from torchdoctor.rules.static.api import rule
+
+    with pytest.raises(TypeError):
+        rule("TD999", ast.Call, ops=(ast.Div,))
+    with pytest.raises(TypeError):
+        rule("TD999", ast.BinOp, ops=(ast.Name,))
+
+
+def test_binops_of_several_operators_come_in_the_walk_order():
+    from torchdoctor.rules.static.engine import _wanted, walk
+    from torchdoctor.rules.static.index import Index
+
+    text = "a = x / y\nb = (p @ q) / (r - s @ t)\nc = u + v\n"
+    tree = ast.parse(text)
+    buckets, parents = walk(tree, _wanted([]) | {ast.BinOp})
+    index = Index(tree, buckets, parents, text)
+    shown = [ast.unparse(n) for n in index.binops((ast.MatMult, ast.Div))]
+    assert shown == ["x / y", "p @ q / (r - s @ t)", "p @ q", "s @ t"]
+    assert [ast.unparse(n) for n in index.binops((ast.Add,))] == ["u + v"] and index.binops((ast.Mod,)) == []

@@ -34,7 +34,13 @@ Adding a rule (ruff-style: a small unit with its docs and two fixtures)
    (`ast.Module` for once per file). A check on `ast.Call` that returns at
    once for any call but a few names declares them, `callees=(...)`
    (qualified, as `index.callee` gives them) or `methods=("forward",)`, and
-   is called on those calls alone. It receives the node and a `Context`:
+   is called on those calls alone; a check on `ast.BinOp` declares its
+   operators the same way, `ops=(ast.Div,)`. A check that wants one rare
+   shape of a common node (an assignment binding a call, `x.data[0]`)
+   subscribes to `ast.Module`, declares the type in `reads=`, and tests the
+   shape in its own loop over `ctx.index.nodes(...)`: a call per node of a
+   type every file has thousands of is a measurable share of `check`.
+   It receives the node and a `Context`:
    `ctx.index` (the semantic index), `ctx.source`, `ctx.lines`,
    `ctx.segment(node)`, `ctx.torch_at_least(2, 6)` (the targeted torch
    version: installed, or `torch-version` in [tool.torchdoctor]) and

@@ -62,6 +62,9 @@ class Rule:
     # (read once, for names the vocabulary holds).
     callees: Names = ()
     methods: Names = ()
+    # For a check subscribed to ast.BinOp: the only operators it reads (`ast.Div` for `a / b`). The engine hands it
+    # those BinOps alone, grouped by operator once per file, instead of calling it on every arithmetic expression.
+    ops: tuple[type[ast.operator], ...] = ()
 
     @property
     def code(self) -> str:
@@ -72,13 +75,15 @@ class Rule:
         return self.doc.name
 
 
-# (code, node types, function, module, node types read, callees, methods) in registration order; registry.py pairs
-# them with docs.
-REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str, tuple[type[ast.AST], ...], Names, Names]] = []
+# (code, node types, function, module, node types read, callees, methods, operators) in registration order;
+# registry.py pairs them with docs.
+REGISTERED: list[tuple[str, tuple[type[ast.AST], ...], CheckFunction, str, tuple[type[ast.AST], ...], Names, Names,
+                       tuple[type[ast.operator], ...]]] = []
 
 
 def rule(
-    code: str, *nodes: type[ast.AST], reads: tuple[type[ast.AST], ...] = (), callees: Names = (), methods: Names = ()
+    code: str, *nodes: type[ast.AST], reads: tuple[type[ast.AST], ...] = (), callees: Names = (), methods: Names = (),
+    ops: tuple[type[ast.operator], ...] = (),
 ) -> Callable[[CheckFunction], CheckFunction]:
     """Register a check for the node types it subscribes to.
 
@@ -88,17 +93,20 @@ def rule(
     the check takes from `ctx.index.nodes(...)` itself: a once-per-file loop over
     every `ast.Name` costs far less than a call per name. `callees` and `methods` narrow an `ast.Call`
     subscription to the calls of those qualified names or method names (see `Rule.callees`): a check that returns
-    at once for any other call declares them, and is then never called for the rest.
+    at once for any other call declares them, and is then never called for the rest. `ops` narrows an `ast.BinOp`
+    subscription the same way, to the expressions of those operators (`ops=(ast.Div,)`).
     """
     if not nodes or not all(isinstance(n, type) and issubclass(n, ast.AST) for n in (*nodes, *reads)):
         raise TypeError(f"@rule({code!r}, ...) needs at least one ast node type")
     if (callees or methods) and ast.Call not in nodes:
         raise TypeError(f"@rule({code!r}, ...): callees= and methods= narrow an ast.Call subscription")
+    if ops and (ast.BinOp not in nodes or not all(isinstance(o, type) and issubclass(o, ast.operator) for o in ops)):
+        raise TypeError(f"@rule({code!r}, ...): ops= narrows an ast.BinOp subscription to ast.operator types")
 
     def register(fn: CheckFunction) -> CheckFunction:
         REGISTERED.append((code, tuple(nodes), fn, fn.__module__, tuple(reads),
                            callees if callable(callees) else tuple(callees),
-                           methods if callable(methods) else tuple(methods)))
+                           methods if callable(methods) else tuple(methods), tuple(ops)))
         return fn
 
     return register

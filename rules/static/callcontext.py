@@ -104,12 +104,17 @@ class CallContext:
         return any(under in s.context for s in self.sites(defined_in, function, cls))
 
 
+def call_context(project: Project) -> CallContext:
+    """The project's call sites by name, joined once for the four rules that ask them (TD102, TD303, TD601, TD703)."""
+    return project.memo(SITES, lambda: CallContext(project))
+
+
 def settle(project: Project, key: str) -> list[ProjectHit]:
     """The deferred findings (`defer(..., key=key)`) that some call site, or the lack of any, leaves standing."""
     pending = list(project.facts(key))
     if not pending:
         return []
-    context = CallContext(project)
+    context = call_context(project)
     hits = []
     for f, fact in pending:
         if context.callers_all(f, fact["function"], fact["under"], fact["class"]):

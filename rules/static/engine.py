@@ -159,10 +159,16 @@ def walk(tree: ast.AST, wanted: Iterable[type]) -> tuple[dict[type, list[ast.AST
 
 
 _WANTED: dict[tuple, frozenset[type]] = {}
+# The rules of the last call and their answer: every file of a run brings the same rules, and comparing them (by
+# identity, in C) costs far less than building and hashing the key of their node types for each file.
+_LAST_WANTED: list = [(), frozenset()]
 
 
 def _wanted(rules: Sequence[Rule]) -> frozenset[type]:
     """The node types the walk collects for these rules and the index, worked out once per set of rules."""
+    same = tuple(rules)
+    if same == _LAST_WANTED[0] and same:
+        return _LAST_WANTED[1]
     key = tuple((r.nodes, r.reads) for r in rules)
     found = _WANTED.get(key)
     if found is None:
@@ -171,6 +177,7 @@ def _wanted(rules: Sequence[Rule]) -> frozenset[type]:
             types.update(r.nodes)
             types.update(r.reads)
         found = _WANTED[key] = frozenset(types)
+    _LAST_WANTED[:] = [same, found]
     return found
 
 
@@ -252,6 +259,8 @@ def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, i
                 nodes = buckets.get(kind, ())
                 if kind is ast.Call and (r.callees or r.methods):
                     nodes = index.calls_named(*_narrowing(r))
+                elif kind is ast.BinOp and r.ops:
+                    nodes = index.binops(r.ops)
                 for node in nodes:
                     r.check(node, ctx)
         except (RecursionError, MemoryError):

@@ -119,6 +119,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._call_order: dict[ast.Call, int] | None = None  # call -> its place in the walk (names.py)
         self._resolved: dict[ast.AST | None, str | None] = {}  # names.py
         self._scope: dict[ast.AST, ast.AST] = {}
+        self._binops: dict[type, list[ast.AST]] | None = None
+        self._used_prefixes: frozenset[str] | None = None  # names imported or called and their prefixes (names.py)  # operator -> the file's BinOps of it (tree.py)
         self._loop_of: dict[ast.AST, Loop | None] = {}
         self._assigned: dict[ast.AST, frozenset[str]] = {}  # names a loop rebinds (loops.py)
         self._local_target_map: dict[ast.Call, ast.AST] | None = None  # call -> local function it calls
@@ -129,6 +131,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         self._call_sites: dict[str, list[tuple[str | None, tuple[str, ...]]]] | None = None  # callsites.py
         self._site_words: frozenset[str] | None = None  # callsites.py
         self._multi_process: bool | None = None  # callsites.py
+        self._rank_named: bool | None = None  # callsites.py
         self._runner_names: dict[str, str] | None = None  # frameworks.py
         self._prepared_names: dict[str, list[ast.Call]] | None = None  # bindings.py: `x = accelerator.prepare(...)`
         self._switches: dict[ast.AST | None, list[tuple[tuple[int, int], str]]] | None = None  # callsites.py

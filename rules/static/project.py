@@ -14,7 +14,7 @@ Results depend only on the set of files, not on the order they were named in.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ class Project:
 
     def __init__(self, files: list[ProjectFile]):
         self.files = sorted(files, key=lambda f: f.path)
+        self._memo: dict[str, Any] = {}
         self._by_tail: dict[str, list[ProjectFile]] = {}
         for f in self.files:
             parts = f.module.split(".")
@@ -51,6 +52,12 @@ class Project:
         for f in self.files:
             for value in f.facts.get(key, ()):
                 yield f, value
+
+    def memo(self, key: str, factory: Callable[[], Any]) -> Any:
+        """A table several rules' passes build from the same facts (the call sites by name), built once per project."""
+        if key not in self._memo:
+            self._memo[key] = factory()
+        return self._memo[key]
 
     def any_fact(self, key: str) -> bool:
         return any(key in f.facts for f in self.files)

@@ -78,10 +78,10 @@ def rules() -> dict[str, Rule]:
                 raise RuleError(f"{doc.code} is documented twice ({docs[doc.code].family}, {doc.family})")
             docs[doc.code] = doc
     checks: dict[str, tuple] = {}
-    for code, nodes, fn, module, reads, callees, methods in REGISTERED:
+    for code, nodes, fn, module, reads, callees, methods, ops in REGISTERED:
         if code in checks and checks[code][1] is not fn:
             raise RuleError(f"{code} is registered twice")
-        checks[code] = (nodes, fn, module, reads, callees, methods)
+        checks[code] = (nodes, fn, module, reads, callees, methods, ops)
     table: dict[str, Rule] = {}
     for code in sorted(docs):
         doc = docs[code]
@@ -91,10 +91,10 @@ def rules() -> dict[str, Rule]:
             continue
         if code not in checks:
             raise RuleError(f"{code} is documented in {doc.family}.toml but no @rule registers it")
-        nodes, fn, module, reads, callees, methods = checks[code]
+        nodes, fn, module, reads, callees, methods, ops = checks[code]
         if module.rsplit(".", 1)[-1] != doc.family:
             raise RuleError(f"{code}: its check lives in {module} but its docs in {doc.family}.toml")
-        table[code] = Rule(doc, fn, nodes, reads, callees, methods)
+        table[code] = Rule(doc, fn, nodes, reads, callees, methods, ops)
     undocumented = sorted(set(checks) - set(docs))
     if undocumented:
         raise RuleError(f"rules without docs: {', '.join(undocumented)}")

@@ -667,10 +667,15 @@ def _mentions_training(test: ast.AST) -> bool:
     return False
 
 
-@rule("TD805", ast.FunctionDef)
-def graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
-    if node.name != "forward" or not node.body:
-        return
+@rule("TD805", ast.Module, reads=(ast.FunctionDef,))
+def graph_cut_in_forward(node: ast.Module, ctx: Context) -> None:
+    # the `forward` methods, picked in one loop over the file's functions rather than by a check called on each
+    for fn in ctx.index.nodes(ast.FunctionDef):
+        if fn.name == "forward" and fn.body:  # type: ignore[attr-defined]
+            _graph_cut_in_forward(fn, ctx)  # type: ignore[arg-type]
+
+
+def _graph_cut_in_forward(node: ast.FunctionDef, ctx: Context) -> None:
     index = ctx.index
     owner = index.parent(node)
     if not isinstance(owner, ast.ClassDef):

@@ -7,7 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.callcontext import CallContext, leave_sites
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Index,
     Loop,
@@ -789,6 +789,25 @@ def _opposite_flags(index: Index, a: ast.AST, b: ast.AST) -> bool:
 # `restore_memory` (TGN's memory module between evaluations) restores no checkpoint.
 _RESUME_WORDS = re.compile(r"resume|restore(?!_?memory)|start_epoch|load_\w*checkpoint|from_checkpoint|continue_from|load_model|load_weights|"
                            r"load_state$", re.I)  # `accelerator.load_state(dir)`
+# What the source must hold, lowercased, for one of its names to match `_RESUME_WORDS`: each alternative matches within
+# one identifier, and an ASCII file's identifiers are spelled in it as the tree holds them (a non-ASCII one may be
+# normalised, and re.I folds some non-ASCII letters: such a file is walked whatever its text holds).
+_RESUME_TEXT = ("resume", "restore", "start_epoch", "from_checkpoint", "continue_from", "load_model", "load_weights")
+
+
+def _may_name_resume(lowered: str) -> bool:
+    """Whether an ASCII source, lowercased, can hold a name `_RESUME_WORDS` matches: one of its plain words,
+    `load_` and `checkpoint` both (`load_\\w*checkpoint`), or an identifier ending in `load_state` (`load_state$`;
+    the `load_state_dict` of every training script does not count)."""
+    if any(w in lowered for w in _RESUME_TEXT) or "load_" in lowered and "checkpoint" in lowered:
+        return True
+    at = lowered.find("load_state")
+    while at >= 0:
+        end = at + len("load_state")
+        if end == len(lowered) or not (lowered[end].isalnum() or lowered[end] == "_"):
+            return True
+        at = lowered.find("load_state", end)
+    return False
 
 
 def _resumes(ctx: Context) -> bool:
@@ -800,6 +819,8 @@ def _resumes(ctx: Context) -> bool:
                 or any(not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
                        and not _evaluation_only(index, c) for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
+        if ctx.source.isascii() and not _may_name_resume(ctx.source.lower()):
+            return False  # no name of the file can hold a resume word: the walk of the whole tree is skipped
         return any(_RESUME_WORDS.search(dotted(n) or "") and not _evaluation_only(index, n) for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))
     return ctx.memo("checkpointing:resumes", build)
@@ -1302,7 +1323,7 @@ def load_without_map_location_in_callers(proj: Project) -> list[ProjectHit]:
     pending = list(proj.facts("TD703-callers"))
     if not pending:
         return []
-    context = CallContext(proj)
+    context = call_context(proj)
     return [ProjectHit(f.path, fact["line"], fact["col"], fact["values"]) for f, fact in pending
             if context.callers_any(f, fact["function"], "multi_process", fact["class"])]
 

@@ -360,8 +360,10 @@ def _leave_modes_at_calls(ctx: Context) -> None:
     switches = bool(index.method_calls("train") or index.method_calls("eval"))
     if any(_mode_of(index, c) not in (None, "train") for c in index.method_calls("eval") + index.method_calls("train")):
         ctx.leave("switches-out-of-training", True)
-    # (the text test first: most files name no dropout or batch norm layer, and the class walk is not free)
-    if any(w in index.source for w in ("Dropout", "dropout", "BatchNorm", "Norm(")) and any(
+    # (a file without a module class searches no text; then the text test: most files name no dropout or batch norm
+    # layer, and the class walk is not free)
+    if any(info.is_module for info in index.classes.values()) \
+            and any(w in index.source for w in ("Dropout", "dropout", "BatchNorm", "Norm(")) and any(
             info.is_module and _class_has_mode_layers(index, info, set()) for info in index.classes.values()):
         ctx.leave("mode-layers", True)
     trains = any(lp.has_backward or lp.has_step for lp in index.training_loops())
@@ -1554,13 +1556,17 @@ def _scalar_loss(index: Index, expr: ast.AST, depth: int = 0) -> bool:
     return False
 
 
-@rule("TD607", ast.Subscript)
-def index_into_scalar_loss(node: ast.Subscript, ctx: Context) -> None:
-    value = node.value
-    if not (is_constant(node.slice, 0) and isinstance(value, ast.Attribute) and value.attr == "data"):
-        return
-    if isinstance(node.ctx, ast.Load) and _scalar_loss(ctx.index, value.value):
-        ctx.report(node, variable=ctx.segment(value.value, 40), expr=ctx.segment(node, 50))
+@rule("TD607", ast.Module, reads=(ast.Subscript,))
+def index_into_scalar_loss(node: ast.Module, ctx: Context) -> None:
+    # `loss.data[0]`: one loop over the file's subscripts, with the cheap test of the shape first, instead of a
+    # check called on every subscript of the file
+    attribute = ast.Attribute
+    for sub in ctx.index.nodes(ast.Subscript):
+        value = sub.value  # type: ignore[attr-defined]
+        if not (value.__class__ is attribute and value.attr == "data" and is_constant(sub.slice, 0)):  # type: ignore[attr-defined]
+            continue
+        if isinstance(sub.ctx, ast.Load) and _scalar_loss(ctx.index, value.value):  # type: ignore[attr-defined]
+            ctx.report(sub, variable=ctx.segment(value.value, 40), expr=ctx.segment(sub, 50))
 
 
 # Names that say a tensor marks elements the data decides: the positive anchors, the valid tokens, a loss's or
@@ -1638,7 +1644,7 @@ def _tested(index: Index, node: ast.AST, counts: set[str], masks: set[str]) -> b
     return False
 
 
-@rule("TD611", ast.BinOp)
+@rule("TD611", ast.BinOp, ops=(ast.Div,))
 def division_by_empty_count(node: ast.BinOp, ctx: Context) -> None:
     if not isinstance(node.op, ast.Div):
         return

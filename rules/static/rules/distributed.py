@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from torchdoctor.rules.static.api import Context, project, rule
-from torchdoctor.rules.static.callcontext import CallContext, leave_sites
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Binding,
     ClassInfo,
@@ -644,7 +644,7 @@ def save_on_all_ranks_across_files(project: Project) -> list[ProjectHit]:
     for _f, fact in project.facts("call-guard"):
         guards.setdefault(fact["name"], []).append(fact["guarded"])
         once.setdefault(fact["name"], []).append(fact.get("once", fact["guarded"]))
-    context = CallContext(project)
+    context = call_context(project)
     for f, fact in pending:
         seen = guards.get(fact["function"], [])
         values = fact["values"]
@@ -1151,14 +1151,21 @@ _EFFECT_NO_SYNC = ("the backward under it all-reduces anyway: this no_sync() cha
                    "all-reduces")
 
 
-@rule("TD308", ast.Assign, ast.With)
-def grad_sync_set_after_forward(node: ast.Assign | ast.With, ctx: Context) -> None:
+@rule("TD308", ast.Module, ast.With, reads=(ast.Assign,))
+def grad_sync_set_after_forward(node: ast.Module | ast.With, ctx: Context) -> None:
     if isinstance(node, ast.With):
         _no_sync_after_forward(node, ctx)
         return
-    target = node.targets[0] if len(node.targets) == 1 else None
-    if not (isinstance(target, ast.Attribute) and target.attr == "require_backward_grad_sync"):
-        return
+    # `model.require_backward_grad_sync = ...`, found in one loop over the file's assignments (before the `with`
+    # blocks, as the engine would hand them) rather than by a check called on each assignment
+    attribute = ast.Attribute
+    for stmt in ctx.index.nodes(ast.Assign):
+        target = stmt.targets[0] if len(stmt.targets) == 1 else None  # type: ignore[attr-defined]
+        if target.__class__ is attribute and target.attr == "require_backward_grad_sync":  # type: ignore[union-attr]
+            _grad_sync_flag_after_forward(stmt, target, ctx)  # type: ignore[arg-type]
+
+
+def _grad_sync_flag_after_forward(node: ast.Assign, target: ast.Attribute, ctx: Context) -> None:
     model = dotted(target.value)
     loop = ctx.index.loop_of(node)
     if model is None or loop is None:

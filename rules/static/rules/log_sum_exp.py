@@ -30,7 +30,8 @@ _GLOBAL_SHIFT = (
 )
 
 
-@rule("TD613", ast.Call)
+# Only `torch.log(...)` and `<expr>.log()` can start one (`_elementwise_operand`): the engine hands the check those calls.
+@rule("TD613", ast.Call, callees=("torch.log",), methods=("log",))
 def log_sum_exp_by_hand(node: ast.Call, ctx: Context) -> None:
     index = ctx.index
     inner = _elementwise_operand(index, node, "log")

@@ -45,13 +45,26 @@ def _accumulator_name(target: ast.AST) -> str | None:
     return dotted(target)
 
 
-@rule("TD101", ast.Module, ast.AugAssign, ast.Assign, ast.Call, methods=("append", "extend"))
+@rule("TD101", ast.Module, ast.Call, reads=(ast.AugAssign, ast.Assign), methods=("append", "extend"))
 def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     if isinstance(node, ast.Module):
         _leave_graph_returns(ctx)  # once per file, for the project pass
         _leave_kept_arguments(ctx)
         _accumulated_in_methods(ctx)
+        # The `+=` statements, then the `acc = acc + v` assignments, in the walk's order (the `.append` calls come
+        # next, from the engine): one loop over the file's assignments, not a check called on each of them.
+        for stmt in ctx.index.nodes(ast.AugAssign):
+            _accumulated_across_steps(stmt, ctx)
+        binop, add = ast.BinOp, ast.Add
+        for stmt in ctx.index.nodes(ast.Assign):
+            value = stmt.value  # type: ignore[attr-defined]
+            if value.__class__ is binop and isinstance(value.op, add) and len(stmt.targets) == 1:  # type: ignore[attr-defined]
+                _accumulated_across_steps(stmt, ctx)
         return
+    _accumulated_across_steps(node, ctx)
+
+
+def _accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
     found = _accumulation(node)
     if found is None:
         return
@@ -574,12 +587,19 @@ def empty_cache_in_training_loop(node: ast.Call, ctx: Context) -> None:
     ctx.report(node, variable=ctx.segment(node), loop=where)
 
 
-@rule("TD104", ast.Call)
-def hidden_state_not_detached(node: ast.Call, ctx: Context) -> None:
+@rule("TD104", ast.Module, reads=(ast.Assign,))
+def hidden_state_not_detached(node: ast.Module, ctx: Context) -> None:
+    # `h = rnn(x, h)`: only a call an assignment binds can carry its state. One loop over the file's assignments
+    # (in the walk's order, which is their calls' order) instead of a check called on every call of the file.
+    call_cls = ast.Call
+    for assign in ctx.index.nodes(ast.Assign):
+        value = assign.value  # type: ignore[attr-defined]
+        if value.__class__ is call_cls and len(assign.targets) == 1 and (value.args or value.keywords):  # type: ignore[attr-defined]
+            _hidden_state_not_detached(value, assign, ctx)  # type: ignore[arg-type]
+
+
+def _hidden_state_not_detached(node: ast.Call, assign: ast.Assign, ctx: Context) -> None:
     index = ctx.index
-    assign = index.parent(node)
-    if not isinstance(assign, ast.Assign) or len(assign.targets) != 1 or not (node.args or node.keywords):
-        return
     passed = {a.id for a in [*node.args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)}
     if not passed:
         return

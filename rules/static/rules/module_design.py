@@ -19,6 +19,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.subtree import subtree
+from torchdoctor.rules.static.semantic.syntax import stmt_position
 
 
 def _module_class(ctx: Context, node: ast.ClassDef) -> ClassInfo | None:
@@ -674,8 +675,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
     _leave_loss_inputs(ctx, kinds)
     _leave_criterion_parameters(ctx)
     fed: dict[tuple[ast.AST, int], dict] = {}  # (function, parameter position) -> the loss it feeds
-    for call in index.nodes(ast.Call):
-        kind = kinds.get(call)  # type: ignore[call-overload]
+    for call, kind in kinds.items():  # the loss calls, in the walk's order as `_loss_kinds` met them
         if kind == "cross_entropy":
             fn = index.function_of(call)
             inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
@@ -701,7 +701,8 @@ def _leave_softmax_facts(ctx: Context) -> None:
                 if cls is not None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
-        if not any(isinstance(a, ast.Name) for a in call.args):  # type: ignore[attr-defined]
+        # no name handed over (the test of every call's arguments, run as a loop in C)
+        if ast.Name not in map(type, call.args):  # type: ignore[attr-defined]
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
         q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
@@ -869,9 +870,15 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
     built = _built_classes(ctx)
     if not kinds and not built:
         return  # no loss call and no name built from a class: no call here is a loss
+    # A call can be of a built name only when it ends like one (`self.loss_fn(...)`, `criterion(...)`): the last
+    # part is read off the node, the dotted name worked out only for those calls.
+    tails = {name.rsplit(".", 1)[-1] for name in built}
+    name_cls, attribute_cls = ast.Name, ast.Attribute
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
-        loss_cls = None if kind is not None or not built else _imported_class_called(ctx, call)  # type: ignore[arg-type]
+        func = call.func  # type: ignore[attr-defined]
+        tail = func.id if func.__class__ is name_cls else func.attr if func.__class__ is attribute_cls else None
+        loss_cls = None if kind is not None or tail not in tails else _imported_class_called(ctx, call)  # type: ignore[arg-type]
         if kind is None and loss_cls is None:
             continue
         inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
@@ -897,13 +904,22 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
     of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
     index = ctx.index
-    for fn in index.functions.values():
-        if not isinstance(index.parent(fn), ast.Module):
-            continue
-        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
-        for call in index.calls_in(fn):
-            if not (isinstance(call.func, ast.Name) and call.func.id in params and call.args):
-                continue
+    wanted = {fn: [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+              for fn in index.functions.values() if isinstance(index.parent(fn), ast.Module)}
+    # `criterion(...)` with `criterion` a parameter: one pass over the file's calls picks the calls of a name some
+    # such function takes, and only those are asked which function they sit in
+    names = {p for params in wanted.values() for p in params}
+    called: dict[ast.AST, list[ast.Call]] = {}
+    name_cls = ast.Name
+    for call in index.nodes(ast.Call) if names else ():
+        func = call.func  # type: ignore[attr-defined]
+        if func.__class__ is name_cls and func.id in names and call.args:  # type: ignore[attr-defined]
+            fn = index.function_of(call)
+            if fn in wanted and func.id in wanted[fn]:
+                called.setdefault(fn, []).append(call)  # type: ignore[arg-type]
+    for fn, params in wanted.items():
+        # each function's calls in source order, as `calls_in` gives them
+        for call in sorted(called.get(fn, ()), key=stmt_position):
             made = call.args[0]
             if isinstance(made, ast.Name):
                 made = latest_value(index, made.id, made)
@@ -1037,7 +1053,7 @@ def log_softmax_model_trained_with_cross_entropy(project: Project) -> list[Proje
     return _softmax_loss_hits(project, "log_softmax")
 
 
-@rule("TD206", ast.BinOp, ast.Call, callees=("torch.matmul", "torch.bmm"))
+@rule("TD206", ast.BinOp, ast.Call, callees=("torch.matmul", "torch.bmm"), ops=(ast.MatMult,))
 def manual_attention(node: ast.AST, ctx: Context) -> None:
     index = ctx.index
     if isinstance(node, ast.BinOp):

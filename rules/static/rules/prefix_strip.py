@@ -16,11 +16,17 @@ from torchdoctor.rules.static.index import Index, is_constant
 _PREFIX = "module."
 
 
-@rule("TD708", ast.Subscript)
-def module_prefix_cut_unchecked(node: ast.Subscript, ctx: Context) -> None:
+@rule("TD708", ast.Module, reads=(ast.Subscript,))
+def module_prefix_cut_unchecked(node: ast.Module, ctx: Context) -> None:
+    # `k[7:]`: one loop over the file's subscripts, the shape tested inline, instead of a check called on each
+    name, slice_ = ast.Name, ast.Slice
+    for sub in ctx.index.nodes(ast.Subscript):
+        if sub.value.__class__ is name and sub.slice.__class__ is slice_ and _cuts_prefix_length(sub.slice):  # type: ignore[attr-defined]
+            _prefix_cut_unchecked(sub, ctx)  # type: ignore[arg-type]
+
+
+def _prefix_cut_unchecked(node: ast.Subscript, ctx: Context) -> None:
     index = ctx.index
-    if not isinstance(node.value, ast.Name) or not _cuts_prefix_length(node.slice):
-        return
     key = node.value.id
     if not _iterated_key(index, node, key):
         return

@@ -19,8 +19,19 @@ from torchdoctor.rules.static.rules.profiling import snippet
 _REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
 
 
-@rule("TD612", ast.Call, ast.BinOp, callees=("torch.sqrt", "torch.pow"), methods=("sqrt", "pow"))
-def sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
+@rule("TD612", ast.Call, ast.Module, reads=(ast.BinOp,), callees=("torch.sqrt", "torch.pow"), methods=("sqrt", "pow"))
+def sqrt_of_sum_of_squares(node: ast.Call | ast.Module, ctx: Context) -> None:
+    if isinstance(node, ast.Module):
+        # `x ** 0.5` after the calls, as the engine handed BinOps after them: one loop over the file's arithmetic
+        # with `_radicand`'s test of the right operand inline, not a check called on every `+` and `*`
+        for binop in ctx.index.nodes(ast.BinOp):
+            if _is_half(binop.right):  # type: ignore[attr-defined]
+                _sqrt_of_sum_of_squares(binop, ctx)
+        return
+    _sqrt_of_sum_of_squares(node, ctx)
+
+
+def _sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
     index = ctx.index
     inner = _radicand(index, node)
     if inner is None or not _differentiated_here(index, ctx, node) or not _sum_of_squares(index, inner, node, 0):

@@ -63,6 +63,10 @@ _OPTIMIZER_NAME = re.compile(r"(?:^|_)(?:optim|optimizer|optimiser|opt)s?(?:_|$)
 _SCALER_NAME = re.compile(r"scaler$", re.I)
 _LOSS_ENDS = ("loss", "loss_fn", "lossfn", "loss_func", "loss_function")
 _SCALER_CLASS = re.compile(r"^(?:Native|Grad|Amp|Loss)Scaler")
+# Values `_bind_target` binds nothing to when the target is one name (a tuple target takes a tuple value apart):
+# `_classify` reads calls, names, attributes and conditional expressions, and `_bind_target` dicts and subscripts.
+_HOLDS_NO_KIND = frozenset({ast.Constant, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.JoinedStr, ast.List,
+                            ast.Tuple, ast.Set, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda})
 # The parts of an adversarial setup, by their usual names: `netG`, `net_d`, `G`, `D`, `gen`, `discriminator`.
 _PART_NAME = re.compile(r"^(?:net_?[gd]|[gd]|gen|disc|critic)$|generator|discriminator", re.I)
 _MODULE_METHODS = ("parameters", "named_parameters", "train", "eval", "zero_grad", "state_dict", "requires_grad_")
@@ -397,6 +401,8 @@ class Bindings:
         return None
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
+        if value.__class__ in _HOLDS_NO_KIND and target.__class__ is not ast.Tuple and target.__class__ is not ast.List:
+            return  # `n = 0`, `x = a + b`: most assignments of a file; nothing below can bind them
         if isinstance(value, ast.Call) and (framework := self.framework_call(value, "setup")):
             self._bind_setup(target, value, stmt, framework)
             return

@@ -46,19 +46,48 @@ _EVIDENCE = {
 # What a file must mention to run as several processes (semantic/contexts.py decides from the calls)
 _MULTI_PROCESS = ("distributed", "DistributedDataParallel", "DDP", "FSDP", "FullyShardedDataParallel")
 
-_RANK_NAMES: dict[int, tuple[dict[str, frozenset[str]], tuple[str, ...]]] = {}
+_RANK_NAMES: dict[int, tuple[dict[str, frozenset[str]], tuple[tuple[str, tuple[str, ...]], ...]]] = {}
 
 
-def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[str, ...]:
-    """The rank names a file's text is searched for, worked out once per vocabulary (not once per file)."""
+def _rank_names(rank: dict[str, frozenset[str]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The rank names a file's text is searched for, as (a part several of them share, those names), worked out once
+    per vocabulary (not once per file): a text without `process` needs no search for the six names holding it, so a
+    file that names no rank costs nine searches instead of seventeen."""
     cached = _RANK_NAMES.get(id(rank))
     if cached is not None and cached[0] is rank:
         return cached[1]
     names = set().union(*rank.values()) | {"init_process_group"}
     # a name that holds another is found with it: `rank` finds `local_rank`
-    # shortest first: the common `rank` ends most searches of a file that has one
-    found = tuple(sorted((n for n in names if not any(m != n and m in n for m in names)), key=lambda n: (len(n), n)))
+    remaining = sorted(n for n in names if not any(m != n and m in n for m in names))
+    groups: list[tuple[str, tuple[str, ...]]] = []
+    while remaining:
+        # the part (four characters or more) the most remaining names hold, the longest among those
+        parts = sorted({n[i:j] for n in remaining for i in range(len(n)) for j in range(i + 4, len(n) + 1)})
+        best = max(parts, key=lambda p: (sum(p in n for n in remaining), len(p)))
+        members = tuple(n for n in remaining if best in n)
+        if len(members) < 2:
+            groups += [(n, (n,)) for n in remaining]
+            break
+        groups.append((best, members))
+        remaining = [n for n in remaining if best not in n]
+    # shortest part first: the common `rank` ends most searches of a file that has one
+    found = tuple(sorted(groups, key=lambda g: (len(g[0]), g[0])))
     _RANK_NAMES[id(rank)] = (rank, found)
+    return found
+
+
+_SKIPPED: dict[int, tuple[dict, tuple[frozenset[str], frozenset[str]]]] = {}
+
+
+def _skipped(skip: dict) -> tuple[frozenset[str], frozenset[str]]:
+    """(the roots of calls no project file answers: the vocabulary's and the standard library's, the library
+    methods), worked out once per vocabulary, not once per file: the union with the standard library's few hundred
+    names was a tenth of the call sites' cost on torch's tree."""
+    cached = _SKIPPED.get(id(skip))
+    if cached is not None and cached[0] is skip:
+        return cached[1]
+    found = (frozenset(skip["external_roots"]) | _STDLIB, frozenset(skip["library_methods"]))
+    _SKIPPED[id(skip)] = (skip, found)
     return found
 
 
@@ -76,13 +105,11 @@ class CallSites:
         if self._call_sites is not None:
             return self._call_sites
         skip = self.vocab["call_sites"]
-        external = frozenset(skip["external_roots"]) | _STDLIB
-        methods = frozenset(skip["library_methods"])
+        external, methods = _skipped(skip)
         # (name, callee) -> the words every call seen so far carries; a callee whose set is empty is settled
         shared: dict[tuple[str, str | None], frozenset[str]] = {}
         # calls of one statement share its context, the one its first call here gets: (that call, words answered)
         by_statement: dict[ast.AST, tuple[ast.Call, dict[str, bool]]] = {}
-        possible = self._possible_words()
         for call in self.nodes(ast.Call):
             if call.args or call.keywords:
                 self._references(call, external, methods, shared)
@@ -105,7 +132,9 @@ class CallSites:
             stmt = self._plain_statement(call)
             first, answers = by_statement.setdefault(stmt, (call, {})) if stmt is not None else (call, {})
             key = (name, q)
-            ask = shared[key] if key in shared else possible
+            # the words the file's text can give, searched for only once a call needs them: a third of torch's
+            # files call nothing another file may define, and skip the dozens of searches of their text
+            ask = shared[key] if key in shared else self._possible_words()
             if ask:
                 ask = frozenset(w for w in ask if self._site_word(first, w, answers))
             shared[key] = ask
@@ -156,28 +185,36 @@ class CallSites:
             found = self.eval_switched_before(call)
         elif word == "multi_process":
             if self._multi_process is None:  # a fact of the file, asked of its every call: once
-                self._multi_process = "distributed" in self.contexts()  # type: ignore[attr-defined]
+                # the router's contexts first (worked out for every file anyway), the text's evidence only then
+                self._multi_process = "distributed" in self.contexts() and any(  # type: ignore[attr-defined]
+                    m in self.source for m in _MULTI_PROCESS)
             found = self._multi_process
         else:
             # asked only of a call made as a statement (`trainer.end_epoch(epoch)`): writers are called for their
-            # effect, and the question costs the most of the three
-            found = isinstance(self.parent(call), ast.Expr) and self.rank_guarded(call)
+            # effect, and the question costs the most of the three. The text's rank names are searched for (once)
+            # only when a statement call asks.
+            found = isinstance(self.parent(call), ast.Expr) and self._names_rank() and self.rank_guarded(call)
         answers[word] = found
         return found
 
     def _possible_words(self) -> frozenset[str]:
         """The words this file's text can give at all: each question's evidence is written in the file (a grad-off
-        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question."""
+        name, a mode switch, a rank name, a Lightning import), so a file without it skips the question. The grad and
+        mode evidence is searched for here; the rank and multi-process evidence, whose questions start with a
+        cheaper test of their own, only when `_site_word` reaches it (rank_zero and multi_process stay possible)."""
         if self._site_words is None:
-            text = self.source
-            lowered = text.lower()
+            lowered = self.source.lower()
             found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
-            if any(n in text for n in _rank_names(self.vocab["rank"])):
-                found.add("rank_zero")
-            if any(m in text for m in _MULTI_PROCESS):
-                found.add("multi_process")
-            self._site_words = frozenset(found)
+            self._site_words = frozenset(found | {"rank_zero", "multi_process"})
         return self._site_words
+
+    def _names_rank(self) -> bool:
+        """The file's text names a rank (a rank name of the vocabulary, `init_process_group`): once per file."""
+        if self._rank_named is None:
+            text = self.source
+            self._rank_named = any(part in text and (len(held) == 1 or any(n in text for n in held))
+                                   for part, held in _rank_names(self.vocab["rank"]))
+        return self._rank_named
 
     def eval_switched_before(self, node: ast.AST, _depth: int = 0) -> bool:
         """The last `.train()`/`.eval()` switch before `node` in its function is `.eval()` (or `.train(False)`);

@@ -48,8 +48,9 @@ class Frameworks:
             return runners[name]
         last = name.rsplit(".", 1)[-1]
         for framework, facts in self.vocab["frameworks"].items():
-            roots = {c.split(".", 1)[0] for c in facts["constructors"]}
-            if last in facts["receivers"] and any(self.uses(root) for root in roots):
+            # the receiver's name first: the framework's import roots are worked out only for a name it uses
+            if last in facts["receivers"] and any(
+                    self.uses(root) for root in {c.split(".", 1)[0] for c in facts["constructors"]}):
                 return framework
         return None
 

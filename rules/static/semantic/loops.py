@@ -327,10 +327,18 @@ class Loops:
             self.loops[node] = loop
             if parent is not None:
                 parent.children.append(loop)
+        # A call on a line no loop spans sits in no loop: only the others are asked which loop holds them (a node's
+        # lines lie within its ancestors'), so a file's calls outside its loops cost no climb of their ancestors.
+        spanned = bytearray(max(n.end_lineno or n.lineno for n in nodes) + 2)
+        for node in nodes:
+            end = node.end_lineno or node.lineno
+            spanned[node.lineno:end + 1] = b"\x01" * (end + 1 - node.lineno)
+        last = len(spanned)
         for call in self.nodes(ast.Call):
-            loop = self.loop_of(call)
-            if loop is not None:
-                loop.calls.append(call)
+            if call.lineno < last and spanned[call.lineno]:  # type: ignore[attr-defined]
+                loop = self.loop_of(call)
+                if loop is not None:
+                    loop.calls.append(call)
         backward = set(self.backward_calls)
         steps = set(self.step_calls)
         local_targets = dict(self._local_function_calls())

@@ -27,17 +27,18 @@ class Names:
         known = self._resolved.get(expr, _UNKNOWN)
         if known is not _UNKNOWN:
             return known  # type: ignore[return-value]
-        found = None
-        name = dotted(expr)
-        if name is not None:
-            root, _, rest = name.partition(".")
-            base = self.aliases.get(root)
-            if base is None:
-                base = self.vocab["conventional_aliases"].get(root)
-            if base is not None:
-                found = canonical(f"{base}.{rest}" if rest else base)
-        self._resolved[expr] = found
+        found = self._resolved[expr] = self._qualified(dotted(expr))
         return found
+
+    def _qualified(self, name: str | None) -> str | None:
+        """`resolve` of an expression whose dotted name is `name`."""
+        if name is None:
+            return None
+        root, _, rest = name.partition(".")
+        base = self.aliases.get(root)
+        if base is None:
+            base = self.vocab["conventional_aliases"].get(root)
+        return canonical(f"{base}.{rest}" if rest else base) if base is not None else None
 
     def class_choices(self, func: ast.AST) -> list[str]:
         """The qualified classes a call may build: the imported class itself, or, for a local name bound once to
@@ -101,10 +102,19 @@ class Names:
 
     def uses(self, prefix: str) -> bool:
         """Whether the file imports or calls anything under a qualified prefix."""
-        dotted_prefix = prefix + "."
-        return any(n == prefix or n.startswith(dotted_prefix) for n in self.imported) or any(
-            n == prefix or n.startswith(dotted_prefix) for n in self.calls_by_name
-        )
+        if self._used_prefixes is None:
+            # every name imported or called, and each of its dotted prefixes (`torch.distributed` of
+            # `torch.distributed.all_reduce`), once per file: the router's contexts and the framework lookups ask
+            # several prefixes of every file. Both tables are final once the calls are indexed (`_index_calls`).
+            found: set[str] = set()
+            for n in (*self.imported, *self.calls_by_name):
+                found.add(n)
+                at = n.find(".")
+                while at >= 0:
+                    found.add(n[:at])
+                    at = n.find(".", at + 1)
+            self._used_prefixes = frozenset(found)
+        return prefix in self._used_prefixes
 
     def _build_names(self) -> None:
         """Import aliases, then every call indexed by qualified callee and by method name."""
@@ -131,8 +141,8 @@ class Names:
 
     def _index_calls(self) -> None:
         # `callee`'s cache filled here without its lookup: every call is new to it, and a missed lookup costs
-        # an exception each
-        known = self._callee
+        # an exception each. So is `resolve`'s, from the one dotted name `callee` falls back to.
+        known, resolved = self._callee, self._resolved
         for node in self.nodes(ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute):
@@ -140,9 +150,12 @@ class Names:
             if node in known:
                 name = known[node]
             else:
-                name = self.resolve(func)
+                name = resolved.get(func, _UNKNOWN)
+                spelled = dotted(func)
+                if name is _UNKNOWN:
+                    name = resolved[func] = self._qualified(spelled)
                 if name is None:
-                    name = dotted(func)
+                    name = spelled
                 known[node] = name
             if name is not None:
                 self.calls_by_name.setdefault(name, []).append(node)

@@ -29,6 +29,19 @@ class Tree:
             bucket = self.buckets[kind] = walk(self.tree, (kind,))[0][kind]
         return bucket
 
+    def binops(self, ops: tuple[type[ast.operator], ...]) -> list[ast.AST]:
+        """The file's BinOps of these operators, in the walk's order: grouped by operator on the first question,
+        so a rule that reads only `a / b` is never called on the file's every `+` (the engine's `ops=` narrowing)."""
+        if self._binops is None:
+            self._binops = {}
+            for node in self.nodes(ast.BinOp):
+                self._binops.setdefault(node.op.__class__, []).append(node)  # type: ignore[attr-defined]
+        if len(ops) == 1:
+            return self._binops.get(ops[0], [])
+        found = [node for op in ops for node in self._binops.get(op, ())]
+        order = {id(node): i for i, node in enumerate(self.nodes(ast.BinOp))} if len(found) > 1 else {}
+        return sorted(found, key=lambda node: order[id(node)])
+
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.parents.get(node)
 
