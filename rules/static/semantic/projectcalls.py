@@ -1,0 +1,337 @@
+"""What callers in other files hand to a function's parameters, known before any file is analysed.
+
+Each file is analysed on its own, so `def train(config, train_loader, model, criterion, optimizer, epoch)` in
+`lib/core/function.py` knew its parameters only by their names: the model, optimizer and loader are built in
+`train.py`, which calls it. This pre-pass reads the text of every `.py` file with regular expressions (no parse,
+like the class-header pass in projectclasses.py):
+
+- each file's imports, module-level `def`s and classes' `__init__` signatures;
+- each file's plain assignments `name = Callee(...)` whose callee is a class of a known kind (a DataLoader, an
+  optimizer, a scheduler, a torch.nn or project module class, a DDP wrapper), resolved through the file's imports;
+- each call, in another file, of a function or class of the project that the calling file imports, with the
+  arguments that are plain names (`model`, `self.optimizer`).
+
+A parameter gets a kind when every caller that hands in a name of known kind hands in the same kind, and no
+caller hands in a name that says another kind (`loader` where another caller passes a model). Names are
+file-wide in the index, so a parameter name that two functions of one file share must agree too. The index asks
+the table only for parameters that its own file binds nothing to (index.py, `_bind_parameters`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+# `from pkg.mod import a, b as c` (also parenthesised over several lines) and `import pkg.mod as m`.
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)",
+                     re.M)
+_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
+_CLASS = re.compile(r"^class[ \t]+(\w+)\b", re.M)
+_INIT = re.compile(r"^([ \t]+)def[ \t]+__init__[ \t]*\(", re.M)
+# `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value.
+_ASSIGN = re.compile(r"^[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?=[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
+_PLAIN = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
+_KEYWORD = re.compile(r"([A-Za-z_]\w*)[ \t]*=(?!=)")
+_SKIP = frozenset({"self", "cls"})
+
+Kind = tuple[str, str | None, str | None]  # (kind, class, wrapper)
+
+
+@dataclass
+class _Signature:
+    params: list[str]  # positional parameters in order (`self` dropped for a constructor)
+    keywords: frozenset[str]  # every parameter a keyword can name
+
+
+@dataclass
+class _File:
+    module: str
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    functions: dict[str, _Signature] = field(default_factory=dict)  # module-level functions and constructors
+    kinds: dict[str, Kind | None] = field(default_factory=dict)  # name -> what it holds (None: disagreeing)
+
+
+def _close(text: str, start: int) -> int:
+    """The index just past the parenthesis that closes the one at `start`, skipping strings; -1 if unbalanced."""
+    depth = 0
+    i = start
+    quote = ""
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif ch in "\"'":
+            quote = ch * 3 if text.startswith(ch * 3, i) else ch
+            i += len(quote)
+            continue
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _split(inner: str) -> list[str]:
+    """Top-level comma-separated parts of an argument or parameter list."""
+    parts, depth, quote, start, i = [], 0, "", 0, 0
+    while i < len(inner):
+        ch = inner[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(inner[start:i])
+            start = i + 1
+        i += 1
+    parts.append(inner[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _signature(text: str, open_at: int, bound: bool) -> _Signature | None:
+    end = _close(text, open_at)
+    if end < 0:
+        return None
+    params: list[str] = []
+    keywords: set[str] = set()
+    positional = True
+    for part in _split(text[open_at + 1:end - 1]):
+        if part == "/":
+            continue
+        if part.startswith("*"):
+            positional = False  # `*args` or a bare `*`: what follows is named only
+            continue
+        name = re.match(r"\w+", part)
+        if name is None:
+            return None
+        keywords.add(name.group())
+        if positional:
+            params.append(name.group())
+    if bound and params and params[0] in _SKIP:
+        params = params[1:]
+    return _Signature(params, frozenset(keywords))
+
+
+def _relative(module: str, spelled: str) -> str:
+    """`.utils` imported by `pkg.train` -> `pkg.utils` (a tail is enough: modules are matched by any tail)."""
+    dots = len(spelled) - len(spelled.lstrip("."))
+    if not dots:
+        return spelled
+    base = module.split(".")[: max(0, len(module.split(".")) - dots)]
+    rest = spelled.lstrip(".")
+    return ".".join([*base, rest] if rest else base)
+
+
+def _read(module: str, text: str) -> _File:
+    f = _File(module)
+    for m in _FROM_IMPORT.finditer(text):
+        source = _relative(module, m.group(1))
+        for part in m.group(2).strip("()").replace("\n", " ").split(","):
+            words = part.split()
+            if not words or words[0] == "*":
+                continue
+            local = words[2] if len(words) == 3 and words[1] == "as" else words[0]
+            f.imports[local] = f"{source}.{words[0]}" if source else words[0]
+    for m in _IMPORT.finditer(text):
+        for part in m.group(1).split(","):
+            words = part.split()
+            if len(words) == 3 and words[1] == "as":
+                f.imports[words[2]] = words[0]
+            elif words:
+                f.imports.setdefault(words[0].split(".")[0], words[0].split(".")[0])
+    for m in _DEF.finditer(text):
+        sig = _signature(text, m.end() - 1, bound=False)
+        if sig is not None:
+            f.functions[m.group(1)] = sig
+    classes = list(_CLASS.finditer(text))
+    for i, m in enumerate(classes):
+        end = classes[i + 1].start() if i + 1 < len(classes) else len(text)
+        body = text[m.end():end]
+        top = re.search(r"^\S", body[1:], re.M)  # the class ends at the next line written at column 0
+        if top is not None:
+            body = body[: top.start() + 1]
+        init = _INIT.search(body)
+        if init is not None:
+            sig = _signature(body, init.end() - 1, bound=True)
+            if sig is not None:
+                f.functions.setdefault(m.group(1), sig)
+    return f
+
+
+def _qualify(f: _File, spelled: str, aliases: dict[str, str]) -> str:
+    root, _, rest = spelled.partition(".")
+    base = f.imports.get(root) or aliases.get(root)
+    if base is None:
+        return f"{f.module}.{spelled}" if f.module else spelled  # a class of this file
+    return f"{base}.{rest}" if rest else base
+
+
+_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)[ \t]*\(")
+
+
+def _calls(text: str) -> Iterable[tuple[str, list[str]]]:
+    """(callee spelling, argument list) for every call of a name or `module.name` in a text, definitions left out:
+    one scan of the file, whatever it imports."""
+    for m in _CALL.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        head = text[line_start:m.start()].strip()
+        if head in ("def", "class", "async def"):
+            continue
+        end = _close(text, m.end() - 1)
+        if end > 0:
+            yield m.group(1), _split(text[m.end():end - 1])
+
+
+@dataclass
+class HandedKinds:
+    """Module -> function (or class, for its constructor) -> parameter -> (kind, class, wrapper)."""
+
+    by_module: dict[str, dict[str, dict[str, Kind]]] = field(default_factory=dict)
+
+    def of(self, module: str | None, function: str) -> dict[str, Kind]:
+        if not module:
+            return {}
+        return self.by_module.get(module, {}).get(function, {})
+
+
+def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | None],
+          name_kind: Callable[[str], str | None], aliases: dict[str, str],
+          wrapper_of: Callable[[str], str | None]) -> HandedKinds:
+    """The table from (dotted module name, source text) pairs. `class_kind` says what a qualified class builds,
+    `name_kind` what a name says it holds (`train_loader`), `wrapper_of` which wrapper a class is (ddp, dp)."""
+    texts = dict(files)
+    read = {module: _read(module, text) for module, text in texts.items()}
+    by_tail: dict[str, list[str]] = {}
+    for module in read:
+        parts = module.split(".")
+        for i in range(len(parts)):
+            by_tail.setdefault(".".join(parts[i:]), []).append(module)
+    for f in read.values():  # what each name of each file holds
+        kinds: dict[str, Kind | None] = {}
+        for m in _ASSIGN.finditer(texts[f.module]):
+            name, callee = m.group(1), m.group(2)
+            if callee.rsplit(".", 1)[-1] in ("to", "cuda", "cpu", "float", "half", "train", "eval"):
+                continue  # `model = model.to(device)`: the same object
+            kind = class_kind(_qualify(f, callee, aliases))
+            if kind is None:
+                continue
+            q = _qualify(f, callee, aliases)
+            wrapper = wrapper_of(q)
+            before = kinds.get(name, (kind, None, None))
+            if before is None or before[0] != kind:
+                kinds[name] = None
+                continue
+            # A wrapper keeps the class of what it wraps (`model = DDP(model)` after `model = Net()`).
+            kinds[name] = (kind, before[1] if wrapper else q, wrapper or before[2])
+        f.kinds = kinds
+
+    handed: dict[tuple[str, str, str], set[Kind] | None] = {}
+    for f in read.values():
+        wanted: dict[str, tuple[str, str]] = {}  # callee spelling -> (module, function) of another file
+        for local, qualified in f.imports.items():
+            target = _defined(qualified, by_tail, read, f.module)
+            if target is not None:
+                wanted[local] = target
+                continue
+            for module in by_tail.get(qualified, []):  # `import utils` then `utils.train(...)`
+                if module != f.module and len(by_tail[qualified]) == 1:
+                    for name in read[module].functions:
+                        wanted[f"{local}.{name}"] = (module, name)
+        if not wanted:
+            continue
+        for spelled, args in _calls(texts[f.module]):
+            target = wanted.get(spelled)
+            if target is not None:
+                _hand(f, read[target[0]].functions[target[1]], args, target, handed, name_kind)
+    table: dict[str, dict[str, dict[str, Kind]]] = {}
+    per_name: dict[tuple[str, str], set[str]] = {}
+    for (module, function, param), kinds in handed.items():
+        if kinds is None:
+            per_name.setdefault((module, param), set()).add("?")
+            continue
+        real = {k for k in kinds if not k[0].startswith("?")}
+        per_name.setdefault((module, param), set()).update(k[0].lstrip("?") for k in kinds)
+        if not real:
+            continue  # only names that say a kind: the index reads names itself
+        classes, wrappers = {k[1] for k in real}, {k[2] for k in real}
+        kind = (next(iter(real))[0], classes.pop() if len(classes) == 1 else None,
+                wrappers.pop() if len(wrappers) == 1 else None)
+        table.setdefault(module, {}).setdefault(function, {})[param] = kind
+    for module, functions in table.items():  # names are file-wide: a parameter name shared must agree
+        for function in functions:
+            for param in list(functions[function]):
+                if len(per_name[(module, param)]) > 1:
+                    del functions[function][param]
+    return HandedKinds({m: {fn: ps for fn, ps in fns.items() if ps} for m, fns in table.items()})
+
+
+def _defined(qualified: str, by_tail: dict[str, list[str]], read: dict[str, _File],
+             here: str) -> tuple[str, str] | None:
+    """(module, name) of the one project function or class `pkg.core.train` names, defined in another file (also
+    through a package's re-export: `from core import train` with `core/function.py`)."""
+    module, _, name = qualified.rpartition(".")
+    if not module:
+        return None
+    found = [m for m in by_tail.get(module, []) if m != here and name in read[m].functions]
+    if not found:
+        found = [m for m in read if m != here and f".{module}." in f".{m}" and name in read[m].functions]
+    return (found[0], name) if len(found) == 1 else None
+
+
+def _hand(caller: _File, sig: _Signature, args: list[str], target: tuple[str, str],
+          handed: dict[tuple[str, str, str], set[Kind] | None], name_kind: Callable[[str], str | None]) -> None:
+    """Record the kinds one call hands to each parameter of `target`."""
+    passed: list[tuple[str, str]] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("*"):
+            if arg.startswith("**"):
+                continue
+            break  # `*args`: the positions after it are unknown
+        m = _KEYWORD.match(arg)
+        if m is not None:
+            if m.group(1) in sig.keywords:
+                passed.append((m.group(1), arg[m.end():].strip()))
+        elif i < len(sig.params):
+            passed.append((sig.params[i], arg))
+    for param, value in passed:
+        key = (*target, param)
+        if not _PLAIN.fullmatch(value):
+            continue
+        if value in caller.kinds and caller.kinds[value] is None:
+            handed[key] = None  # the caller's own assignments disagree: what it hands in is unknown
+            continue
+        kind = caller.kinds.get(value)
+        said = kind[0] if kind is not None else name_kind(value)
+        if said is None:
+            continue
+        seen = handed.get(key, set())
+        if seen is None:
+            continue
+        if any(k[0].lstrip("?") != said for k in seen):
+            handed[key] = None  # callers disagree, by what they built or by what their names say
+            continue
+        handed[key] = seen | {kind if kind is not None else ("?" + said, None, None)}
