@@ -170,10 +170,11 @@ def _read(module: str, text: str) -> _File:
     classes = list(_CLASS.finditer(text))
     for i, m in enumerate(classes):
         end = classes[i + 1].start() if i + 1 < len(classes) else len(text)
-        body = text[m.end():end]
-        top = re.search(r"^\S", body[1:], re.M)  # the class ends at the next line written at column 0
+        start = text.find("\n", m.end()) + 1  # the class's body: the lines after its header
+        body = text[start:end] if start > 0 else ""
+        top = re.search(r"^[^\s#)]", body, re.M)  # the class ends at the next line written at column 0
         if top is not None:
-            body = body[: top.start() + 1]
+            body = body[: top.start()]
         init = _INIT.search(body)
         if init is not None:
             sig = _signature(body, init.end() - 1, bound=True)
