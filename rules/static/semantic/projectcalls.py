@@ -23,15 +23,18 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-# `from pkg.mod import a, b as c` (also parenthesised over several lines) and `import pkg.mod as m`.
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]+as[ \t]+\w+)?(?:[ \t]*,[ \t]*[\w.]+(?:[ \t]+as[ \t]+\w+)?)*)",
-                     re.M)
-_DEF = re.compile(r"^def[ \t]+(\w+)[ \t]*\(", re.M)
-_CLASS = re.compile(r"^class[ \t]+(\w+)\b", re.M)
+# `from pkg.mod import a, b as c` (also parenthesised over several lines) and `import pkg.mod as m`, in one scan.
+_IMPORTS = re.compile(r"\n[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))")
+# module-level `def name(` and `class Name`
+_TOP = re.compile(r"\n(def|class)[ \t]+(\w+)")
+_COLUMN_ZERO = re.compile(r"^[^\s#)]", re.M)
 _INIT = re.compile(r"^([ \t]+)def[ \t]+__init__[ \t]*\(", re.M)
 # `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value.
-_ASSIGN = re.compile(r"^[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?=[ \t]*([A-Za-z_][\w.]*)[ \t]*\(", re.M)
+# (The patterns of whole lines start with the newline before them, a literal the search skips ahead to: `^` in
+# MULTILINE mode is tried at every character.) An assignment is found by its `= Callee(` (a callee whose last part
+# is capitalised: only classes have kinds), then its target is read back on its line.
+_ASSIGNED = re.compile(r"=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)[ \t]*\(")
+_TARGET = re.compile(r"[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?")
 _PLAIN = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 _KEYWORD = re.compile(r"([A-Za-z_]\w*)[ \t]*=(?!=)")
 _SKIP = frozenset({"self", "cls"})
@@ -48,9 +51,32 @@ class _Signature:
 @dataclass
 class _File:
     module: str
+    text: str
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
-    functions: dict[str, _Signature] = field(default_factory=dict)  # module-level functions and constructors
-    kinds: dict[str, Kind | None] = field(default_factory=dict)  # name -> what it holds (None: disagreeing)
+    defs: dict[str, int] = field(default_factory=dict)  # module-level function -> offset after its name
+    classes: dict[str, int] = field(default_factory=dict)  # module-level class -> offset after its name
+    _signatures: dict[str, _Signature | None] = field(default_factory=dict)
+    _kinds: dict[str, Kind | None] | None = None
+
+    def defines(self, name: str) -> bool:
+        return name in self.defs or name in self.classes
+
+    def signature(self, name: str) -> _Signature | None:
+        """A function's parameters, or a class's constructor's; read only for what another file calls."""
+        if name not in self._signatures:
+            sig = None
+            if name in self.defs:
+                at = self.text.find("(", self.defs[name])
+                sig = _signature(self.text, at, bound=False) if at >= 0 else None
+            elif name in self.classes:
+                start = self.text.find("\n", self.classes[name]) + 1  # the lines after the class's header
+                top = _COLUMN_ZERO.search(self.text, start) if start > 0 else None  # where the class ends
+                body = self.text[start:top.start() if top is not None else len(self.text)] if start > 0 else ""
+                init = _INIT.search(body)
+                if init is not None:
+                    sig = _signature(body, init.end() - 1, bound=True)
+            self._signatures[name] = sig
+        return self._signatures[name]
 
 
 def _close(text: str, start: int) -> int:
@@ -147,39 +173,29 @@ def _relative(module: str, spelled: str) -> str:
 
 
 def _read(module: str, text: str) -> _File:
-    f = _File(module)
-    for m in _FROM_IMPORT.finditer(text):
-        source = _relative(module, m.group(1))
-        for part in m.group(2).strip("()").replace("\n", " ").split(","):
-            words = part.split()
-            if not words or words[0] == "*":
-                continue
-            local = words[2] if len(words) == 3 and words[1] == "as" else words[0]
-            f.imports[local] = f"{source}.{words[0]}" if source else words[0]
-    for m in _IMPORT.finditer(text):
-        for part in m.group(1).split(","):
+    f = _File(module, text)
+    lines = "\n" + text  # offsets below are one past the text's own
+    for m in _IMPORTS.finditer(lines):
+        if m.group(1) is not None:
+            source = _relative(module, m.group(1))
+            for part in m.group(2).strip("()").replace("\n", " ").split(","):
+                words = part.split()
+                if not words or words[0] == "*":
+                    continue
+                local = words[2] if len(words) == 3 and words[1] == "as" else words[0]
+                f.imports[local] = f"{source}.{words[0]}" if source else words[0]
+            continue
+        for part in m.group(3).split(","):
             words = part.split()
             if len(words) == 3 and words[1] == "as":
                 f.imports[words[2]] = words[0]
             elif words:
                 f.imports.setdefault(words[0].split(".")[0], words[0].split(".")[0])
-    for m in _DEF.finditer(text):
-        sig = _signature(text, m.end() - 1, bound=False)
-        if sig is not None:
-            f.functions[m.group(1)] = sig
-    classes = list(_CLASS.finditer(text))
-    for i, m in enumerate(classes):
-        end = classes[i + 1].start() if i + 1 < len(classes) else len(text)
-        start = text.find("\n", m.end()) + 1  # the class's body: the lines after its header
-        body = text[start:end] if start > 0 else ""
-        top = re.search(r"^[^\s#)]", body, re.M)  # the class ends at the next line written at column 0
-        if top is not None:
-            body = body[: top.start()]
-        init = _INIT.search(body)
-        if init is not None:
-            sig = _signature(body, init.end() - 1, bound=True)
-            if sig is not None:
-                f.functions.setdefault(m.group(1), sig)
+    for m in _TOP.finditer(lines):
+        if m.group(1) == "def":
+            f.defs.setdefault(m.group(2), m.end() - 1)
+        else:
+            f.classes.setdefault(m.group(2), m.end() - 1)
     return f
 
 
@@ -191,20 +207,29 @@ def _qualify(f: _File, spelled: str, aliases: dict[str, str]) -> str:
     return f"{base}.{rest}" if rest else base
 
 
-_CALL = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)[ \t]*\(")
+_ROOTS: dict[str, re.Pattern[str]] = {}  # a called name -> the pattern of its calls (`train(`, `utils.train(`)
 
 
-def _calls(text: str) -> Iterable[tuple[str, list[str]]]:
-    """(callee spelling, argument list) for every call of a name or `module.name` in a text, definitions left out:
-    one scan of the file, whatever it imports."""
-    for m in _CALL.finditer(text):
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        head = text[line_start:m.start()].strip()
-        if head in ("def", "class", "async def"):
-            continue
-        end = _close(text, m.end() - 1)
-        if end > 0:
-            yield m.group(1), _split(text[m.end():end - 1])
+def _calls(text: str, spellings: dict[str, tuple[str, str]]) -> Iterable[tuple[str, list[str]]]:
+    """(callee spelling, argument list) for every call of one of `spellings` (`train`, `core.train`) in a text,
+    definitions left out. A pattern per imported name, starting with its letters so the search skips ahead to
+    them; only the calls asked about have their arguments read."""
+    for root in {spelled.split(".", 1)[0] for spelled in spellings}:
+        pattern = _ROOTS.get(root)
+        if pattern is None:
+            pattern = _ROOTS[root] = re.compile(re.escape(root) + r"(\.[A-Za-z_]\w*)?[ \t]*\(")
+        for m in pattern.finditer(text):
+            if m.start() and (text[m.start() - 1].isalnum() or text[m.start() - 1] in "_."):
+                continue  # `_train(`, `self.train(`: another name
+            spelled = root + (m.group(1) or "")
+            if spelled not in spellings:
+                continue
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            if text[line_start:m.start()].strip() in ("def", "class", "async def"):
+                continue
+            end = _close(text, m.end() - 1)
+            if end > 0:
+                yield spelled, _split(text[m.end():end - 1])
 
 
 @dataclass
@@ -224,50 +249,29 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
           wrapper_of: Callable[[str], str | None]) -> HandedKinds:
     """The table from (dotted module name, source text) pairs. `class_kind` says what a qualified class builds,
     `name_kind` what a name says it holds (`train_loader`), `wrapper_of` which wrapper a class is (ddp, dp)."""
-    texts = dict(files)
-    read = {module: _read(module, text) for module, text in texts.items()}
+    read = {module: _read(module, text) for module, text in files}
     by_tail: dict[str, list[str]] = {}
+    below: dict[str, list[str]] = {}  # a package's name (any tail of it) -> the modules below it
     for module in read:
         parts = module.split(".")
         for i in range(len(parts)):
             by_tail.setdefault(".".join(parts[i:]), []).append(module)
-    for f in read.values():  # what each name of each file holds
-        kinds: dict[str, Kind | None] = {}
-        for m in _ASSIGN.finditer(texts[f.module]):
-            name, callee = m.group(1), m.group(2)
-            if callee.rsplit(".", 1)[-1] in ("to", "cuda", "cpu", "float", "half", "train", "eval"):
-                continue  # `model = model.to(device)`: the same object
-            kind = class_kind(_qualify(f, callee, aliases))
-            if kind is None:
-                continue
-            q = _qualify(f, callee, aliases)
-            wrapper = wrapper_of(q)
-            before = kinds.get(name, (kind, None, None))
-            if before is None or before[0] != kind:
-                kinds[name] = None
-                continue
-            # A wrapper keeps the class of what it wraps (`model = DDP(model)` after `model = Net()`).
-            kinds[name] = (kind, before[1] if wrapper else q, wrapper or before[2])
-        f.kinds = kinds
-
+            for j in range(i + 1, len(parts)):
+                below.setdefault(".".join(parts[i:j]), []).append(module)
     handed: dict[tuple[str, str, str], set[Kind] | None] = {}
-    for f in read.values():
-        wanted: dict[str, tuple[str, str]] = {}  # callee spelling -> (module, function) of another file
-        for local, qualified in f.imports.items():
-            target = _defined(qualified, by_tail, read, f.module)
-            if target is not None:
-                wanted[local] = target
-                continue
-            for module in by_tail.get(qualified, []):  # `import utils` then `utils.train(...)`
-                if module != f.module and len(by_tail[qualified]) == 1:
-                    for name in read[module].functions:
-                        wanted[f"{local}.{name}"] = (module, name)
-        if not wanted:
-            continue
-        for spelled, args in _calls(texts[f.module]):
-            target = wanted.get(spelled)
-            if target is not None:
-                _hand(f, read[target[0]].functions[target[1]], args, target, handed, name_kind)
+    kinds = {m: _kinds(f, class_kind, aliases, wrapper_of) for m, f in read.items()}
+    wanted = {m: _wanted(f, by_tail, below, read) for m, f in read.items()}
+    # First the files that build an object of a known kind: only they can give a parameter one. Then the others,
+    # whose names can only say another kind, for the functions the first files gave kinds to.
+    for m, f in read.items():
+        if any(k is not None for k in kinds[m].values()) and wanted[m]:
+            _scan(f, wanted[m], kinds[m], read, handed, name_kind)
+    given = {(module, function) for module, function, _ in handed}
+    for m, f in read.items():
+        if not any(k is not None for k in kinds[m].values()):
+            asked = {spelled: target for spelled, target in wanted[m].items() if target in given}
+            if asked:
+                _scan(f, asked, kinds[m], read, handed, name_kind)
     table: dict[str, dict[str, dict[str, Kind]]] = {}
     per_name: dict[tuple[str, str], set[str]] = {}
     for (module, function, param), kinds in handed.items():
@@ -290,20 +294,74 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
     return HandedKinds({m: {fn: ps for fn, ps in fns.items() if ps} for m, fns in table.items()})
 
 
-def _defined(qualified: str, by_tail: dict[str, list[str]], read: dict[str, _File],
+def _wanted(f: _File, by_tail: dict[str, list[str]], below: dict[str, list[str]],
+            read: dict[str, _File]) -> dict[str, tuple[str, str]]:
+    """Callee spelling in this file -> (module, function or class) of another file it names through an import."""
+    wanted: dict[str, tuple[str, str]] = {}
+    for local, qualified in f.imports.items():
+        target = _defined(qualified, by_tail, below, read, f.module)
+        if target is not None:
+            wanted[local] = target
+            continue
+        modules = [m for m in by_tail.get(qualified, []) if m != f.module]
+        if len(modules) == 1:  # `import utils` then `utils.train(...)`
+            for name in [*read[modules[0]].defs, *read[modules[0]].classes]:
+                wanted[f"{local}.{name}"] = (modules[0], name)
+    return wanted
+
+
+def _scan(f: _File, wanted: dict[str, tuple[str, str]], kinds: dict[str, Kind | None], read: dict[str, _File],
+          handed: dict[tuple[str, str, str], set[Kind] | None], name_kind: Callable[[str], str | None]) -> None:
+    for spelled, args in _calls(f.text, wanted):
+        module, name = wanted[spelled]
+        sig = read[module].signature(name)
+        if sig is not None:
+            _hand(kinds, sig, args, (module, name), handed, name_kind)
+
+
+def _kinds(f: _File, class_kind: Callable[[str], str | None], aliases: dict[str, str],
+           wrapper_of: Callable[[str], str | None]) -> dict[str, Kind | None]:
+    """What each name of a file holds, from its plain assignments of a constructor's value (file-wide, as the index
+    keys names): None where two assignments build different kinds."""
+    kinds: dict[str, Kind | None] = {}
+    text = f.text
+    for m in _ASSIGNED.finditer(text):
+        if m.start() and text[m.start() - 1] in "=!<>":
+            continue  # `==`, `!=`, `<=`, `>=`
+        target = _TARGET.fullmatch(text, text.rfind("\n", 0, m.start()) + 1, m.start())
+        if target is None:
+            continue  # a keyword argument, a subscript, a tuple: not a plain name
+        name, callee = target.group(1), m.group(1)
+        if callee.rsplit(".", 1)[-1] in ("to", "cuda", "cpu", "float", "half", "train", "eval"):
+            continue  # `model = model.to(device)`: the same object
+        q = _qualify(f, callee, aliases)
+        kind = class_kind(q)
+        if kind is None:
+            continue
+        wrapper = wrapper_of(q)
+        before = kinds.get(name, (kind, None, None))
+        if before is None or before[0] != kind:
+            kinds[name] = None
+            continue
+        # A wrapper keeps the class of what it wraps (`model = DDP(model)` after `model = Net()`).
+        kinds[name] = (kind, before[1] if wrapper else q, wrapper or before[2])
+    return kinds
+
+
+def _defined(qualified: str, by_tail: dict[str, list[str]], below: dict[str, list[str]], read: dict[str, _File],
              here: str) -> tuple[str, str] | None:
     """(module, name) of the one project function or class `pkg.core.train` names, defined in another file (also
     through a package's re-export: `from core import train` with `core/function.py`)."""
     module, _, name = qualified.rpartition(".")
     if not module:
         return None
-    found = [m for m in by_tail.get(module, []) if m != here and name in read[m].functions]
+    found = [m for m in by_tail.get(module, []) if m != here and read[m].defines(name)]
     if not found:
-        found = [m for m in read if m != here and f".{module}." in f".{m}" and name in read[m].functions]
+        found = [m for m in below.get(module, []) if m != here and read[m].defines(name)]
     return (found[0], name) if len(found) == 1 else None
 
 
-def _hand(caller: _File, sig: _Signature, args: list[str], target: tuple[str, str],
+def _hand(kinds: dict[str, Kind | None], sig: _Signature, args: list[str], target: tuple[str, str],
           handed: dict[tuple[str, str, str], set[Kind] | None], name_kind: Callable[[str], str | None]) -> None:
     """Record the kinds one call hands to each parameter of `target`."""
     passed: list[tuple[str, str]] = []
@@ -322,10 +380,10 @@ def _hand(caller: _File, sig: _Signature, args: list[str], target: tuple[str, st
         key = (*target, param)
         if not _PLAIN.fullmatch(value):
             continue
-        if value in caller.kinds and caller.kinds[value] is None:
+        if value in kinds and kinds[value] is None:
             handed[key] = None  # the caller's own assignments disagree: what it hands in is unknown
             continue
-        kind = caller.kinds.get(value)
+        kind = kinds.get(value)
         said = kind[0] if kind is not None else name_kind(value)
         if said is None:
             continue
