@@ -635,6 +635,48 @@ def test_handed_kinds_yield_to_disagreement_and_to_the_files_own_bindings():
     assert index.binding("net").cls == "torch.nn.Linear"  # the file's own binding wins
 
 
+_FACTORIES = """
+import torch.nn as nn
+from torch.utils.data import DataLoader
+class Net(nn.Module):
+    pass
+def build_model(cfg):
+    model = Net()
+    if cfg.parallel:
+        model = nn.DataParallel(model)
+    criterion = nn.CrossEntropyLoss()
+    return model, criterion
+def get_loader(cfg):
+    return DataLoader(range(4), batch_size=cfg.bs)
+def pick(cfg):
+    if cfg.a:
+        return Net()
+    return DataLoader(range(4))
+def config():
+    return {"lr": 0.1}
+"""
+
+
+def test_a_factory_of_another_file_gives_what_it_returns():
+    source = ("from models import build_model, get_loader, pick, config\nmodel, criterion = build_model(cfg)\n"
+              "loader = get_loader(cfg)\nthing = pick(cfg)\nsettings = config()\n")
+    index = _handed_index(source, "train", {"models": _FACTORIES})
+    model, criterion, loader = (index.binding(n) for n in ("model", "criterion", "loader"))
+    assert (model.kind, model.cls, model.wrapper) == ("module", "models.Net", "dp")  # the class under the wrapper
+    assert (criterion.kind, criterion.cls) == ("loss", "torch.nn.CrossEntropyLoss")
+    assert (loader.kind, loader.call) == ("dataloader", None)  # its arguments are the other file's
+    assert index.binding("thing") is None  # returns that disagree say nothing
+    assert index.binding("settings") is None
+    assert _handed_index(source, "train", {"other": _FACTORIES}).binding("loader") is None  # not that module
+
+
+def test_kinds_a_factory_returns_are_handed_on_to_another_files_function():
+    caller = "from models import build_model\nfrom engine import evaluate\nnet, crit = build_model(cfg)\nevaluate(net, crit)\n"
+    engine = "def evaluate(model, loss_fn):\n    pass\n"
+    index = _handed_index(engine, "engine", {"train": caller, "models": _FACTORIES})
+    assert index.binding("model").kind == "module" and index.binding("loss_fn").kind == "loss"
+
+
 def test_parameter_annotations_give_kinds_without_arguments():
     source = """
 from typing import Optional

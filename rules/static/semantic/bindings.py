@@ -429,7 +429,18 @@ class Bindings:
         if self.project is not None and self.project.is_module_class(q):
             # `network.coRNN(...)`: a module class of another file; `MultiBoxLoss(...)` is a loss, as in torch.nn
             return Binding(name, self._project_kind(short, name), q, stmt, value)
+        returned = self.project.returned(q) if self.project is not None else None
+        if returned is not None and len(returned) == 1 and returned[0] is not None:
+            return self._factory_binding(name, returned[0], stmt)  # `model = build_model(cfg)` of another file
         return None
+
+    def _factory_binding(self, name: str, made: tuple[str, str | None, str | None], stmt: ast.AST) -> Binding:
+        """What a factory of another file returns (the pre-pass, projectcalls.py): kind, class and wrapper, and no
+        call (its constructor's arguments are in the other file)."""
+        kind, cls, wrapper = made
+        if kind == "module":  # a project module class bound to `criterion` is a loss
+            kind = self._project_kind(cls.rsplit(".", 1)[-1] if cls else "", name)
+        return Binding(name, kind, cls, stmt, None, wrapper, guessed=True)
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
         if isinstance(value, ast.Call) and (framework := self.framework_call(value, "setup")):
@@ -439,6 +450,13 @@ class Bindings:
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 for t, v in zip(target.elts, value.elts, strict=True):
                     self._bind_target(t, v, stmt)
+            elif isinstance(value, ast.Call) and self.project is not None and self.project.returns \
+                    and (q := self.resolve(value.func)) is not None \
+                    and (returned := self.project.returned(q)) is not None and len(returned) == len(target.elts):
+                # `model, criterion, postprocessors = build_model(args)`: what a factory of another file returns
+                for t, made in zip(target.elts, returned, strict=True):
+                    if made is not None and (name := dotted(t)) is not None:
+                        self._add(self._factory_binding(name, made, stmt))
             elif (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)

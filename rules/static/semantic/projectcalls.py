@@ -237,6 +237,7 @@ class HandedKinds:
     """Module -> function (or class, for its constructor) -> parameter -> (kind, class, wrapper)."""
 
     by_module: dict[str, dict[str, dict[str, Kind]]] = field(default_factory=dict)
+    returns: dict[str, dict[str, tuple[Kind | None, ...]]] = field(default_factory=dict)  # factories of the project
 
     def of(self, module: str | None, function: str) -> dict[str, Kind]:
         if not module:
@@ -259,8 +260,16 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
             for j in range(i + 1, len(parts)):
                 below.setdefault(".".join(parts[i:j]), []).append(module)
     handed: dict[tuple[str, str, str], set[Kind] | None] = {}
-    kinds = {m: _kinds(f, class_kind, aliases, wrapper_of) for m, f in read.items()}
     wanted = {m: _wanted(f, by_tail, below, read) for m, f in read.items()}
+    returns: dict[tuple[str, str], tuple[Kind | None, ...] | None] = {}  # (module, function) another file imports
+    for targets in wanted.values():
+        for module, name in targets.values():
+            if (module, name) not in returns and name in read[module].defs:
+                returns[(module, name)] = _returns(read[module], name, class_kind, aliases, wrapper_of)
+    kinds = {}
+    for m, f in read.items():
+        factories = {spelled: returns[target] for spelled, target in wanted[m].items() if returns.get(target)}
+        kinds[m] = _kinds(f, class_kind, aliases, wrapper_of, None, factories)  # type: ignore[arg-type]
     # First the files that build an object of a known kind: only they can give a parameter one. Then the others,
     # whose names can only say another kind, for the functions the first files gave kinds to.
     for m, f in read.items():
@@ -291,7 +300,11 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
             for param in list(functions[function]):
                 if len(per_name[(module, param)]) > 1:
                     del functions[function][param]
-    return HandedKinds({m: {fn: ps for fn, ps in fns.items() if ps} for m, fns in table.items()})
+    made: dict[str, dict[str, tuple[Kind | None, ...]]] = {}
+    for (module, name), kind in returns.items():
+        if kind is not None:
+            made.setdefault(module, {})[name] = kind
+    return HandedKinds({m: {fn: ps for fn, ps in fns.items() if ps} for m, fns in table.items()}, made)
 
 
 def _wanted(f: _File, by_tail: dict[str, list[str]], below: dict[str, list[str]],
@@ -320,12 +333,38 @@ def _scan(f: _File, wanted: dict[str, tuple[str, str]], kinds: dict[str, Kind | 
 
 
 def _kinds(f: _File, class_kind: Callable[[str], str | None], aliases: dict[str, str],
-           wrapper_of: Callable[[str], str | None]) -> dict[str, Kind | None]:
-    """What each name of a file holds, from its plain assignments of a constructor's value (file-wide, as the index
-    keys names): None where two assignments build different kinds."""
+           wrapper_of: Callable[[str], str | None], span: tuple[int, int] | None = None,
+           factories: dict[str, tuple[Kind | None, ...]] | None = None) -> dict[str, Kind | None]:
+    """What each name of a file (or of the span of one function) holds, from its plain assignments of a
+    constructor's value or of what a factory of another file returns (file-wide, as the index keys names): None where
+    two assignments build different kinds."""
     kinds: dict[str, Kind | None] = {}
     text = f.text
-    for m in _ASSIGNED.finditer(text):
+    start, end = span if span is not None else (0, len(text))
+
+    def add(name: str, kind: Kind) -> None:
+        before = kinds.get(name, (kind[0], None, None))
+        if before is None or before[0] != kind[0]:
+            kinds[name] = None
+            return
+        # A wrapper keeps the class of what it wraps (`model = DDP(model)` after `model = Net()`).
+        kinds[name] = (kind[0], before[1] if kind[2] else kind[1], kind[2] or before[2])
+
+    if factories:  # `model = build_model(cfg)`, `model, criterion = build(args)` with `build` of another file
+        pattern = re.compile(r"=[ \t]*(" + "|".join(re.escape(n) for n in sorted(factories, key=len, reverse=True))
+                             + r")[ \t]*\(")
+        for m in pattern.finditer(text, start, end):
+            if m.start() and text[m.start() - 1] in "=!<>":
+                continue
+            line = text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip()
+            names = [n.strip() for n in line.strip("()[]").split(",")]
+            returned = factories[m.group(1)]
+            if len(names) != len(returned) or not all(_PLAIN.fullmatch(n) for n in names):
+                continue
+            for name, kind in zip(names, returned, strict=True):
+                if kind is not None:
+                    add(name, kind)
+    for m in _ASSIGNED.finditer(text, start, end):
         if m.start() and text[m.start() - 1] in "=!<>":
             continue  # `==`, `!=`, `<=`, `>=`
         target = _TARGET.fullmatch(text, text.rfind("\n", 0, m.start()) + 1, m.start())
@@ -336,16 +375,51 @@ def _kinds(f: _File, class_kind: Callable[[str], str | None], aliases: dict[str,
             continue  # `model = model.to(device)`: the same object
         q = _qualify(f, callee, aliases)
         kind = class_kind(q)
-        if kind is None:
-            continue
-        wrapper = wrapper_of(q)
-        before = kinds.get(name, (kind, None, None))
-        if before is None or before[0] != kind:
-            kinds[name] = None
-            continue
-        # A wrapper keeps the class of what it wraps (`model = DDP(model)` after `model = Net()`).
-        kinds[name] = (kind, before[1] if wrapper else q, wrapper or before[2])
+        if kind is not None:
+            add(name, (kind, q, wrapper_of(q)))
     return kinds
+
+
+_RETURN = re.compile(r"\n[ \t]+return[ \t]+([^\n#;]+)")
+_BUILT = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*)[ \t]*\(.*", re.S)
+_SAME = re.compile(r"(\w+)(?:\.(?:to|cuda|cpu|float|half|train|eval)\([^()]*\))+")
+
+
+def _returns(f: _File, name: str, class_kind: Callable[[str], str | None], aliases: dict[str, str],
+             wrapper_of: Callable[[str], str | None]) -> tuple[Kind | None, ...] | None:
+    """What a module-level function returns, position by position (`return model, criterion`): the kind of a
+    constructor's value (`return Net(...)`) or of a name its body binds to one (`model = Net(); return model`).
+    Every `return` must agree; None when nothing is known."""
+    text = f.text
+    start = f.defs[name]
+    line_end = text.find("\n", start)
+    top = _COLUMN_ZERO.search(text, line_end + 1) if line_end >= 0 else None
+    end = top.start() if top is not None else len(text)
+    found: list[tuple[Kind | None, ...]] = []
+    local: dict[str, Kind | None] | None = None
+    for m in _RETURN.finditer(text, start, end):
+        expr = m.group(1).strip()
+        if expr.startswith("(") and expr.endswith(")") and _close(expr, 0) == len(expr):
+            expr = expr[1:-1]
+        kinds: list[Kind | None] = []
+        for part in _split(expr):
+            built = _BUILT.fullmatch(part)
+            same = _SAME.fullmatch(part)
+            if built is not None and _close(part, part.index("(")) == len(part):
+                q = _qualify(f, built.group(1), aliases)
+                kind = class_kind(q)
+                kinds.append((kind, q, wrapper_of(q)) if kind is not None else None)
+            elif _PLAIN.fullmatch(part) or same is not None:
+                if local is None:
+                    local = _kinds(f, class_kind, aliases, wrapper_of, (start, end))
+                kinds.append(local.get(same.group(1) if same is not None else part))
+            else:
+                kinds.append(None)
+        found.append(tuple(kinds))
+    if not found or len({len(k) for k in found}) != 1:
+        return None
+    merged = tuple(k[0] if all(x[i] == k[0] for x in found) else None for i, k in enumerate(zip(*found, strict=True)))
+    return merged if any(k is not None for k in merged) else None
 
 
 def _defined(qualified: str, by_tail: dict[str, list[str]], below: dict[str, list[str]], read: dict[str, _File],

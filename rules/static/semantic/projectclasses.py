@@ -34,6 +34,9 @@ class ProjectClasses:
     # what callers in other files hand to each function's parameters (projectcalls.py), by module
     handed: dict[str, dict[str, dict[str, tuple[str, str | None, str | None]]]] = field(default_factory=dict)
     paths: dict[str, str] = field(default_factory=dict)  # a file's display path -> its dotted module name
+    # what each function other files import returns, position by position (projectcalls.py), by module
+    returns: dict[str, dict[str, tuple[tuple[str, str | None, str | None] | None, ...]]] = field(default_factory=dict)
+    _returns_by_tail: dict[str, list[str]] | None = field(default=None, repr=False)
     _by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a tail of a module's name -> classes
     _below: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a package's name -> classes below it
 
@@ -59,6 +62,23 @@ class ProjectClasses:
         """Parameter -> (kind, class, wrapper) that every caller of `function` (a function of `module`, or a class
         for its constructor) in another file hands in."""
         return self.handed.get(module, {}).get(function, {}) if module else {}
+
+    def returned(self, qualified: str) -> tuple[tuple[str, str | None, str | None] | None, ...] | None:
+        """`models.build_model` (as an import resolves it): the kinds the one project function of that name
+        returns, position by position, or None."""
+        module, _, name = qualified.lstrip(".").rpartition(".")
+        if not module or not self.returns:
+            return None
+        if self._returns_by_tail is None:
+            tails: dict[str, list[str]] = {}
+            for m in self.returns:
+                parts = m.split(".")
+                for i in range(len(parts)):
+                    for j in range(i + 1, len(parts) + 1):  # a tail of the module, or a package above it
+                        tails.setdefault(".".join(parts[i:j]), []).append(m)
+            self._returns_by_tail = tails
+        found = [self.returns[m][name] for m in self._returns_by_tail.get(module, ()) if name in self.returns[m]]
+        return found[0] if len(found) == 1 else None
 
     def star_module_class(self, star_modules: Iterable[str], name: str) -> bool:
         """`from models import *` then `Generator()`: a module class of one of those project modules."""
@@ -110,11 +130,12 @@ def build(files: Iterable[tuple[str, str]], paths: dict[str, str] | None = None)
         if yes:
             table.setdefault(module, set()).add(name)
     classes = ProjectClasses({m: frozenset(names) for m, names in table.items()}, paths=dict(paths or {}))
-    classes.handed = _handed(texts, classes)
+    table = _handed(texts, classes)
+    classes.handed, classes.returns = table.by_module, table.returns
     return classes
 
 
-def _handed(texts: dict[str, str], classes: ProjectClasses) -> dict:
+def _handed(texts: dict[str, str], classes: ProjectClasses):
     """The second table of the pre-pass: kinds callers in other files hand to parameters (projectcalls.py)."""
     from torchdoctor.rules.static.semantic import projectcalls
     from torchdoctor.rules.static.semantic.bindings import class_kind, name_kind, wrapper_of
@@ -123,4 +144,4 @@ def _handed(texts: dict[str, str], classes: ProjectClasses) -> dict:
     vocab = vocabulary()
     names = vocab["names"]
     return projectcalls.build(texts.items(), lambda q: class_kind(canonical(q), names, classes), name_kind,
-                              vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names)).by_module
+                              vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names))
