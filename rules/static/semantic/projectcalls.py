@@ -1,20 +1,26 @@
-"""What callers in other files hand to a function's parameters, known before any file is analysed.
+"""What callers in other files hand to a function's parameters, and what a function returns to other files, known
+before any file is analysed.
 
 Each file is analysed on its own, so `def train(config, train_loader, model, criterion, optimizer, epoch)` in
 `lib/core/function.py` knew its parameters only by their names: the model, optimizer and loader are built in
-`train.py`, which calls it. This pre-pass reads the text of every `.py` file with regular expressions (no parse,
+`train.py`, which calls it. And `model, criterion = build_model(args)` knew nothing of what `build_model` in
+`models/__init__.py` returns. This pre-pass reads the text of every `.py` file with regular expressions (no parse,
 like the class-header pass in projectclasses.py):
 
-- each file's imports, module-level `def`s and classes' `__init__` signatures;
+- each file's imports, its module-level `def`s and classes (signatures and bodies are read only for what another
+  file imports or calls);
 - each file's plain assignments `name = Callee(...)` whose callee is a class of a known kind (a DataLoader, an
-  optimizer, a scheduler, a torch.nn or project module class, a DDP wrapper), resolved through the file's imports;
+  optimizer, a scheduler, a torch.nn or project module class, a DDP wrapper), resolved through the file's imports,
+  and `a, b = factory(...)` of another file's function whose returns are known;
+- what each imported function returns, position by position: a constructor's value, or a name its body binds to one;
 - each call, in another file, of a function or class of the project that the calling file imports, with the
   arguments that are plain names (`model`, `self.optimizer`).
 
 A parameter gets a kind when every caller that hands in a name of known kind hands in the same kind, and no
 caller hands in a name that says another kind (`loader` where another caller passes a model). Names are
 file-wide in the index, so a parameter name that two functions of one file share must agree too. The index asks
-the table only for parameters that its own file binds nothing to (index.py, `_bind_parameters`).
+the tables only for parameters its own file binds nothing to (bindings.py, `_bind_handed`) and for calls of
+imported functions no other table knows (`_classify`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,7 @@ _IMPORTS = re.compile(r"\n[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\
 _TOP = re.compile(r"\n(def|class)[ \t]+(\w+)")
 _COLUMN_ZERO = re.compile(r"^[^\s#)]", re.M)
 _INIT = re.compile(r"^([ \t]+)def[ \t]+__init__[ \t]*\(", re.M)
-# `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value.
-# (The patterns of whole lines start with the newline before them, a literal the search skips ahead to: `^` in
+# `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value. (The patterns of whole lines start with the newline before them, a literal the search skips ahead to: `^` in
 # MULTILINE mode is tried at every character.) An assignment is found by its `= Callee(` (a callee whose last part
 # is capitalised: only classes have kinds), then its target is read back on its line.
 _ASSIGNED = re.compile(r"=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)[ \t]*\(")
@@ -56,7 +61,6 @@ class _File:
     defs: dict[str, int] = field(default_factory=dict)  # module-level function -> offset after its name
     classes: dict[str, int] = field(default_factory=dict)  # module-level class -> offset after its name
     _signatures: dict[str, _Signature | None] = field(default_factory=dict)
-    _kinds: dict[str, Kind | None] | None = None
 
     def defines(self, name: str) -> bool:
         return name in self.defs or name in self.classes
@@ -234,15 +238,11 @@ def _calls(text: str, spellings: dict[str, tuple[str, str]]) -> Iterable[tuple[s
 
 @dataclass
 class HandedKinds:
-    """Module -> function (or class, for its constructor) -> parameter -> (kind, class, wrapper)."""
+    """Module -> function (or class, for its constructor) -> parameter -> (kind, class, wrapper); and module ->
+    function -> what it returns, position by position."""
 
     by_module: dict[str, dict[str, dict[str, Kind]]] = field(default_factory=dict)
-    returns: dict[str, dict[str, tuple[Kind | None, ...]]] = field(default_factory=dict)  # factories of the project
-
-    def of(self, module: str | None, function: str) -> dict[str, Kind]:
-        if not module:
-            return {}
-        return self.by_module.get(module, {}).get(function, {})
+    returns: dict[str, dict[str, tuple[Kind | None, ...]]] = field(default_factory=dict)
 
 
 def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | None],
@@ -266,10 +266,10 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
         for module, name in targets.values():
             if (module, name) not in returns and name in read[module].defs:
                 returns[(module, name)] = _returns(read[module], name, class_kind, aliases, wrapper_of)
-    kinds = {}
+    kinds: dict[str, dict[str, Kind | None]] = {}
     for m, f in read.items():
-        factories = {spelled: returns[target] for spelled, target in wanted[m].items() if returns.get(target)}
-        kinds[m] = _kinds(f, class_kind, aliases, wrapper_of, None, factories)  # type: ignore[arg-type]
+        factories = {spelled: made for spelled, target in wanted[m].items() if (made := returns.get(target))}
+        kinds[m] = _kinds(f, class_kind, aliases, wrapper_of, None, factories)
     # First the files that build an object of a known kind: only they can give a parameter one. Then the others,
     # whose names can only say another kind, for the functions the first files gave kinds to.
     for m, f in read.items():
