@@ -143,5 +143,8 @@ def _handed(texts: dict[str, str], classes: ProjectClasses):
 
     vocab = vocabulary()
     names = vocab["names"]
-    return projectcalls.build(texts.items(), lambda q: class_kind(canonical(q), names, classes), name_kind,
-                              vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names))
+    try:
+        return projectcalls.build(texts.items(), lambda q: class_kind(canonical(q), names, classes), name_kind,
+                                  vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names))
+    except (RecursionError, MemoryError, ValueError, IndexError, KeyError):  # a bug of ours: the files are still checked
+        return projectcalls.HandedKinds()
