@@ -249,13 +249,15 @@ def _roots(paths: Sequence[str]) -> list[str]:
 
 def project_classes(items: Sequence[tuple[str, str]], roots: list[str], max_bytes: int):
     """The pre-pass: which classes of the checked `.py` files are torch modules (semantic/projectclasses.py), so a
-    file's index knows a model class another file defines. Only class headers are read; a file that cannot be
+    file's index knows a model class another file defines, and what callers in other files hand to each function's
+    parameters (semantic/projectcalls.py). Only class headers are read; a file that cannot be
     read is left to the analysis, which reports it."""
     from torchdoctor.rules.static.project import module_name
     from torchdoctor.rules.static.semantic.projectclasses import build
 
     texts: list[tuple[str, str]] = []
-    for path, _display in items:
+    paths: dict[str, str] = {}  # display path (as the engine names the file) -> module
+    for path, display in items:
         if not path.endswith(".py"):
             continue
         try:
@@ -263,10 +265,12 @@ def project_classes(items: Sequence[tuple[str, str]], roots: list[str], max_byte
             if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
                 continue  # a pipe or a device would block or never end: the analysis reports it
             with open(path, encoding="utf-8", errors="replace") as fh:
-                texts.append((module_name(path, roots), fh.read()))
+                module = module_name(path, roots)
+                texts.append((module, fh.read()))
+                paths[display] = module
         except OSError:
             continue
-    return build(texts) if len(texts) > 1 else None
+    return build(texts, paths) if len(texts) > 1 else None
 
 
 def _project_pass(request: CheckRequest, analysed: list, options) -> list:

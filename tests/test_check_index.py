@@ -573,6 +573,110 @@ outer(model, [])
     assert build(agreeing).binding("net").kind == "module"
 
 
+def _handed_index(source: str, module: str, files: dict[str, str], told: bool = True) -> Index:
+    tree = ast.parse(source)
+    buckets, parents = walk(tree, set(INDEX_NODES) | {ast.If, ast.With, ast.Expr})
+    return Index(tree, buckets, parents, source, _project({module: source, **files}), module if told else None)
+
+
+_FUNCTION = """
+def train(config, data, net, crit, opt, sched):
+    pass
+class Runner:
+    def __init__(self, net, data):
+        self.net = net
+"""
+_CALLER = """
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+from torch.optim.lr_scheduler import StepLR
+from core.function import train, Runner
+from models import Net
+model = Net()
+model = nn.parallel.DistributedDataParallel(model)
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scheduler = StepLR(optimizer, 1)
+train_loader = DataLoader(range(4))
+train(cfg, train_loader, model, criterion, optimizer, sched=scheduler)
+runner = Runner(model, data=train_loader)
+"""
+_NET = "import torch.nn as nn\nclass Net(nn.Module):\n    pass\n"
+
+
+def test_parameters_take_the_kinds_callers_in_other_files_hand_in():
+    index = _handed_index(_FUNCTION, "core.function", {"train": _CALLER, "models": _NET})
+    got = {n: (index.binding(n).kind, index.binding(n).cls, index.binding(n).wrapper)
+           for n in ("data", "net", "crit", "opt", "sched")}
+    assert got == {"data": ("dataloader", "torch.utils.data.DataLoader", None),
+                   "net": ("module", "models.Net", "ddp"),  # the class under the wrapper, and the wrapper
+                   "crit": ("loss", "torch.nn.CrossEntropyLoss", None),
+                   "opt": ("optimizer", "torch.optim.SGD", None),
+                   "sched": ("scheduler", "torch.optim.lr_scheduler.StepLR", None)}
+    assert index.binding("self.net").kind == "module"  # the constructor's parameter, copied onto self
+    assert index.binding("config") is None and index.binding("data").call is None  # no constructor to read
+    unknown = _handed_index(_FUNCTION, "core.function", {"train": _CALLER, "models": _NET}, told=False)
+    assert unknown.binding("data") is None  # a file that does not know its module asks nothing
+
+
+def test_handed_kinds_yield_to_disagreement_and_to_the_files_own_bindings():
+    other = _CALLER.replace("from models import Net", "from models import Net\nimport torch.optim as optim")
+    other = other.replace("train(cfg, train_loader,", "train(cfg, optimizer,")  # `data` handed an optimizer
+    index = _handed_index(_FUNCTION, "core.function", {"train": _CALLER, "probe": other, "models": _NET})
+    assert index.binding("data") is None  # callers disagree: unknown, also in Runner (the name is file-wide)
+    assert index.binding("net").kind == "module"
+    named = _CALLER.replace("train(cfg, train_loader,", "train(cfg, val_loader,")  # a name that says a loader
+    assert _handed_index(_FUNCTION, "core.function", {"train": named, "models": _NET}).binding("data") is not None
+    said = _CALLER + "train(cfg, train_loader, my_optimizer, criterion, optimizer)\n"  # `net` handed an optimizer's name
+    assert _handed_index(_FUNCTION, "core.function", {"train": said, "models": _NET}).binding("net") is None
+    own = _FUNCTION.replace("    pass", "    data = [1, 2]\n    net = torch.nn.Linear(2, 2)")
+    index = _handed_index("import torch\n" + own, "core.function", {"train": _CALLER, "models": _NET})
+    assert index.binding("net").cls == "torch.nn.Linear"  # the file's own binding wins
+
+
+_FACTORIES = """
+import torch.nn as nn
+from torch.utils.data import DataLoader
+class Net(nn.Module):
+    pass
+def build_model(cfg):
+    model = Net()
+    if cfg.parallel:
+        model = nn.DataParallel(model)
+    criterion = nn.CrossEntropyLoss()
+    return model, criterion
+def get_loader(cfg):
+    return DataLoader(range(4), batch_size=cfg.bs)
+def pick(cfg):
+    if cfg.a:
+        return Net()
+    return DataLoader(range(4))
+def config():
+    return {"lr": 0.1}
+"""
+
+
+def test_a_factory_of_another_file_gives_what_it_returns():
+    source = ("from models import build_model, get_loader, pick, config\nmodel, criterion = build_model(cfg)\n"
+              "loader = get_loader(cfg)\nthing = pick(cfg)\nsettings = config()\n")
+    index = _handed_index(source, "train", {"models": _FACTORIES})
+    model, criterion, loader = (index.binding(n) for n in ("model", "criterion", "loader"))
+    assert (model.kind, model.cls, model.wrapper) == ("module", "models.Net", "dp")  # the class under the wrapper
+    assert (criterion.kind, criterion.cls) == ("loss", "torch.nn.CrossEntropyLoss")
+    assert (loader.kind, loader.call) == ("dataloader", None)  # its arguments are the other file's
+    assert index.binding("thing") is None  # returns that disagree say nothing
+    assert index.binding("settings") is None
+    assert _handed_index(source, "train", {"other": _FACTORIES}).binding("loader") is None  # not that module
+
+
+def test_kinds_a_factory_returns_are_handed_on_to_another_files_function():
+    caller = "from models import build_model\nfrom engine import evaluate\nnet, crit = build_model(cfg)\nevaluate(net, crit)\n"
+    engine = "def evaluate(model, loss_fn):\n    pass\n"
+    index = _handed_index(engine, "engine", {"train": caller, "models": _FACTORIES})
+    assert index.binding("model").kind == "module" and index.binding("loss_fn").kind == "loss"
+
+
 def test_parameter_annotations_give_kinds_without_arguments():
     source = """
 from typing import Optional

@@ -1504,3 +1504,71 @@ def test_numbers_handed_to_the_nested_helper_are_quiet(tmp_path, monkeypatch):
     fixed = TRACKED_LOOP.replace("update_train_losses(loss)", "update_train_losses({k: v.item() for k, v in loss.items()})")
     files = {"common/__init__.py": "", "common/metrics.py": TRACKERS, "train.py": fixed}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD101"] == []
+
+
+# -- what callers in other files hand to a function's parameters (semantic/projectcalls.py) ---------------------------
+
+HANDED_ENGINE = """import torch
+
+
+def evaluate(net, data):
+    total = 0.0
+    for x, y in data:
+        total += torch.nn.functional.cross_entropy(net(x), y).item()
+    return total / len(data)
+"""
+HANDED_MODELS = """import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.fc(self.drop(x))
+"""
+HANDED_TRAIN = """import torch
+from torch.utils.data import DataLoader
+
+from engine import evaluate
+from models import Net
+
+
+def main():
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_loader = DataLoader(range(8), batch_size=2)
+    val_loader = DataLoader(range(8), batch_size=2)
+    for epoch in range(3):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        evaluate(model, val_loader)
+"""
+
+
+@pytest.mark.parametrize("order", [["train.py", "engine.py", "models.py"], ["models.py", "engine.py", "train.py"]])
+def test_a_model_and_loader_handed_in_from_another_file_make_an_evaluation_loop(tmp_path, monkeypatch, order):
+    # `def evaluate(net, data)` names neither a model nor a loader: the caller in train.py hands in a Net with
+    # dropout and a DataLoader, so the loop is an evaluation with autograd on, in train mode
+    files = {"engine.py": HANDED_ENGINE, "models.py": HANDED_MODELS, "train.py": HANDED_TRAIN}
+    assert sorted(_findings(tmp_path, monkeypatch, files, order)) == [("engine.py", 7, "TD102"), ("engine.py", 7, "TD601")]
+
+
+def test_an_evaluation_in_eval_mode_under_no_grad_with_handed_objects_is_quiet(tmp_path, monkeypatch):
+    engine = HANDED_ENGINE.replace("    total = 0.0\n", "    net.eval()\n    total = 0.0\n").replace(
+        "def evaluate(", "@torch.no_grad()\ndef evaluate(").replace("    return total", "    net.train()\n    return total")
+    files = {"engine.py": engine, "models.py": HANDED_MODELS, "train.py": HANDED_TRAIN}
+    assert _findings(tmp_path, monkeypatch, files) == []
+
+
+def test_callers_that_hand_in_different_kinds_give_the_parameter_none(tmp_path, monkeypatch):
+    # another caller hands `evaluate` an optimizer where train.py hands a loader: what `data` holds is unknown, as it
+    # was before the pre-pass, so nothing says the loop walks evaluation data
+    other = ("import torch\nfrom engine import evaluate\nfrom models import Net\n\n\ndef probe():\n"
+             "    model = Net()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    evaluate(model, opt)\n")
+    files = {"engine.py": HANDED_ENGINE, "models.py": HANDED_MODELS, "train.py": HANDED_TRAIN, "probe.py": other}
+    assert _findings(tmp_path, monkeypatch, files) == []

@@ -390,8 +390,15 @@ def build_project(root: str, paths: list[str]) -> ProjectModel:
                     warnings.simplefilter("ignore")
                     tree = ast.parse(unit.text)
                 buckets, parents = walk(tree, wanted)
-                index = Index(tree, buckets, parents, unit.text, known) if known is not None else \
-                    Index(tree, buckets, parents, unit.text)
+                # the file's module, as `check` tells it (what callers in other files hand in is kept by module);
+                # an older torchdoctor's pre-pass has no such table
+                module = getattr(known, "paths", {}).get(display) if known is not None else None
+                if module is not None:
+                    index = Index(tree, buckets, parents, unit.text, known, module)
+                elif known is not None:
+                    index = Index(tree, buckets, parents, unit.text, known)
+                else:
+                    index = Index(tree, buckets, parents, unit.text)
                 files.append(FileModel(display, index))
             except (UnreadableSource, SyntaxError, ValueError, RecursionError, MemoryError):
                 continue

@@ -238,7 +238,8 @@ def _analyse_unit(unit: Unit, rules: Sequence[Rule], torch_version: tuple[int, i
     wanted = _wanted(rules)
     try:
         buckets, parents = walk(tree, wanted)
-        index = Index(tree, buckets, parents, unit.text, project)
+        index = Index(tree, buckets, parents, unit.text, project,
+                      project.paths.get(unit.path) if project is not None else None)
         result.contexts = index.contexts()
     except (RecursionError, MemoryError):
         result.analysed = False

@@ -95,9 +95,11 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contex
         parents: dict[ast.AST, ast.AST],
         source: str = "",
         project: ProjectClasses | None = None,
+        module: str | None = None,
     ):
         self.tree = tree
         self.project = project  # the project's module classes, from the pre-pass (projectclasses.py)
+        self.module = module  # this file's dotted module name in the project, for the pre-pass's tables
         self.buckets = buckets
         self.parents = parents
         self.source = source

@@ -19,6 +19,7 @@ from torchdoctor.rules.static.semantic.syntax import (
 
 if TYPE_CHECKING:
     from torchdoctor.rules.static.semantic.bindings import Binding
+    from torchdoctor.rules.static.semantic.projectclasses import ProjectClasses
 
 
 @dataclass
@@ -76,6 +77,50 @@ def looks_like_model(name: str | None) -> bool:
 
 def looks_like_loader(name: str | None) -> bool:
     return bool(name) and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
+
+
+def name_kind(name: str) -> str | None:
+    """The kind a name says it holds (`train_loader`, `optimizer`, `model`), or None."""
+    short = name.rsplit(".", 1)[-1]
+    if looks_like_loader(short):
+        return "dataloader"
+    if _SCALER_NAME.search(short):
+        return "scaler"
+    if _OPTIMIZER_NAME.search(short):
+        return "optimizer"
+    if looks_like_model(short):
+        return "module"
+    return None
+
+
+def class_kind(q: str, n: dict, project: ProjectClasses | None) -> str | None:
+    """The kind of object a qualified class name builds (`torch.optim.lr_scheduler.StepLR` -> scheduler), from
+    its name alone: for an annotation, or a class another file of the project calls."""
+    short = q.rsplit(".", 1)[-1]
+    if q in n["dataloaders"]:
+        return "dataloader"
+    if q in n["distributed_samplers"] or q in n["samplers"]:
+        return "sampler"
+    if any(q.startswith(p) for p in n["scheduler_prefixes"]):
+        return "scheduler"
+    if q in n["scalers"]:
+        return "scaler"
+    if short[:1].isupper() and q.count(".") == 2 and any(q.startswith(p) for p in n["optimizer_prefixes"]):
+        return "optimizer"
+    if q in n["ddp"] or q in n["fsdp"] or q in n["data_parallel"] or q in n["module_bases"]:
+        return "module"
+    if q.startswith("torch.nn.") and short[:1].isupper() and q.count(".") == 2:
+        if short.endswith(n["loss_module_suffix"]):
+            return "loss"
+        return None if short in ("Parameter", "ParameterList", "ParameterDict", "Buffer") else "module"
+    if project is not None and project.is_module_class(q):
+        return "module"
+    return None
+
+
+def wrapper_of(q: str, n: dict) -> str | None:
+    """ddp, fsdp or dp for a qualified wrapper class."""
+    return "ddp" if q in n["ddp"] else "fsdp" if q in n["fsdp"] else "dp" if q in n["data_parallel"] else None
 
 class Bindings:
     """Bindings by name; kinds from constructors, wrappers (DDP, compile, accelerate) and names."""
@@ -174,17 +219,7 @@ class Bindings:
         if not guess:
             return None
         name = dotted(expr)
-        if name is None:
-            return None
-        if looks_like_loader(name):
-            return "dataloader"
-        if _SCALER_NAME.search(name.rsplit(".", 1)[-1]):
-            return "scaler"
-        if _OPTIMIZER_NAME.search(name.rsplit(".", 1)[-1]):
-            return "optimizer"
-        if looks_like_model(name):
-            return "module"
-        return None
+        return name_kind(name) if name is not None else None
 
     def is_model(self, expr: ast.AST | None) -> bool:
         """Whether an expression holds a module/model: a binding, `self` in a Module, or a model-like name."""
@@ -398,7 +433,18 @@ class Bindings:
         if self.project is not None and self.project.is_module_class(q):
             # `network.coRNN(...)`: a module class of another file; `MultiBoxLoss(...)` is a loss, as in torch.nn
             return Binding(name, self._project_kind(short, name), q, stmt, value)
+        returned = self.project.returned(q) if self.project is not None else None
+        if returned is not None and len(returned) == 1 and returned[0] is not None:
+            return self._factory_binding(name, returned[0], stmt)  # `model = build_model(cfg)` of another file
         return None
+
+    def _factory_binding(self, name: str, made: tuple[str, str | None, str | None], stmt: ast.AST) -> Binding:
+        """What a factory of another file returns (the pre-pass, projectcalls.py): kind, class and wrapper, and no
+        call (its constructor's arguments are in the other file)."""
+        kind, cls, wrapper = made
+        if kind == "module":  # a project module class bound to `criterion` is a loss
+            kind = self._project_kind(cls.rsplit(".", 1)[-1] if cls else "", name)
+        return Binding(name, kind, cls, stmt, None, wrapper, guessed=True)
 
     def _bind_target(self, target: ast.AST, value: ast.AST | None, stmt: ast.AST) -> None:
         if value.__class__ in _HOLDS_NO_KIND and target.__class__ is not ast.Tuple and target.__class__ is not ast.List:
@@ -410,6 +456,13 @@ class Bindings:
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 for t, v in zip(target.elts, value.elts, strict=True):
                     self._bind_target(t, v, stmt)
+            elif isinstance(value, ast.Call) and self.project is not None and self.project.returns \
+                    and (q := self.resolve(value.func)) is not None \
+                    and (returned := self.project.returned(q)) is not None and len(returned) == len(target.elts):
+                # `model, criterion, postprocessors = build_model(args)`: what a factory of another file returns
+                for t, made in zip(target.elts, returned, strict=True):
+                    if made is not None and (name := dotted(t)) is not None:
+                        self._add(self._factory_binding(name, made, stmt))
             elif (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)
@@ -665,6 +718,7 @@ class Bindings:
                         b.guessed = True
                         self._add(b)
         self._bind_annotations()
+        self._bind_handed()
         constructors = self._constructor_calls()
         built = {id(call) for call, _ in constructors}
         named: dict[str, set[str]] = {}  # parameter -> kinds the names of values handed in without a binding say
@@ -723,29 +777,32 @@ class Bindings:
                         kind = self._project_kind(q.rsplit(".", 1)[-1], arg.arg)
                     self._add(Binding(arg.arg, kind, q, fn, None, guessed=True))
 
+    def _bind_handed(self) -> None:
+        """Kinds from callers in other files (the pre-pass, projectcalls.py): `train(model, loader, optimizer)` in
+        `train.py` says what `def train(net, data, opt)` of this file receives. Module-level functions and the
+        constructors of module-level classes only; a parameter this file binds otherwise keeps its own binding.
+        No arguments are known: the binding has no call, so no rule reads a constructor's defaults into it."""
+        if self.project is None or not self.module or not self.project.handed.get(self.module):
+            return
+        for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
+            parent = self.parent(fn)
+            if isinstance(parent, ast.Module):
+                owner = fn.name  # type: ignore[attr-defined]
+            elif isinstance(parent, ast.ClassDef) and fn.name == "__init__" \
+                    and isinstance(self.parent(parent), ast.Module):  # type: ignore[attr-defined]
+                owner = parent.name
+            else:
+                continue
+            for param, (kind, cls, wrapper) in self.project.handed_to(self.module, owner).items():
+                if param in self.bindings:
+                    continue
+                if kind == "module":  # a project module class handed to `criterion` is a loss
+                    kind = self._project_kind(cls.rsplit(".", 1)[-1] if cls else "", param)
+                self._add(Binding(param, kind, cls, fn, None, wrapper, guessed=True))
+
     def _class_kind(self, q: str) -> str | None:
         """The kind of object a qualified class name builds, for an annotation (no call to read)."""
-        n = self.names
-        short = q.rsplit(".", 1)[-1]
-        if q in n["dataloaders"]:
-            return "dataloader"
-        if q in n["distributed_samplers"] or q in n["samplers"]:
-            return "sampler"
-        if any(q.startswith(p) for p in n["scheduler_prefixes"]):
-            return "scheduler"
-        if q in n["scalers"]:
-            return "scaler"
-        if short[:1].isupper() and q.count(".") == 2 and any(q.startswith(p) for p in n["optimizer_prefixes"]):
-            return "optimizer"
-        if q in n["ddp"] or q in n["fsdp"] or q in n["data_parallel"] or q in n["module_bases"]:
-            return "module"
-        if q.startswith("torch.nn.") and short[:1].isupper() and q.count(".") == 2:
-            if short.endswith(n["loss_module_suffix"]):
-                return "loss"
-            return None if short in ("Parameter", "ParameterList", "ParameterDict", "Buffer") else "module"
-        if self.project is not None and self.project.is_module_class(q):
-            return "module"
-        return None
+        return class_kind(q, self.names, self.project)
 
     def _project_kind(self, short: str, name: str) -> str:
         """A module class of the project builds a loss when its name or the name it is bound to says so

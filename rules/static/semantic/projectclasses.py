@@ -6,6 +6,9 @@ no kind. A pre-pass reads every `.py` file's class headers with a regular expres
 to nothing beside the analysis) and hands the index the table: qualified class name -> module or not, bases
 followed across files by name. The index asks it only about names it resolved through an import (or a star
 import) that no table of its own knows.
+
+The same pre-pass also reads what callers hand to functions of other files (projectcalls.py): `train(model,
+loader, optimizer)` in `train.py` gives the parameters of `def train` in `engine.py` their kinds.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ class ProjectClasses:
     """The project's classes by module: which are torch modules (directly or through project bases)."""
 
     modules: dict[str, frozenset[str]] = field(default_factory=dict)  # dotted module -> its module classes
+    # what callers in other files hand to each function's parameters (projectcalls.py), by module
+    handed: dict[str, dict[str, dict[str, tuple[str, str | None, str | None]]]] = field(default_factory=dict)
+    paths: dict[str, str] = field(default_factory=dict)  # a file's display path -> its dotted module name
+    # what each function other files import returns, position by position (projectcalls.py), by module
+    returns: dict[str, dict[str, tuple[tuple[str, str | None, str | None] | None, ...]]] = field(default_factory=dict)
+    _returns_by_tail: dict[str, list[str]] | None = field(default=None, repr=False)
     _by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a tail of a module's name -> classes
     _below: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a package's name -> classes below it
 
@@ -48,6 +57,28 @@ class ProjectClasses:
             return False
         # a module of the project by that name, or a package: `from models import UNet` with `models/unet.py`
         return name in self._by_tail.get(module, ()) or name in self._below.get(module, ())
+
+    def handed_to(self, module: str | None, function: str) -> dict[str, tuple[str, str | None, str | None]]:
+        """Parameter -> (kind, class, wrapper) that every caller of `function` (a function of `module`, or a class
+        for its constructor) in another file hands in."""
+        return self.handed.get(module, {}).get(function, {}) if module else {}
+
+    def returned(self, qualified: str) -> tuple[tuple[str, str | None, str | None] | None, ...] | None:
+        """`models.build_model` (as an import resolves it): the kinds the one project function of that name
+        returns, position by position, or None."""
+        module, _, name = qualified.lstrip(".").rpartition(".")
+        if not module or not self.returns:
+            return None
+        if self._returns_by_tail is None:
+            tails: dict[str, list[str]] = {}
+            for m in self.returns:
+                parts = m.split(".")
+                for i in range(len(parts)):
+                    for j in range(i + 1, len(parts) + 1):  # a tail of the module, or a package above it
+                        tails.setdefault(".".join(parts[i:j]), []).append(m)
+            self._returns_by_tail = tails
+        found = [self.returns[m][name] for m in self._returns_by_tail.get(module, ()) if name in self.returns[m]]
+        return found[0] if len(found) == 1 else None
 
     def star_module_class(self, star_modules: Iterable[str], name: str) -> bool:
         """`from models import *` then `Generator()`: a module class of one of those project modules."""
@@ -81,12 +112,15 @@ def scan(text: str) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def build(files: Iterable[tuple[str, str]]) -> ProjectClasses:
+def build(files: Iterable[tuple[str, str]], paths: dict[str, str] | None = None) -> ProjectClasses:
     """The table from (dotted module name, source text) pairs. A base named by a project class that is a module
-    makes its subclass one too, whichever file either sits in (matched by the base's last name)."""
+    makes its subclass one too, whichever file either sits in (matched by the base's last name). `paths` maps the
+    files' display paths to their module names, so the engine can tell a file which module it is."""
     headers: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+    texts: dict[str, str] = {}
     for module, text in files:
         headers[module] = scan(text)
+        texts[module] = text
     is_module: dict[tuple[str, str], bool] = {}
     by_name: dict[str, list[tuple[str, str]]] = {}
     for module, classes in headers.items():
@@ -110,4 +144,22 @@ def build(files: Iterable[tuple[str, str]]) -> ProjectClasses:
     for (module, name), yes in is_module.items():
         if yes:
             table.setdefault(module, set()).add(name)
-    return ProjectClasses({m: frozenset(names) for m, names in table.items()})
+    classes = ProjectClasses({m: frozenset(names) for m, names in table.items()}, paths=dict(paths or {}))
+    table = _handed(texts, classes)
+    classes.handed, classes.returns = table.by_module, table.returns
+    return classes
+
+
+def _handed(texts: dict[str, str], classes: ProjectClasses):
+    """The second table of the pre-pass: kinds callers in other files hand to parameters (projectcalls.py)."""
+    from torchdoctor.rules.static.semantic import projectcalls
+    from torchdoctor.rules.static.semantic.bindings import class_kind, name_kind, wrapper_of
+    from torchdoctor.rules.static.semantic.vocabulary import canonical, vocabulary
+
+    vocab = vocabulary()
+    names = vocab["names"]
+    try:
+        return projectcalls.build(texts.items(), lambda q: class_kind(canonical(q), names, classes), name_kind,
+                                  vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names))
+    except (RecursionError, MemoryError, ValueError, IndexError, KeyError):  # a bug of ours: the files are still checked
+        return projectcalls.HandedKinds()
