@@ -1572,3 +1572,33 @@ def test_callers_that_hand_in_different_kinds_give_the_parameter_none(tmp_path, 
              "    model = Net()\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    evaluate(model, opt)\n")
     files = {"engine.py": HANDED_ENGINE, "models.py": HANDED_MODELS, "train.py": HANDED_TRAIN, "probe.py": other}
     assert _findings(tmp_path, monkeypatch, files) == []
+
+
+HANDED_SOLVER = """import torch
+
+
+class Solver:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def save(self, path):
+        package = {"state": self.model.state_dict(), "class": type(self.model).__name__}
+        model = package
+        torch.save(model, path)
+"""
+HANDED_SOLVER_MAIN = """import torch
+
+from models import Net
+from solver import Solver
+
+model = Net()
+Solver(model, torch.optim.SGD(model.parameters(), lr=0.1)).save("last.pt")
+"""
+
+
+def test_a_handed_kind_stays_with_its_parameter_when_a_sibling_method_reuses_the_name(tmp_path, monkeypatch):
+    # `model` is handed to Solver.__init__ from main.py, but save() binds its own `model` to a dict: names are
+    # file-wide in the index, so the handed kind would call that dict a pickled module object (TD704)
+    files = {"models.py": HANDED_MODELS, "solver.py": HANDED_SOLVER, "main.py": HANDED_SOLVER_MAIN}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[0] == "solver.py"] == []

@@ -794,11 +794,18 @@ class Bindings:
             else:
                 continue
             for param, (kind, cls, wrapper) in self.project.handed_to(self.module, owner).items():
-                if param in self.bindings:
+                if param in self.bindings or self._stored_outside(param, fn):
                     continue
                 if kind == "module":  # a project module class handed to `criterion` is a loss
                     kind = self._project_kind(cls.rsplit(".", 1)[-1] if cls else "", param)
                 self._add(Binding(param, kind, cls, fn, None, wrapper, guessed=True))
+
+    def _stored_outside(self, name: str, fn: ast.AST) -> bool:
+        """Whether another function or the module assigns `name` too. Names are file-wide in the index, so a kind
+        handed to `def __init__(self, model)` would be read into `model = package['model']` (a dict) of a sibling
+        method; a name the file gives other values elsewhere keeps no handed kind."""
+        return any(node.id == name and isinstance(node.ctx, ast.Store) and self.function_of(node) is not fn
+                   for node in self.nodes(ast.Name))
 
     def _class_kind(self, q: str) -> str | None:
         """The kind of object a qualified class name builds, for an annotation (no call to read)."""
