@@ -62,9 +62,6 @@ class _File:
     classes: dict[str, int] = field(default_factory=dict)  # module-level class -> offset after its name
     _signatures: dict[str, _Signature | None] = field(default_factory=dict)
 
-    def defines(self, name: str) -> bool:
-        return name in self.defs or name in self.classes
-
     def signature(self, name: str) -> _Signature | None:
         """A function's parameters, or a class's constructor's; read only for what another file calls."""
         if name not in self._signatures:
@@ -252,15 +249,21 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
     `name_kind` what a name says it holds (`train_loader`), `wrapper_of` which wrapper a class is (ddp, dp)."""
     read = {module: _read(module, text) for module, text in files}
     by_tail: dict[str, list[str]] = {}
-    below: dict[str, list[str]] = {}  # a package's name (any tail of it) -> the modules below it
+    below: dict[str, set[str]] = {}  # a package's name (any tail of it) -> the modules below it
     for module in read:
         parts = module.split(".")
         for i in range(len(parts)):
             by_tail.setdefault(".".join(parts[i:]), []).append(module)
             for j in range(i + 1, len(parts)):
-                below.setdefault(".".join(parts[i:j]), []).append(module)
+                below.setdefault(".".join(parts[i:j]), set()).add(module)
     handed: dict[tuple[str, str, str], set[Kind] | None] = {}
-    wanted = {m: _wanted(f, by_tail, below, read) for m, f in read.items()}
+    # a name -> the modules that define it at their top level: an import is resolved by testing the few files
+    # that define its name, not by asking every module below a package (torch's 520 files below `torch`)
+    definers: dict[str, set[str]] = {}
+    for module, f in read.items():
+        for name in (*f.defs, *f.classes):
+            definers.setdefault(name, set()).add(module)
+    wanted = {m: _wanted(f, by_tail, below, definers, read) for m, f in read.items()}
     returns: dict[tuple[str, str], tuple[Kind | None, ...] | None] = {}  # (module, function) another file imports
     for targets in wanted.values():
         for module, name in targets.values():
@@ -307,12 +310,12 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
     return HandedKinds({m: {fn: ps for fn, ps in fns.items() if ps} for m, fns in table.items()}, made)
 
 
-def _wanted(f: _File, by_tail: dict[str, list[str]], below: dict[str, list[str]],
+def _wanted(f: _File, by_tail: dict[str, list[str]], below: dict[str, set[str]], definers: dict[str, set[str]],
             read: dict[str, _File]) -> dict[str, tuple[str, str]]:
     """Callee spelling in this file -> (module, function or class) of another file it names through an import."""
     wanted: dict[str, tuple[str, str]] = {}
     for local, qualified in f.imports.items():
-        target = _defined(qualified, by_tail, below, read, f.module)
+        target = _defined(qualified, by_tail, below, definers, f.module)
         if target is not None:
             wanted[local] = target
             continue
@@ -422,16 +425,20 @@ def _returns(f: _File, name: str, class_kind: Callable[[str], str | None], alias
     return merged if any(k is not None for k in merged) else None
 
 
-def _defined(qualified: str, by_tail: dict[str, list[str]], below: dict[str, list[str]], read: dict[str, _File],
-             here: str) -> tuple[str, str] | None:
+def _defined(qualified: str, by_tail: dict[str, list[str]], below: dict[str, set[str]],
+             definers: dict[str, set[str]], here: str) -> tuple[str, str] | None:
     """(module, name) of the one project function or class `pkg.core.train` names, defined in another file (also
     through a package's re-export: `from core import train` with `core/function.py`)."""
     module, _, name = qualified.rpartition(".")
     if not module:
         return None
-    found = [m for m in by_tail.get(module, []) if m != here and read[m].defines(name)]
+    owners = definers.get(name)
+    if not owners:
+        return None
+    found = [m for m in by_tail.get(module, []) if m != here and m in owners]
     if not found:
-        found = [m for m in below.get(module, []) if m != here and read[m].defines(name)]
+        under = below.get(module, set())
+        found = [m for m in owners if m != here and m in under]
     return (found[0], name) if len(found) == 1 else None
 
 
