@@ -31,7 +31,7 @@ class HierarchicalLossNetwork:
         return numeric_hierarchy
 
     def check_hierarchy(self, current_level, previous_level):
-        bool_tensor = [not current_level[i] in self.numeric_hierarchy[previous_level[i].item()]
+        bool_tensor = [current_level[i] not in self.numeric_hierarchy[previous_level[i].item()]
                        for i in range(previous_level.size()[0])]
         return torch.FloatTensor(bool_tensor).to(self.device)
 

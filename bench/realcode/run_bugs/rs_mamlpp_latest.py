@@ -69,7 +69,7 @@ class MAMLFewShotClassifier(nn.Module):
         torch.save(state, f=model_save_dir)
 
     def load_model(self, model_save_dir, model_name, model_idx):
-        filepath = os.path.join(model_save_dir, "{}_{}".format(model_name, model_idx))
+        filepath = os.path.join(model_save_dir, f"{model_name}_{model_idx}")
         state = torch.load(filepath)
         state_dict_loaded = state["network"]
         self.load_state_dict(state_dict=state_dict_loaded)  # BUG
@@ -101,7 +101,7 @@ class ExperimentBuilder:
         self.epoch = int(self.state["current_iter"] / self.args.total_iter_per_epoch)
 
     def save_models(self, model, epoch, state):
-        model.save_model(model_save_dir=os.path.join(self.saved_models_filepath, "train_model_{}".format(int(epoch))),
+        model.save_model(model_save_dir=os.path.join(self.saved_models_filepath, f"train_model_{int(epoch)}"),
                          state=state)
         model.save_model(model_save_dir=os.path.join(self.saved_models_filepath, "train_model_latest"), state=state)
 

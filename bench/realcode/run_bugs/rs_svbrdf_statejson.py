@@ -56,14 +56,14 @@ def main(model_dir, epochs, retrain=False):
     if os.path.exists(training_state_path) and not retrain:
         with open(training_state_path) as f:
             training_state = json.load(f)
-        print("Loaded training state: {:s}.".format(str(training_state)))
+        print(f"Loaded training state: {str(training_state):s}.")
 
     training_data = SvbrdfDataset()
     training_dataloader = torch.utils.data.DataLoader(training_data, batch_size=8, shuffle=True)
     batch_count = int(math.ceil(len(training_data) / training_dataloader.batch_size))
     epoch_start = training_state["epoch"]
     epoch_end = epochs
-    print("Training from epoch {:d} to {:d}".format(epoch_start, epoch_end))
+    print(f"Training from epoch {epoch_start:d} to {epoch_end:d}")
 
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_function = MixedLoss()
@@ -76,7 +76,7 @@ def main(model_dir, epochs, retrain=False):
             loss = loss_function(outputs, batch["svbrdf"])
             loss.backward()
             optimizer.step()
-        print("Epoch {:d}, batch {:d}, loss: {:f}".format(epoch + 1, batch_index + 1, loss.item()))
+        print(f"Epoch {epoch + 1:d}, batch {batch_index + 1:d}, loss: {loss.item():f}")
         torch.save(model.state_dict(), model_path)
         training_state["epoch"] = epoch + 1
         with open(training_state_path, "w") as f:
