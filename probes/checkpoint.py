@@ -101,6 +101,10 @@ class CheckpointProbe(Probe):
         # an optimizer whose load_state_dict ran but left it with no per-parameter state (a state dict filtered
         # through the fresh optimizer's own, empty, state_dict()): (weakref, the call's site)
         self.loaded_empty: tuple[weakref.ref, dict[str, Any] | None] | None = None
+        # the file the weights came from before training, when it held no optimizer state (a checkpoint that never
+        # saved one), and whether any optimizer's load_state_dict ran: a resume from such a file starts empty
+        self.weights_load: dict[str, Any] | None = None
+        self.optimizer_loads = 0
         self.resume_checked = False
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
@@ -177,6 +181,9 @@ class CheckpointProbe(Probe):
             needed=self._needed(),
             index=self.saves,
         )
+        folder = _folder(f)
+        if folder is not None:
+            described["dir"] = folder
         self._emit("save", **described)
 
     def _describe(self, obj: Any, depth: int = 0) -> dict[str, Any]:
@@ -304,7 +311,13 @@ class CheckpointProbe(Probe):
             current_device=current,
             local_rank=int(os.environ.get("LOCAL_RANK", 0)),
         )
+        folder = _folder(f)
+        if folder is not None:
+            described["dir"] = folder
         self._emit("load", **described)
+        if "model" in described["holds"] and "optimizer" not in described["holds"] and not self.step:
+            self.weights_load = {"file": described["file"], "dir": folder, "site": described["site"],
+                                 "position": "epoch" in described["holds"] or "step" in described["holds"]}
         if "optimizer" in described["holds"] and self.loaded_optimizer_state is None and (
                 "model" in described["holds"] or not self.step):
             # the weights and the optimizer in one file, or the optimizer's own file read before training starts
@@ -377,6 +390,8 @@ class CheckpointProbe(Probe):
     def _restored(self, what: str, obj: Any) -> None:
         site = here()
         self._emit("load-state-dict", what=what, type=type(obj).__name__, site=site, at_step=self.step)
+        if what == "optimizer":
+            self.optimizer_loads += 1
         if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
             self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
         elif what == "optimizer" and not getattr(obj, "state", None) and self.loaded_empty is None and not self.step:
@@ -454,6 +469,14 @@ class CheckpointProbe(Probe):
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
                        model_site=self.model_restore_site, at_step=step, built_site=built_site,
                        own_file=not self.loaded_optimizer_state.get("with_model"))
+        elif self.weights_load is not None and self.model_restore_site is not None and not self.optimizer_loads:
+            # the weights came back from a file that holds no optimizer state, and no optimizer's state was loaded
+            # from anywhere: a fine-tune from pretrained weights, or a resume from a checkpoint that never saved
+            # the optimizer. The analysis tells them apart by the run's own saves (it writes that file again).
+            self._emit("resume-optimizer-empty", how="not-saved", stepping_type=type(optimizer).__name__,
+                       load_site=self.weights_load["site"], file=self.weights_load["file"],
+                       dir=self.weights_load["dir"], position=self.weights_load["position"],
+                       model_site=self.model_restore_site, at_step=step)
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
@@ -590,6 +613,17 @@ def _devices(obj: Any, torch: Any, limit: int = 64) -> set[str]:
         elif isinstance(item, (list, tuple)):
             stack.extend(list(item)[:limit])
     return found
+
+
+def _folder(f: Any) -> str | None:
+    """The absolute directory of the file a save or load used (to tell a run's own checkpoint from another's)."""
+    name = os.fspath(f) if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
+    if not isinstance(name, str):
+        return None
+    try:
+        return os.path.dirname(os.path.abspath(name))
+    except (OSError, ValueError):
+        return None
 
 
 def _file_name(f: Any) -> str | None:

@@ -30,13 +30,23 @@ called, with the same arguments, and its result returned unchanged):
 - `torch.save`: each call with its path and the user's line (`save`) ->
   save-on-all-ranks when several ranks save at the same line;
 - at the first step: the backend and world size (`ddp-setup`), so the
-  analysis knows NCCL (GPU) from gloo.
+  analysis knows NCCL (GPU) from gloo;
+- during the first `bypass_watch_steps` optimizer steps, a global module
+  forward hook pair: the outermost grad-mode forwards run outside every DDP
+  forward whose trainable parameters the optimizer steps, with the user's
+  line that called them: a DDP model's own parameters in a step with no DDP
+  forward (the model trained around its wrapper: `bypass` in
+  `ddp-unsynced-step`), or parameters no DDP model owns (a loss module with
+  its own weights, never wrapped: `ddp-foreign-forward`) ->
+  ddp-ranks-diverged at that call.
 
 Cost: the forward wrapper ~1-1.5 µs per DDP forward (timed A/B against the
 unwrapped forward in one process), `after_step` ~0.3 µs plus ~40 bytes in the
 step event; the watched first forward a few µs per operator, once; one event
-per sampler pass, torch.save call and DDP model. The whole job's slowdown is
-in bench/bench_distributed.py.
+per sampler pass, torch.save call and DDP model; the bypass watch a hook
+call per module forward during its first 3 steps only (then removed), and a
+walk over the parameters of each outermost forward outside the wrappers
+then. The whole job's slowdown is in bench/bench_distributed.py.
 """
 
 from __future__ import annotations
@@ -83,6 +93,17 @@ class DistributedProbe(Probe):
         self.setattr_original: Any = None
         self.assigned: dict[int, dict[str, Any]] = {}  # id(new parameter) -> the user's line that assigned it
         self.replaced_sent: set[int] = set()
+        # Forwards that bypass every DDP wrapper: during the first `bypass_watch_steps` steps a global module hook
+        # notes the outermost grad-mode forwards run outside any DDP forward that reach trainable parameters (a
+        # reference to the model kept from before wrapping, a submodule called directly, a loss module with its own
+        # weights never wrapped), with the user's line that called them; removed after those steps.
+        self.bypass_steps = int(self.options.get("bypass_watch_steps", 3))
+        self.bypass_hooks: list[Any] = []
+        self.ddp_depth = 0  # inside a DDP forward
+        self.outside_depth = 0  # inside an outermost forward run outside every DDP wrapper
+        self.ddp_params: set[int] = set()
+        self.foreign_sent = False
+        self.foreign_ids: set[int] = set()
         self._reset_step()
         from torchdoctor.probes.patches import backward_watch
         backward_watch(torch).subscribe(self, self._backward)
@@ -97,6 +118,7 @@ class DistributedProbe(Probe):
         self.syncs = 0
         self.tail_unsynced = False  # a DDP forward with sync off came after the step's last synchronised one
         self.backward_site: dict[str, Any] | None = None
+        self.outside: list[dict[str, Any]] = []  # this step's outermost forwards outside every DDP wrapper
         self.local_s: float | None = None
         self.step_end = time.perf_counter()
 
@@ -119,14 +141,19 @@ class DistributedProbe(Probe):
             fields = {"micro": self.micro, "syncs": self.syncs}
             if self.local_s is not None:
                 fields["local_ms"] = round(self.local_s * 1e3, 3)
+            bypass = self._bypassing(optimizer)
             if (not self.syncs or self.tail_unsynced) and self.unsynced_sent < self.max_unsynced:
                 # A step whose gradients no DDP all-reduce touched: this rank applies its own gradient only.
                 self.unsynced_sent += 1
+                extra = {"bypass": bypass["site"], "bypass_module": bypass["module"]} if bypass else {}
                 self.emit("ddp-unsynced-step", at_step=step, micro=self.micro, syncs=self.syncs,
-                          site=self.backward_site)
+                          site=self.backward_site, **extra)
+            self._foreign(optimizer, step)
+            if self.bypass_hooks and self.session.step >= self.bypass_steps:
+                self._stop_bypass_watch()
         if step == self.next_checksum:
             self.next_checksum = step * 2 if step < 64 else step + 64
-            checksum = _checksum(optimizer)
+            checksum = _checksum(optimizer, self.foreign_ids)
             if checksum is not None:
                 fields = {**(fields or {}), "checksum": checksum}
         self._reset_step()
@@ -170,6 +197,70 @@ class DistributedProbe(Probe):
             return original(ddp, name)
 
         ddp_class.__getattr__ = transparent(__getattr__)
+
+    # -- forwards outside every DDP wrapper ---------------------------------------------------
+
+    def _start_bypass_watch(self) -> None:
+        from torch.nn.modules import module as module_mod
+
+        self.bypass_hooks = [module_mod.register_module_forward_pre_hook(self._outside_pre),
+                             module_mod.register_module_forward_hook(self._outside_post, always_call=True)]
+
+    def _stop_bypass_watch(self) -> None:
+        for handle in self.bypass_hooks:
+            handle.remove()
+        self.bypass_hooks = []
+        self.outside_depth = 0
+
+    def _outside_pre(self, module: Any, args: Any) -> None:
+        if self.outside_depth:
+            self.outside_depth += 1
+            return
+        if self.ddp_depth or not torch.is_grad_enabled() or isinstance(module, self.ddp_class):
+            return
+        self.outside_depth = 1
+        if len(self.outside) >= 4:
+            return
+        ids = [id(p) for p in module.parameters() if p.requires_grad]
+        if not ids:
+            return
+        frames = self.user_frames(sys._getframe(1))
+        if not frames:
+            return
+        frame = frames[0]
+        self.outside.append({"module": type(module).__name__, "ids": ids,
+                             "site": {"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                                      "function": frame.f_code.co_name}})
+
+    def _outside_post(self, module: Any, args: Any, output: Any) -> None:
+        if self.outside_depth:
+            self.outside_depth -= 1
+
+    def _bypassing(self, optimizer: Any) -> dict[str, Any] | None:
+        """With no DDP forward this step: the first forward outside every wrapper that ran a DDP model's
+        parameters the optimizer steps (the model trained around its wrapper), else None."""
+        if self.micro or not self.outside:
+            return None
+        stepped = _stepped_ids(optimizer)
+        for call in self.outside:
+            if any(i in self.ddp_params and i in stepped for i in call["ids"]):
+                return call
+        return None
+
+    def _foreign(self, optimizer: Any, step: int) -> None:
+        """Once: a forward outside every wrapper whose trainable parameters belong to no DDP model and are stepped
+        by the optimizer (a loss module with its own weights, a head kept apart): their gradients stay local."""
+        if self.foreign_sent or not self.outside:
+            return
+        stepped = _stepped_ids(optimizer)
+        for call in self.outside:
+            foreign = [i for i in call["ids"] if i not in self.ddp_params and i in stepped]
+            if foreign:
+                self.foreign_sent = True
+                self.foreign_ids = set(foreign)
+                self.emit("ddp-foreign-forward", at_step=step, module=call["module"], parameters=len(foreign),
+                          site=call["site"])
+                return
 
     def _backward(self, tensors: Any) -> None:
         """While no all-reduce happened this step (and events are still wanted): where this backward runs."""
@@ -241,6 +332,8 @@ class DistributedProbe(Probe):
             original_init(ddp, *args, **kwargs)
             probe._ddp_created(ddp)
 
+        self.ddp_class = DistributedDataParallel
+
         @functools.wraps(original_forward)
         def forward(ddp, *args, **kwargs):
             if torch.is_grad_enabled():
@@ -252,10 +345,14 @@ class DistributedProbe(Probe):
                     probe.tail_unsynced = True  # this micro-step's gradient reaches no all-reduce unless one follows
                 if not probe.forward_site_sent:
                     probe._forward_site()
-            if probe.expand_left > 0:
-                out = probe._watched_forward(original_forward, ddp, args, kwargs)
-            else:
-                out = original_forward(ddp, *args, **kwargs)
+            probe.ddp_depth += 1
+            try:
+                if probe.expand_left > 0:
+                    out = probe._watched_forward(original_forward, ddp, args, kwargs)
+                else:
+                    out = original_forward(ddp, *args, **kwargs)
+            finally:
+                probe.ddp_depth -= 1
             if probe.local_s is None:
                 probe.local_s = time.perf_counter() - probe.step_end
             return out
@@ -268,8 +365,11 @@ class DistributedProbe(Probe):
         if not self.models:
             self._watch_unwrap(type(ddp))
             self._start_replace_watch()
+            if self.session.step < self.bypass_steps:
+                self._start_bypass_watch()
         self.models.append(weakref.ref(ddp))
         module = ddp.module
+        self.ddp_params.update(id(p) for p in module.parameters())
         self.emit(
             "ddp-model",
             model=len(self.models),
@@ -416,14 +516,21 @@ def _owner_forward(module: Any, parameter: str) -> dict[str, Any]:
     return {"path": path, "line": line, "function": f"{type(owner).__name__}.forward"}
 
 
-def _checksum(optimizer: Any) -> float | None:
-    """The sum of the first 1024 values of the optimizer's first and last parameters, in float64: identical on
-    every rank while DDP keeps the replicas in step (one host transfer on a GPU, on sampled steps only)."""
+def _stepped_ids(optimizer: Any) -> set[int]:
+    groups = getattr(optimizer, "param_groups", None) or []
+    return {id(p) for group in groups for p in group.get("params", [])}
+
+
+def _checksum(optimizer: Any, foreign: set[int] | frozenset[int] = frozenset()) -> float | None:
+    """The sum of the first 1024 values of the optimizer's first and last parameters (and of one that belongs to
+    no DDP model, when a forward outside the wrappers used such), in float64: identical on every rank while DDP
+    keeps the replicas in step (one host transfer on a GPU, on sampled steps only)."""
     try:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if not params:
             return None
-        picked = {id(p): p for p in (params[0], params[-1])}.values()
+        outside = [p for p in params if id(p) in foreign][:1]
+        picked = {id(p): p for p in (params[0], params[-1], *outside)}.values()
         with torch.no_grad():
             total = sum(p.detach().reshape(-1)[:1024].double().sum() for p in picked)
         return float(total)

@@ -97,7 +97,7 @@ class _FakeOptimizer:
 class _Scheduler:
     __slots__ = ("ref", "index", "kind", "opt", "steps", "first_opt", "last_opt", "intervals", "lrs", "stride",
                  "step_site", "clone", "length", "child", "created_opt", "next_report", "early",
-                 "step_by_library", "idle")
+                 "step_by_library", "idle", "positioned")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -112,6 +112,7 @@ class _Scheduler:
         self.child = False
         self.next_report = 1
         self.early = False
+        self.positioned = False  # stepped with an explicit epoch: the script sets the position, a call is no advance
 
 
 class ScheduleProbe(Probe):
@@ -181,7 +182,7 @@ class ScheduleProbe(Probe):
                 probe._guard(probe._raised, sched, exc)
                 raise
             probe._quiet -= 1
-            probe._guard(probe._stepped, sched)
+            probe._guard(probe._stepped, sched, _explicit_epoch(sched, args, kwargs))
             return result
 
         step.__wrapped__ = original  # type: ignore[attr-defined]
@@ -260,17 +261,20 @@ class ScheduleProbe(Probe):
         rec = self.records.get(id(sched))
         return rec if rec is not None and rec.ref() is sched else None
 
-    def _stepped(self, sched: Any) -> None:
+    def _stepped(self, sched: Any, explicit: bool = False) -> None:
         rec = self._record_of(sched)
         if rec is None:
             return
         rec.steps += 1
+        rec.positioned = rec.positioned or explicit
         now = self.opt_steps.get(rec.opt, 0)
         if rec.steps == 1:
             rec.first_opt = now
             rec.step_site = user_site(sys._getframe(1))
             rec.step_by_library = _called_by_library(sys._getframe(1))
-            if now == 0 and not self.scalers.steps:  # after a GradScaler skipped the first steps it is harmless
+            # step(epoch) sets the schedule's value at that epoch (its closed form): nothing is skipped before the
+            # optimizer's first step. A GradScaler that skipped the first steps makes an early call harmless too.
+            if now == 0 and not self.scalers.steps and not explicit:
                 rec.early = True
                 self.emit("scheduler-early", index=rec.index, scheduler=rec.kind, site=as_dict(rec.step_site))
         else:
@@ -310,6 +314,7 @@ class ScheduleProbe(Probe):
             idle_steps=rec.idle,
             child=rec.child,
             early=rec.early,
+            positioned=rec.positioned,
             **extra,
         )
 
@@ -425,3 +430,11 @@ def _called_by_library(frame: Any) -> bool:
             return is_library_file(path)
         frame = frame.f_back
     return False
+
+
+def _explicit_epoch(sched: Any, args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether a scheduler.step() call passed the epoch to set (the deprecated `step(epoch)`), which places the
+    schedule at that epoch instead of advancing it one step. ReduceLROnPlateau's first argument is its metric."""
+    if kwargs.get("epoch") is not None:
+        return True
+    return len(args) == 1 and args[0] is not None and not hasattr(sched, "is_better")

@@ -338,3 +338,21 @@ def test_gradients_divided_after_backward_are_not_undivided_accumulation(tmp_pat
     assert result.run["measurements"]["accumulation"]["micro_steps_per_step"] == 2
     assert not result.symptoms("accumulation-not-normalized"), result.report["symptoms"]
     assert any("rescaled after backward" in note for note in result.report["notes"]), result.report["notes"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["epoch", "plain"])
+def test_a_scheduler_placed_with_step_epoch_every_iteration_is_not_counted_in_calls(tmp_path_factory,
+                                                                                     validate_report, how):
+    # HowToTrainYourMAMLPytorch: scheduler.step(epoch=epoch) before every optimizer step sets the value at that
+    # epoch; counting its calls read it as stepped per batch (10x its length) and as stepped before the optimizer.
+    # The same loop with plain step() per batch is the real granularity bug and stays found.
+    result = shared_run(tmp_path_factory, f"scheduler-step-epoch-{how}", "scheduler_step_epoch.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = {s["id"] for s in result.report["symptoms"]}
+    if how == "epoch":
+        assert not found & {"scheduler-granularity", "scheduler-order"}, result.report["symptoms"]
+    else:
+        assert "scheduler-granularity" in found, result.report["symptoms"]

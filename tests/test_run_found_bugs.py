@@ -965,3 +965,45 @@ def test_a_nan_made_by_a_masked_mean_below_a_loss_object_is_named_at_the_divisio
                             "done", "nan-loss", "return (values * mask).sum() / total")
     if found is not None:
         assert found["evidence"][0]["values"]["made_op"] == "Div", found["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "finetune", "full"])
+def test_a_resume_from_a_weights_only_checkpoint_the_run_writes_again_is_named_at_the_restore(tmp_path_factory,
+                                                                                             validate_report, how):
+    # svbrdf-estimation, HowToTrainYourMAML: the checkpoint never held the optimizer; the run reads it, trains with
+    # a fresh Adam and writes it again. A fine-tune reads pretrained weights the run never writes: silent.
+    result = shared_run(tmp_path_factory, f"resume-weights-only-{how}", "resume_weights_only.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_weights_only.py", "model.load_state_dict(checkpoint)")
+    assert found[0]["evidence"][0]["values"]["how"] == "not-saved", found[0]["evidence"][0]
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~6-10 s); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [("kept", "loss = criterion(net(x), y)"),
+                                           ("head", "loss = criterion(model(x), y)"),
+                                           ("healthy", None)])
+def test_a_forward_around_every_ddp_wrapper_is_named_at_its_call(tmp_path_factory, validate_report, how, text):
+    # no `.module` read: the model's reference kept from before wrapping, or a loss module with its own weights
+    # never wrapped; a frozen teacher and an EMA copy run outside the wrapper by design and stay silent
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"ddp-bypass-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_bypass.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    found = result.symptoms("ddp-ranks-diverged")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_bypass.py", text), found[0]

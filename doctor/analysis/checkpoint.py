@@ -16,6 +16,7 @@ step, is an export of the weights, not an incomplete checkpoint.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from torchdoctor.analysis import Analysis
@@ -52,7 +53,21 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     if not events:
         return
     e = events[0]
-    if e.get("how") == "replaced":
+    if e.get("how") == "not-saved":
+        # weights from a file that holds no optimizer state: a resume only when this run writes that checkpoint
+        # again (the same file, or the next of its numbered series in the same folder); a fine-tune from
+        # pretrained weights reads a file the run never writes
+        if not any(_same_checkpoint(s, e) for s in run.of_kind("save", PROBE, rank)):
+            return
+        restore = e.get("model_site") or {}
+        text = (f"the weights were restored from {e.get('file') or 'a checkpoint'}"
+                + (f" (line {restore.get('line')}, in {restore.get('function')})" if restore.get("line") else "")
+                + ", a checkpoint this run writes again while it trains, but that checkpoint holds no optimizer "
+                f"state and none was loaded from anywhere: the {e.get('stepping_type')} took its first step with "
+                "empty state, so every continued run restarts its optimizer from scratch (save "
+                "optimizer.state_dict() in the checkpoint and load it after the weights)")
+        where = e.get("model_site") or e.get("load_site")
+    elif e.get("how") == "replaced":
         built = e.get("built_site") or {}
         text = (f"the {e.get('restored_type')} restored with load_state_dict is not the optimizer that steps: a new "
                 f"{e.get('stepping_type')} was built after the restore"
@@ -101,6 +116,15 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
                                     location=location(run, where), step=e.get("at_step"), rank=rank,
                                     severity=severity))
+
+
+def _same_checkpoint(save: dict[str, Any], restored: dict[str, Any]) -> bool:
+    """Whether a save wrote the checkpoint the weights were restored from: the weights, into the same folder,
+    under the same name or the same name with other numbers (epoch_3.pt read, epoch_4.pt written)."""
+    if "model" not in (save.get("holds") or []) or not restored.get("dir") or save.get("dir") != restored.get("dir"):
+        return False
+    saved, read = str(save.get("file") or ""), str(restored.get("file") or "")
+    return bool(read) and (saved == read or re.sub(r"\d+", "#", saved) == re.sub(r"\d+", "#", read))
 
 
 def _script(run: RunEvidence, rank: int) -> str | None:

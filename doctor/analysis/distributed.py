@@ -617,6 +617,13 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                     event = {**event, "site": caller}
                 else:
                     event = {**event, "site": taken}  # where the wrapper was left behind
+            elif event.get("bypass"):
+                # no `.module` read: a reference to the model kept from before wrapping, or one of its submodules,
+                # called directly: that call trains around the wrapper
+                bypass = event["bypass"]
+                how += (f"; line {bypass.get('line')} (in {bypass.get('function')}) calls the "
+                        f"{event.get('bypass_module') or 'model'} directly, not through the DDP wrapper")
+                event = {**event, "site": bypass}
         elif event.get("syncs"):
             how = (f"of its {event.get('micro')} micro-steps, the last ran with gradient synchronisation off, after "
                    "the all-reduce: its gradient stayed local")
@@ -632,6 +639,16 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         text += (f": optimizer step {event.get('at_step')} applied a gradient no all-reduce had reached ({how}), so "
                  "each rank stepped on its own gradient")
         where = _site(run, event["site"]) if event.get("site") else None
+    elif foreign := next((e for r in run.ranks for e in run.of_kind("ddp-foreign-forward", PROBE, r)), None):
+        # the DDP model's gradients were all-reduced, but the optimizer also steps weights no wrapper owns
+        site = foreign.get("site") or {}
+        values.update(unwrapped_module=foreign.get("module"), unwrapped_parameters=foreign.get("parameters"))
+        text += (f": the optimizer also steps {foreign.get('parameters')} parameter tensor(s) of "
+                 f"{foreign.get('module')}, which belongs to no DDP model"
+                 + (f" (called at line {site.get('line')}, in {site.get('function')})" if site.get("line") else "")
+                 + ": their gradients are never all-reduced, so each rank steps them on its own gradient (wrap "
+                 "that module with the model, or all-reduce its gradients)")
+        where = _site(run, site) if site else None
     else:
         text += ": the gradients were synchronised, so something else made the replicas differ (a rank-dependent "
         text += "update outside the optimizer, buffers, or a different initialisation)"

@@ -55,8 +55,8 @@ def analyse(run: RunEvidence) -> Analysis:
             if rank == 0:
                 lines.append(_line(created, state))
             _order(run, rank, created, out)
-            if state is None or state.get("child"):
-                continue
+            if state is None or state.get("child") or state.get("positioned"):
+                continue  # a scheduler the script places with step(epoch) is not counted in calls
             found = _granularity(run, rank, created, state, lim)
             if found is not None:
                 symptom, curve = found
