@@ -124,6 +124,18 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
                    f"{call.get('function')})" if call else
                    f"model.train() was not called after the model.eval() of line {r['eval_call_site'].get('line')}"
                    if r.get("eval_call_site") else "model.train() was not called after evaluation"))
+        if r.get("never_in_train_mode"):
+            # no training forward ever ran in train mode: an evaluation or rollout routine switched the model to
+            # eval mode before the first update and nothing switched it back
+            off = r.get("eval_call_site") or {}
+            values["never_in_train_mode"] = True
+            text = (f"{r.get('model')} trained with {modules} in eval mode from its first update on: the "
+                    + (f"model.eval() on line {off.get('line')} (in {off.get('function')})" if off.get("line") else
+                       "model.eval()")
+                    + (f", in the routine that line {call.get('line')} (in {call.get('function')}) runs," if call else
+                       "")
+                    + " was never followed by model.train(): it belongs after that call, or at the top of the "
+                    "training step")
         if r.get("switched_in_step"):
             # switched off inside the training step itself, every step: no evaluation phase to come back from
             off = r.get("eval_call_site") or {}
