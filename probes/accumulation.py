@@ -32,10 +32,20 @@ Measures
   one after the other (`loss_a.backward(); loss_b.backward()`) do not;
 - how often a different live optimizer steps than the one before (several
   optimizers stepping in turn: a GAN's alternating losses are not
-  accumulation, and the analysis says so instead of judging).
+  accumulation, and the analysis says so instead of judging);
+- where backwards come from: the user's call path (functions and lines) of
+  every backward in the first `path_dense_windows` windows, of the first
+  backward of every `path_every`-th window after, and of each backward that
+  grows a window past its usual count; a zero_grad() forgets the paths
+  before it. At the end, a path no window of the usual size ever took, in
+  windows past that size whose gradients the step applied, is reported
+  (`backward-elsewhere`: an evaluation routine backpropagating through the
+  training step's own helper, judged in doctor/analysis/validation.py).
 
 Costs: < 1 µs per backward and per step; ~3 µs per loss-scale sample; a
-gradient-norm pass on `norm_samples` steps only.
+gradient-norm pass on `norm_samples` steps only; a stack walk (~5 µs) per
+backward of the first 16 windows, then one per 64 windows, plus one per
+backward past a window's usual count (at most 48 such windows kept).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [accumulation];
 classified in doctor/analysis/accumulation.py)
@@ -311,7 +321,8 @@ class AccumulationProbe(Probe):
             return True
         if self.window == 0:
             return self.windows_seen % self.path_every == 0
-        return self.usual_k is not None and self.window >= self.usual_k  # this backward grows it past the usual
+        # this backward grows the window past the usual count (while records are still kept)
+        return self.usual_k is not None and self.window >= self.usual_k and len(self.window_records) < 48
 
     def _note_path(self) -> None:
         frame = sys._getframe(1)

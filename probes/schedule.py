@@ -22,8 +22,9 @@ Measures
   step);
 - at the end, the scheduler's own curve: the copy stepped once per
   scheduler step for max(planned length, steps seen) steps (at most
-  `curve_max_steps`; a LambdaLR `lambda_replay_factor` × past the optimizer
-  steps, to show where it ends), from which the analysis draws the intended and
+  `curve_max_steps`; a LambdaLR or the script's own scheduler class
+  `lambda_replay_factor` × past the optimizer steps, to show where it ends or
+  where its warm-up peaks), from which the analysis draws the intended and
   the projected learning-rate curves.
 
 Costs: nothing per training step beyond the optimizer-step counter (< 1 µs);
@@ -40,7 +41,10 @@ in doctor/analysis/schedule.py)
   optimizer steps — it will use only a fraction of its plan; or a schedule
   stepped every optimizer step that passes `overrun_factor` × its planned
   length (it cycles or sits at its end value), or OneCycleLR raising
-  because it was stepped past total_steps. Periodic schedules and lambdas
+  because it was stepped past total_steps; a lambda or the script's own
+  scheduler whose replayed warm-up (counted in optimizer steps) was never
+  finished because it is stepped per epoch, or whose learning rate sat under
+  1% of its peak for a quarter of its steps or more. Periodic schedules and lambdas
   that never end (StepLR, ExponentialLR, 0.95 ** epoch, …) have no plan to
   compare and are judged only by the LR they reach;
 - scheduler-order: `scheduler.step()` before its optimizer ever stepped

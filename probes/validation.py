@@ -23,6 +23,12 @@ An evaluation forward with dropout or batch-norm modules in training mode
 is recorded with their names. A trained forward whose dropout/batch-norm
 modules are all in eval mode, after earlier trained forwards ran them in
 training mode, means `model.train()` was not restored after validation.
+A model that never trained in train mode and trains in eval mode after a
+routine called model.eval(), ran its forwards without grad and returned
+(an evaluation before the first epoch, an RL rollout) was left in eval mode
+by that routine: the stack of each model.eval() call is kept, and the first
+forward after it says whether that routine ran it. A script that trains in
+eval mode on purpose switches the model itself (frozen batch norm).
 Once a line is known to run evaluation forwards with grad, up to
 `measure_forwards` later forwards from that line count the bytes their
 graph saves for backward (a saved-tensor pack hook that returns the tensor unchanged;
@@ -34,7 +40,9 @@ Costs (bench/bench_run.py, CPU)
 reference to its outputs' grad_fn nodes; a pre-hook only when another forward
 follows before a backward), nothing per layer; < 1 µs per backward; a pack hook per
 saved tensor on at most `measure_forwards` forwards, only from a line that
-ran evaluation forwards with grad.
+ran evaluation forwards with grad; a stack walk per model.eval() call, at the
+first forward after it, and on at most `routine_checks` training forwards in
+eval mode of a model an evaluation routine switched (never per step after).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [validation];
 classified in doctor/analysis/validation.py)
