@@ -157,6 +157,7 @@ class ValidationProbe(Probe):
         self.eval_stacks: dict[int, tuple[tuple[Any, int], ...]] = {}
         self.eval_routine_ran: dict[int, bool] = {}
         self.eval_routine_pending: set[int] = set()
+        self.eval_reasserted: set[int] = set()  # model.eval() again on a model already in eval mode
         self.routine_checks: dict[int, int] = {}
         self.max_routine_checks = int(opt.get("routine_checks", 8))
         self.left_by_routine: dict[int, int] = {}
@@ -172,9 +173,12 @@ class ValidationProbe(Probe):
             if probe.enabled and len(probe.eval_calls) < 256:
                 probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
                 if id(module) not in probe.trained_in_train_mode and id(module) not in probe.not_restored_reported:
-                    probe.eval_stacks[id(module)] = probe._stack(sys._getframe(1))
-                    probe.eval_routine_ran[id(module)] = False
-                    probe.eval_routine_pending.add(id(module))
+                    if module.training:  # the call that switches it: which routine put the model in eval mode
+                        probe.eval_stacks[id(module)] = probe._stack(sys._getframe(1))
+                        probe.eval_routine_ran[id(module)] = False
+                        probe.eval_routine_pending.add(id(module))
+                    elif len(probe.eval_reasserted) < 256:
+                        probe.eval_reasserted.add(id(module))  # already in eval mode: the next forward tells why
                 if module.training and len(probe.switched_off) < 64:
                     probe.switched_off[id(module)] = (probe.step, probe._stack(sys._getframe(1)))
             if probe.enabled and not probe.train_watched:
@@ -281,6 +285,10 @@ class ValidationProbe(Probe):
             rec.train_call = self.train_calls.get(rec.model)
         frame = sys._getframe(4)
         rec.site = self._site(frame)
+        if not rec.mode and rec.model in self.eval_reasserted:
+            self.eval_reasserted.discard(rec.model)
+            if rec.grad:  # model.eval() again right before a training forward: eval mode chosen for training
+                self.eval_routine_ran[rec.model] = False
         if not rec.mode and rec.model in self.eval_routine_pending:
             # the first forward after model.eval(): did the routine that called eval() run it (an evaluation)?
             self.eval_routine_pending.discard(rec.model)
