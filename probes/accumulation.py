@@ -32,10 +32,20 @@ Measures
   one after the other (`loss_a.backward(); loss_b.backward()`) do not;
 - how often a different live optimizer steps than the one before (several
   optimizers stepping in turn: a GAN's alternating losses are not
-  accumulation, and the analysis says so instead of judging).
+  accumulation, and the analysis says so instead of judging);
+- where backwards come from: the user's call path (functions and lines) of
+  every backward in the first `path_dense_windows` windows, of the first
+  backward of every `path_every`-th window after, and of each backward that
+  grows a window past its usual count; a zero_grad() forgets the paths
+  before it. At the end, a path no window of the usual size ever took, in
+  windows past that size whose gradients the step applied, is reported
+  (`backward-elsewhere`: an evaluation routine backpropagating through the
+  training step's own helper, judged in doctor/analysis/validation.py).
 
 Costs: < 1 µs per backward and per step; ~3 µs per loss-scale sample; a
-gradient-norm pass on `norm_samples` steps only.
+gradient-norm pass on `norm_samples` steps only; a stack walk (~5 µs) per
+backward of the first 16 windows, then one per 64 windows, plus one per
+backward past a window's usual count (at most 48 such windows kept).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [accumulation];
 classified in doctor/analysis/accumulation.py)
@@ -61,6 +71,7 @@ classified in doctor/analysis/accumulation.py)
 from __future__ import annotations
 
 import math
+import sys
 import weakref
 from typing import Any
 
@@ -70,6 +81,7 @@ from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.sites import here
 from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import is_library_file
 
 
 class AccumulationProbe(Probe):
@@ -131,6 +143,20 @@ class AccumulationProbe(Probe):
         self.window_inputs = 0  # forwards of the window whose input matched window_input
         self.same_input_hist: dict[int, int] = {}
         self.backwards = 0
+        # Where backwards come from: the user's call path of each backward (code objects, outermost first),
+        # taken for every backward of the first `path_dense_windows` windows, for the first backward of every
+        # `path_every`-th window after, and for each backward of a window that has grown past the usual count
+        # (an evaluation routine backpropagating between two training steps). Per window: the paths seen and the
+        # first stack (with lines) of each, kept only until a zero_grad() clears what they added.
+        self.path_dense = int(opt.get("path_dense_windows", 16))
+        self.path_every = int(opt.get("path_every", 64))
+        self.windows_seen = 0
+        self.user_code: dict[Any, bool] = {}  # code object -> is it the user's (cached: read per frame)
+        self.window_paths: dict[tuple, tuple] = {}  # path -> its first stack in this window, (code, line) pairs
+        self.usual_k: int | None = None
+        self.path_counts: dict[int, dict[tuple, int]] = {}  # window size -> path -> windows holding it
+        self.window_records: list[tuple[int, int, list[tuple]]] = []  # (size, step, stacks): the first windows,
+        # and later ones past the usual size
         self.hist: dict[int, int] = {}
         self.forward_hist: dict[int, int] = {}  # micro-steps per window -> forwards summed over those windows
         self.sequence: list[tuple[int, int]] = []  # (step, micro-steps) where the count changed
@@ -207,6 +233,7 @@ class AccumulationProbe(Probe):
         self.window_retained = False
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
+        self._close_paths(n)
         # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
         # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
         if n >= 2 and zeroed and not retained and not moved:
@@ -232,6 +259,7 @@ class AccumulationProbe(Probe):
                 # LBFGS re-evaluates its closure (zero_grad, backward) several times within one step.
                 if not probe.stepping:
                     probe.window_zeroed.append((owner, site))
+                    probe.window_paths.clear()  # their gradients are gone: the step will not apply them
                 probe.micro = probe.forwards = 0
             return original(owner, *args, **kwargs)
 
@@ -264,6 +292,8 @@ class AccumulationProbe(Probe):
             self._stale_at_backward()
         if self.stepping and self.params:
             self._closure_backward()
+        if self._want_path():
+            self._note_path()
         self.micro += 1
         if not self.window and self.params:
             self.window_version = self._param_version()
@@ -282,6 +312,51 @@ class AccumulationProbe(Probe):
                     self.factors.append(factor)
                     if self.factor_site is None:
                         self.factor_site = here()
+
+    def _want_path(self) -> bool:
+        """Whether this backward's call path is taken (see `window_paths`): never inside optimizer.step()."""
+        if self.stepping:
+            return False
+        if self.windows_seen < self.path_dense:
+            return True
+        if self.window == 0:
+            return self.windows_seen % self.path_every == 0
+        # this backward grows the window past the usual count (while records are still kept)
+        return self.usual_k is not None and self.window >= self.usual_k and len(self.window_records) < 48
+
+    def _note_path(self) -> None:
+        frame = sys._getframe(1)
+        stack = []
+        while frame is not None and len(stack) < 24:
+            code = frame.f_code
+            user = self.user_code.get(code)
+            if user is None:
+                user = self.user_code[code] = not is_library_file(code.co_filename)
+            if user:
+                stack.append((code, frame.f_lineno))
+            frame = frame.f_back
+        stack.reverse()
+        path = tuple(stack)  # the functions and the lines: a validation loop calling the training step's helper
+        if path and path not in self.window_paths and len(self.window_paths) < 8:
+            self.window_paths[path] = tuple(stack)
+
+    def _close_paths(self, n: int) -> None:
+        """A window of `n` backwards ended with an optimizer step: tally the paths whose gradients it applied (a
+        zero_grad() in the window forgets those before it) by window size; keep the first windows and those past
+        the usual size for the end."""
+        self.windows_seen += 1
+        paths, self.window_paths = self.window_paths, {}
+        if not paths:
+            return
+        counts = self.path_counts.setdefault(n, {})
+        for path in paths:
+            if path in counts or len(counts) < 32:
+                counts[path] = counts.get(path, 0) + 1
+        dense = self.windows_seen <= self.path_dense
+        if (dense or (self.usual_k is not None and n > self.usual_k)) and len(self.window_records) < 48:
+            self.window_records.append((n, self.step, list(paths.values())))
+        if self.window_hist:
+            self.usual_k = max(self.window_hist.items(), key=lambda kv: (kv[1], -kv[0]))[0]
 
     def _closure_backward(self) -> None:
         """A backward inside optimizer.step(closure): if the optimizer moved the parameters since the step's previous
@@ -483,6 +558,41 @@ class AccumulationProbe(Probe):
         if self.micro and reason == "completed" and self.hist:
             self._dropped(self.micro, "end")
         self._summary("accumulation-summary", reason)
+        self._extra_paths()
+
+    def _extra_paths(self) -> None:
+        """Backwards from a call path that no window of the usual size ever took, in windows grown past that size,
+        whose gradients the next optimizer step applied (no zero_grad() in between): a routine other than the
+        training step (an evaluation) backpropagated into the gradients of the training update. Emitted with a
+        usual path to compare with (the analysis names where the two part)."""
+        if not self.window_hist or not self.window_records:
+            return
+        k = max(self.window_hist.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+        usual = self.path_counts.get(k, {})
+        if not usual:
+            return
+        odd: dict[tuple, dict[str, Any]] = {}
+        extra = [(n, step, stacks) for n, step, stacks in self.window_records if n > k]
+        for _, step, stacks in extra:
+            for stack in stacks:
+                path = tuple(stack)
+                if path not in usual:
+                    entry = odd.setdefault(path, {"stack": stack, "windows": 0, "first_step": step})
+                    entry["windows"] += 1
+        if not odd:
+            return
+        entry = max(odd.values(), key=lambda e: e["windows"])
+        common = max(usual.items(), key=lambda kv: kv[1])[0]
+        usual_stack = common
+        self.emit("backward-elsewhere", usual_micro_steps=k, windows=entry["windows"], extra_windows=len(extra),
+                  steps=self.steps, first_step=entry["first_step"], alternations=self.alternations,
+                  windows_by_size={str(n): c for n, c in sorted(self.window_hist.items())},
+                  stack=[_frame_site(code, line) for code, line in entry["stack"]],
+                  usual_stack=[_frame_site(code, line) for code, line in usual_stack])
+
+
+def _frame_site(code: Any, line: int | None) -> dict[str, Any]:
+    return {"path": code.co_filename, "line": line, "function": code.co_name}
 
 
 def _covers(owner: Any, optimizer: Any) -> bool:

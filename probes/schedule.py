@@ -22,8 +22,9 @@ Measures
   step);
 - at the end, the scheduler's own curve: the copy stepped once per
   scheduler step for max(planned length, steps seen) steps (at most
-  `curve_max_steps`; a LambdaLR `lambda_replay_factor` × past the optimizer
-  steps, to show where it ends), from which the analysis draws the intended and
+  `curve_max_steps`; a LambdaLR or the script's own scheduler class
+  `lambda_replay_factor` × past the optimizer steps, to show where it ends or
+  where its warm-up peaks), from which the analysis draws the intended and
   the projected learning-rate curves.
 
 Costs: nothing per training step beyond the optimizer-step counter (< 1 µs);
@@ -40,7 +41,10 @@ in doctor/analysis/schedule.py)
   optimizer steps — it will use only a fraction of its plan; or a schedule
   stepped every optimizer step that passes `overrun_factor` × its planned
   length (it cycles or sits at its end value), or OneCycleLR raising
-  because it was stepped past total_steps. Periodic schedules and lambdas
+  because it was stepped past total_steps; a lambda or the script's own
+  scheduler whose replayed warm-up (counted in optimizer steps) was never
+  finished because it is stepped per epoch, or whose learning rate sat under
+  1% of its peak for a quarter of its steps or more. Periodic schedules and lambdas
   that never end (StepLR, ExponentialLR, 0.95 ** epoch, …) have no plan to
   compare and are judged only by the LR they reach;
 - scheduler-order: `scheduler.step()` before its optimizer ever stepped
@@ -97,7 +101,7 @@ class _FakeOptimizer:
 class _Scheduler:
     __slots__ = ("ref", "index", "kind", "opt", "steps", "first_opt", "last_opt", "intervals", "lrs", "stride",
                  "step_site", "clone", "length", "child", "created_opt", "next_report", "early",
-                 "step_by_library", "idle", "positioned")
+                 "step_by_library", "idle", "positioned", "custom")
 
     def __init__(self) -> None:
         self.steps = 0
@@ -113,6 +117,7 @@ class _Scheduler:
         self.next_report = 1
         self.early = False
         self.positioned = False  # stepped with an explicit epoch: the script sets the position, a call is no advance
+        self.custom = False
 
 
 class ScheduleProbe(Probe):
@@ -216,6 +221,7 @@ class ScheduleProbe(Probe):
         rec.ref = weakref.ref(sched)
         rec.index = len(self.records) + 1
         rec.kind = type(sched).__name__
+        rec.custom = not type(sched).__module__.startswith("torch.")  # the script's own class: no length to read
         optimizer = getattr(sched, "optimizer", None)
         rec.opt = id(_stepping(optimizer, self.torch.optim.Optimizer))
         rec.created_opt = self.opt_steps.get(rec.opt, 0)
@@ -227,7 +233,7 @@ class ScheduleProbe(Probe):
                 found.child = True
         rec.clone, why_not = self._clone(sched, optimizer)
         self.records[id(sched)] = rec
-        site = site if site is not None else user_site(sys._getframe(1))
+        site = site if site is not None else user_site(_outside_own_init(sys._getframe(1), sched))
         self.emit(
             "scheduler",
             index=rec.index,
@@ -332,9 +338,10 @@ class ScheduleProbe(Probe):
             return [], None
         seen = self.opt_steps.get(rec.opt, 0) - rec.created_opt
         wanted = max(rec.length or 0, rec.steps, seen) + 1
-        if rec.kind == "LambdaLR":
-            # no length to read: replay past the run's optimizer steps, so that a lambda sized in them shows its
-            # end as a flat tail (the analysis reads its length from there)
+        if rec.kind == "LambdaLR" or rec.custom:
+            # no length to read: replay past the run's optimizer steps, so that a lambda (or the script's own
+            # scheduler class) sized in them shows its end as a flat tail, its warm-up as a climb to a peak (the
+            # analysis reads its length from there)
             wanted = max(wanted, int(self.lambda_replay_factor * seen) + 1)
         count = min(wanted, self.curve_max_steps)
         curve = [_lr(clone.optimizer)]
@@ -351,6 +358,19 @@ class ScheduleProbe(Probe):
         if wanted > count and note is None:
             note = f"replayed the first {count - 1} of {wanted - 1} steps"
         return [_round(v) for v in curve], note
+
+
+def _outside_own_init(frame: Any, sched: Any, depth: int = 8) -> Any:
+    """The frame that constructs `sched`: above the `__init__`s of the script's own scheduler class (its
+    `super().__init__(optimizer)` is not where the scheduler is made; `NoamLR(optimizer, ...)` is)."""
+    found, current = frame, frame
+    for _ in range(depth):
+        if current is None:
+            break
+        if current.f_code.co_name == "__init__" and current.f_locals.get("self") is sched:
+            found = current.f_back
+        current = current.f_back
+    return found
 
 
 def _stepping(optimizer: Any, base: type) -> Any:

@@ -23,6 +23,12 @@ An evaluation forward with dropout or batch-norm modules in training mode
 is recorded with their names. A trained forward whose dropout/batch-norm
 modules are all in eval mode, after earlier trained forwards ran them in
 training mode, means `model.train()` was not restored after validation.
+A model that never trained in train mode and trains in eval mode after a
+routine called model.eval(), ran its forwards without grad and returned
+(an evaluation before the first epoch, an RL rollout) was left in eval mode
+by that routine: the stack of each model.eval() call is kept, and the first
+forward after it says whether that routine ran it. A script that trains in
+eval mode on purpose switches the model itself (frozen batch norm).
 Once a line is known to run evaluation forwards with grad, up to
 `measure_forwards` later forwards from that line count the bytes their
 graph saves for backward (a saved-tensor pack hook that returns the tensor unchanged;
@@ -34,7 +40,9 @@ Costs (bench/bench_run.py, CPU)
 reference to its outputs' grad_fn nodes; a pre-hook only when another forward
 follows before a backward), nothing per layer; < 1 µs per backward; a pack hook per
 saved tensor on at most `measure_forwards` forwards, only from a line that
-ran evaluation forwards with grad.
+ran evaluation forwards with grad; a stack walk per model.eval() call, at the
+first forward after it, and on at most `routine_checks` training forwards in
+eval mode of a model an evaluation routine switched (never per step after).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [validation];
 classified in doctor/analysis/validation.py)
@@ -142,6 +150,17 @@ class ValidationProbe(Probe):
         # model back to training mode before its forwards is named at that call. Module.train recurses into every
         # child, so it is watched only in that window (from eval() to the next backward), never during training.
         self.train_calls: dict[int, tuple[str, int, str] | None] = {}
+        # The user's stack of the latest model.eval() per model, and whether the routine that called it then ran
+        # the model's forwards itself (an evaluation or a rollout, not a switch made for training): a model that
+        # never trained in train mode and trains in eval mode after such a routine returned was left there by it.
+        # One stack walk per eval() call and per model at most `routine_checks` training forwards; never per step.
+        self.eval_stacks: dict[int, tuple[tuple[Any, int], ...]] = {}
+        self.eval_routine_ran: dict[int, bool] = {}
+        self.eval_routine_pending: set[int] = set()
+        self.eval_reasserted: set[int] = set()  # model.eval() again on a model already in eval mode
+        self.routine_checks: dict[int, int] = {}
+        self.max_routine_checks = int(opt.get("routine_checks", 8))
+        self.left_by_routine: dict[int, int] = {}
         self.train_original = torch.nn.Module.train
         self.train_wrapper = self._wrap_train(self.train_original)
         self.train_watched = False
@@ -153,6 +172,13 @@ class ValidationProbe(Probe):
         def eval(module: Any) -> Any:  # noqa: A001 - it stands for Module.eval
             if probe.enabled and len(probe.eval_calls) < 256:
                 probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
+                if id(module) not in probe.trained_in_train_mode and id(module) not in probe.not_restored_reported:
+                    if module.training:  # the call that switches it: which routine put the model in eval mode
+                        probe.eval_stacks[id(module)] = probe._stack(sys._getframe(1))
+                        probe.eval_routine_ran[id(module)] = False
+                        probe.eval_routine_pending.add(id(module))
+                    elif len(probe.eval_reasserted) < 256:
+                        probe.eval_reasserted.add(id(module))  # already in eval mode: the next forward tells why
                 if module.training and len(probe.switched_off) < 64:
                     probe.switched_off[id(module)] = (probe.step, probe._stack(sys._getframe(1)))
             if probe.enabled and not probe.train_watched:
@@ -259,6 +285,16 @@ class ValidationProbe(Probe):
             rec.train_call = self.train_calls.get(rec.model)
         frame = sys._getframe(4)
         rec.site = self._site(frame)
+        if not rec.mode and rec.model in self.eval_reasserted:
+            self.eval_reasserted.discard(rec.model)
+            if rec.grad:  # model.eval() again right before a training forward: eval mode chosen for training
+                self.eval_routine_ran[rec.model] = False
+        if not rec.mode and rec.model in self.eval_routine_pending:
+            # the first forward after model.eval(): did the routine that called eval() run it (an evaluation)?
+            self.eval_routine_pending.discard(rec.model)
+            callers = self.eval_stacks.get(rec.model)
+            if callers and not rec.grad:
+                self.eval_routine_ran[rec.model] = _on_stack(callers[-1][0], sys._getframe(4))
         if not rec.mode:
             self.eval_forwards_waiting = rec.grad
             # An evaluation-like forward (no grad, or from a line that never trained in train mode) since the model
@@ -270,6 +306,14 @@ class ValidationProbe(Probe):
         if not rec.train and rec.droppers[0] and rec.model not in self.not_restored_reported and (
                 rec.model in self.trained_in_train_mode or self.switched_off.get(rec.model, (None,))[0] == self.step):
             rec.stack = self._stack(frame)  # an eval-mode forward of a model that trained in train mode before
+        elif (rec.grad and not rec.train and rec.droppers[0] and self.eval_routine_ran.get(rec.model)
+              and rec.model not in self.not_restored_reported
+              and self.routine_checks.get(rec.model, 0) < self.max_routine_checks):
+            # a model that never trained in train mode, forwarded with grad in eval mode after an evaluation
+            # routine put it there: its stack says whether that routine is still running (then this is its own
+            # forward) or has returned (training in eval mode left over from it)
+            self.routine_checks[rec.model] = self.routine_checks.get(rec.model, 0) + 1
+            rec.stack = self._stack(frame)
         if rec.grad and self.measure_left > 0 and rec.site is not None and rec.site[:2] in self.measure_sites:
             self._measure(rec)
         self.cost_s += time.perf_counter() - started
@@ -441,7 +485,10 @@ class ValidationProbe(Probe):
             return
         if rec.model not in self.last_eval_site:
             return  # no evaluation ran before: eval mode chosen for training itself (frozen batch norm), not left over
-        if rec.model in self.trained_in_train_mode and rec.model not in self.not_restored_reported:
+        if rec.model not in self.trained_in_train_mode:
+            self._left_by_routine(rec, names)
+            return
+        if rec.model not in self.not_restored_reported:
             self.not_restored_reported.add(rec.model)
             self._emit(
                 "train-not-restored",
@@ -454,6 +501,35 @@ class ValidationProbe(Probe):
                 modules=names[:8],
                 droppers=len(names),
             )
+
+    def _left_by_routine(self, rec: _Forward, names: list[str]) -> None:
+        """A model that never trained in train mode trains in eval mode, after a routine called model.eval(), ran
+        its forwards (no grad: an evaluation, a rollout) and returned: training went on in the mode it left. The
+        training code that puts the model in eval mode itself (frozen batch norm: `model.eval()` before the loop,
+        in the training function or in a freeze helper that runs no forward) is not such a routine. Reported on
+        `min_switched_steps` such forwards, at the call in the training code that ran the routine."""
+        callers = self.eval_stacks.get(rec.model)
+        if not callers or not rec.stack or not self.eval_routine_ran.get(rec.model):
+            return
+        routine = callers[-1][0]
+        if any(code is routine for code, _ in rec.stack):
+            return  # the routine is still running: this forward is its own (it trains while evaluating)
+        count = self.left_by_routine[rec.model] = self.left_by_routine.get(rec.model, 0) + 1
+        if count < self.min_switched_steps or rec.model in self.not_restored_reported:
+            return
+        self.not_restored_reported.add(rec.model)
+        self._emit(
+            "train-not-restored",
+            model=rec.name,
+            at_step=rec.step,
+            site=as_dict(rec.site),
+            eval_site=as_dict(self.last_eval_site.get(rec.model)),
+            call_site=as_dict(_evaluation_call(callers, rec.stack)),
+            eval_call_site=as_dict(self.eval_calls.get(rec.model)),
+            never_in_train_mode=True,
+            modules=names[:8],
+            droppers=len(names),
+        )
 
     def _switched_in_step(self, rec: _Forward, eval_stack: tuple[tuple[Any, int], ...], names: list[str]) -> None:
         """A forward trained in eval mode by the step in which the script switched the model from train mode to eval
@@ -570,6 +646,17 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
         return None
     code, line = evaluation[shared]
     return code.co_filename, line, code.co_name
+
+
+def _on_stack(code: Any, frame: Any, limit: int = 64) -> bool:
+    """Whether `code` runs in `frame` or one of its callers."""
+    for _ in range(limit):
+        if frame is None:
+            return False
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _unpack(t: Any) -> Any:

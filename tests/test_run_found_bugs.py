@@ -1007,3 +1007,82 @@ def test_a_forward_around_every_ddp_wrapper_is_named_at_its_call(tmp_path_factor
         return
     assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("ddp_bypass.py", text), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["spent", "twice", "noam-epoch", "healthy", "warmup-only", "noam-step",
+                                 "epoch-warmup"])
+def test_a_schedule_read_from_its_curve_is_judged_by_its_warmup_and_where_it_is_spent(tmp_path_factory,
+                                                                                    validate_report, how):
+    # Lightning #18570 (a LambdaLR sized in epochs, stepped per batch), transformers #26827 (stepped twice per
+    # optimizer step), coqui-ai/TTS #1611 (the script's own NoamLR, warm-up in steps, stepped per epoch)
+    result = shared_run(tmp_path_factory, f"schedule-from-curve-{how}", "schedule_from_curve.py", "--fail-on",
+                        "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("scheduler-granularity")
+    if how not in ("spent", "twice", "noam-epoch"):
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    values = found[0]["evidence"][0]["values"]
+    if how == "noam-epoch":
+        assert found[0]["location"]["line"] == line_of("schedule_from_curve.py", "if per_epoch:") + 1, found[0]
+        assert values["scheduler"] == "WarmupRsqrt" and values["total_steps"] == 100, values
+        assert values["length_from"] == "the replayed warm-up" and values["steps_taken"] == 8, values
+        built = [e for e in found[0]["evidence"] if "was built here" in e["summary"]]
+        assert built and built[0]["location"]["line"] == line_of("schedule_from_curve.py",
+                                                                 "scheduler = WarmupRsqrt("), built
+        return
+    assert found[0]["location"]["line"] == line_of("schedule_from_curve.py", "scheduler.step()"), found[0]
+    # under 1% of the peak from step 8 of 160 (spent), from step 159 of 320 (twice: 2 per optimizer step)
+    assert values["lr_final"] == 0 and values["total_steps"] == (8 if how == "spent" else 159), values
+    assert values["spent_share"] == (0.95 if how == "spent" else 0.503), values
+
+
+@pytest.mark.heavy  # a Lightning run per case
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_lightning_interval_outside_the_scheduler_dict_is_named_at_that_key(tmp_path_factory, validate_report,
+                                                                              how):
+    pytest.importorskip("lightning", reason="lightning is an optional test extra")
+    _bug_or_twin(tmp_path_factory, validate_report, "lightning-interval-key", "lightning_interval_key.py", how,
+                 "done", "scheduler-granularity", '"interval": "step"}')
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["rollout", "healthy", "frozen", "freeze-helper"])
+def test_a_model_left_in_eval_mode_by_a_rollout_before_its_first_update_is_not_restored(tmp_path_factory,
+                                                                                      validate_report, how):
+    # OpenRLHF #118: make_experience() puts the actor in eval mode and the PPO updates never call train(); a
+    # script that trains in eval mode on purpose switches it itself (frozen batch norm) and stays silent
+    result = shared_run(tmp_path_factory, f"eval-routine-left-eval-{how}", "eval_routine_left_eval.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("eval-mode-missing")
+    if how != "rollout":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_routine_left_eval.py", "actions = rollout(states)"), found[0]
+    assert found[0]["evidence"][0]["values"]["never_in_train_mode"] is True
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "measured", "healthy"])
+def test_an_evaluation_through_the_training_steps_backward_is_backward_in_validation(tmp_path_factory,
+                                                                                    validate_report, how):
+    # Arctic-Platform #88: eval_nll() measures the test loss through forward_backward (never in eval mode) and the
+    # next step applies those gradients; a deliberate test-gradient measurement zeroes them and stays silent
+    result = shared_run(tmp_path_factory, f"backward-elsewhere-{how}", "backward_elsewhere.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("backward_elsewhere.py", "total = sum(forward_backward(x, y)")
+    values = found[0]["evidence"][0]["values"]
+    assert values["windows"] == 6 and values["usual_micro_steps"] == 1 and values["function"] == "eval_nll", values

@@ -37,6 +37,7 @@ from typing import Any
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.sites import location, plural
+from torchdoctor.analysis.source import config_key_line
 from torchdoctor.model import Evidence
 from torchdoctor.probes.userframes import display_path
 
@@ -148,9 +149,14 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
                                                               "ConstantLR", "SequentialLR"]))
     length = created.get("length") if kind in planned else None
     from_curve = False
-    if length is None and kind in set(lim.get("lambda_kinds", ["LambdaLR"])):
+    # A lambda, or the script's own scheduler class: no length to read, only the curve it replays.
+    by_curve = kind in set(lim.get("lambda_kinds", ["LambdaLR"])) or _custom(created)
+    if length is None and by_curve:
         length = horizon(state.get("curve") or [], float(lim.get("horizon_min_tail", 0.2)))
         from_curve = length is not None
+    # Stepped once per epoch by a framework: the fix is where the framework is told how often to step it (the
+    # "interval" of Lightning's scheduler config), when the function that built it says so on one line.
+    epoch_where = _interval_where(run, created, state, lim) or where
     min_interval = int(lim.get("min_interval", 2))
     used = float(lim.get("used_fraction", 0.5))
     sized = float(lim.get("sized_factor", 2.0))
@@ -180,10 +186,100 @@ def _granularity(run: RunEvidence, rank: int, created: dict[str, Any], state: di
         if judged:
             if from_curve:
                 base = {**base, "length_from": "the replayed lambda curve"}
-            return _per_epoch(run, rank, created, state, length, k, finished, where, base)
+            return _per_epoch(run, rank, created, state, length, k, finished, epoch_where, base)
+
+    if by_curve:
+        found = _warmup_per_epoch(run, rank, created, state, lim, k, finished, epoch_where, base) \
+            or _spent(run, rank, created, state, lim, where, base)
+        if found is not None:
+            return found
 
     return _overrun(run, rank, created, state, lim, k, where, base) or _idle(run, rank, created, state, lim, where,
                                                                           base)
+
+
+def _custom(created: dict[str, Any]) -> bool:
+    """A scheduler class of the script's own (a NoamLR subclassing LRScheduler), not one of torch's."""
+    module = str(created.get("module") or "")
+    return bool(module) and not module.startswith("torch.")
+
+
+def _interval_where(run: RunEvidence, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any]) -> Any:
+    """For a scheduler a framework steps, the line of the function that built it which sets the stepping interval
+    (`"interval": "step"`, even misplaced); None when that function sets none, or the user steps it."""
+    site = created.get("site") or {}
+    if not state.get("step_by_library") or not site.get("path"):
+        return None
+    line = config_key_line(site["path"], site.get("line"), list(lim.get("interval_keys", ["interval"])))
+    return location(run, {**site, "line": line}) if line is not None else None
+
+
+def warmup_peak(curve: list[Any], min_rise: float) -> int | None:
+    """Where a replayed schedule's warm-up peaks: the step of its highest learning rate, reached by a climb that
+    never falls from the first value, which is at most `min_rise` × that peak. None when the schedule does not
+    start by warming up."""
+    values = [v for v in curve if isinstance(v, (int, float))]
+    if len(values) != len(curve) or len(values) < 4:
+        return None
+    peak = max(range(len(values)), key=lambda i: (values[i], -i))
+    if peak < 3 or values[peak] <= 0 or values[0] > min_rise * values[peak]:
+        return None
+    if any(values[i + 1] < values[i] for i in range(peak)):
+        return None
+    return peak
+
+
+def _warmup_per_epoch(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any],
+                      lim: dict[str, Any], k: int | None, finished: bool, where: Any,
+                      base: dict[str, Any]) -> tuple[Any, dict[str, Any] | None] | None:
+    """A warm-up counted in optimizer steps (its peak within the steps the run took) that the scheduler, stepped
+    once every `k` ≥ 2 of them, never finished: the whole run trained at a fraction of the intended rate."""
+    steps = int(state.get("steps") or 0)
+    opt_steps = int(state.get("optimizer_steps") or 0)
+    if not finished or k is None or k < int(lim.get("min_interval", 2)) or steps < 1:
+        return None
+    peak = warmup_peak(state.get("curve") or [], float(lim.get("warmup_min_rise", 0.5)))
+    if peak is None or peak > opt_steps or steps >= float(lim.get("used_fraction", 0.5)) * peak:
+        return None
+    base = {**base, "lr_steps_planned": peak, "total_steps": peak, "length_from": "the replayed warm-up"}
+    return _per_epoch(run, rank, created, state, peak, k, finished, where, base)
+
+
+def _spent(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], lim: dict[str, Any],
+           where: Any, base: dict[str, Any]) -> tuple[Any, None] | None:
+    """A schedule whose learning rate fell to practically zero (under `spent_ratio` × its peak) and stayed there
+    for `min_spent_share` of the steps it took or more: sized for fewer steps than it is stepped (a horizon in
+    epochs stepped per batch, a scheduler stepped several times per optimizer step). A schedule that decays to
+    zero at the end of the run it was sized for reaches zero only at its last steps."""
+    kind = created["scheduler"]
+    steps = int(state.get("steps") or 0)
+    opt_steps = int(state.get("optimizer_steps") or 0)
+    values = (state.get("curve") or [])[: steps + 1]
+    if steps < 4 or len(values) != steps + 1 or not all(isinstance(v, (int, float)) for v in values):
+        return None
+    peak = max(values)
+    if peak <= 0:
+        return None
+    ratio = float(lim.get("spent_ratio", 0.01))
+    spent = steps + 1
+    while spent > 0 and values[spent - 1] <= ratio * peak:
+        spent -= 1
+    tail = steps - spent
+    if spent == 0 or tail < 3 or tail < float(lim.get("min_spent_share", 0.25)) * steps:
+        return None
+    share = tail / steps
+    per_opt = steps / max(1, opt_steps)
+    values_out = {**base, "lr_steps_planned": spent, "total_steps": spent, "lr_steps_taken": steps,
+                  "steps_taken": steps, "stepped_per": "batch", "lr_peak": peak, "lr_final": values[-1],
+                  "spent_share": round(share, 3), "scheduler_steps_per_optimizer_step": round(per_opt, 2)}
+    how = f" ({per_opt:.1f} scheduler steps per optimizer step)" if per_opt >= 1.5 else ""
+    summary = (f"{kind}'s learning rate fell to {values[spent]:.3g} (under {ratio:.0%} of its peak {peak:.3g}) at its "
+               f"step {spent} of {steps}{how} and stayed there: the last {share:.0%} of the run trained with a "
+               "learning rate of practically zero — the schedule is sized for fewer steps than it is stepped "
+               "(a horizon counted in epochs stepped per batch, or stepped more than once per optimizer step)")
+    built = _built_at(run, created, where)
+    return run.symptom("scheduler-granularity", probe=PROBE, summary=summary, values=values_out, location=where,
+                       step=run.steps_completed(rank), rank=rank, evidence=[built] if built else None), None
 
 
 def horizon(curve: list[Any], min_tail: float) -> int | None:
@@ -239,7 +335,8 @@ def _per_epoch(run: RunEvidence, rank: int, created: dict[str, Any], state: dict
     values = {**base, "lr_steps_taken": taken, "steps_taken": taken, "stepped_per": "epoch",
               "optimizer_steps_per_scheduler_step": k, "used_fraction": round(fraction, 4),
               "projected": not finished}
-    sized = (f"{kind}'s lambda reaches its final value after {length} steps" if base.get("length_from") else
+    sized = (f"{kind}'s warm-up peaks after {length} steps" if base.get("length_from") == "the replayed warm-up"
+             else f"{kind}'s lambda reaches its final value after {length} steps" if base.get("length_from") else
              f"{kind} is sized for {length} optimizer steps")
     if finished:
         summary = (f"{sized} but scheduler.step() ran once every "

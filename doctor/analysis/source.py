@@ -222,3 +222,27 @@ def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str],
     if ran is not None:
         lines &= ran
     return next(iter(lines)) if len(lines) == 1 else None
+
+
+def config_key_line(path: str, line: int | None, keys: list[str]) -> int | None:
+    """The line, in the function that holds `line` (a scheduler's construction), where a configuration mapping
+    gives one of `keys`: `{"interval": "step"}` or `dict(interval="step")` — where a framework is told how often to
+    step what that function builds. None when the function sets none of them, or sets them on several lines."""
+    tree = _tree(path)
+    if tree is None or line is None:
+        return None
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not scopes:
+        return None
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    wanted = set(keys)
+    lines: set[int] = set()
+    for node in _walk_scope(scope):
+        if isinstance(node, ast.Dict):
+            for key in node.keys:
+                if isinstance(key, ast.Constant) and key.value in wanted:
+                    lines.add(key.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            lines.update(kw.value.lineno for kw in node.keywords if kw.arg in wanted)
+    return next(iter(lines)) if len(lines) == 1 else None

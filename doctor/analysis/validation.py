@@ -28,6 +28,8 @@ def analyse(run: RunEvidence) -> Analysis:
             out.contexts = ["eval"]
         _with_grad(run, rank, groups, lim, out)
         trained_in_eval = _eval_phase_steps(run, rank, lim, out)
+        if not trained_in_eval:
+            _backward_elsewhere(run, rank, lim, out)
         _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
             out.measurements = _measurements(summary, groups)
@@ -79,6 +81,48 @@ def _eval_phase_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Ana
     return {str(last.get("model"))}
 
 
+def _backward_elsewhere(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
+    """Backwards from a call path the training step never takes, run now and then between two training steps and
+    applied by the next optimizer step (no zero_grad() in between; probes/accumulation.py): an evaluation routine
+    that backpropagates — through the training step's own helper (a forward_backward), in train mode or not —
+    adds its batches' gradients to the next update. Judged when it happened in `min_elsewhere_windows` windows or
+    more, in at most `max_elsewhere_share` of the steps, with one optimizer stepping (alternating optimizers, a
+    GAN, make windows of several kinds)."""
+    found = run.of_kind("backward-elsewhere", "accumulation", rank)
+    if not found:
+        return
+    e = found[-1]
+    steps = int(e.get("steps") or 0)
+    windows = int(e.get("windows") or 0)
+    if windows < int(lim.get("min_elsewhere_windows", 2)) or steps <= 0:
+        return
+    if int(e.get("extra_windows") or 0) > float(lim.get("max_elsewhere_share", 0.25)) * steps:
+        return
+    if int(e.get("alternations") or 0) > float(lim.get("max_elsewhere_share", 0.25)) * steps:
+        return
+    stack, usual = e.get("stack") or [], e.get("usual_stack") or []
+    if not stack:
+        return
+    same = 0
+    while same < min(len(stack), len(usual)) and (stack[same]["path"], stack[same]["function"]) == (
+            usual[same]["path"], usual[same]["function"]):
+        same += 1
+    if same < len(stack) and same < len(usual):
+        at = stack[same]  # the first function the training path never enters: its call toward the backward
+    else:
+        at = next((a for a, b in zip(stack, usual, strict=False) if a.get("line") != b.get("line")), stack[-1])
+    k = int(e.get("usual_micro_steps") or 1)
+    text = (f"on {plural(windows, 'optimizer step')} (first at step {int(e.get('first_step') or 0) + 1}) backward ran "
+            f"from {at.get('function')} (line {at.get('line')}), a path the training step never takes, besides the "
+            f"usual {plural(k, 'backward')} per step, and no zero_grad() came before the optimizer step: an "
+            "evaluation routine backpropagates, so its batches' gradients are added to the next training update")
+    values = {"windows": windows, "usual_micro_steps": k, "steps": steps, "function": at.get("function")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, at),
+                    step=e.get("first_step"), rank=rank)
+    )
+
+
 def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: Analysis,
                 trained_in_eval: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     training = [g for g in groups if g.get("training_count")]
@@ -124,6 +168,18 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
                    f"{call.get('function')})" if call else
                    f"model.train() was not called after the model.eval() of line {r['eval_call_site'].get('line')}"
                    if r.get("eval_call_site") else "model.train() was not called after evaluation"))
+        if r.get("never_in_train_mode"):
+            # no training forward ever ran in train mode: an evaluation or rollout routine switched the model to
+            # eval mode before the first update and nothing switched it back
+            off = r.get("eval_call_site") or {}
+            values["never_in_train_mode"] = True
+            text = (f"{r.get('model')} trained with {modules} in eval mode from its first update on: the "
+                    + (f"model.eval() on line {off.get('line')} (in {off.get('function')})" if off.get("line") else
+                       "model.eval()")
+                    + (f", in the routine that line {call.get('line')} (in {call.get('function')}) runs," if call else
+                       "")
+                    + " was never followed by model.train(): it belongs after that call, or at the top of the "
+                    "training step")
         if r.get("switched_in_step"):
             # switched off inside the training step itself, every step: no evaluation phase to come back from
             off = r.get("eval_call_site") or {}
