@@ -489,18 +489,7 @@ class ValidationProbe(Probe):
             self._left_by_routine(rec, names)
             return
         if rec.model not in self.not_restored_reported:
-            self.not_restored_reported.add(rec.model)
-            self._emit(
-                "train-not-restored",
-                model=rec.name,
-                at_step=rec.step,
-                site=as_dict(rec.site),
-                eval_site=as_dict(self.last_eval_site.get(rec.model)),
-                call_site=as_dict(_evaluation_call(self.last_eval_stack.get(rec.model), rec.stack)),
-                eval_call_site=as_dict(self.eval_calls.get(rec.model)),
-                modules=names[:8],
-                droppers=len(names),
-            )
+            self._not_restored(rec, names, self.last_eval_stack.get(rec.model))
 
     def _left_by_routine(self, rec: _Forward, names: list[str]) -> None:
         """A model that never trained in train mode trains in eval mode, after a routine called model.eval(), ran
@@ -517,6 +506,10 @@ class ValidationProbe(Probe):
         count = self.left_by_routine[rec.model] = self.left_by_routine.get(rec.model, 0) + 1
         if count < self.min_switched_steps or rec.model in self.not_restored_reported:
             return
+        self._not_restored(rec, names, callers, never_in_train_mode=True)
+
+    def _not_restored(self, rec: _Forward, names: list[str], eval_stack: Any, **extra: Any) -> None:
+        """One `train-not-restored` event per model, at the call in the training code that ran the evaluation."""
         self.not_restored_reported.add(rec.model)
         self._emit(
             "train-not-restored",
@@ -524,9 +517,9 @@ class ValidationProbe(Probe):
             at_step=rec.step,
             site=as_dict(rec.site),
             eval_site=as_dict(self.last_eval_site.get(rec.model)),
-            call_site=as_dict(_evaluation_call(callers, rec.stack)),
+            call_site=as_dict(_evaluation_call(eval_stack, rec.stack)),
             eval_call_site=as_dict(self.eval_calls.get(rec.model)),
-            never_in_train_mode=True,
+            **extra,
             modules=names[:8],
             droppers=len(names),
         )
