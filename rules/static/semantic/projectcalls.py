@@ -271,6 +271,9 @@ def build(files: Iterable[tuple[str, str]], class_kind: Callable[[str], str | No
                 returns[(module, name)] = _returns(read[module], name, class_kind, aliases, wrapper_of)
     kinds: dict[str, dict[str, Kind | None]] = {}
     for m, f in read.items():
+        if not wanted[m]:
+            kinds[m] = {}  # a file that calls no function of another file hands nothing: its names are not read
+            continue
         factories = {spelled: made for spelled, target in wanted[m].items() if (made := returns.get(target))}
         kinds[m] = _kinds(f, class_kind, aliases, wrapper_of, None, factories)
     # First the files that build an object of a known kind: only they can give a parameter one. Then the others,
