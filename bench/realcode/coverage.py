@@ -45,7 +45,7 @@ from typing import Any
 from eval_check import HERE, Project, extract, fail, has_commit, mirror_dir, read_jsonl, wanted_repo
 
 from torchdoctor.rules.static.semantic.syntax import dotted as _dotted
-from torchdoctor.rules.static.semantic.syntax import last_name
+from torchdoctor.rules.static.semantic.syntax import last_name, own_nodes
 
 # No `optimizer_named`: the loops are found by steps on receivers named like optimizers, so it would always hold.
 QUESTIONS = ("trains", "role", "optimizer", "model", "model_class", "model_named", "loader", "loader_named", "loss",
@@ -113,7 +113,7 @@ def is_scheduler_step(call: ast.Call, index: Any) -> bool:
 
 def _own_calls(fn: ast.AST) -> list[ast.Call]:
     """Calls in a function's (or loop's) body, not in functions or classes nested in it."""
-    return [node for node in _own_nodes(fn) if isinstance(node, ast.Call)]
+    return [node for node in own_nodes(fn) if isinstance(node, ast.Call)]
 
 
 class ProjectModel:
@@ -198,19 +198,6 @@ def _loop_calls(loop: ast.AST) -> list[ast.Call]:
             out += [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
         elif not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             out += _own_calls(stmt) if not isinstance(stmt, ast.Call) else [stmt]
-    return out
-
-
-def _own_nodes(node: ast.AST) -> list[ast.AST]:
-    """The nodes below `node`, not inside functions or classes nested in it."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        sub = stack.pop()
-        if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        out.append(sub)
-        stack.extend(ast.iter_child_nodes(sub))
     return out
 
 
@@ -323,7 +310,7 @@ def analyse_loops(project: ProjectModel) -> list[LoopReport]:
         ids = {id(n) for n in found}
         for node in found:
             loop = index.loops.get(node)
-            innermost = not any(id(sub) in ids for sub in _own_nodes(node))
+            innermost = not any(id(sub) in ids for sub in own_nodes(node))
             region = project.region(f, node)
             model_kind, model_class = _model_answer(region)
             optimizer = _optimizer_answer(region)

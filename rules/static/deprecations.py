@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from torchdoctor.rules.static.semantic.syntax import own_nodes
+
 _DEPRECATION = re.compile(r"deprecat|will be removed|scheduled for removal", re.I)
 _REMOVED = re.compile(r"\b(?:is|are|was|were|has been|have been) (?:now )?removed\b", re.I)
 _DEPRECATED_DECORATORS = frozenset({"typing_extensions.deprecated", "warnings.deprecated"})
@@ -935,18 +937,8 @@ class Scanner:
         return found
 
 
-@cache
-def _own_nodes(fn: ast.AST) -> list[ast.AST]:
-    """The nodes of a function's (or module's) own body, not of functions or classes nested in it."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(fn))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+# a function's own nodes are asked for by several passes over the same tree: worked out once per function
+_own_nodes = cache(own_nodes)
 
 
 def _warning_category(m: Module, call: ast.Call) -> bool:

@@ -74,6 +74,19 @@ def kwarg(call: ast.Call, name: str, position: int | None = None) -> ast.expr | 
 def is_constant(expr: ast.AST | None, value: Any) -> bool:
     return isinstance(expr, ast.Constant) and type(expr.value) is type(value) and expr.value == value
 
+
+def own_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes below a function, class or module, not those of functions, classes or lambdas nested in it."""
+    out: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
 def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
 
