@@ -57,7 +57,7 @@ class SentenceTransformer(nn.Sequential):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
 
     def fit(self, train_objectives, epochs=1, warmup_steps=10, optimizer_class=torch.optim.AdamW,
-            optimizer_params={"lr": 2e-5}, weight_decay=0.01, max_grad_norm=1, checkpoint_path=None,
+            optimizer_params={"lr": 2e-5}, weight_decay=0.01, max_grad_norm=1, checkpoint_path=None,  # noqa: B006 (theirs)
             checkpoint_save_steps=500, checkpoint_save_total_limit=0):
         dataloaders = [dataloader for dataloader, _ in train_objectives]
         loss_models = [loss for _, loss in train_objectives]

@@ -63,7 +63,7 @@ class pSp(nn.Module):
 
     def load_weights(self):
         if self.opts.checkpoint_path is not None:
-            print("Loading pSp from checkpoint: {}".format(self.opts.checkpoint_path))
+            print(f"Loading pSp from checkpoint: {self.opts.checkpoint_path}")
             ckpt = torch.load(self.opts.checkpoint_path, map_location="cpu")
             self.encoder.load_state_dict(get_keys(ckpt, "encoder"), strict=True)  # BUG
             self.decoder.load_state_dict(get_keys(ckpt, "decoder"), strict=True)
@@ -103,7 +103,7 @@ class Coach:
                 self.global_step += 1
 
     def checkpoint_me(self, loss_dict):
-        save_name = "iteration_{}.pt".format(self.global_step)
+        save_name = f"iteration_{self.global_step}.pt"
         torch.save(self.__get_save_dict(), os.path.join(self.checkpoint_dir, save_name))
 
     def configure_optimizers(self):

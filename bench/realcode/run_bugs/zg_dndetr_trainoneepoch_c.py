@@ -72,7 +72,7 @@ def train_one_epoch(model, criterion, data_loader, optimizer, device, epoch, max
         losses_reduced_scaled = sum(loss_dict_reduced_scaled.values())
         loss_value = losses_reduced_scaled.item()
         if not math.isfinite(loss_value):
-            print("Loss is {}, stopping training".format(loss_value))
+            print(f"Loss is {loss_value}, stopping training")
             sys.exit(1)
 
         # amp backward function
