@@ -37,6 +37,15 @@ def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
     return any(anc is container for anc in index.ancestors(node))
 
 
+def _same_pass(index: Index, call: ast.AST, fn: ast.AST | None, calls: list[ast.Call]) -> list[ast.Call]:
+    """The calls of the same kind that run on each pass `call` runs on: in its loop when it has one (a
+    `zero_grad()` once before the loop does not clear per step), else anywhere in its function."""
+    loop = index.loop_of(call)
+    if loop is not None:
+        return [c for c in calls if _inside(index, c, loop.node)]
+    return [c for c in calls if index.function_of(c) is fn]
+
+
 @rule("TD418", ast.Module)
 def update_never_at_period_one(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
@@ -45,14 +54,15 @@ def update_never_at_period_one(node: ast.Module, ctx: Context) -> None:
     training = {index.function_of(c) for c in index.backward_calls}
     clears = list(index.method_calls("zero_grad"))
     steps = list(index.step_calls)
-    for kind, calls in (("clear", clears), ("step", steps)):
+    reported: set[ast.If] = set()
+    for kind, calls in (("step", steps), ("clear", clears)):
         for call in calls:
             fn = index.function_of(call)
             if fn not in training:
                 continue  # no backward in this function: an update we cannot tie to a training step
             guard = _period_guard(index, call, fn)
-            if guard is None:
-                continue
+            if guard is None or guard[0] in reported:
+                continue  # no such test, or its step was reported already (the clear under it says no more)
             if_node, found = guard
             if found.nonzero:
                 loop = index.loop_of(call)
@@ -61,11 +71,11 @@ def update_never_at_period_one(node: ast.Module, ctx: Context) -> None:
             value = number(ctx, found.period, call)
             if value is not None and value >= 2:
                 continue  # the period resolves to a number that is not 1 here
-            if any(other is not call and _period_guard(index, other, fn) is None
-                   for other in calls if index.function_of(other) is fn):
-                continue  # the same function clears (or steps) on another path the test does not hold back
+            if any(other is not call and _period_guard(index, other, fn) is None for other in _same_pass(index, call, fn, calls)):
+                continue  # the same loop (or function) clears (or steps) on a path the test does not hold back
             effect = _CLEAR_EFFECT if kind == "clear" else _STEP_EFFECT
             if found.nonzero:
                 effect += _NONZERO_EFFECT
+            reported.add(if_node)
             ctx.report(call, call=ctx.segment(call, 50), condition=ctx.segment(found.test, 60),
                        accum_expr=ctx.segment(found.period, 40), effect=effect)
