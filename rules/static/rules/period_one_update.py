@@ -21,12 +21,28 @@ _STEP_EFFECT = "the optimizer then never steps"
 _NONZERO_EFFECT = " (and for a period n above 1 it runs on every iteration but the n-th)"
 
 
+def _tested(index: Index, test: ast.expr) -> ast.expr:
+    """What an `if` tests, read through a name assigned once before it (`first = i % n == 1; if first:`) or a
+    helper of this file whose body returns one expression (`def should_zero_grad(self): return self.count %
+    self.accumulation_steps == 1`)."""
+    if isinstance(test, ast.Name):
+        values = index.definitions(test.id, test)
+        if len(values) == 1:
+            return values[0]
+    if isinstance(test, ast.Call) and not test.args and not test.keywords:
+        fn = index.local_target(test)
+        body = [s for s in getattr(fn, "body", []) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            return body[0].value
+    return test
+
+
 def _period_guard(index: Index, call: ast.AST, fn: ast.AST | None) -> tuple[ast.If, PeriodTest] | None:
     """The innermost `if` around `call` (in its body, not its `else`) whose test never passes at a period of 1."""
     child, node = call, index.parent(call)
     while node is not None and node is not fn:
         if isinstance(node, ast.If) and child in node.body:
-            found = never_at_period_one(node.test)
+            found = never_at_period_one(_tested(index, node.test))
             if found is not None:
                 return node, found
         child, node = node, index.parent(node)
