@@ -477,12 +477,23 @@ def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
                     continue
                 done.add(id(call))
                 shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
-                if phase.origin is not None:
-                    source = _argument_for(index, fn, phase.origin, loop.source) or next(
-                        (dotted(a) for a in phase.origin.args if looks_like_loader(dotted(a))), None)
+                source = None
+                if phase.origins:
+                    origin = phase.origins[0]
+                    source = _argument_for(index, fn, origin, loop.source) or next(
+                        (dotted(a) for a in origin.args if looks_like_loader(dotted(a))), None)
+                values = {"variable": shown, "loader": source or loop.source or "the evaluation data"}
+                # `def val(self, loader): return self.run_epoch('val', ...)` that no call of this file runs: the
+                # other files' calls of it say whether it runs under no_grad (the project pass asks them)
+                callers = {id(c): outermost_uncalled(index, c) for c in phase.origins}
+                if all(index.grad_disabled(c) or callers[id(c)] is not None for c in phase.origins) \
+                        and phase.origins:
+                    deferred = [callers[id(c)] for c in phase.origins if not index.grad_disabled(c)]
+                    if not deferred:
+                        continue  # every evaluation call of this file runs under no_grad
+                    defer(ctx, call, deferred[0], "no_grad", values, key="TD102-deferred")
                 else:
-                    source = None
-                ctx.report(call, variable=shown, loader=source or loop.source or "the evaluation data")
+                    ctx.report(call, **values)
                 break
 
 

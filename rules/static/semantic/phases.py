@@ -33,7 +33,7 @@ class Phase:
     values: tuple[Any, ...]
     scope: ast.AST  # the loop that binds it, or the function whose parameter it is
     evaluation: tuple[Any, ...]  # the values that make an evaluation pass
-    origin: ast.AST | None = None  # the call that passes an evaluation value (a parameter's phase)
+    origins: tuple[ast.Call, ...] = ()  # the calls that pass an evaluation value (a parameter's phase)
 
     def describe(self, value: Any) -> str:
         return f"`{self.name} = {value!r}`"
@@ -102,7 +102,7 @@ class Phases:
         callers = self.callers(fn)
         if len(callers) < 1:
             return None
-        seen: dict[str, dict[Any, ast.Call | None]] = {}
+        seen: dict[str, dict[Any, list[ast.Call]]] = {}
         for call in callers:
             offset = 1 if positional and positional[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
             passed = {positional[i + offset]: a for i, a in enumerate(call.args) if i + offset < len(positional)}
@@ -112,9 +112,9 @@ class Phases:
                 if value is None and name in passed:
                     continue
                 if isinstance(value, ast.Constant) and isinstance(value.value, str | bool):
-                    seen.setdefault(name, {}).setdefault(value.value, call if name in passed else None)
+                    seen.setdefault(name, {}).setdefault(value.value, []).append(call)
                 else:
-                    seen.setdefault(name, {})[None] = None  # a value this file does not decide
+                    seen.setdefault(name, {})[None] = []  # a value this file does not decide
         for name, values in seen.items():
             if None in values or len(values) < 2:
                 continue
@@ -125,9 +125,9 @@ class Phases:
                 evaluation = _evaluation_strings(tuple(values))
             else:
                 evaluation = ()
-            origin = next((values[v] for v in evaluation if values.get(v) is not None), None)
-            if evaluation and origin is not None:
-                return Phase(name, tuple(values), fn, evaluation, origin)
+            origins = tuple(c for v in evaluation for c in values.get(v, []))
+            if evaluation and origins:
+                return Phase(name, tuple(values), fn, evaluation, origins)
         return None
 
     def phase_value(self, test: ast.AST, phase: Phase, value: Any) -> bool | None:
