@@ -482,7 +482,8 @@ def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
                     origin = phase.origins[0]
                     source = _argument_for(index, fn, origin, loop.source) or next(
                         (dotted(a) for a in origin.args if looks_like_loader(dotted(a))), None)
-                values = {"variable": shown, "loader": source or loop.source or "the evaluation data"}
+                iterated = loop.source or ctx.segment(getattr(loop.node, "iter", loop.node), 40)
+                values = {"variable": shown, "loader": source or iterated or "the evaluation data"}
                 # `def val(self, loader): return self.run_epoch('val', ...)` that no call of this file runs: the
                 # other files' calls of it say whether it runs under no_grad (the project pass asks them)
                 callers = {id(c): outermost_uncalled(index, c) for c in phase.origins}
