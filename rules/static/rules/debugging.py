@@ -504,15 +504,25 @@ def _phase_loops(ctx: Context) -> None:
     """`for phase in ('train', 'val'):` around one batch loop that steps only under `if phase == 'train':`
     (ZOO_Attack_PyTorch's `fit`): the 'val' pass runs the same forward, and with no `.eval()` that runs for that
     phase it runs in training mode: no switch at all, or only `if phase == 'train': model.train()`, whose
-    training mode the evaluation pass inherits (phases.py decides which switch runs for which value)."""
+    training mode the evaluation pass inherits (phases.py decides which switch runs for which value). A function
+    the file calls for both phases (`step('train', ...)`, `step('val', ...)`) is read the same way when it
+    switches the mode only for training; with no switch at all its caller decides, and the checks above ask it."""
     index = ctx.index
     steps = set(index.backward_calls) | set(index.step_calls)
+    candidates = []
     for outer in index.loops.values():
         phase = index.loop_phase(outer)
-        if phase is None or phase.scope is not outer.node or _phase_variable(outer.node) is None:
-            continue
+        if phase is not None and phase.scope is outer.node and _phase_variable(outer.node) is not None:
+            candidates.append((phase, outer.all_calls(), outer.children))
+    for fn in {index.function_of(lp.node) for lp in index.loops.values() if lp.has_backward or lp.has_step}:
+        phase = index.parameter_phase(fn) if fn is not None else None
+        if phase is not None:
+            own = [lp for lp in index.loops.values() if index.function_of(lp.node) is fn
+                   and (lp.parent is None or index.function_of(lp.parent.node) is not fn)]
+            candidates.append((phase, index.calls_in(fn), own))
+    for phase, scope_calls, loops in candidates:
         training = [v for v in phase.values if v not in phase.evaluation]
-        for inner in outer.children:
+        for inner in loops:
             mine = [c for c in inner.all_calls() if c in steps]
             if not mine or any(index.runs_in_phase(c, phase, v) for c in mine for v in phase.evaluation):
                 continue
@@ -524,28 +534,33 @@ def _phase_loops(ctx: Context) -> None:
                 if call is None or model_mode_layers(index, _model_run(index, call)) is False:
                     continue
                 model = _model_run(index, call)
-                left = _mode_left_for(index, outer, phase, value, model, call)
-                if left is None:
-                    continue
-                phases = ctx.segment(outer.node.iter, 40)  # type: ignore[attr-defined]
+                left = _mode_left_for(index, scope_calls, phase, value, model, call)
+                if left is None or phase.origins and (not isinstance(left, ast.Call)
+                                                      or index.runs_in_phase(left, phase, value)):
+                    continue  # a step function with no switch, or one switching for every phase: checks above
                 loader = inner.source or ctx.segment(getattr(inner.node, "iter", inner.node), 40)
-                if isinstance(left, ast.Call):
-                    cause = (f"the loop over `{phase.name}` in `{phases}` runs this forward for {value!r} too but steps "
-                             f"only in training, and `{ctx.segment(left, 40)}` (line {left.lineno}) runs only for "
-                             f"the training phase, so {value!r} inherits its training mode")
+                if phase.origins:
+                    where = f"`{phase.name} = {value!r}` (the call at line {phase.origins[0].lineno})"
                 else:
-                    cause = (f"the loop over `{phase.name}` in `{phases}` runs this forward in every phase but steps "
-                             "only in training, and nothing calls `.eval()` for the evaluation phase")
+                    where = f"`{phase.name}` in `{ctx.segment(phase.scope.iter, 40)}`"  # type: ignore[attr-defined]
+                if isinstance(left, ast.Call):
+                    cause = (f"with {where} this forward runs for {value!r} too but the step runs only in training, "
+                             f"and `{ctx.segment(left, 40)}` (line {left.lineno}) runs only for the training "
+                             f"phase, so {value!r} inherits its training mode")
+                else:
+                    cause = (f"the loop over {where} runs this forward in every phase but steps only in training, "
+                             "and nothing calls `.eval()` for the evaluation phase")
                 ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data", cause=cause)
                 break
 
 
-def _mode_left_for(index: Index, outer, phase, value, model: ast.expr, forward: ast.Call) -> ast.Call | bool | None:
-    """The training mode the pass where the phase holds `value` runs `forward` in: True when the loop switches
-    no mode at all, the `.train()` of the training pass when only that one runs; None when an `.eval()` runs
-    for `value`, or a switch cannot be followed (another model, a mode the phase does not decide)."""
+def _mode_left_for(index: Index, scope_calls: list[ast.Call], phase, value, model: ast.expr,
+                   forward: ast.Call) -> ast.Call | bool | None:
+    """The training mode the pass where the phase holds `value` runs `forward` in: True when the phase's code
+    switches no mode at all, the `.train()` of the training pass when only that one runs; None when an `.eval()`
+    runs for `value`, or a switch cannot be followed (another model, a mode the phase does not decide)."""
     key = _model_key(model)
-    switches = [c for c in outer.all_calls() if _mode_of(index, c) is not None
+    switches = [c for c in scope_calls if _mode_of(index, c) is not None
                 and (c.lineno, c.col_offset) < (forward.lineno, forward.col_offset)]
     if not switches:
         return True
