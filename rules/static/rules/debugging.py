@@ -546,7 +546,7 @@ def _phase_loops(ctx: Context) -> None:
                 if isinstance(left, ast.Call):
                     cause = (f"with {where} this forward runs for {value!r} too but the step runs only in training, "
                              f"and `{ctx.segment(left, 40)}` (line {left.lineno}) runs only for the training "
-                             f"phase, so {value!r} inherits its training mode")
+                             f"phase, whose training mode {value!r} inherits")
                 else:
                     cause = (f"the loop over {where} runs this forward in every phase but steps only in training, "
                              "and nothing calls `.eval()` for the evaluation phase")
