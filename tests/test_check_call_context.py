@@ -203,3 +203,53 @@ def test_td102_a_function_handed_on_as_a_value_elsewhere_keeps_the_finding(tmp_p
 def test_td102_a_function_handed_on_as_a_value_in_its_own_file_keeps_the_finding(tmp_path, monkeypatch):
     engine = ENGINE + "\n\nEVALUATORS = {\"accuracy\": evaluate}\n"
     assert _findings(tmp_path, monkeypatch, {"engine.py": engine, "train.py": TRAIN}, "TD102") == [("engine.py", 8)]
+
+
+# CenterNet's shape: one `run_epoch(phase, ...)` serves both phases, stepping only for 'train'; the class's `val()`
+# runs it for 'val', and the driver script in another file decides whether that runs under no_grad.
+PHASE_TRAINER = """import torch
+
+
+class BaseTrainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+
+    def run_epoch(self, phase, data_loader):
+        if phase == "train":
+            self.model.train()
+        else:
+            self.model.eval()
+        for batch in data_loader:
+            loss = self.model(batch).mean()
+            if phase == "train":
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+    def val(self, data_loader):
+        return self.run_epoch("val", data_loader)
+
+    def train(self, data_loader):
+        return self.run_epoch("train", data_loader)
+"""
+PHASE_MAIN = """import torch
+
+from trainer import BaseTrainer
+
+
+def main(model, optimizer, train_loader, val_loader):
+    trainer = BaseTrainer(model, optimizer)
+    for epoch in range(10):
+        trainer.train(train_loader)
+        with torch.no_grad():
+            trainer.val(val_loader)
+"""
+
+
+def test_td102_a_phase_parameter_s_evaluation_call_settled_by_the_callers_of_another_file(tmp_path, monkeypatch):
+    files = {"trainer.py": PHASE_TRAINER, "main.py": PHASE_MAIN}
+    assert _findings(tmp_path, monkeypatch, files, "TD102") == []
+    unguarded = PHASE_MAIN.replace("        with torch.no_grad():\n            trainer.val", "        trainer.val")
+    files = {"trainer.py": PHASE_TRAINER, "main.py": unguarded}
+    assert _findings(tmp_path, monkeypatch, files, "TD102") == [("trainer.py", 15)]

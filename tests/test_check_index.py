@@ -743,3 +743,56 @@ def test_reaching_bindings_follow_order_branches_and_scopes():
     assert classes[2] == ["ReduceLROnPlateau"]
     assert set(classes[3]) == {"StepLR", "ExponentialLR", "ReduceLROnPlateau"}  # a function reads the global
     assert index.binding("sched").short_cls == "ReduceLROnPlateau"  # binding() stays the file's latest
+
+
+PHASES = """
+import contextlib
+import torch
+
+
+def fit(model, loaders, optimizer, criterion):
+    for phase in ["train", "val"]:
+        model.train(phase == "train")
+        context = torch.no_grad() if phase != "train" else contextlib.nullcontext()
+        with context:
+            for x, y in loaders[phase]:
+                loss = criterion(model(x), y)
+                if phase == "train" and optimizer is not None:
+                    loss.backward()
+                    optimizer.step()
+
+
+def step(split, loader, model, optimizer=None):
+    for x in loader:
+        loss = model(x).mean()
+        if split not in ("val", "test"):
+            loss.backward()
+
+
+def main(model, tl, vl, optimizer, criterion):
+    step("train", tl, model, optimizer)
+    step("test", vl, model)
+    fit(model, {"train": tl, "val": vl}, optimizer, criterion)
+"""
+
+
+def test_phases_take_both_sides_of_a_value_decided_at_run_time():
+    index = build(PHASES)
+    batch = next(lp for lp in index.loops.values() if lp.line == 11)  # `for x, y in loaders[phase]:`
+    phase = index.loop_phase(batch)
+    assert phase is not None and (phase.name, phase.values, phase.evaluation) == ("phase", ("train", "val"), ("val",))
+    backward = next(c for c in index.backward_calls if index.function_of(c).name == "fit")
+    forward = next(c for c in batch.calls if index.call_runs_model(c))
+    # the backward runs for 'train' (its test also reads `optimizer`: undecided, so possible) and never for 'val'
+    assert index.runs_in_phase(backward, phase, "train") and not index.runs_in_phase(backward, phase, "val")
+    assert index.runs_in_phase(forward, phase, "val")
+    assert index.grad_off_in_phase(forward, phase, "val") and not index.grad_off_in_phase(forward, phase, "train")
+    switch = next(c for c in index.method_calls("train") if index.function_of(c).name == "fit")
+    assert index.mode_in_phase(switch, phase, "val") == "eval" and index.mode_in_phase(switch, phase, "train") == "train"
+    step = index.functions["step"]
+    by_call = index.parameter_phase(step)
+    assert by_call is not None and by_call.name == "split" and by_call.evaluation == ("test",)
+    assert [c.args[0].value for c in by_call.origins] == ["test"]
+    inner = next(c for c in index.backward_calls if index.function_of(c) is step)
+    assert not index.runs_in_phase(inner, by_call, "test") and index.runs_in_phase(inner, by_call, "train")
+    assert index.parameter_phase(index.functions["main"]) is None

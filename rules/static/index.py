@@ -28,7 +28,8 @@ The model is split by question, one module each under rules/static/semantic/
 (the way ruff splits its semantic model): tree (where a node sits), names
 (imports and calls), bindings (what a name holds), classes, flow (definitions
 and callers), loops (and their roles), regions (grad mode, autocast), guards
-(rank-zero code), contexts (facts for the router), frameworks (what Accelerate's and Fabric's
+(rank-zero code), phases (a name whose run-time value picks training or evaluation work, and what each
+value runs), contexts (facts for the router), frameworks (what Accelerate's and Fabric's
 runner methods do) and callsites (the context
 each call of another file's function runs in). `Index` composes them;
 rules ask it questions and never walk shapes themselves.
@@ -47,6 +48,7 @@ from torchdoctor.rules.static.semantic.frameworks import Frameworks
 from torchdoctor.rules.static.semantic.guards import Guards
 from torchdoctor.rules.static.semantic.loops import Loop, Loops, is_eval_word
 from torchdoctor.rules.static.semantic.names import Names
+from torchdoctor.rules.static.semantic.phases import Phase, Phases
 from torchdoctor.rules.static.semantic.projectclasses import ProjectClasses
 from torchdoctor.rules.static.semantic.regions import AutocastRegion, Regions
 from torchdoctor.rules.static.semantic.syntax import (
@@ -64,7 +66,7 @@ from torchdoctor.rules.static.semantic.vocabulary import canonical, vocabulary
 
 __all__ = [
     "FUNCTIONS", "INDEX_NODES", "LOOPS", "SCOPES", "WITHS", "AutocastRegion", "Binding", "ClassInfo", "Index",
-    "Loop", "SelfAssign", "canonical", "dotted", "is_constant", "is_eval_word", "kwarg", "last_name",
+    "Loop", "Phase", "SelfAssign", "canonical", "dotted", "is_constant", "is_eval_word", "kwarg", "last_name",
     "looks_like_loader", "looks_like_model", "vocabulary",
 ]
 
@@ -85,7 +87,7 @@ INDEX_NODES: tuple[type[ast.AST], ...] = (
 )
 
 
-class Index(Tree, Names, Bindings, Classes, Flow, Loops, Regions, Guards, Contexts, CallSites, Frameworks):
+class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards, Contexts, CallSites, Frameworks):
     """The semantic model of one file: every question a rule may ask, answered from one walk."""
 
     def __init__(

@@ -502,28 +502,82 @@ def _trained_never_switched(ctx: Context, model: ast.expr) -> ast.Call | None:
 
 def _phase_loops(ctx: Context) -> None:
     """`for phase in ('train', 'val'):` around one batch loop that steps only under `if phase == 'train':`
-    (ZOO_Attack_PyTorch's `fit`): the 'val' pass runs the same forward, and with no `.train()`/`.eval()` keyed
-    on the phase it runs in training mode."""
+    (ZOO_Attack_PyTorch's `fit`): the 'val' pass runs the same forward, and with no `.eval()` that runs for that
+    phase it runs in training mode: no switch at all, or only `if phase == 'train': model.train()`, whose
+    training mode the evaluation pass inherits (phases.py decides which switch runs for which value). A function
+    the file calls for both phases (`step('train', ...)`, `step('val', ...)`) is read the same way when it
+    switches the mode only for training; with no switch at all its caller decides, and the checks above ask it."""
     index = ctx.index
+    steps = set(index.backward_calls) | set(index.step_calls)
+    candidates = []
     for outer in index.loops.values():
-        phase = _phase_variable(outer.node)
-        if phase is None or any(_mode_of(index, c) is not None for c in outer.all_calls()):
-            continue
-        steps = set(index.backward_calls) | set(index.step_calls)
-        for inner in outer.children:
+        phase = index.loop_phase(outer)
+        if phase is not None and phase.scope is outer.node and _phase_variable(outer.node) is not None:
+            candidates.append((phase, outer.all_calls(), outer.children))
+    for fn in {index.function_of(lp.node) for lp in index.loops.values() if lp.has_backward or lp.has_step}:
+        phase = index.parameter_phase(fn) if fn is not None else None
+        if phase is not None:
+            own = [lp for lp in index.loops.values() if index.function_of(lp.node) is fn
+                   and (lp.parent is None or index.function_of(lp.parent.node) is not fn)]
+            candidates.append((phase, index.calls_in(fn), own))
+    for phase, scope_calls, loops in candidates:
+        training = [v for v in phase.values if v not in phase.evaluation]
+        for inner in loops:
             mine = [c for c in inner.all_calls() if c in steps]
-            if not mine or not all(_under_phase_test(index, c, phase, inner) for c in mine):
+            if not mine or any(index.runs_in_phase(c, phase, v) for c in mine for v in phase.evaluation):
                 continue
-            call = next((c for c in inner.all_calls() if _model_run(index, c) is not None
-                         and not _under_phase_test(index, c, phase, inner)), None)
-            if call is None or model_mode_layers(index, _model_run(index, call)) is False:
+            if not any(index.runs_in_phase(c, phase, v) for c in mine for v in training):
                 continue
-            model = _model_run(index, call)
-            phases = ctx.segment(outer.node.iter, 40)  # type: ignore[attr-defined]
-            loader = inner.source or ctx.segment(getattr(inner.node, "iter", inner.node), 40)
-            ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data",
-                       cause=f"the loop over `{phase}` in `{phases}` runs this forward in every phase but steps "
-                             "only in training, and nothing calls `.eval()` for the evaluation phase")
+            for value in phase.evaluation:
+                call = next((c for c in inner.all_calls() if _model_run(index, c) is not None
+                             and index.runs_in_phase(c, phase, value)), None)
+                if call is None or model_mode_layers(index, _model_run(index, call)) is False:
+                    continue
+                model = _model_run(index, call)
+                left = _mode_left_for(index, scope_calls, phase, value, model, call)
+                if left is None or phase.origins and (not isinstance(left, ast.Call)
+                                                      or index.runs_in_phase(left, phase, value)):
+                    continue  # a step function with no switch, or one switching for every phase: checks above
+                loader = inner.source or ctx.segment(getattr(inner.node, "iter", inner.node), 40)
+                if phase.origins:
+                    where = f"`{phase.name} = {value!r}` (the call at line {phase.origins[0].lineno})"
+                else:
+                    where = f"`{phase.name}` in `{ctx.segment(phase.scope.iter, 40)}`"  # type: ignore[attr-defined]
+                if isinstance(left, ast.Call):
+                    cause = (f"with {where} this forward runs for {value!r} too but the step runs only in training, "
+                             f"and `{ctx.segment(left, 40)}` (line {left.lineno}) runs only for the training "
+                             f"phase, whose training mode {value!r} inherits")
+                else:
+                    cause = (f"the loop over {where} runs this forward in every phase but steps only in training, "
+                             "and nothing calls `.eval()` for the evaluation phase")
+                ctx.report(call, variable=dotted(model) or "model", loader=loader or "the validation data", cause=cause)
+                break
+
+
+def _mode_left_for(index: Index, scope_calls: list[ast.Call], phase, value, model: ast.expr,
+                   forward: ast.Call) -> ast.Call | bool | None:
+    """The training mode the pass where the phase holds `value` runs `forward` in: True when the phase's code
+    switches no mode at all, the `.train()` of the training pass when only that one runs; None when an `.eval()`
+    runs for `value`, or a switch cannot be followed (another model, a mode the phase does not decide)."""
+    key = _model_key(model)
+    switches = [c for c in scope_calls if _mode_of(index, c) is not None
+                and (c.lineno, c.col_offset) < (forward.lineno, forward.col_offset)]
+    if not switches:
+        return True
+    if any(_model_key(mode_receiver(c)) != key for c in switches):
+        return None
+    running = [c for c in switches if index.runs_in_phase(c, phase, value)]
+    if running:
+        modes = [index.mode_in_phase(c, phase, value) for c in running]
+        if None in modes or modes[-1] != "train":
+            return None
+        return running[-1]
+    training = [v for v in phase.values if v not in phase.evaluation]
+    for v in training:
+        modes = [(c, index.mode_in_phase(c, phase, v)) for c in switches if index.runs_in_phase(c, phase, v)]
+        if not modes or any(m is None for _, m in modes) or modes[-1][1] != "train":
+            return None
+    return next(c for c in reversed(switches) if index.runs_in_phase(c, phase, training[0]))
 
 
 _PHASE_PARAMETERS = frozenset({"phase", "mode", "split", "stage"})
@@ -758,7 +812,16 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
 
 def _mode_from_flag(index: Index, call: ast.Call, mode: str) -> bool:
     """`if train: model.train() else: model.eval()`: the branch that runs depends on a flag, as in
-    `model.train(train)` (a step function shared by training and validation, r9y9/wavenet_vocoder)."""
+    `model.train(train)` (a step function shared by training and validation, r9y9/wavenet_vocoder). The same
+    switch written as one expression, `model.train() if phase == 'train' else model.eval()`, counts too."""
+    holder = index.parent(call)
+    if isinstance(holder, ast.IfExp) and call is not holder.test:
+        other_call = holder.orelse if call is holder.body else holder.body
+        if isinstance(other_call, ast.Call):
+            theirs = _mode_of(index, other_call)
+            if theirs is not None and theirs != mode and \
+                    _model_key(other_call.func.value) == _model_key(call.func.value):  # type: ignore[attr-defined]
+                return True
     stmt = index.statement_of(call)
     parent = index.parent(stmt) if stmt is not None else None
     if not isinstance(parent, ast.If) or not parent.orelse:

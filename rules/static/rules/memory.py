@@ -446,72 +446,73 @@ def validation_without_no_grad_across_files(project: Project) -> list[ProjectHit
 
 
 def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
-    """One function for training and evaluation, keyed on a flag (particleflow's `train_and_valid(..., is_train)`):
-    the loop calls backward and steps only under `if is_train:`, a call of the file passes `False`, and the forward
-    they share runs with autograd on in that evaluation pass. `with torch.set_grad_enabled(is_train):` around the
-    forward (the usual fix), `torch.no_grad()`, or a forward of its own under the flag's `else` are quiet."""
+    """One loop for training and evaluation, keyed on a phase decided at run time (phases.py): the target of
+    `for phase in ['train', 'val']:` around it, or a parameter of its function that the file's calls set to a
+    training and an evaluation value (particleflow's `train_and_valid(..., is_train)`, `step('val', ...)`). The
+    loop calls backward and steps only in the training pass; in the evaluation pass the forward still runs, and
+    with autograd on unless something keyed on the phase turns it off (`with torch.set_grad_enabled(phase ==
+    'train'):`, the usual fix) or `torch.no_grad()` covers it."""
     index = ctx.index
     steps = set(index.backward_calls) | set(index.step_calls)
+    done: set[int] = set()
     for loop in index.loops.values():
         if id(loop) in reported or not (loop.has_backward or loop.has_step):
             continue
         fn = index.function_of(loop.node)
-        if fn is None or (loop.parent is not None and index.function_of(loop.parent.node) is fn):
-            continue  # the outermost loop of the function speaks for the loops inside it
-        flag, evaluation = _evaluation_call(index, fn)
-        if flag is None:
-            continue
-        mine = [c for c in loop.all_calls() if c in steps]
-        if not mine or not all(_under_flag(index, c, flag, fn) for c in mine):
-            continue
-        for call in loop.all_calls():
-            if not index.call_runs_model(call) or index.model_run_method(call) is not None:
+        phases = [index.loop_phase(loop)]
+        if fn is not None:
+            phases.append(index.parameter_phase(fn))
+        for phase in phases:
+            if phase is None:
                 continue
-            if _under_flag(index, call, flag, fn) or index.grad_disabled(call) or _grad_follows(index, call, fn):
+            mine = [c for c in loop.all_calls() if c in steps]
+            training = [v for v in phase.values if v not in phase.evaluation]
+            if not any(index.runs_in_phase(c, phase, v) for c in mine for v in training):
+                continue
+            for value in phase.evaluation:
+                if any(index.runs_in_phase(c, phase, value) for c in mine):
+                    continue  # the evaluation pass steps too: another claim
+                call = _recording_forward(index, loop, phase, value)
+                if call is None or id(call) in done:
+                    continue
+                done.add(id(call))
+                shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
+                source = None
+                if phase.origins:
+                    origin = phase.origins[0]
+                    source = _argument_for(index, fn, origin, loop.source) or next(
+                        (dotted(a) for a in origin.args if looks_like_loader(dotted(a))), None)
+                iterated = loop.source or ctx.segment(getattr(loop.node, "iter", loop.node), 40)
+                values = {"variable": shown, "loader": source or iterated or "the evaluation data"}
+                # `def val(self, loader): return self.run_epoch('val', ...)` that no call of this file runs: the
+                # other files' calls of it say whether it runs under no_grad (the project pass asks them)
+                callers = {id(c): outermost_uncalled(index, c) for c in phase.origins}
+                if all(index.grad_disabled(c) or callers[id(c)] is not None for c in phase.origins) \
+                        and phase.origins:
+                    deferred = [callers[id(c)] for c in phase.origins if not index.grad_disabled(c)]
+                    if not deferred:
+                        continue  # every evaluation call of this file runs under no_grad
+                    defer(ctx, call, deferred[0], "no_grad", values, key="TD102-deferred")
+                else:
+                    ctx.report(call, **values)
                 break
-            shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
-            source = _argument_for(index, fn, evaluation, loop.source) or next(
-                (dotted(a) for a in evaluation.args if looks_like_loader(dotted(a))), None) or loop.source \
-                or "the evaluation data"
-            ctx.report(call, variable=shown, loader=source)  # the loader the evaluation call hands in
-            break
 
 
-def _evaluation_call(index: Index, fn: ast.AST) -> tuple[str | None, ast.Call | None]:
-    """(flag parameter, the call that passes it False) for a function of this file that some call runs with a
-    boolean parameter set to a literal False and another call with True (or leaves it at a True default)."""
-    args = fn.args.posonlyargs + fn.args.args  # type: ignore[attr-defined]
-    names = [a.arg for a in args]
-    defaults = dict(zip(names[len(names) - len(fn.args.defaults):], fn.args.defaults, strict=True))  # type: ignore[attr-defined]
-    for call in index.callers(fn):
-        offset = 1 if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
-        passed = {names[i + offset]: a for i, a in enumerate(call.args) if i + offset < len(names)}
-        passed.update({k.arg: k.value for k in call.keywords if k.arg in names})
-        for name, value in passed.items():
-            if not is_constant(value, False):
-                continue
-            others = [c for c in index.callers(fn) if c is not call]
-            if is_constant(defaults.get(name), True) or any(_passes(c, names, name, True) for c in others):
-                return name, call
-    return None, None
-
-
-def _passes(call: ast.Call, names: list[str], name: str, value: bool) -> bool:
-    offset = 1 if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
-    position = names.index(name) - offset
-    if 0 <= position < len(call.args) and is_constant(call.args[position], value):
-        return True
-    return any(k.arg == name and is_constant(k.value, value) for k in call.keywords)
-
-
-def _under_flag(index: Index, node: ast.AST, flag: str, fn: ast.AST) -> bool:
-    """Inside `if <flag>` (or its `else`, or any test that reads the flag) within the function."""
-    for anc in index.ancestors(node):
-        if anc is fn:
-            return False
-        if isinstance(anc, ast.If | ast.IfExp) and any(isinstance(n, ast.Name) and n.id == flag for n in ast.walk(anc.test)):
-            return True
-    return False
+def _recording_forward(index: Index, loop, phase, value) -> ast.Call | None:
+    """The first model call of the loop that runs in the pass where the phase holds `value` with autograd on."""
+    for call in loop.all_calls():
+        if not index.call_runs_model(call) or index.model_run_method(call) is not None:
+            continue
+        if not index.runs_in_phase(call, phase, value):
+            continue
+        path = _model_call_path(index, call)
+        if path and _parameter_free(index, path[-1]):
+            continue
+        if index.grad_disabled(call) or any(index.grad_disabled(c) for c in path) \
+                or index.grad_off_in_phase(call, phase, value) or _grad_follows(index, call, index.function_of(call)):
+            return None
+        return call
+    return None
 
 
 def _grad_follows(index: Index, node: ast.AST, fn: ast.AST) -> bool:
