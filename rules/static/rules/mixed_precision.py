@@ -322,11 +322,13 @@ def _step_after_in_function(index: Index, loop: Loop, count: ast.expr | None,
     `VoiceBoxTrainer.train_step`: `for _ in range(self.grad_accum_every): ...; self.accelerator.backward(loss /
     self.grad_accum_every)`, then `self.optim.step()` once): its micro-step loop has no loop around it, and the
     optimizer steps after that loop in the function's own body. Only a `range(n)` count whose name says
-    accumulation (or a number) counts, as for a nested micro-step loop."""
-    if count is None or not (_ACCUM_NAME.search(dotted(count) or "") or isinstance(count, ast.Constant)):
+    accumulation counts: with no step loop around it, `for i in range(30)` is as likely an inner optimisation
+    (DomainBed's TRM fits its classifiers 30 times, stepping them in a nested loop) as micro-steps. A loop that
+    steps an optimizer anywhere inside is not a micro-step loop."""
+    if count is None or not _ACCUM_NAME.search(dotted(count) or ""):
         return ()
     fn = index.function_of(loop.node)
-    if fn is None:
+    if fn is None or any(c in steps for c in loop.all_calls()):
         return ()
     end = (getattr(loop.node, "end_lineno", 0) or 0, 1 << 30)
     return tuple(c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None and _position(c) > end)
