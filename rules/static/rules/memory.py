@@ -157,6 +157,8 @@ def _outputs_kept_for_epoch_end(ctx: Context) -> None:
         step, epoch_end = info.method("training_step"), info.method("training_epoch_end")
         if step is None or epoch_end is None:  # Lightning collects the outputs when the hook is overridden
             continue
+        if info.method("training_step_end") is not None:
+            continue  # the hook then receives what training_step_end returns, not these dicts
         returned = [r for r in index.returns_of(step) if isinstance(r, ast.Dict)]
         for d in returned:
             # Lightning runs backward on the "loss" entry: what it is built from is the step's loss
