@@ -95,7 +95,7 @@ def test_text_report_groups_by_file_with_frames_then_fix_reports(project):
     assert "train.py — 2 findings" in out
     assert "train.py:14:5  TD101 graph-accumulated-across-steps" in out
     assert "  > 14 |     total += loss" in out  # the code frame marks the line
-    assert "Fix: Accumulate a number" in out
+    assert "Fix: Keep a number or a detached tensor" in out
     assert "Symptoms" in out and "memory-growth" in out and "forward-called-directly" in out
     assert "Tensor operations and memory" in out  # the routed specialist's fix report
     assert "Checked 1 file: 1 error, 1 warning." in out

@@ -164,7 +164,7 @@ def test_findings_carry_positions_frames_and_values():
     assert f.end_col == 23 and f.path == "train.py"
     assert r.code == "total_loss += loss" and r.values["variable"] == "total_loss"
     assert f.frame["first_line"] == 13 and f.frame["lines"][2] == "    total_loss += loss"
-    assert "`total_loss`" in f.message and "total_loss += loss.item()" in f.fix
+    assert "`total_loss`" in f.message and "in `total_loss` instead of `loss`" in f.fix
 
 
 def test_columns_count_characters_not_bytes():

@@ -51,6 +51,7 @@ def graph_accumulated_across_steps(node: ast.AST, ctx: Context) -> None:
         _leave_graph_returns(ctx)  # once per file, for the project pass
         _leave_kept_arguments(ctx)
         _accumulated_in_methods(ctx)
+        _outputs_kept_for_epoch_end(ctx)
         # The `+=` statements, then the `acc = acc + v` assignments, in the walk's order (the `.append` calls come
         # next, from the engine): one loop over the file's assignments, not a check called on each of them.
         for stmt in ctx.index.nodes(ast.AugAssign):
@@ -140,6 +141,39 @@ def _accumulated_in_methods(ctx: Context) -> None:
                     target = stmt.target if isinstance(stmt, ast.AugAssign) else stmt.func.value  # type: ignore[attr-defined]
                     value = stmt.value if isinstance(stmt, ast.AugAssign) else stmt.args[0]  # type: ignore[attr-defined]
                     ctx.report(stmt, variable=_accumulator_name(target) or "self", value=ctx.segment(value, 40))
+
+
+def _outputs_kept_for_epoch_end(ctx: Context) -> None:
+    """A LightningModule that overrides `training_epoch_end` (Lightning 1.x; 2.0 removed the hook): Lightning
+    keeps what every `training_step` returns for the whole epoch and hands the list to that hook. Since 1.6 it
+    detaches only the "loss" entry of a returned dict (its CHANGELOG: "Removed the automatic detachment of
+    extras returned from training_step"), so any other entry that holds its graph keeps that step's graph
+    alive until the epoch ends (pdearena #4: `return {"loss": loss, "scalar_loss": scalar_loss, ...}`).
+    Reported at the entry, the line to change."""
+    index = ctx.index
+    if not (index.uses("lightning") or index.uses("pytorch_lightning")):
+        return
+    for info in index.classes.values():
+        step, epoch_end = info.method("training_step"), info.method("training_epoch_end")
+        if step is None or epoch_end is None:  # Lightning collects the outputs when the hook is overridden
+            continue
+        if info.method("training_step_end") is not None:
+            continue  # the hook then receives what training_step_end returns, not these dicts
+        returned = [r for r in index.returns_of(step) if isinstance(r, ast.Dict)]
+        for d in returned:
+            # Lightning runs backward on the "loss" entry: what it is built from is the step's loss
+            names = {n.id for k, v in zip(d.keys, d.values, strict=True) if _key(k) == "loss"
+                     for n in ast.walk(v) if isinstance(n, ast.Name)}
+            for k, v in zip(d.keys, d.values, strict=True):
+                key = _key(k)
+                if key is None or key == "loss":
+                    continue
+                if holds_graph(index, v, d, names):
+                    ctx.report(v, variable=f'outputs["{key}"]', value=ctx.segment(v, 40))
+
+
+def _key(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _kept_in_attributes(method: ast.AST, params: list[str]) -> list[tuple[ast.AST, list[int]]]:

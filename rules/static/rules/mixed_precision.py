@@ -299,6 +299,9 @@ def _accumulations(index: Index, framework_backward: bool = False) -> list[Accum
         count = _range_count(getattr(loop.node, "iter", None))
         parent = loop.parent
         if parent is None:
+            step = _step_after_in_function(index, loop, count, steps)
+            if step:
+                found.append(Accumulation(loop, count, tuple(backs), step, "inner-loop"))  # type: ignore[arg-type]
             continue
         if count is None:
             count = _pieces_of_the_batch(index, loop)
@@ -311,6 +314,24 @@ def _accumulations(index: Index, framework_backward: bool = False) -> list[Accum
         if after:
             found.append(Accumulation(loop, count, tuple(backs), after, "inner-loop"))
     return found
+
+
+def _step_after_in_function(index: Index, loop: Loop, count: ast.expr | None,
+                            steps: set[ast.Call]) -> tuple[ast.Call, ...]:
+    """A function that is one training step, called by a loop elsewhere (voicebox-pytorch's
+    `VoiceBoxTrainer.train_step`: `for _ in range(self.grad_accum_every): ...; self.accelerator.backward(loss /
+    self.grad_accum_every)`, then `self.optim.step()` once): its micro-step loop has no loop around it, and the
+    optimizer steps after that loop in the function's own body. Only a `range(n)` count whose name says
+    accumulation counts: with no step loop around it, `for i in range(30)` is as likely an inner optimisation
+    (DomainBed's TRM fits its classifiers 30 times, stepping them in a nested loop) as micro-steps. A loop that
+    steps an optimizer anywhere inside is not a micro-step loop."""
+    if count is None or not _ACCUM_NAME.search(dotted(count) or ""):
+        return ()
+    fn = index.function_of(loop.node)
+    if fn is None or any(c in steps for c in loop.all_calls()):
+        return ()
+    end = (getattr(loop.node, "end_lineno", 0) or 0, 1 << 30)
+    return tuple(c for c in steps if index.function_of(c) is fn and index.loop_of(c) is None and _position(c) > end)
 
 
 # -- autocast regions --------------------------------------------------------------------------
