@@ -108,7 +108,9 @@ def module_namer(roots: list[str]) -> Callable[[str], str]:
         best = None
         for root, prefix, base in bases:
             if absolute == root or absolute.startswith(prefix):
-                rel = os.path.relpath(absolute, base)
+                # the path below `base` (`os.path.relpath`'s answer: both paths are absolute and normalised, and
+                # the file is below the root, which is `base` or the folder below it), cut out of the string
+                rel = "." if absolute == base else absolute[len(base.rstrip(os.sep)) + 1:]
                 if best is None or len(rel) < len(best):
                     best = rel
         rel = best if best is not None else os.path.basename(absolute)

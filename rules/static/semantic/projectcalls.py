@@ -125,6 +125,9 @@ def _close(text: str, start: int) -> int:
 
 def _split(inner: str) -> list[str]:
     """Top-level comma-separated parts of an argument or parameter list."""
+    if "," not in inner:  # one part (most `return` values): no character needs reading
+        inner = inner.strip()
+        return [inner] if inner else []
     parts, depth, quote, start, i = [], 0, "", 0, 0
     while i < len(inner):
         ch = inner[i]
