@@ -40,8 +40,10 @@ _INIT = re.compile(r"^([ \t]+)def[ \t]+__init__[ \t]*\(", re.M)
 # `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value. (The patterns of whole lines start with the newline before them, a literal the search skips ahead to: `^` in
 # MULTILINE mode is tried at every character.) An assignment is found by its `= Callee(` (a callee whose last part
 # is capitalised: only classes have kinds), then its target is read back on its line.
-_ASSIGNED = re.compile(r"=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)[ \t]*\(")
-_CALLED = re.compile(r"=[ \t]*(\w+(?:\.\w+)*)[ \t]*\(")  # `= build_model(`, `= models.build(`
+# (Possessive: a dotted name is never given back part by part, as no shorter one can be followed by `(`: most `=` of
+# a file are followed by a name that fails, and backtracking through it was a third of the search.)
+_ASSIGNED = re.compile(r"=[ \t]*+((?:[A-Za-z_]\w*+\.)*+[A-Z]\w*+)[ \t]*+\(")
+_CALLED = re.compile(r"=[ \t]*+(\w++(?:\.\w++)*+)[ \t]*+\(")  # `= build_model(`, `= models.build(`
 _TARGET = re.compile(r"[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?")
 _PLAIN = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 _KEYWORD = re.compile(r"([A-Za-z_]\w*)[ \t]*=(?!=)")
