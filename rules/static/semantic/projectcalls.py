@@ -187,25 +187,27 @@ def _relative(module: str, spelled: str) -> str:
     return ".".join([*base, rest] if rest else base)
 
 
-def _lines_with(text: str, word: str, pattern: re.Pattern[str]) -> Iterable[re.Match[str]]:
-    """`pattern.finditer(text)` for a pattern that starts at a newline and needs `word` on that line, four times
-    faster: a pattern starting with a newline is tried at every line of the text, this only at the lines that hold
-    the word (str.find), in order, none inside the previous match (as finditer)."""
+def _lines_with(text: str, word: str, pattern: re.Pattern[str], start: int = 0,
+                stop: int | None = None) -> Iterable[re.Match[str]]:
+    """`pattern.finditer(text, start, stop)` for a pattern that starts at a newline and needs `word` on that line,
+    several times faster: a pattern starting with a newline is tried at every line of the text, this only at the
+    lines that hold the word (str.find), in order, none inside the previous match (as finditer)."""
     find, match = text.find, pattern.match
-    end = 0
-    at = find(word)
+    stop = len(text) if stop is None else stop
+    done = start  # no match starts before it: the start, then the end of the last match
+    at = find(word, start, stop)
     while at >= 0:
-        start = text.rfind("\n", 0, at)
-        m = match(text, start) if start >= end else None
+        line = text.rfind("\n", 0, at)
+        m = match(text, line, stop) if line >= done else None
         if m is not None:
-            end = m.end()
+            done = m.end()
             yield m
-            at = find(word, end)
+            at = find(word, done, stop)
             continue
-        line_end = find("\n", at)
+        line_end = find("\n", at, stop)
         if line_end < 0:
             return
-        at = find(word, line_end)
+        at = find(word, line_end, stop)
     return
 
 
@@ -437,7 +439,7 @@ def _returns(f: _File, name: str, class_kind: Callable[[str], str | None], alias
     end = _block_end(text, line_end) if line_end >= 0 else len(text)
     found: list[tuple[Kind | None, ...]] = []
     local: dict[str, Kind | None] | None = None
-    for m in _RETURN.finditer(text, start, end):
+    for m in _lines_with(text, "return", _RETURN, start, end):
         expr = m.group(1).strip()
         if expr.startswith("(") and expr.endswith(")") and _close(expr, 0) == len(expr):
             expr = expr[1:-1]
