@@ -57,8 +57,10 @@ def engine(files: list[Path]) -> None:
     options = Options(codes=tuple(registry.rules()))
     root = os.path.commonpath([str(p) for p in files])
     # the pre-pass over class headers, as `check` runs it before the analysis (semantic/projectclasses.py)
-    options.project = project_classes([(str(p), str(p)) for p in files], [root], options.max_bytes)
-    results = [analyse_file(str(path), str(path), options) for path in files]
+    # (in one process `check` keeps the bytes the pre-pass read for the analysis: each file is read once)
+    sources: dict[str, bytes] = {}
+    options.project = project_classes([(str(p), str(p)) for p in files], [root], options.max_bytes, sources)
+    results = [analyse_file(str(path), str(path), options, sources.pop(str(path), None)) for path in files]
     # Cross-file analysis on, as `check` runs it over a folder: the results are kept until the project pass
     # joins the facts every file left (rules/static/project.py).
     project_findings({}, results, options.codes, [root])

@@ -32,6 +32,28 @@ on top: main at the end of stop 30, 11.20 G bare, 17.15 G engine, **0.653**; wit
 stop 30's main 0.57x and 0.56x. The pre-pass costs about 0.10 CPU-s of the engine's ~1.5 over these 520 files
 (reading every file a second time, and regular expressions over whole texts): the CPU-second target is met
 without it and missed by about 0.04 with it.
+
+Then (checkp11) the pre-pass made cheaper, findings unchanged (sorted JSON, info included, of torch's three trees as
+one project and file by file, every fixture folder, 30 extracted repositories; and the pre-pass's tables): main
+b6131b7 11.23 G bare, 16.94 G engine, **0.663**; h-checkp11 4fda17a 11.26 G, 16.37 G, **0.688** (the engine 3.4 %
+fewer instructions; the pre-pass alone, measured apart over the same 520 files, 1.35 G -> 0.82 G). What moved it:
+each file is read once, its bytes kept from the pre-pass for the analysis when it runs in one process
+(`check.project_classes(..., sources)`, `engine.analyse_file(..., data)`); the searches of a whole text that were
+tried at every line (imports, a function's `return`s) or every character (`^` in MULTILINE mode, for where a block
+ends) are tried only at the lines that hold their word (str.find) or from the newline before a line; what a class
+builds asked once per name for the project, not once per assignment; the assignment patterns possessive, so a
+dotted name that fails is not given back part by part; module names worked out under roots resolved once (no stat
+of every root for every file, no os.path.relpath); the file's text lowered once per file, not once by the call
+sites and again by the resume words. bench_check_cpu.py --rounds 3 --no-torch, alternated, at load 6-11: main
+0.55x, 0.57x, 0.48x, 0.50x, 0.55x and the branch 0.54x, 0.56x, 0.53x, 0.54x, 0.55x: inside the load's noise. By
+the instruction figures the CPU-second target is still short by about 0.02 (0.663 was ~0.565x idle; 3.4 % fewer
+instructions, many of them the regular-expression engine's C, is ~0.58x). Where the rest is, in instructions of
+the engine's 16.4 G: the call sites left for the project pass 1.0 G (of it, lowering and searching each text for
+the evidence words ~0.24 G, the references handed as values 0.16 G, the context questions 0.23 G), TD205/TD210's
+softmax facts 0.9 G, the pre-pass 0.8 G (the assignments of 351 files read for 15 that build an object of a known
+kind: ~0.28 G). Tried and dropped: call sites only for names some project file defines (torch's tree defines nearly
+every name it calls: no call skipped); one pass for every called name before the per-name call searches (a pattern
+tried at every character cost more than the searches it spared).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ when it writes to a terminal.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
 from collections import Counter
@@ -102,15 +101,23 @@ def default_jobs() -> int:
     return max(1, min(cores, 8))
 
 
-def analyse(items: Sequence[tuple[str, str]], options, jobs: int | None) -> Iterator:
-    """FileResults in the order of `items`; across worker processes when there are many files."""
+def sequential(items: Sequence[tuple[str, str]], jobs: int | None) -> bool:
+    """Whether `analyse` runs in this process (one job, or too few files to pay for workers)."""
+    jobs = default_jobs() if jobs is None or jobs <= 0 else jobs
+    return jobs == 1 or len(items) < PARALLEL_MIN_FILES
+
+
+def analyse(items: Sequence[tuple[str, str]], options, jobs: int | None,
+            sources: dict[str, bytes] | None = None) -> Iterator:
+    """FileResults in the order of `items`; across worker processes when there are many files. `sources`: bytes
+    the pre-pass read (by path), handed on and let go file by file when the analysis runs in this process."""
     from torchdoctor.rules.static.engine import analyse_batch, analyse_file
 
-    jobs = default_jobs() if jobs is None or jobs <= 0 else jobs
-    if jobs == 1 or len(items) < PARALLEL_MIN_FILES:
+    if sequential(items, jobs):
         for path, display in items:
-            yield analyse_file(path, display, options)
+            yield analyse_file(path, display, options, sources.pop(path, None) if sources else None)
         return
+    jobs = default_jobs() if jobs is None or jobs <= 0 else jobs
     from concurrent.futures import ProcessPoolExecutor
 
     size = max(4, min(64, len(items) // (jobs * 8) or 1))
@@ -196,7 +203,10 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
     codes = tuple(r.code for r in registry.selected(settings.select, settings.ignore))
     options = Options(codes=codes, torch_version=settings.torch_version, max_bytes=settings.max_file_bytes)
     items = discover(request.paths, settings)
-    options.project = project_classes(items, _roots(request.paths), options.max_bytes)
+    # In one process the pre-pass's reads are kept for the analysis: each file is read once. Worker processes
+    # read their own files (the bytes would cost more to send them than to read again).
+    sources: dict[str, bytes] | None = {} if sequential(items, request.jobs) else None
+    options.project = project_classes(items, _roots(request.paths), options.max_bytes, sources)
     results = []
     files = 0
     not_analysed = 0
@@ -209,7 +219,7 @@ def build_report(request: CheckRequest, settings: Settings, stdin: bytes | None 
         contexts |= results_stdin.contexts
         results += results_stdin.results
     analysed = []
-    for file_result in analyse(items, options, request.jobs):
+    for file_result in analyse(items, options, request.jobs, sources):
         files += 1
         not_analysed += not file_result.analysed
         contexts |= file_result.contexts
@@ -247,30 +257,40 @@ def _roots(paths: Sequence[str]) -> list[str]:
         os.path.dirname(os.path.abspath(p)) for p in paths if p != "-"]
 
 
-def project_classes(items: Sequence[tuple[str, str]], roots: list[str], max_bytes: int):
+def project_classes(items: Sequence[tuple[str, str]], roots: list[str], max_bytes: int,
+                    sources: dict[str, bytes] | None = None):
     """The pre-pass: which classes of the checked `.py` files are torch modules (semantic/projectclasses.py), so a
     file's index knows a model class another file defines, and what callers in other files hand to each function's
     parameters (semantic/projectcalls.py). Only class headers are read; a file that cannot be
-    read is left to the analysis, which reports it."""
-    from torchdoctor.rules.static.project import module_name
+    read is left to the analysis, which reports it. `sources`, when given, keeps each file's bytes by path for the
+    analysis (engine.analyse_file), so that no file is read twice."""
+    from torchdoctor.rules.static.project import module_namer
     from torchdoctor.rules.static.semantic.projectclasses import build
+    from torchdoctor.rules.static.sources import UnreadableSource, read_source
 
+    module_name = module_namer(roots)
     texts: list[tuple[str, str]] = []
     paths: dict[str, str] = {}  # display path (as the engine names the file) -> module
     for path, display in items:
         if not path.endswith(".py"):
             continue
-        try:
-            info = os.stat(path)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-                continue  # a pipe or a device would block or never end: the analysis reports it
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                module = module_name(path, roots)
-                texts.append((module, fh.read()))
-                paths[display] = module
-        except OSError:
+        try:  # a pipe or a device would block or never end: the analysis reports it, as a file too large
+            data = read_source(path, path, max_bytes)
+        except UnreadableSource:
             continue
+        if sources is not None:
+            sources[path] = data
+        module = module_name(path)
+        texts.append((module, _text(data)))
+        paths[display] = module
     return build(texts, paths) if len(texts) > 1 else None
+
+
+def _text(data: bytes) -> str:
+    """The text the pre-pass reads: UTF-8 with undecodable bytes replaced and every line ending made `\\n`, as a
+    file opened in text mode reads (its patterns look for the newline before a line)."""
+    text = data.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _project_pass(request: CheckRequest, analysed: list, options) -> list:

@@ -1602,3 +1602,58 @@ def test_a_handed_kind_stays_with_its_parameter_when_a_sibling_method_reuses_the
     # file-wide in the index, so the handed kind would call that dict a pickled module object (TD704)
     files = {"models.py": HANDED_MODELS, "solver.py": HANDED_SOLVER, "main.py": HANDED_SOLVER_MAIN}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[0] == "solver.py"] == []
+
+
+# -- one read per file: the pre-pass's bytes handed to the analysis (check.project_classes) ----------------------------
+
+
+def test_the_pre_pass_keeps_each_files_bytes_and_the_analysis_from_them_is_the_same(tmp_path, monkeypatch):
+    from torchdoctor.check import project_classes
+    from torchdoctor.rules.static import registry
+    from torchdoctor.rules.static.engine import Options, analyse_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "engine.py").write_text(HANDED_ENGINE)
+    (tmp_path / "models.py").write_text(HANDED_MODELS)
+    (tmp_path / "notes.txt").write_text("not python")
+    items = [(p, p) for p in ("engine.py", "models.py", "notes.txt")]
+    sources: dict[str, bytes] = {}
+    table = project_classes(items, [str(tmp_path)], 1 << 20, sources)
+    assert table is not None and table.is_module_class("models.Net")
+    assert sources == {"engine.py": HANDED_ENGINE.encode(), "models.py": HANDED_MODELS.encode()}
+    options = Options(codes=tuple(registry.rules()), project=table)
+
+    def shown(result):
+        return [(r.finding.code, r.finding.line, r.finding.message) for r in result.results], result.facts
+
+    for path in ("engine.py", "models.py"):
+        assert shown(analyse_file(path, path, options, sources[path])) == shown(analyse_file(path, path, options))
+
+
+def test_the_pre_pass_reads_text_as_a_file_opened_in_text_mode(tmp_path):
+    from torchdoctor.check import _text
+
+    # Windows and old-Mac line endings, a byte that is not UTF-8, a BOM: the pre-pass's patterns see what
+    # `open(path, encoding="utf-8", errors="replace")` reads
+    data = b"\xef\xbb\xbfimport torch\r\nfrom models import Net\rx = '\xff'\r\n\r\ndef f():\n    return Net()\r"
+    (tmp_path / "a.py").write_bytes(data)
+    with open(tmp_path / "a.py", encoding="utf-8", errors="replace") as fh:
+        assert _text(data) == fh.read()
+    assert _text(b"plain\ntext\n") == "plain\ntext\n"
+
+
+def test_the_line_searches_find_what_the_patterns_find_over_the_whole_text():
+    from torchdoctor.rules.static.semantic import projectcalls
+
+    text = ("import os; import sys\nfrom a import (b,\n    important as c)\nfrom .d import e  # import f\n"
+            "x = 'import y'\n  import z\ndef g():\n    if x:\n        return Net(), y\n    return  w\n"
+            "    value = returned\n\treturn(v)\nclass H:\n    def i(self):\n        return self.j  # return\n")
+    lines = "\n" + text
+    expect = [(m.span(), m.groups()) for m in projectcalls._IMPORTS.finditer(lines)]
+    assert [(m.span(), m.groups()) for m in projectcalls._lines_with(lines, "import", projectcalls._IMPORTS)] == expect
+    assert len(expect) == 4  # `import os` (not `; import sys`), the parenthesised one, `.d`, the indented `z`
+    for start, stop in ((0, len(text)), (text.index("def g"), text.index("class H")), (5, 40)):
+        expect = [(m.span(), m.groups()) for m in projectcalls._RETURN.finditer(text, start, stop)]
+        found = projectcalls._lines_with(text, "return", projectcalls._RETURN, start, stop)
+        assert [(m.span(), m.groups()) for m in found] == expect
+    assert len(list(projectcalls._RETURN.finditer(text))) == 3

@@ -498,12 +498,13 @@ def _syntax_error(unit: Unit, exc: SyntaxError) -> Result:
 # -- files ------------------------------------------------------------------------------------
 
 
-def analyse_file(path: str, display: str, options: Options) -> FileResult:
-    """Read and analyse one file; unreadable files become a TD000 result."""
+def analyse_file(path: str, display: str, options: Options, data: bytes | None = None) -> FileResult:
+    """Read and analyse one file; unreadable files become a TD000 result. `data`: the file's bytes when the
+    project pre-pass has read them already (check.project_classes), so a file is read once."""
     table = registry.rules()
     rules = [table[c] for c in options.codes if c in table]
     try:
-        unit = read_unit(path, display, options.max_bytes)
+        unit = read_unit(path, display, options.max_bytes) if data is None else unit_from_bytes(display, data)
     except UnreadableSource as exc:
         return _unreadable(display, str(exc))
     result = analyse_unit(unit, rules, options.torch_version, options.project)
@@ -527,8 +528,8 @@ def project_findings(units: dict[str, Unit | None], results: list[FileResult], c
     """Run the project pass over the files' facts; `units` gives each display path's source (None: read it)."""
     from torchdoctor.rules.static import project
 
-    files = [project.ProjectFile(r.path, project.module_name(r.read_path or r.path, roots), r.facts)
-             for r in results if r.facts]
+    module_name = project.module_namer(roots)
+    files = [project.ProjectFile(r.path, module_name(r.read_path or r.path), r.facts) for r in results if r.facts]
     if not files:
         return []
     where = {r.path: r.read_path or r.path for r in results}

@@ -148,7 +148,15 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._samplers_in_text: bool | None = None  # bindings.py
         self._assigned_names: frozenset[str] | None = None  # flow.py
         self._contexts: frozenset[str] | None = None  # contexts.py
+        self._lowered: str | None = None  # the source in lower case (`lowered`)
         self._build()
+
+    def lowered(self) -> str:
+        """The file's text in lower case, made once per file: the call sites' evidence and the resume words are
+        both searched for in it, and lowering a whole text costs as much as several searches of it."""
+        if self._lowered is None:
+            self._lowered = self.source.lower()
+        return self._lowered
 
     def _build(self) -> None:
         # The order matters: names first (calls resolve through aliases), classes before bindings (a local

@@ -84,26 +84,43 @@ class Project:
 
 def module_name(display: str, roots: list[str]) -> str:
     """`src/pkg/model.py` below the checked folder `src` -> `pkg.model`; `__init__.py` names its package."""
-    absolute = os.path.abspath(display)
-    best = None
+    return module_namer(roots)(display)
+
+
+def module_namer(roots: list[str]) -> Callable[[str], str]:
+    """`module_name` for many files under the same roots: what each root gives (its absolute path, the folder
+    names are taken below) is worked out once, not once per file (a stat of every root for every file)."""
+    cwd = os.getcwd()
+    bases: list[tuple[str, str, str]] = []  # (absolute root, its prefix for the files below it, base folder)
     for root in roots:
         root = os.path.abspath(root)
-        if absolute == root or absolute.startswith(root.rstrip(os.sep) + os.sep):
-            base = root if os.path.isdir(root) else os.path.dirname(root)
-            # A package folder named on the command line (`check train.py datasets/`) keeps its own name:
-            # `datasets/Denoise_dataset.py` is `datasets.Denoise_dataset`, as `from datasets.Denoise_dataset
-            # import ...` in train.py spells it (a module is also found by any tail of its name).
-            if os.path.isdir(root) and root != os.getcwd() and os.path.basename(root).isidentifier():
-                base = os.path.dirname(root)
-            rel = os.path.relpath(absolute, base)
-            if best is None or len(rel) < len(best):
-                best = rel
-    rel = best if best is not None else os.path.basename(absolute)
-    stem = os.path.splitext(rel)[0].replace(os.sep, "/")
-    parts = [p for p in stem.split("/") if p and p != "."]
-    if parts and parts[-1] == "__init__":
-        parts = parts[:-1]
-    return ".".join(parts)
+        is_dir = os.path.isdir(root)
+        base = root if is_dir else os.path.dirname(root)
+        # A package folder named on the command line (`check train.py datasets/`) keeps its own name:
+        # `datasets/Denoise_dataset.py` is `datasets.Denoise_dataset`, as `from datasets.Denoise_dataset
+        # import ...` in train.py spells it (a module is also found by any tail of its name).
+        if is_dir and root != cwd and os.path.basename(root).isidentifier():
+            base = os.path.dirname(root)
+        bases.append((root, root.rstrip(os.sep) + os.sep, base))
+
+    def name(display: str) -> str:
+        absolute = os.path.abspath(display)
+        best = None
+        for root, prefix, base in bases:
+            if absolute == root or absolute.startswith(prefix):
+                # the path below `base` (`os.path.relpath`'s answer: both paths are absolute and normalised, and
+                # the file is below the root, which is `base` or the folder below it), cut out of the string
+                rel = "." if absolute == base else absolute[len(base.rstrip(os.sep)) + 1:]
+                if best is None or len(rel) < len(best):
+                    best = rel
+        rel = best if best is not None else os.path.basename(absolute)
+        stem = os.path.splitext(rel)[0].replace(os.sep, "/")
+        parts = [p for p in stem.split("/") if p and p != "."]
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        return ".".join(parts)
+
+    return name
 
 
 def run(files: list[ProjectFile], codes: tuple[str, ...]) -> dict[str, list[ProjectHit]]:

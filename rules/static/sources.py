@@ -271,7 +271,16 @@ def _not_regular(kind: str) -> UnreadableSource:
 
 
 def read_unit(path: str, display: str, max_bytes: int) -> Unit:
-    """Read one file for analysis; raises UnreadableSource with a one-line reason.
+    """Read one file for analysis; raises UnreadableSource with a one-line reason."""
+    notebook = display.endswith(".ipynb")
+    unit = unit_from_bytes(display, read_source(path, display, max_bytes))
+    if notebook and len(unit.text.encode("utf-8")) > max_bytes:
+        raise _too_large("its code", len(unit.text.encode("utf-8")), max_bytes)
+    return unit
+
+
+def read_source(path: str, display: str, max_bytes: int) -> bytes:
+    """One file's bytes, for the analysis or the project pre-pass; raises UnreadableSource with a one-line reason.
 
     Only regular files are read: a named pipe would block forever and a device
     such as /dev/zero never ends. The file is opened without blocking and
@@ -293,15 +302,11 @@ def read_unit(path: str, display: str, max_bytes: int) -> Unit:
             cap = max_bytes * NOTEBOOK_FILE_ALLOWANCE if notebook else max_bytes
             if info.st_size > cap:
                 raise _too_large("the file", info.st_size, cap)
-            data = fh.read()
+            return fh.read()
     except UnreadableSource:
         raise
     except OSError as exc:
         raise UnreadableSource(f"cannot read the file: {exc.strerror or exc}") from None
-    unit = unit_from_bytes(display, data)
-    if notebook and len(unit.text.encode("utf-8")) > max_bytes:
-        raise _too_large("its code", len(unit.text.encode("utf-8")), max_bytes)
-    return unit
 
 
 def _too_large(what: str, size: int, limit: int) -> UnreadableSource:

@@ -819,7 +819,7 @@ def _resumes(ctx: Context) -> bool:
                 or any(not _in_memory_weights(index, c) and not _pretrained_weights(index, kwarg(c, "state_dict", 0), c)
                        and not _evaluation_only(index, c) for c in index.method_calls("load_state_dict")):
             return True  # weights read back into a model: `--netG PATH` "to continue training", `--epoch N`
-        if ctx.source.isascii() and not _may_name_resume(ctx.source.lower()):
+        if ctx.source.isascii() and not _may_name_resume(index.lowered()):
             return False  # no name of the file can hold a resume word: the walk of the whole tree is skipped
         return any(_RESUME_WORDS.search(dotted(n) or "") and not _evaluation_only(index, n) for n in subtree(ctx.tree)
                    if isinstance(n, ast.Name | ast.Attribute))

@@ -203,7 +203,7 @@ class CallSites:
         mode evidence is searched for here; the rank and multi-process evidence, whose questions start with a
         cheaper test of their own, only when `_site_word` reaches it (rank_zero and multi_process stay possible)."""
         if self._site_words is None:
-            lowered = self.source.lower()
+            lowered = self.lowered()  # type: ignore[attr-defined]
             found = {word for word, marks in _EVIDENCE.items() if any(m in lowered for m in marks)}
             self._site_words = frozenset(found | {"rank_zero", "multi_process"})
         return self._site_words

@@ -33,12 +33,17 @@ from dataclasses import dataclass, field
 _IMPORTS = re.compile(r"\n[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))")
 # module-level `def name(` and `class Name`
 _TOP = re.compile(r"\n(def|class)[ \t]+(\w+)")
-_COLUMN_ZERO = re.compile(r"^[^\s#)]", re.M)
+# a line that starts at column 0 (code, not a comment or a closing bracket): where a top-level block ends. Searched
+# from the newline before it, not as `^` in MULTILINE mode, which is tried at every character of the block.
+_COLUMN_ZERO = re.compile(r"\n[^\s#)]")
 _INIT = re.compile(r"^([ \t]+)def[ \t]+__init__[ \t]*\(", re.M)
 # `name = Callee(`, `self.name: T = mod.Callee(`: a plain assignment of a call's value. (The patterns of whole lines start with the newline before them, a literal the search skips ahead to: `^` in
 # MULTILINE mode is tried at every character.) An assignment is found by its `= Callee(` (a callee whose last part
 # is capitalised: only classes have kinds), then its target is read back on its line.
-_ASSIGNED = re.compile(r"=[ \t]*((?:[A-Za-z_]\w*\.)*[A-Z]\w*)[ \t]*\(")
+# (Possessive: a dotted name is never given back part by part, as no shorter one can be followed by `(`: most `=` of
+# a file are followed by a name that fails, and backtracking through it was a third of the search.)
+_ASSIGNED = re.compile(r"=[ \t]*+((?:[A-Za-z_]\w*+\.)*+[A-Z]\w*+)[ \t]*+\(")
+_CALLED = re.compile(r"=[ \t]*+(\w++(?:\.\w++)*+)[ \t]*+\(")  # `= build_model(`, `= models.build(`
 _TARGET = re.compile(r"[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?")
 _PLAIN = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 _KEYWORD = re.compile(r"([A-Za-z_]\w*)[ \t]*=(?!=)")
@@ -71,13 +76,19 @@ class _File:
                 sig = _signature(self.text, at, bound=False) if at >= 0 else None
             elif name in self.classes:
                 start = self.text.find("\n", self.classes[name]) + 1  # the lines after the class's header
-                top = _COLUMN_ZERO.search(self.text, start) if start > 0 else None  # where the class ends
-                body = self.text[start:top.start() if top is not None else len(self.text)] if start > 0 else ""
+                body = self.text[start:_block_end(self.text, start - 1)] if start > 0 else ""
                 init = _INIT.search(body)
                 if init is not None:
                     sig = _signature(body, init.end() - 1, bound=True)
             self._signatures[name] = sig
         return self._signatures[name]
+
+
+def _block_end(text: str, newline: int) -> int:
+    """Where the block whose lines follow the newline at `newline` ends: the start of the next line at column 0,
+    or the end of the text."""
+    top = _COLUMN_ZERO.search(text, newline)
+    return top.start() + 1 if top is not None else len(text)
 
 
 def _close(text: str, start: int) -> int:
@@ -116,6 +127,9 @@ def _close(text: str, start: int) -> int:
 
 def _split(inner: str) -> list[str]:
     """Top-level comma-separated parts of an argument or parameter list."""
+    if "," not in inner:  # one part (most `return` values): no character needs reading
+        inner = inner.strip()
+        return [inner] if inner else []
     parts, depth, quote, start, i = [], 0, "", 0, 0
     while i < len(inner):
         ch = inner[i]
@@ -173,10 +187,34 @@ def _relative(module: str, spelled: str) -> str:
     return ".".join([*base, rest] if rest else base)
 
 
+def _lines_with(text: str, word: str, pattern: re.Pattern[str], start: int = 0,
+                stop: int | None = None) -> Iterable[re.Match[str]]:
+    """`pattern.finditer(text, start, stop)` for a pattern that starts at a newline and needs `word` on that line,
+    several times faster: a pattern starting with a newline is tried at every line of the text, this only at the
+    lines that hold the word (str.find), in order, none inside the previous match (as finditer)."""
+    find, match = text.find, pattern.match
+    stop = len(text) if stop is None else stop
+    done = start  # no match starts before it: the start, then the end of the last match
+    at = find(word, start, stop)
+    while at >= 0:
+        line = text.rfind("\n", 0, at)
+        m = match(text, line, stop) if line >= done else None
+        if m is not None:
+            done = m.end()
+            yield m
+            at = find(word, done, stop)
+            continue
+        line_end = find("\n", at, stop)
+        if line_end < 0:
+            return
+        at = find(word, line_end, stop)
+    return
+
+
 def _read(module: str, text: str) -> _File:
     f = _File(module, text)
     lines = "\n" + text  # offsets below are one past the text's own
-    for m in _IMPORTS.finditer(lines):
+    for m in _lines_with(lines, "import", _IMPORTS):
         if m.group(1) is not None:
             source = _relative(module, m.group(1))
             for part in m.group(2).strip("()").replace("\n", " ").split(","):
@@ -357,10 +395,9 @@ def _kinds(f: _File, class_kind: Callable[[str], str | None], aliases: dict[str,
         kinds[name] = (kind[0], before[1] if kind[2] else kind[1], kind[2] or before[2])
 
     if factories:  # `model = build_model(cfg)`, `model, criterion = build(args)` with `build` of another file
-        pattern = re.compile(r"=[ \t]*(" + "|".join(re.escape(n) for n in sorted(factories, key=len, reverse=True))
-                             + r")[ \t]*\(")
-        for m in pattern.finditer(text, start, end):
-            if m.start() and text[m.start() - 1] in "=!<>":
+        # every `= name(` read once, its name looked up (not a pattern of the file's factories compiled per file)
+        for m in _CALLED.finditer(text, start, end):
+            if m.group(1) not in factories or m.start() and text[m.start() - 1] in "=!<>":
                 continue
             line = text[text.rfind("\n", 0, m.start()) + 1:m.start()].strip()
             names = [n.strip() for n in line.strip("()[]").split(",")]
@@ -399,11 +436,10 @@ def _returns(f: _File, name: str, class_kind: Callable[[str], str | None], alias
     text = f.text
     start = f.defs[name]
     line_end = text.find("\n", start)
-    top = _COLUMN_ZERO.search(text, line_end + 1) if line_end >= 0 else None
-    end = top.start() if top is not None else len(text)
+    end = _block_end(text, line_end) if line_end >= 0 else len(text)
     found: list[tuple[Kind | None, ...]] = []
     local: dict[str, Kind | None] | None = None
-    for m in _RETURN.finditer(text, start, end):
+    for m in _lines_with(text, "return", _RETURN, start, end):
         expr = m.group(1).strip()
         if expr.startswith("(") and expr.endswith(")") and _close(expr, 0) == len(expr):
             expr = expr[1:-1]

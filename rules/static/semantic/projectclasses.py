@@ -158,8 +158,19 @@ def _handed(texts: dict[str, str], classes: ProjectClasses):
 
     vocab = vocabulary()
     names = vocab["names"]
+    # what a qualified class builds, once per name for the whole project: files ask the same few classes
+    # (`nn.Linear`, `DataLoader`) over and over, each answer a dozen prefix tests
+    kinds: dict[str, str | None] = {}
+
+    def kind_of(q: str) -> str | None:
+        try:
+            return kinds[q]
+        except KeyError:
+            kind = kinds[q] = class_kind(canonical(q), names, classes)
+            return kind
+
     try:
-        return projectcalls.build(texts.items(), lambda q: class_kind(canonical(q), names, classes), name_kind,
-                                  vocab["conventional_aliases"], lambda q: wrapper_of(canonical(q), names))
+        return projectcalls.build(texts.items(), kind_of, name_kind, vocab["conventional_aliases"],
+                                  lambda q: wrapper_of(canonical(q), names))
     except (RecursionError, MemoryError, ValueError, IndexError, KeyError):  # a bug of ours: the files are still checked
         return projectcalls.HandedKinds()
