@@ -402,7 +402,8 @@ class CheckpointProbe(Probe):
             self.optimizer_loads += 1
         if what == "scheduler":
             try:
-                self.restored_schedulers[obj] = site
+                # the script's call, above the scheduler class's own override calling super().load_state_dict
+                self.restored_schedulers[obj] = here(_outside_own_methods(sys._getframe(1), obj))
                 # a SequentialLR / ChainedScheduler restores its children's state itself (no load_state_dict of theirs)
                 for child in list(getattr(obj, "_schedulers", None) or [])[:16]:
                     self.restored_schedulers[child] = site
@@ -528,6 +529,19 @@ class CheckpointProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _outside_own_methods(frame: Any, obj: Any, depth: int = 12) -> Any:
+    """The frame that called a method of `obj`: above the frames of `obj`'s own methods (a scheduler class of the
+    script's whose load_state_dict calls super().load_state_dict is not where the script restores it)."""
+    found = current = frame
+    for _ in range(depth):
+        if current is None:
+            break
+        if current.f_locals.get("self") is obj:
+            found = current.f_back
+        current = current.f_back
+    return found
 
 
 def _optimizer_state_entries(obj: Any) -> int | None:

@@ -1086,3 +1086,31 @@ def test_an_evaluation_through_the_training_steps_backward_is_backward_in_valida
     assert found[0]["location"]["line"] == line_of("backward_elsewhere.py", "total = sum(forward_backward(x, y)")
     values = found[0]["evidence"][0]["values"]
     assert values["windows"] == 6 and values["usual_micro_steps"] == 1 and values["function"] == "eval_nll", values
+
+
+@pytest.mark.heavy  # a training run per case, each resuming from a checkpoint an earlier process writes (~5 s each)
+@pytest.mark.parametrize(("how", "where", "also"), [
+    # NAS-Bench-201 #19: the optimizer comes back, the MultiStepLR built before the restore counts from zero
+    ("fresh", 'optimizer.load_state_dict(checkpoint["optimizer"])', "MultiStepLR(optimizer, milestones=[3, 6]"),
+    # pytorch-gradual-warmup-lr #27: the restored scheduler's follow-up drives the optimizer copy pickled with it
+    ("stale", 'scheduler.load_state_dict(checkpoint["scheduler"])', "scheduler = Warmup(optimizer, 2, after)"),
+    ("restored", None, None),
+    ("last-epoch", None, None),
+    ("positioned", None, None),
+    ("stale-fixed", None, None),
+])
+def test_a_resume_whose_schedule_does_not_come_back_with_the_optimizer_is_named(tmp_path_factory, validate_report,
+                                                                                 how, where, also):
+    result = shared_run(tmp_path_factory, f"resume-scheduler-{how}", "resume_scheduler.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"resumed {how}" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if where is None:
+        assert not found, found  # restored, built with last_epoch, or placed with step(epoch): the schedule goes on
+        return
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_scheduler.py", where), found[0]
+    lines = [(e.get("location") or {}).get("line") for e in found[0]["evidence"]]
+    assert lines[1:] == [line_of("resume_scheduler.py", also)], found[0]
+    assert found[0]["evidence"][0]["values"]["how"] == f"scheduler-{how}"
