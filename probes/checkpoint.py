@@ -323,6 +323,11 @@ class CheckpointProbe(Probe):
         if folder is not None:
             described["dir"] = folder
         self._emit("load", **described)
+        if self.model_restore_site is None and not self.step and _holds_module(result, torch):
+            # a pickled nn.Module taken back whole (`model = torch.load(path)["model"]`) restores the weights as
+            # load_state_dict does: the same resume judgements apply
+            self.model_restore_site = described["site"]
+            self.model_restore_stack = _user_stack()
         if "model" in described["holds"] and "optimizer" not in described["holds"] and not self.step:
             self.weights_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                  "position": "epoch" in described["holds"] or "step" in described["holds"]}
@@ -529,6 +534,13 @@ class CheckpointProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _holds_module(obj: Any, torch: Any) -> bool:
+    """Whether a loaded object is an nn.Module or a mapping with one among its first values."""
+    if isinstance(obj, torch.nn.Module):
+        return True
+    return isinstance(obj, Mapping) and any(isinstance(v, torch.nn.Module) for v in list(obj.values())[:64])
 
 
 def _outside_own_methods(frame: Any, obj: Any, depth: int = 12) -> Any:

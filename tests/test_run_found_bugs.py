@@ -1114,3 +1114,43 @@ def test_a_resume_whose_schedule_does_not_come_back_with_the_optimizer_is_named(
     lines = [(e.get("location") or {}).get("line") for e in found[0]["evidence"]]
     assert lines[1:] == [line_of("resume_scheduler.py", also)], found[0]
     assert found[0]["evidence"][0]["values"]["how"] == f"scheduler-{how}"
+
+
+@pytest.mark.heavy  # a training run per case, each resuming from a checkpoint an earlier process writes (~5 s each)
+@pytest.mark.parametrize("how", ["bug", "healthy", "pretrained"])
+def test_a_resume_that_takes_the_pickled_model_back_whole_is_judged_like_a_weights_restore(tmp_path_factory,
+                                                                                          validate_report, how):
+    # `model = torch.load(path)["model"]` restores the weights as load_state_dict does: a fresh optimizer that never
+    # gets the checkpoint's state is the same empty resume; a fine-tune from a pretrained pickle stays silent
+    result = shared_run(tmp_path_factory, f"resume-whole-model-{how}", "resume_whole_model.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"resumed {how}" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_whole_model.py", "checkpoint = torch.load(path"), found[0]
+    assert found[0]["evidence"][0]["values"]["how"] == "never-loaded"
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "guarded", "measure", "adapt"])
+def test_a_phase_loop_that_steps_in_its_validation_phase_is_backward_in_validation(tmp_path_factory,
+                                                                                   validate_report, how):
+    # pose-ae-train #11: one helper runs zero_grad/backward/step for `phase in ["train", "valid"]`, never in eval
+    # mode; the guarded loop, a gradient measured and zeroed in the val phase, and a test-time adaptation with its
+    # own optimizer stay silent
+    result = shared_run(tmp_path_factory, f"phase-loop-{how}", "phase_loop_backward.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"done {how}" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("phase_loop_backward.py", "loss.backward()"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["phase_variable"] == "phase" and values["phase"] == "val" and values["windows"] >= 2, values
