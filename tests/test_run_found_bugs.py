@@ -1154,3 +1154,22 @@ def test_a_phase_loop_that_steps_in_its_validation_phase_is_backward_in_validati
     assert found[0]["location"]["line"] == line_of("phase_loop_backward.py", "loss.backward()"), found[0]
     values = found[0]["evidence"][0]["values"]
     assert values["phase_variable"] == "phase" and values["phase"] == "val" and values["windows"] >= 2, values
+
+
+@pytest.mark.heavy  # a training run per case (~3 s each)
+@pytest.mark.parametrize("how", ["bug", "stepped", "sequential", "plateau"])
+def test_a_scheduler_that_is_never_stepped_is_named_where_it_was_built(tmp_path_factory, validate_report, how):
+    # cp-vton-plus #69: the LambdaLR decay is built and never stepped; stepped, chained in a SequentialLR (whose
+    # parts it steps) or a plateau scheduler stepped per epoch stay silent
+    result = shared_run(tmp_path_factory, f"scheduler-never-stepped-{how}", "scheduler_never_stepped.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"done {how}" in result.stdout + result.stderr
+    found = result.symptoms("scheduler-never-stepped")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("scheduler_never_stepped.py", "scheduler = lr_scheduler.LambdaLR")
+    values = found[0]["evidence"][0]["values"]
+    assert values["scheduler"] == "LambdaLR" and values["optimizer_steps"] == 30, values
