@@ -150,6 +150,15 @@ class AccumulationProbe(Probe):
         # first stack (with lines) of each, kept only until a zero_grad() clears what they added.
         self.path_dense = int(opt.get("path_dense_windows", 16))
         self.path_every = int(opt.get("path_every", 64))
+        # The phase a backward runs in, when the script names it (`for phase in ["train", "val"]`, `mode="test"`):
+        # read from the user's frames on the backwards of the first path_dense_windows steps, then on every
+        # phase_every-th backward. Per window: the first backward in an evaluation phase (the gradients of a
+        # validation batch the step applies) and whether one ran in a training phase; per optimizer, the tallies.
+        self.phase_every = int(opt.get("phase_every", 8))
+        self.window_phase: dict[str, Any] | None = None
+        self.window_train_phase = False
+        self.phase_eval: dict[int, dict[str, Any]] = {}  # id(optimizer) -> windows, first backward, the phase
+        self.phase_train: dict[int, int] = {}  # id(optimizer) -> windows with a backward in a training phase
         self.windows_seen = 0
         self.user_code: dict[Any, bool] = {}  # code object -> is it the user's (cached: read per frame)
         self.window_paths: dict[tuple, tuple] = {}  # path -> its first stack in this window, (code, line) pairs
@@ -234,6 +243,7 @@ class AccumulationProbe(Probe):
         self.window_zeroed = []
         self.window_hist[n] = self.window_hist.get(n, 0) + 1
         self._close_paths(n)
+        self._close_phase(optimizer)
         # retained: one graph's losses read one by one; moved: the parameters changed between the micro-steps
         # (SAM's ascent step, a lookahead): each backward was taken at other weights and its gradient used there
         if n >= 2 and zeroed and not retained and not moved:
@@ -260,6 +270,7 @@ class AccumulationProbe(Probe):
                 if not probe.stepping:
                     probe.window_zeroed.append((owner, site))
                     probe.window_paths.clear()  # their gradients are gone: the step will not apply them
+                    probe.window_phase, probe.window_train_phase = None, False
                 probe.micro = probe.forwards = 0
             return original(owner, *args, **kwargs)
 
@@ -294,6 +305,8 @@ class AccumulationProbe(Probe):
             self._closure_backward()
         if self._want_path():
             self._note_path()
+        if not self.stepping and (self.windows_seen < self.path_dense or self.backwards % self.phase_every == 0):
+            self._note_phase()
         self.micro += 1
         if not self.window and self.params:
             self.window_version = self._param_version()
@@ -339,6 +352,45 @@ class AccumulationProbe(Probe):
         path = tuple(stack)  # the functions and the lines: a validation loop calling the training step's helper
         if path and path not in self.window_paths and len(self.window_paths) < 8:
             self.window_paths[path] = tuple(stack)
+
+    def _note_phase(self) -> None:
+        """The phase this backward runs in, from the innermost user frame holding a phase-like local (`phase`,
+        `mode`, `split`, `stage`) whose value names training or evaluation; with the backward's own line."""
+        frame = sys._getframe(2)
+        backward_site = None
+        for _ in range(24):
+            if frame is None:
+                return
+            code = frame.f_code
+            user = self.user_code.get(code)
+            if user is None:
+                user = self.user_code[code] = not is_library_file(code.co_filename)
+            if user:
+                if backward_site is None:
+                    backward_site = _frame_site(code, frame.f_lineno)
+                names = frame.f_locals
+                for name in PHASE_NAMES:
+                    value = names.get(name)
+                    if isinstance(value, str):
+                        word = value.strip().lower()
+                        if word in EVAL_PHASES:
+                            if self.window_phase is None:
+                                self.window_phase = {"site": backward_site, "name": name, "value": value[:20],
+                                                     "phase_site": _frame_site(code, frame.f_lineno)}
+                            return
+                        if word in TRAIN_PHASES:
+                            self.window_train_phase = True
+                            return
+            frame = frame.f_back
+
+    def _close_phase(self, optimizer: Any) -> None:
+        key = id(optimizer)
+        if self.window_phase is not None and (key in self.phase_eval or len(self.phase_eval) < 4):
+            entry = self.phase_eval.setdefault(key, {"windows": 0, "first_step": self.steps, **self.window_phase})
+            entry["windows"] += 1
+        if self.window_train_phase and (key in self.phase_train or len(self.phase_train) < 4):
+            self.phase_train[key] = self.phase_train.get(key, 0) + 1
+        self.window_phase, self.window_train_phase = None, False
 
     def _close_paths(self, n: int) -> None:
         """A window of `n` backwards ended with an optimizer step: tally the paths whose gradients it applied (a
@@ -559,6 +611,16 @@ class AccumulationProbe(Probe):
             self._dropped(self.micro, "end")
         self._summary("accumulation-summary", reason)
         self._extra_paths()
+        self._phase_steps()
+
+    def _phase_steps(self) -> None:
+        """Optimizer steps that applied gradients of a backward run in an evaluation phase, by an optimizer that
+        also stepped on backwards of a training phase: the phase loop backpropagates its validation batches."""
+        for key, entry in self.phase_eval.items():
+            train = self.phase_train.get(key, 0)
+            if train:
+                self.emit("backward-in-phase", train_windows=train, steps=self.steps, **entry)
+                return
 
     def _extra_paths(self) -> None:
         """Backwards from a call path that no window of the usual size ever took, in windows grown past that size,
@@ -589,6 +651,13 @@ class AccumulationProbe(Probe):
                   windows_by_size={str(n): c for n, c in sorted(self.window_hist.items())},
                   stack=[_frame_site(code, line) for code, line in entry["stack"]],
                   usual_stack=[_frame_site(code, line) for code, line in usual_stack])
+
+
+# Locals that name the phase a loop is in, and the values that mean training or evaluation
+PHASE_NAMES = ("phase", "mode", "split", "stage")
+EVAL_PHASES = frozenset({"val", "valid", "validation", "validate", "eval", "evaluate", "evaluation", "test",
+                         "testing", "dev"})
+TRAIN_PHASES = frozenset({"train", "training", "fit"})
 
 
 def _frame_site(code: Any, line: int | None) -> dict[str, Any]:

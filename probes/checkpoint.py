@@ -48,6 +48,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.patches import subclasses_of
 from torchdoctor.probes.scalers import scaler_watch
+from torchdoctor.probes.schedule import _outside_own_init
 from torchdoctor.probes.sites import here
 from torchdoctor.probes.transparent import transparent
 
@@ -106,6 +107,9 @@ class CheckpointProbe(Probe):
         self.weights_load: dict[str, Any] | None = None
         self.optimizer_loads = 0
         self.resume_checked = False
+        # Schedulers after a resume: where each was built, and which were restored (and where)
+        self.scheduler_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.restored_schedulers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
     def _emit(self, kind: str, **fields: Any) -> None:
@@ -126,11 +130,15 @@ class CheckpointProbe(Probe):
     # -- what a run has, to resume ---------------------------------------------------------------
 
     def _wrap_init(self, original: Any, into: weakref.WeakSet) -> Any:
+        probe = self
+
         def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
             original(obj, *args, **kwargs)
             try:
                 into.add(obj)
-            except TypeError:
+                if obj not in probe.scheduler_sites:  # the outermost construction: the script's line
+                    probe.scheduler_sites[obj] = here(_outside_own_init(sys._getframe(1), obj))
+            except Exception:  # noqa: BLE001 - an unhashable scheduler, an odd frame: never the script's problem
                 pass
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -315,6 +323,11 @@ class CheckpointProbe(Probe):
         if folder is not None:
             described["dir"] = folder
         self._emit("load", **described)
+        if self.model_restore_site is None and not self.step and _holds_module(result, torch):
+            # a pickled nn.Module taken back whole (`model = torch.load(path)["model"]`) restores the weights as
+            # load_state_dict does: the same resume judgements apply
+            self.model_restore_site = described["site"]
+            self.model_restore_stack = _user_stack()
         if "model" in described["holds"] and "optimizer" not in described["holds"] and not self.step:
             self.weights_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                  "position": "epoch" in described["holds"] or "step" in described["holds"]}
@@ -392,6 +405,15 @@ class CheckpointProbe(Probe):
         self._emit("load-state-dict", what=what, type=type(obj).__name__, site=site, at_step=self.step)
         if what == "optimizer":
             self.optimizer_loads += 1
+        if what == "scheduler":
+            try:
+                # the script's call, above the scheduler class's own override calling super().load_state_dict
+                self.restored_schedulers[obj] = here(_outside_own_methods(sys._getframe(1), obj))
+                # a SequentialLR / ChainedScheduler restores its children's state itself (no load_state_dict of theirs)
+                for child in list(getattr(obj, "_schedulers", None) or [])[:16]:
+                    self.restored_schedulers[child] = site
+            except TypeError:
+                pass
         if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
             self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
         elif what == "optimizer" and not getattr(obj, "state", None) and self.loaded_empty is None and not self.step:
@@ -437,7 +459,12 @@ class CheckpointProbe(Probe):
         self.resume_checked = True
         self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
         if getattr(optimizer, "state", None):
-            return  # the stepping optimizer holds state: restored, or nothing to judge
+            # the stepping optimizer holds state: restored (a resume), or nothing to judge. After a resume, the
+            # schedules that drive it must go on from where they were too
+            restored = [stack for ref, _, stack in self.restored if ref() is optimizer]
+            if restored:
+                self._check_schedulers(optimizer, restored[-1], step)
+            return
         # a restored optimizer that is gone (garbage once replaced) is not the stepping one either
         restored = [(kind, stack) for ref, kind, stack in self.restored if ref() is not optimizer]
         if restored:
@@ -478,8 +505,55 @@ class CheckpointProbe(Probe):
                        dir=self.weights_load["dir"], position=self.weights_load["position"],
                        model_site=self.model_restore_site, at_step=step)
 
+    def _check_schedulers(self, optimizer: Any, restore_stack: list[Any], step: int) -> None:
+        """After a resume whose optimizer state was restored: a scheduler on that optimizer that was restored
+        but drives another optimizer through a scheduler it holds (a nested one pickled with its own optimizer
+        and put back by load_state_dict), or one never restored whose count starts at zero (kept for `finish`:
+        a later step(epoch) may still position it)."""
+        from torch.optim.lr_scheduler import LRScheduler
+
+        restore_site = _as_site(restore_stack)
+        for sched in list(self.schedulers)[:16]:
+            if getattr(sched, "optimizer", None) is not optimizer or type(sched).__name__ == "ReduceLROnPlateau":
+                continue
+            if sched in self.restored_schedulers:
+                for name, value in list(vars(sched).items())[:64]:
+                    if isinstance(value, LRScheduler) and getattr(value, "optimizer", None) is not optimizer:
+                        self._emit("resume-scheduler", how="stale", scheduler_type=type(sched).__name__,
+                                   inner=name, inner_type=type(value).__name__,
+                                   restore_site=self.restored_schedulers.get(sched),
+                                   built_site=self.scheduler_sites.get(sched), at_step=step)
+                        return
+            elif getattr(sched, "last_epoch", 1) <= 0:
+                # its count starts at zero while the optimizer goes on; the analysis checks, with the schedule
+                # probe's record of this scheduler, that no step(epoch) positioned it later and that it stepped
+                self._emit("resume-scheduler", how="fresh", scheduler_type=type(sched).__name__,
+                           built_site=self.scheduler_sites.get(sched), restore_site=restore_site,
+                           restored_type=type(optimizer).__name__, at_step=step)
+                return
+
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _holds_module(obj: Any, torch: Any) -> bool:
+    """Whether a loaded object is an nn.Module or a mapping with one among its first values."""
+    if isinstance(obj, torch.nn.Module):
+        return True
+    return isinstance(obj, Mapping) and any(isinstance(v, torch.nn.Module) for v in list(obj.values())[:64])
+
+
+def _outside_own_methods(frame: Any, obj: Any, depth: int = 12) -> Any:
+    """The frame that called a method of `obj`: above the frames of `obj`'s own methods (a scheduler class of the
+    script's whose load_state_dict calls super().load_state_dict is not where the script restores it)."""
+    found = current = frame
+    for _ in range(depth):
+        if current is None:
+            break
+        if current.f_locals.get("self") is obj:
+            found = current.f_back
+        current = current.f_back
+    return found
 
 
 def _optimizer_state_entries(obj: Any) -> int | None:

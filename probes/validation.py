@@ -73,7 +73,7 @@ MIB = 2**20
 
 class _Forward:
     __slots__ = ("model", "name", "grad", "train", "droppers", "site", "step", "trained", "graph", "saved", "waited",
-                 "stack", "mode", "module", "backward_site", "updated", "after_eval", "train_call")
+                 "stack", "mode", "module", "backward_site", "updated", "after_eval", "train_call", "zeroed")
 
     def __init__(self) -> None:
         self.trained = False
@@ -87,6 +87,7 @@ class _Forward:
         self.updated: bool | None = None  # eval mode only: does the optimizer step that follows update this model
         self.after_eval = False  # eval mode only: an evaluation-like forward ran since the model was in train mode
         self.train_call: tuple[str, int, str] | None = None  # a model.train() call made after model.eval()
+        self.zeroed = False  # trained, then a zero_grad() before the step: its gradients never reached an update
 
 
 class ValidationProbe(Probe):
@@ -165,6 +166,22 @@ class ValidationProbe(Probe):
         self.train_wrapper = self._wrap_train(self.train_original)
         self.train_watched = False
         torch.nn.Module.eval = self._wrap_eval(torch.nn.Module.eval)
+        # a zero_grad() after an evaluation's backward discards its gradients: no step applies them
+        torch.optim.Optimizer.zero_grad = self._wrap_zero_grad(torch.optim.Optimizer.zero_grad)
+        torch.nn.Module.zero_grad = self._wrap_zero_grad(torch.nn.Module.zero_grad)
+
+    def _wrap_zero_grad(self, original: Any) -> Any:
+        probe = self
+
+        def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
+            for rec in probe.pending[-16:]:
+                if rec.trained and not rec.mode:
+                    rec.zeroed = True  # an eval-mode forward whose gradients are thrown away before any step
+            return original(owner, *args, **kwargs)
+
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
+        zero_grad.__doc__ = original.__doc__
+        return transparent(zero_grad)
 
     def _wrap_eval(self, original: Any) -> Any:
         probe = self
@@ -404,7 +421,7 @@ class ValidationProbe(Probe):
             ready = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             waiting = [r for r in self.pending if not (r.trained or r.waited) and r.grad and r.graph]
             for rec in ready:
-                if rec.trained:
+                if rec.trained and not rec.zeroed:
                     self._mode_of_step(rec, optimizer)
             for rec in waiting:
                 rec.waited = True

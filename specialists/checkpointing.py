@@ -292,6 +292,8 @@ def _state_lost(optimizer: str | None) -> str:
 def resume_optimizer_missing(case: Case) -> Advice:
     how = case.text("how")
     where = case.at("The resume code")
+    if how in ("scheduler-fresh", "scheduler-stale"):
+        return _resume_scheduler_missing(case, how, where)
     if how == "replaced":
         facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
                  "one: the optimizer that steps starts empty.")
@@ -312,6 +314,23 @@ def resume_optimizer_missing(case: Case) -> Advice:
         ],
         [f"`{case.run_cmd('checkpoint')}` records what each load restored."],
     )
+
+
+def _resume_scheduler_missing(case: Case, how: str, where: str) -> Advice:
+    """The optimizer came back but its schedule did not: counted again from zero, or driving a pickled copy."""
+    scheduler = case.text("scheduler") or "the scheduler"
+    if how == "scheduler-stale":
+        facts = (f"{where} restores {scheduler}, whose state holds another scheduler object bound to a copy of the "
+                 "optimizer pickled with it: after the resume the schedule moves the copy's learning rate, and the "
+                 "optimizer that steps keeps the learning rate it was saved with.")
+        fixes = [advice.fix("checkpointing", "restore-nested-scheduler", location=case.location)]
+    else:
+        facts = (f"{where} restores the optimizer's state but not {scheduler}'s: its step count starts again at zero, "
+                 "so every milestone, warm-up and decay after the resume comes as many steps late as the checkpoint "
+                 "had taken.")
+        fixes = [advice.fix("checkpointing", "resume-in-order", location=case.location),
+                 advice.fix("checkpointing", "save-full-state")]
+    return Advice(facts, fixes, [f"`{case.run_cmd('checkpoint')}` records what each load restored."])
 
 
 @SPECIALIST.general

@@ -191,6 +191,20 @@ def scheduler_order(case: Case) -> Advice:
     )
 
 
+@SPECIALIST.handles("scheduler-never-stepped")
+def scheduler_never_stepped(case: Case) -> Advice:
+    kind = case.text("scheduler") or "The scheduler"
+    steps = case.num("optimizer_steps")
+    where = case.at("The line that built it")
+    taken = f" while the optimizer took {count(steps, 'step')}" if steps is not None else ""
+    return Advice(
+        f"{where} builds `{kind}` for the optimizer, but its step() was never called{taken}: the learning rate "
+        "stayed at its initial value for the whole run.",
+        [advice.fix("mixed-precision", "step-the-scheduler", location=case.location)],
+        [f"`{case.run_cmd(extra='--steps 200')}` records each scheduler's step count next to its optimizer's."],
+    )
+
+
 @SPECIALIST.handles("accumulation-not-normalized")
 def accumulation_not_normalized(case: Case) -> Advice:
     micro = case.num("micro_steps")

@@ -1086,3 +1086,90 @@ def test_an_evaluation_through_the_training_steps_backward_is_backward_in_valida
     assert found[0]["location"]["line"] == line_of("backward_elsewhere.py", "total = sum(forward_backward(x, y)")
     values = found[0]["evidence"][0]["values"]
     assert values["windows"] == 6 and values["usual_micro_steps"] == 1 and values["function"] == "eval_nll", values
+
+
+@pytest.mark.heavy  # a training run per case, each resuming from a checkpoint an earlier process writes (~5 s each)
+@pytest.mark.parametrize(("how", "where", "also"), [
+    # NAS-Bench-201 #19: the optimizer comes back, the MultiStepLR built before the restore counts from zero
+    ("fresh", 'optimizer.load_state_dict(checkpoint["optimizer"])', "MultiStepLR(optimizer, milestones=[3, 6]"),
+    # pytorch-gradual-warmup-lr #27: the restored scheduler's follow-up drives the optimizer copy pickled with it
+    ("stale", 'scheduler.load_state_dict(checkpoint["scheduler"])', "scheduler = Warmup(optimizer, 2, after)"),
+    ("restored", None, None),
+    ("last-epoch", None, None),
+    ("positioned", None, None),
+    ("stale-fixed", None, None),
+])
+def test_a_resume_whose_schedule_does_not_come_back_with_the_optimizer_is_named(tmp_path_factory, validate_report,
+                                                                                 how, where, also):
+    result = shared_run(tmp_path_factory, f"resume-scheduler-{how}", "resume_scheduler.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"resumed {how}" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if where is None:
+        assert not found, found  # restored, built with last_epoch, or placed with step(epoch): the schedule goes on
+        return
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_scheduler.py", where), found[0]
+    lines = [(e.get("location") or {}).get("line") for e in found[0]["evidence"]]
+    assert lines[1:] == [line_of("resume_scheduler.py", also)], found[0]
+    assert found[0]["evidence"][0]["values"]["how"] == f"scheduler-{how}"
+
+
+@pytest.mark.heavy  # a training run per case, each resuming from a checkpoint an earlier process writes (~5 s each)
+@pytest.mark.parametrize("how", ["bug", "healthy", "pretrained"])
+def test_a_resume_that_takes_the_pickled_model_back_whole_is_judged_like_a_weights_restore(tmp_path_factory,
+                                                                                          validate_report, how):
+    # `model = torch.load(path)["model"]` restores the weights as load_state_dict does: a fresh optimizer that never
+    # gets the checkpoint's state is the same empty resume; a fine-tune from a pretrained pickle stays silent
+    result = shared_run(tmp_path_factory, f"resume-whole-model-{how}", "resume_whole_model.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"resumed {how}" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("resume_whole_model.py", "checkpoint = torch.load(path"), found[0]
+    assert found[0]["evidence"][0]["values"]["how"] == "never-loaded"
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "guarded", "measure", "adapt"])
+def test_a_phase_loop_that_steps_in_its_validation_phase_is_backward_in_validation(tmp_path_factory,
+                                                                                   validate_report, how):
+    # pose-ae-train #11: one helper runs zero_grad/backward/step for `phase in ["train", "valid"]`, never in eval
+    # mode; the guarded loop, a gradient measured and zeroed in the val phase, and a test-time adaptation with its
+    # own optimizer stay silent
+    result = shared_run(tmp_path_factory, f"phase-loop-{how}", "phase_loop_backward.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"done {how}" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("phase_loop_backward.py", "loss.backward()"), found[0]
+    values = found[0]["evidence"][0]["values"]
+    assert values["phase_variable"] == "phase" and values["phase"] == "val" and values["windows"] >= 2, values
+
+
+@pytest.mark.heavy  # a training run per case (~3 s each)
+@pytest.mark.parametrize("how", ["bug", "stepped", "sequential", "plateau"])
+def test_a_scheduler_that_is_never_stepped_is_named_where_it_was_built(tmp_path_factory, validate_report, how):
+    # cp-vton-plus #69: the LambdaLR decay is built and never stepped; stepped, chained in a SequentialLR (whose
+    # parts it steps) or a plateau scheduler stepped per epoch stay silent
+    result = shared_run(tmp_path_factory, f"scheduler-never-stepped-{how}", "scheduler_never_stepped.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"done {how}" in result.stdout + result.stderr
+    found = result.symptoms("scheduler-never-stepped")
+    if how != "bug":
+        assert not found, found
+        return
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("scheduler_never_stepped.py", "scheduler = lr_scheduler.LambdaLR")
+    values = found[0]["evidence"][0]["values"]
+    assert values["scheduler"] == "LambdaLR" and values["optimizer_steps"] == 30, values

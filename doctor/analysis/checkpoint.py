@@ -23,6 +23,7 @@ from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.resume import can_resume
 from torchdoctor.analysis.sites import location, plural
+from torchdoctor.model import Evidence
 
 PROBE = "checkpoint"
 
@@ -41,6 +42,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
         _mismatch(run, rank, restores, out)
         _resume_empty(run, rank, out)
+        _resume_scheduler(run, rank, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
@@ -53,6 +55,7 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     if not events:
         return
     e = events[0]
+    also: tuple[dict[str, Any] | None, str] = (None, "")
     if e.get("how") == "not-saved":
         # weights from a file that holds no optimizer state: a resume only when this run writes that checkpoint
         # again (the same file, or the next of its numbered series in the same folder); a fine-tune from
@@ -75,6 +78,8 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 + " and took its first step with empty state (Adam's moments, momentum buffers and step count "
                 "start from zero, as in a fresh run)")
         where = built or e.get("restored_site")
+        # the restore whose state was thrown away is the other half of the fix (hand that optimizer on)
+        also = (e.get("restored_site"), "the optimizer restored here is not the one that steps")
     elif e.get("how") == "loaded-empty":
         # load_state_dict ran, but what it was handed held no parameter's state while the file held some
         restore = e.get("restore_site") or {}
@@ -104,18 +109,80 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 "took its first step with empty state, so the resumed run restarts its optimizer (and the schedule "
                 "built on it) from scratch").replace("  ", " ")
         where = built
+        # where the weights came back without the optimizer state next to them: the other place a fix can go
+        also = (e.get("model_site"), "the weights restored here; the optimizer state next to them was not loaded")
     else:
         text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
                 f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "
                 "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
         where = e.get("model_site") or e.get("load_site")
     values = {"how": e.get("how"), "stepping_optimizer": e.get("stepping_type"), "step": e.get("at_step")}
+    site, note = also
+    second = None
+    if site and site != where:
+        second = [Evidence(kind="probe", source=PROBE, summary=note, location=location(run, site))]
     # A restore thrown away is certain; a checkpoint's optimizer state left unread may be a deliberate fresh start
     # (fine-tuning from a full training checkpoint): a warning.
     severity = None if e.get("how") == "replaced" else "warning"
     out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
                                     location=location(run, where), step=e.get("at_step"), rank=rank,
-                                    severity=severity))
+                                    severity=severity, evidence=second))
+
+
+def _resume_scheduler(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A resume whose optimizer state came back but whose schedule did not: a scheduler on the restored optimizer
+    that counts again from zero (never saved or never loaded), or a restored one that drives, through a scheduler
+    it holds, a copy of the optimizer pickled into its state instead of the optimizer that steps."""
+    if run.of_kind("resume-optimizer-empty", PROBE, rank):
+        return  # the optimizer itself started empty: that one is reported, and says the schedule restarts too
+    events = run.of_kind("resume-scheduler", PROBE, rank)
+    if not events:
+        return
+    e = events[0]
+    restore, built = e.get("restore_site") or {}, e.get("built_site") or {}
+    steps = None
+    if e.get("how") == "fresh":
+        record = _schedule_record(run, rank, e.get("scheduler_type"), built)
+        if record is not None and (record.get("positioned") or (record.get("steps") or 0) < 2):
+            return  # placed with step(epoch) later in the run, or hardly stepped: no schedule started over
+        steps = (record or {}).get("steps")
+
+    def at(site: dict[str, Any]) -> str:
+        return f" (line {site.get('line')}, in {site.get('function')})" if site.get("line") else ""
+
+    if e.get("how") == "stale":
+        text = (f"the {e.get('scheduler_type')} was restored with load_state_dict{at(restore)}, but its state holds "
+                f"its {e.get('inner')} ({e.get('inner_type')}) bound to a copy of the optimizer pickled with it: "
+                f"after the restore that schedule changes the copy's learning rate, not the optimizer that steps, "
+                "whose learning rate stays where the checkpoint left it (restore the nested scheduler's state into "
+                "the one built on the live optimizer, or re-bind its optimizer after loading)")
+    else:
+        text = (f"the {e.get('restored_type')}'s state was restored{at(restore)}, but the {e.get('scheduler_type')} "
+                f"that drives it{at(built)} was not: it counted {f'its {steps} steps' if steps else 'its steps'} of this "
+                "run from zero, so "
+                "the learning-rate schedule starts over (milestones, warm-up and decay come as many steps late as "
+                "the checkpoint had taken) while the optimizer continues (save scheduler.state_dict() in the "
+                "checkpoint and load it with the optimizer, or build the scheduler with last_epoch)")
+    where = restore or built
+    second = None
+    if built and built != where:
+        second = [Evidence(kind="probe", source=PROBE, summary=f"the {e.get('scheduler_type')} built here",
+                           location=location(run, built))]
+    values = {"how": f"scheduler-{e.get('how')}", "scheduler": e.get("scheduler_type"), "step": e.get("at_step")}
+    out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
+                                    location=location(run, where), step=e.get("at_step"), rank=rank,
+                                    severity="warning", evidence=second))
+
+
+def _schedule_record(run: RunEvidence, rank: int, kind: str | None, built: dict[str, Any]) -> dict[str, Any] | None:
+    """The schedule probe's last record of the scheduler of this type built at that line (its steps, and whether
+    a step(epoch) positioned it), or None when the schedule probe did not see it."""
+    indexes = {e.get("index") for e in run.of_kind("scheduler", "schedule", rank)
+               if e.get("scheduler") == kind and (e.get("site") or {}).get("line") == built.get("line")
+               and (e.get("site") or {}).get("path") == built.get("path")}
+    records = [e for e in run.of_kind("scheduler-end", "schedule", rank) if e.get("index") in indexes]
+    records = records or [e for e in run.of_kind("scheduler-steps", "schedule", rank) if e.get("index") in indexes]
+    return records[-1] if records else None
 
 
 def _same_checkpoint(save: dict[str, Any], restored: dict[str, Any]) -> bool:

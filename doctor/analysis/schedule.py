@@ -51,11 +51,15 @@ def analyse(run: RunEvidence) -> Analysis:
     curves: list[dict[str, Any]] = []
     lines = []
     for rank in run.ranks:
+        children = {c for e in run.of_kind("scheduler", PROBE, rank) for c in (e.get("children") or [])}
         for created in run.of_kind("scheduler", PROBE, rank):
             state = _state(run, rank, created["index"])
             if rank == 0:
                 lines.append(_line(created, state))
             _order(run, rank, created, out)
+            if state is not None and not state.get("steps"):
+                _never_stepped(run, rank, created, state, children, lim, out)
+                continue
             if state is None or state.get("child") or state.get("positioned"):
                 continue  # a scheduler the script places with step(epoch) is not counted in calls
             found = _granularity(run, rank, created, state, lim)
@@ -71,6 +75,35 @@ def analyse(run: RunEvidence) -> Analysis:
     if lines:
         out.measurements = {"schedulers": len(lines), "summary": "; ".join(lines[:4])}
     return out
+
+
+def _never_stepped(run: RunEvidence, rank: int, created: dict[str, Any], state: dict[str, Any], children: set,
+                   lim: dict[str, Any], out: Analysis) -> None:
+    """A scheduler whose step() was never called on a completed run while its optimizer took
+    `min_unstepped_optimizer_steps` steps or more after it was built: the learning rate never left its start. Not a
+    part of a SequentialLR/ChainedScheduler (the composite steps it), nor one on an optimizer another scheduler
+    drives (a spare)."""
+    steps = int(state.get("optimizer_steps") or 0)
+    finished = run.outcome.stopped == "completed" and run.outcome.exit_code in (0, None)
+    if not finished or steps < int(lim.get("min_unstepped_optimizer_steps", 10)):
+        return
+    if created.get("index") in children or any(str(c) == str(created.get("index")) for c in children):
+        return
+    others = [e for e in run.of_kind("scheduler-end", PROBE, rank)
+              if e.get("index") != created.get("index") and e.get("steps")]
+    if any(_optimizer_of(run, rank, e.get("index")) == created.get("optimizer") for e in others):
+        return
+    text = (f"{created['scheduler']} built at line {(created.get('site') or {}).get('line')} for the "
+            f"{created.get('optimizer')} was never stepped while the optimizer took {plural(steps, 'step')}: the "
+            f"learning rate stayed at {created.get('lr')} for the whole run")
+    values = {"scheduler": created["scheduler"], "optimizer_steps": steps, "lr": created.get("lr")}
+    out.symptoms.append(run.symptom("scheduler-never-stepped", probe=PROBE, summary=text, values=values,
+                                    location=location(run, created.get("site")), step=run.steps_completed(rank),
+                                    rank=rank))
+
+
+def _optimizer_of(run: RunEvidence, rank: int, index: Any) -> str | None:
+    return next((e.get("optimizer") for e in run.of_kind("scheduler", PROBE, rank) if e.get("index") == index), None)
 
 
 def _state(run: RunEvidence, rank: int, index: int) -> dict[str, Any] | None:

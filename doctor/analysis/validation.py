@@ -28,7 +28,7 @@ def analyse(run: RunEvidence) -> Analysis:
             out.contexts = ["eval"]
         _with_grad(run, rank, groups, lim, out)
         trained_in_eval = _eval_phase_steps(run, rank, lim, out)
-        if not trained_in_eval:
+        if not trained_in_eval and not _backward_in_phase(run, rank, lim, out):
             _backward_elsewhere(run, rank, lim, out)
         _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
@@ -79,6 +79,34 @@ def _eval_phase_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Ana
                     location=location(run, backward or last.get("site")), step=last.get("first_step"), rank=rank)
     )
     return {str(last.get("model"))}
+
+
+def _backward_in_phase(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> bool:
+    """Backwards run while the script's own phase variable named an evaluation (`phase == "val"`), whose gradients
+    an optimizer step applied, by an optimizer that also trained on backwards of its training phase
+    (probes/accumulation.py `backward-in-phase`): the phase loop runs backward and step for every phase. Whether
+    the symptom was given."""
+    found = run.of_kind("backward-in-phase", "accumulation", rank)
+    if not found:
+        return False
+    e = found[-1]
+    windows = int(e.get("windows") or 0)
+    if windows < int(lim.get("min_phase_windows", 2)) or not e.get("site"):
+        return False
+    site = e["site"]
+    text = (f"on {plural(windows, 'optimizer step')} (first at step {int(e.get('first_step') or 0) + 1}) the "
+            f"gradients applied came from backward (line {site.get('line')}, in {site.get('function')}) run while "
+            f"{e.get('name')} was {e.get('value')!r}, and the same optimizer trained on "
+            f"{plural(int(e.get('train_windows') or 0), 'step')} of the training phase: the evaluation phase "
+            "backpropagates and steps too, so the model trains on its validation batches (run backward and "
+            "optimizer.step() only when the phase is training, and evaluate under torch.no_grad())")
+    values = {"windows": windows, "phase_variable": e.get("name"), "phase": e.get("value"),
+              "train_windows": e.get("train_windows"), "function": site.get("function")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, site),
+                    step=e.get("first_step"), rank=rank)
+    )
+    return True
 
 
 def _backward_elsewhere(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
