@@ -411,8 +411,12 @@ class NanProbe(Probe):
             if tensor is not None:
                 event.update(self._graph_op(tensor, frame))
         if what == "loss" and not found.get("line") and found.get("phase") != "input" and frame is not None:
-            if found.get("module") is None:
-                self._op_watch_wanted = True  # no model call to replay (a policy's own method ran its layers)
+            if found.get("module") is None and not found.get("outside_model"):
+                # no model call to replay (a policy's own method ran its layers): the same fallbacks as a loss
+                # made outside the model
+                self._op_watch_wanted = True
+                if tensor is not None:
+                    event.update(self._graph_op(tensor, frame))
             event.update(_constant_locals(frame, self.torch))
         if site is not None and what == "loss":
             event["backward_path"], event["backward_line"], event["backward_function"] = site

@@ -1131,3 +1131,22 @@ def test_a_nonfinite_constant_of_inline_loss_code_is_named_where_it_was_made(tmp
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_constant_inline.py",
                                                    "advantages = advantages / (advantages.std() + 1e-8)"), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_log_of_zero_inline_with_no_model_call_recorded_is_named_at_the_log(tmp_path_factory, validate_report,
+                                                                             how):
+    # the policy's layers run from its `act` method, so no model call is recorded and nothing can be replayed: the
+    # bad loss's own graph shows `Log` making the NaN, at the one line of the loop's code that writes it
+    result = shared_run(tmp_path_factory, f"nan-policy-method-{how}", "nan_policy_method.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 5" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found and not result.symptoms("nonfinite-grad"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_policy_method.py",
+                                                   "entropy = -(probs * torch.log(probs)).sum(-1).mean()"), found[0]

@@ -93,9 +93,8 @@ def _nonfinite(run: RunEvidence, rank: int, out: Analysis, lim: dict[str, Any]) 
             if event.get("outside_model") and not event.get("line"):
                 _placed_later(run, rank, out.symptoms[-1], event, lim)
             elif not event.get("line") and not event.get("module") and phase != "parameters":
-                # no model call was recorded to replay: the next steps' op watch, else the code's own constants
-                if not _placed_by_watch(run, rank, out.symptoms[-1]):
-                    _placed_by_locals(run, out.symptoms[-1], event)
+                # no model call was recorded to replay: the same fallbacks as a loss made outside the model
+                _placed_later(run, rank, out.symptoms[-1], event, lim)
         elif what in ("grad", "parameters"):
             grad_symptom = _grad_symptom(run, rank, event)
             grad_step = step
@@ -177,7 +176,8 @@ def _placed_later(run: RunEvidence, rank: int, symptom: Symptom, event: dict[str
     """A loss that went non-finite outside the model with no line: the op the next steps' watch caught making a
     non-finite value from finite ones (probes/nanwatch.py) names the line instead of `backward()`; failing that,
     the op the bad loss's own graph shows making it (probes/nangraph.py), at the one line of the loss code that
-    writes it."""
+    writes it; failing that, the line that last assigned a non-finite tensor the loss code made without gradient.
+    The same for a loss no model call was recorded for (the model's layers run from one of its own methods)."""
     if _placed_by_watch(run, rank, symptom):
         return
     if not _placed_by_graph(run, symptom, event, lim):
