@@ -468,13 +468,14 @@ class DistributedProbe(Probe):
                     storage.setdefault(p.data_ptr(), (n, p))
         probe = self
         watched = (torch.Tensor.expand, torch.Tensor.expand_as)
+        stepping = [False]
 
         class ParameterWatch(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 if args and isinstance(args[0], torch.Tensor):
                     if expand and func in watched and id(args[0]) in names:
                         probe._expanded(names[id(args[0])], args[0])
-                    elif storage and getattr(func, "__name__", "").endswith("_") and not \
+                    elif storage and not stepping[0] and getattr(func, "__name__", "").endswith("_") and not \
                             getattr(func, "__name__", "").startswith("_"):
                         hit = storage.get(args[0].data_ptr())
                         if hit is not None and args[0].shape == hit[1].shape:
@@ -484,8 +485,22 @@ class DistributedProbe(Probe):
 
         if not expand and not storage:
             return forward(ddp, *args, **kwargs)
-        with ParameterWatch():
-            return forward(ddp, *args, **kwargs)
+        handles = []
+        if storage:
+            # an optimizer stepped inside the forward (Lightning's manual optimization) writes the parameters too
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
+
+            handles = [register_optimizer_step_pre_hook(lambda *a: stepping.__setitem__(0, True)),
+                       register_optimizer_step_post_hook(lambda *a: stepping.__setitem__(0, False))]
+        try:
+            with ParameterWatch():
+                return forward(ddp, *args, **kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def _written(self, name: str, param: Any, op: str) -> None:
         """A parameter of a DDP model written in place inside its forward: once, with the user's line."""
