@@ -38,7 +38,14 @@ called, with the same arguments, and its result returned unchanged):
   forward (the model trained around its wrapper: `bypass` in
   `ddp-unsynced-step`), or parameters no DDP model owns (a loss module with
   its own weights, never wrapped: `ddp-foreign-forward`) ->
-  ddp-ranks-diverged at that call.
+  ddp-ranks-diverged at that call; when the function that called it received
+  the module as an argument, the walk goes up to the caller that chose it
+  (`self._compute_loss(unwrapped_model, inputs)`);
+- in the DDP forwards of the same first steps, in-place writes to the DDP
+  model's parameters outside any optimizer step (a local learning rule's
+  `p.data.add_(...)`): DDP averages gradients only, so such an update stays
+  rank-local (`ddp-parameter-write`, the first one, with the user's line; the
+  written parameter joins the checksum) -> ddp-ranks-diverged at that line.
 
 Cost: the forward wrapper ~1-1.5 µs per DDP forward (timed A/B against the
 unwrapped forward in one process), `after_step` ~0.3 µs plus ~40 bytes in the
@@ -46,7 +53,9 @@ step event; the watched first forward a few µs per operator, once; one event
 per sampler pass, torch.save call and DDP model; the bypass watch a hook
 call per module forward during its first 3 steps only (then removed), and a
 walk over the parameters of each outermost forward outside the wrappers
-then. The whole job's slowdown is in bench/bench_distributed.py.
+then; the parameter-write watch a Python call per torch op inside the DDP
+forwards of those 3 steps (stopped at the first write found), nothing later.
+The whole job's slowdown is in bench/bench_distributed.py.
 """
 
 from __future__ import annotations
