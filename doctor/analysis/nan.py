@@ -202,7 +202,7 @@ def _placed_by_watch(run: RunEvidence, rank: int, symptom: Symptom) -> bool:
 
 def _placed_by_locals(run: RunEvidence, symptom: Symptom, event: dict[str, Any]) -> bool:
     """The loss code's own non-finite constants (tensors made with no gradient, probes/nan.py `_constant_locals`):
-    the line that last assigned the first of them, when that is not the `backward()` line itself."""
+    the line before the `backward()` that last assigned the first of them."""
     names = [n for n in event.get("constant_locals") or [] if isinstance(n, str)]
     path = event.get("locals_path")
     if not names or not path:
