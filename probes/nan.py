@@ -77,6 +77,7 @@ doctor/analysis/nan.py)
 
 from __future__ import annotations
 
+import linecache
 import math
 import statistics
 import sys
@@ -836,8 +837,8 @@ def _constant_locals(frame: Any, torch: Any, limit: int = 48) -> dict[str, Any]:
     last assigned it (doctor/analysis/nan.py). Cost: once, on a non-finite loss; at most `limit` locals checked."""
     while frame is not None and is_library_file(frame.f_code.co_filename):
         frame = frame.f_back
-    if frame is None:
-        return {}
+    if frame is None or "backward" not in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+        return {}  # not the code that called backward() (a framework's fit() line): its locals are not the loss's
     names = []
     try:
         items = list(frame.f_locals.items())[:limit * 4]
