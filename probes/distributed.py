@@ -471,7 +471,9 @@ class DistributedProbe(Probe):
         named = [(n, p) for n, p in ddp.module.named_parameters()]
         names = {id(p): n for n, p in named}
         storage: dict[int, tuple[str, Any]] = {}
-        if self.write_watch and not self.written_ids:
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)()
+        if self.write_watch and not self.written_ids and not compiling and \
+                getattr(ddp.module, "_orig_mod", None) is None:  # a compiled forward would recompile without it
             for n, p in named:
                 if p.requires_grad and p.device.type != "meta":
                     storage.setdefault(p.data_ptr(), (n, p))
