@@ -38,7 +38,14 @@ called, with the same arguments, and its result returned unchanged):
   forward (the model trained around its wrapper: `bypass` in
   `ddp-unsynced-step`), or parameters no DDP model owns (a loss module with
   its own weights, never wrapped: `ddp-foreign-forward`) ->
-  ddp-ranks-diverged at that call.
+  ddp-ranks-diverged at that call; when the function that called it received
+  the module as an argument, the walk goes up to the caller that chose it
+  (`self._compute_loss(unwrapped_model, inputs)`);
+- in the DDP forwards of the same first steps, in-place writes to the DDP
+  model's parameters outside any optimizer step (a local learning rule's
+  `p.data.add_(...)`): DDP averages gradients only, so such an update stays
+  rank-local (`ddp-parameter-write`, the first one, with the user's line; the
+  written parameter joins the checksum) -> ddp-ranks-diverged at that line.
 
 Cost: the forward wrapper ~1-1.5 µs per DDP forward (timed A/B against the
 unwrapped forward in one process), `after_step` ~0.3 µs plus ~40 bytes in the
@@ -46,7 +53,9 @@ step event; the watched first forward a few µs per operator, once; one event
 per sampler pass, torch.save call and DDP model; the bypass watch a hook
 call per module forward during its first 3 steps only (then removed), and a
 walk over the parameters of each outermost forward outside the wrappers
-then. The whole job's slowdown is in bench/bench_distributed.py.
+then; the parameter-write watch a Python call per torch op inside the DDP
+forwards of those 3 steps (stopped at the first write found), nothing later.
+The whole job's slowdown is in bench/bench_distributed.py.
 """
 
 from __future__ import annotations
@@ -104,6 +113,11 @@ class DistributedProbe(Probe):
         self.ddp_params: set[int] = set()
         self.foreign_sent = False
         self.foreign_ids: set[int] = set()
+        # A parameter written in place inside a DDP forward (a local learning rule, `.data.add_`): DDP averages
+        # gradients only, so such an update stays rank-local. Watched in the DDP forwards of the first
+        # `bypass_watch_steps` steps; the written parameter joins the checksum.
+        self.write_watch = bool(self.options.get("param_write_watch", True))
+        self.written_ids: set[int] = set()
         self._reset_step()
         from torchdoctor.probes.patches import backward_watch
         backward_watch(torch).subscribe(self, self._backward)
@@ -153,7 +167,7 @@ class DistributedProbe(Probe):
                 self._stop_bypass_watch()
         if step == self.next_checksum:
             self.next_checksum = step * 2 if step < 64 else step + 64
-            checksum = _checksum(optimizer, self.foreign_ids)
+            checksum = _checksum(optimizer, self.foreign_ids | self.written_ids)
             if checksum is not None:
                 fields = {**(fields or {}), "checksum": checksum}
         self._reset_step()
@@ -227,10 +241,11 @@ class DistributedProbe(Probe):
         frames = self.user_frames(sys._getframe(1))
         if not frames:
             return
-        frame = frames[0]
-        self.outside.append({"module": type(module).__name__, "ids": ids,
-                             "site": {"path": frame.f_code.co_filename, "line": frame.f_lineno,
-                                      "function": frame.f_code.co_name}})
+        frame = _chooser(frames, module)
+        site = {"path": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
+        if frame is not frames[0]:
+            site["passes"] = True  # this line hands the module to the code that calls it
+        self.outside.append({"module": type(module).__name__, "ids": ids, "site": site})
 
     def _outside_post(self, module: Any, args: Any, output: Any) -> None:
         if self.outside_depth:
@@ -347,7 +362,7 @@ class DistributedProbe(Probe):
                     probe._forward_site()
             probe.ddp_depth += 1
             try:
-                if probe.expand_left > 0:
+                if probe.expand_left > 0 or (probe.write_watch and probe.session.step < probe.bypass_steps):
                     out = probe._watched_forward(original_forward, ddp, args, kwargs)
                 else:
                     out = original_forward(ddp, *args, **kwargs)
@@ -446,22 +461,68 @@ class DistributedProbe(Probe):
                       count=len(replaced), site=site)
 
     def _watched_forward(self, forward: Any, ddp: Any, args: tuple, kwargs: dict) -> Any:
-        """One DDP forward under a TorchFunctionMode that notes .expand() of the model's parameters."""
+        """A DDP forward under a TorchFunctionMode that notes .expand() of the model's parameters (the first
+        forward) and in-place writes to them (`p.data.add_(...)`, a `no_grad` `p.copy_(...)`: the forwards of
+        the first `bypass_watch_steps` steps, until one is found)."""
         from torch.overrides import TorchFunctionMode
 
+        expand = self.expand_left > 0
         self.expand_left -= 1
-        names = {id(p): n for n, p in ddp.module.named_parameters()}
+        named = [(n, p) for n, p in ddp.module.named_parameters()]
+        names = {id(p): n for n, p in named}
+        storage: dict[int, tuple[str, Any]] = {}
+        compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)()
+        if self.write_watch and not self.written_ids and not compiling and \
+                getattr(ddp.module, "_orig_mod", None) is None:  # a compiled forward would recompile without it
+            for n, p in named:
+                if p.requires_grad and p.device.type != "meta":
+                    storage.setdefault(p.data_ptr(), (n, p))
         probe = self
         watched = (torch.Tensor.expand, torch.Tensor.expand_as)
+        stepping = [False]
 
-        class ExpandWatch(TorchFunctionMode):
+        class ParameterWatch(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                if func in watched and args and id(args[0]) in names:
-                    probe._expanded(names[id(args[0])], args[0])
+                if args and isinstance(args[0], torch.Tensor):
+                    if expand and func in watched and id(args[0]) in names:
+                        probe._expanded(names[id(args[0])], args[0])
+                    elif storage and not stepping[0] and getattr(func, "__name__", "").endswith("_") and not \
+                            getattr(func, "__name__", "").startswith("_"):
+                        hit = storage.get(args[0].data_ptr())
+                        if hit is not None and args[0].shape == hit[1].shape:
+                            probe._written(hit[0], hit[1], func.__name__)
+                            storage.clear()
                 return func(*args, **(kwargs or {}))
 
-        with ExpandWatch():
+        if not expand and not storage:
             return forward(ddp, *args, **kwargs)
+        handles = []
+        if storage:
+            # an optimizer stepped inside the forward (Lightning's manual optimization) writes the parameters too
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
+
+            handles = [register_optimizer_step_pre_hook(lambda *a: stepping.__setitem__(0, True)),
+                       register_optimizer_step_post_hook(lambda *a: stepping.__setitem__(0, False))]
+        try:
+            with ParameterWatch():
+                return forward(ddp, *args, **kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _written(self, name: str, param: Any, op: str) -> None:
+        """A parameter of a DDP model written in place inside its forward: once, with the user's line."""
+        frames = self.user_frames(sys._getframe(2))
+        if not frames:
+            return
+        self.written_ids.add(id(param))
+        frame = frames[0]
+        self.emit("ddp-parameter-write", parameter=name, op=op,
+                  site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                        "function": frame.f_code.co_name})
 
     def _expanded(self, name: str, param: Any) -> None:
         self.expands += 1
@@ -514,6 +575,21 @@ def _owner_forward(module: Any, parameter: str) -> dict[str, Any]:
     except (OSError, TypeError):
         return {}
     return {"path": path, "line": line, "function": f"{type(owner).__name__}.forward"}
+
+
+def _chooser(frames: list[Any], module: Any) -> Any:
+    """The user frame that chose the module called around the wrapper: while the calling function received it as
+    one of its own arguments (`self._compute_loss(unwrapped_model, inputs)` hands it to a helper that runs the
+    forward), its caller passed it down, so the walk goes up to the first frame where it is not a parameter (a
+    local taken from `unwrap_model`, an attribute, a global). That frame's line is the call to fix."""
+    for i, frame in enumerate(frames):
+        code = frame.f_code
+        nparams = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+        params = code.co_varnames[:nparams]
+        held = [name for name in params if frame.f_locals.get(name) is module]
+        if not held or i + 1 == len(frames) or frame.f_back is not frames[i + 1]:
+            return frame  # (a library frame between them: the argument came from a framework, not the script)
+    return frames[0]
 
 
 def _stepped_ids(optimizer: Any) -> set[int]:

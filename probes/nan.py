@@ -77,6 +77,7 @@ doctor/analysis/nan.py)
 
 from __future__ import annotations
 
+import linecache
 import math
 import statistics
 import sys
@@ -410,6 +411,14 @@ class NanProbe(Probe):
             self._op_watch_wanted = True
             if tensor is not None:
                 event.update(self._graph_op(tensor, frame))
+        if what == "loss" and not found.get("line") and found.get("phase") != "input" and frame is not None:
+            if found.get("module") is None and not found.get("outside_model"):
+                # no model call to replay (a policy's own method ran its layers): the same fallbacks as a loss
+                # made outside the model
+                self._op_watch_wanted = True
+                if tensor is not None:
+                    event.update(self._graph_op(tensor, frame))
+            event.update(_constant_locals(frame, self.torch))
         if site is not None and what == "loss":
             event["backward_path"], event["backward_line"], event["backward_function"] = site
         lr = self._lr()
@@ -816,6 +825,39 @@ class NanProbe(Probe):
             step_ms=round(self._step_s * 1e3, 3),
             models=self.names.root_labels if self.names else [],
         )
+
+
+def _constant_locals(frame: Any, torch: Any, limit: int = 48) -> dict[str, Any]:
+    """The non-finite tensors outside autograd held by the user code that called `backward()` on a non-finite loss.
+
+    A value computed with no gradient (advantages normalised by a minibatch's std, a weight map divided by a count)
+    enters the loss's graph as a constant: no graph node made it, so neither the graph walk nor a replay of the
+    model's calls can name the op. When the loss is computed inline, that code's frame is still alive at its
+    `backward()`, and its local variables show which such tensor is non-finite; the analysis names the line that
+    last assigned it (doctor/analysis/nan.py). Cost: once, on a non-finite loss; at most `limit` locals checked."""
+    while frame is not None and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None or "backward" not in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+        return {}  # not the code that called backward() (a framework's fit() line): its locals are not the loss's
+    names = []
+    try:
+        items = list(frame.f_locals.items())[:limit * 4]
+        checked = 0
+        for name, value in items:
+            if not isinstance(value, torch.Tensor) or value.requires_grad or not value.is_floating_point():
+                continue
+            checked += 1
+            if checked > limit:
+                break
+            if value.numel() and value.numel() <= 50_000_000 and not bool(value.detach().isfinite().all()):
+                names.append(name)
+    except Exception:  # noqa: BLE001 - a frame we cannot read: the verdict stands without it
+        return {}
+    if not names:
+        return {}
+    code = frame.f_code
+    return {"constant_locals": names[:8], "locals_path": code.co_filename, "locals_function": code.co_name,
+            "locals_first": code.co_firstlineno, "locals_line": frame.f_lineno}
 
 
 def _parameterless(module: Any) -> bool:

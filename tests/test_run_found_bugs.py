@@ -1173,3 +1173,67 @@ def test_a_scheduler_that_is_never_stepped_is_named_where_it_was_built(tmp_path_
     assert found[0]["location"]["line"] == line_of("scheduler_never_stepped.py", "scheduler = lr_scheduler.LambdaLR")
     values = found[0]["evidence"][0]["values"]
     assert values["scheduler"] == "LambdaLR" and values["optimizer_steps"] == 30, values
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~6-10 s); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [("passed", "return self._loss(unwrapped, x, y)"),
+                                           ("local-rule", "self.linear.weight.data.add_(delta, alpha=0.05)"),
+                                           ("healthy", None)])
+def test_replicas_drifting_through_a_passed_module_or_a_local_update_are_named_there(tmp_path_factory,
+                                                                                   validate_report, how, text):
+    # "passed": the helper that runs the forward received the unwrapped module: the call that hands it down is named,
+    # not the helper's forward; "local-rule": a parameter written in place inside the DDP forward from each rank's own
+    # batch (the written parameter joins the checksum, which covers the first and last ones only); the healthy twin
+    # passes the wrapper, all-reduces its local update and clamps in place, the same on every rank
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"ddp-local-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_local_update.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    found = result.symptoms("ddp-ranks-diverged")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_local_update.py", text), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "once", "healthy"])
+def test_a_nonfinite_constant_of_inline_loss_code_is_named_where_it_was_made(tmp_path_factory, validate_report, how):
+    # advantages normalised by a one-sample minibatch's std: a tensor outside autograd, made inline, with no model
+    # forward recorded (the policy's layers run from its own method); "bug" repeats, so the next steps' op watch
+    # names `std`; "once" happens at the last update only, and the frame's non-finite local names its assignment
+    result = shared_run(tmp_path_factory, f"nan-constant-{how}", "nan_constant_inline.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 3" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found and not result.symptoms("nonfinite-grad"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_constant_inline.py",
+                                                   "advantages = advantages / (advantages.std() + 1e-8)"), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_a_log_of_zero_inline_with_no_model_call_recorded_is_named_at_the_log(tmp_path_factory, validate_report,
+                                                                             how):
+    # the policy's layers run from its `act` method, so no model call is recorded and nothing can be replayed: the
+    # bad loss's own graph shows `Log` making the NaN, at the one line of the loop's code that writes it
+    result = shared_run(tmp_path_factory, f"nan-policy-method-{how}", "nan_policy_method.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 5" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found and not result.symptoms("nonfinite-grad"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_policy_method.py",
+                                                   "entropy = -(probs * torch.log(probs)).sum(-1).mean()"), found[0]

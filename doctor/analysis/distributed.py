@@ -621,8 +621,10 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                 # no `.module` read: a reference to the model kept from before wrapping, or one of its submodules,
                 # called directly: that call trains around the wrapper
                 bypass = event["bypass"]
-                how += (f"; line {bypass.get('line')} (in {bypass.get('function')}) calls the "
-                        f"{event.get('bypass_module') or 'model'} directly, not through the DDP wrapper")
+                verb = "passes the unwrapped" if bypass.get("passes") else "calls the"
+                tail = " to the code that calls it" if bypass.get("passes") else " directly"
+                how += (f"; line {bypass.get('line')} (in {bypass.get('function')}) {verb} "
+                        f"{event.get('bypass_module') or 'model'}{tail}, not through the DDP wrapper")
                 event = {**event, "site": bypass}
         elif event.get("syncs"):
             how = (f"of its {event.get('micro')} micro-steps, the last ran with gradient synchronisation off, after "
@@ -648,6 +650,16 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                  + (f" (called at line {site.get('line')}, in {site.get('function')})" if site.get("line") else "")
                  + ": their gradients are never all-reduced, so each rank steps them on its own gradient (wrap "
                  "that module with the model, or all-reduce its gradients)")
+        where = _site(run, site) if site else None
+    elif written := next((e for r in run.ranks for e in run.of_kind("ddp-parameter-write", PROBE, r)), None):
+        # the gradients were all-reduced, but the forward itself wrote a parameter from this rank's own batch
+        site = written.get("site") or {}
+        values.update(written_parameter=written.get("parameter"))
+        text += (f": the gradients were synchronised, but parameter {written.get('parameter')} of the DDP model is "
+                 f"written in place inside its forward (`{written.get('op')}`"
+                 + (f" at line {site.get('line')}, in {site.get('function')}" if site.get("line") else "")
+                 + "), from each rank's own batch: DDP averages gradients only, so that update stays local "
+                 "(all-reduce the update, or express it as a gradient)")
         where = _site(run, site) if site else None
     else:
         text += ": the gradients were synchronised, so something else made the replicas differ (a rank-dependent "

@@ -16,7 +16,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.source import op_line
+from torchdoctor.analysis.source import last_assignment_line, op_line
 from torchdoctor.model import Evidence, Location, Symptom
 
 PROBE = "nan"
@@ -91,6 +91,9 @@ def _nonfinite(run: RunEvidence, rank: int, out: Analysis, lim: dict[str, Any]) 
         elif what == "loss":
             out.symptoms.append(_loss_symptom(run, rank, event))
             if event.get("outside_model") and not event.get("line"):
+                _placed_later(run, rank, out.symptoms[-1], event, lim)
+            elif not event.get("line") and not event.get("module") and phase != "parameters":
+                # no model call was recorded to replay: the same fallbacks as a loss made outside the model
                 _placed_later(run, rank, out.symptoms[-1], event, lim)
         elif what in ("grad", "parameters"):
             grad_symptom = _grad_symptom(run, rank, event)
@@ -173,11 +176,18 @@ def _placed_later(run: RunEvidence, rank: int, symptom: Symptom, event: dict[str
     """A loss that went non-finite outside the model with no line: the op the next steps' watch caught making a
     non-finite value from finite ones (probes/nanwatch.py) names the line instead of `backward()`; failing that,
     the op the bad loss's own graph shows making it (probes/nangraph.py), at the one line of the loss code that
-    writes it."""
+    writes it; failing that, the line that last assigned a non-finite tensor the loss code made without gradient.
+    The same for a loss no model call was recorded for (the model's layers run from one of its own methods)."""
+    if _placed_by_watch(run, rank, symptom):
+        return
+    if not _placed_by_graph(run, symptom, event, lim):
+        _placed_by_locals(run, symptom, event)
+
+
+def _placed_by_watch(run: RunEvidence, rank: int, symptom: Symptom) -> bool:
     found = run.of_kind("nonfinite-op", PROBE, rank)
     if not found or not found[0].get("path") or not found[0].get("line"):
-        _placed_by_graph(run, symptom, event, lim)
-        return
+        return False
     op = found[0]
     symptom.location = run.location(op["path"], op["line"], op.get("function"))
     evidence = symptom.evidence[0]
@@ -187,14 +197,37 @@ def _placed_later(run: RunEvidence, rank: int, symptom: Symptom, event: dict[str
                          + f" turned finite values into non-finite ones at step {op.get('at_step')}")
     evidence.values["made_op"] = op.get("op")
     evidence.values["made_at_step"] = op.get("at_step")
+    return True
 
 
-def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], lim: dict[str, Any]) -> None:
+def _placed_by_locals(run: RunEvidence, symptom: Symptom, event: dict[str, Any]) -> bool:
+    """The loss code's own non-finite constants (tensors made with no gradient, probes/nan.py `_constant_locals`):
+    the line before the `backward()` that last assigned the first of them."""
+    names = [n for n in event.get("constant_locals") or [] if isinstance(n, str)]
+    path = event.get("locals_path")
+    if not names or not path:
+        return False
+    found = last_assignment_line(path, event.get("locals_function"), event.get("locals_first"), names,
+                                 event.get("locals_line"))
+    if found is None:
+        return False
+    line, name = found
+    function = event.get("locals_function")
+    symptom.location = run.location(path, line, None if function == "<module>" else function)
+    evidence = symptom.evidence[0]
+    evidence.location = symptom.location
+    evidence.summary += (f"; `{name}`, a tensor computed without gradient and used by the loss, is already "
+                         f"non-finite at the backward: line {line} last assigned it")
+    evidence.values["nonfinite_constant"] = name
+    return True
+
+
+def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], lim: dict[str, Any]) -> bool:
     op = event.get("graph_op")
     syntax = (lim.get("loss_op_syntax") or {}).get(op)
     places = [tuple(c) for c in event.get("loss_code") or [] if isinstance(c, list) and len(c) == 3]
     if not op or not syntax or not places:
-        return
+        return False
     found = op_line(places, list(syntax))
     callees = [tuple(c) for c in event.get("loss_callees") or [] if isinstance(c, list) and len(c) == 3]
     if found is None and callees:
@@ -204,7 +237,7 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
         found = op_line(places + callees, list(syntax), ran)
         places = places + callees
     if found is None:
-        return
+        return False
     path, line = found
     function = next((c[2] for c in places if c[0] == path), None)
     symptom.location = run.location(path, line, None if function == "<module>" else function)
@@ -213,6 +246,7 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
     evidence.summary += (f"; its autograd graph shows `{op}` making the non-finite value from the finite inputs it "
                          f"saved, and line {line} is the one line of the loss code that writes it")
     evidence.values["made_op"] = op
+    return True
 
 
 def _grad_symptom(run: RunEvidence, rank: int, event: dict[str, Any]) -> Symptom:

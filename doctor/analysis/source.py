@@ -246,3 +246,49 @@ def config_key_line(path: str, line: int | None, keys: list[str]) -> int | None:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
             lines.update(kw.value.lineno for kw in node.keywords if kw.arg in wanted)
     return next(iter(lines)) if len(lines) == 1 else None
+
+
+def last_assignment_line(path: str, function: str | None, firstlineno: int | None, names: list[str],
+                         before: int | None) -> tuple[int, str] | None:
+    """Of the plain names given, the one whose last assignment before line `before` comes first in the function
+    (a straight-line loop body: the earliest of them made the others), and that assignment's line. Whole-name
+    targets only (`x = …`, `x += …`, `x: T = …`, tuple unpacking), not `x[i] = …`; a name whose last assignment
+    writes an infinity itself (`float("-inf")`, `torch.inf`: an attention mask) is non-finite by design and skipped."""
+    tree = _tree(path)
+    if tree is None or before is None:
+        return None
+    scope = _scope(tree, firstlineno, function)
+    last: dict[str, int] = {}
+    deliberate: dict[str, bool] = {}
+    for node in _walk_scope(scope):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        end = getattr(node, "end_lineno", node.lineno) or node.lineno
+        if end >= before:
+            continue
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Name) and leaf.id in names and isinstance(leaf.ctx, ast.Store) \
+                        and node.lineno >= last.get(leaf.id, 0):
+                    last[leaf.id] = node.lineno
+                    deliberate[leaf.id] = node.value is not None and _writes_infinity(node.value)
+    last = {name: line for name, line in last.items() if not deliberate.get(name)}
+    if not last:
+        return None
+    name = min(last, key=lambda n: last[n])
+    return last[name], name
+
+
+def _writes_infinity(node: ast.AST) -> bool:
+    """The expression spells an infinity: `float("-inf")`, `math.inf`, `torch.inf`, `np.inf`, `inf`."""
+    for leaf in ast.walk(node):
+        if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str) and leaf.value.strip().lstrip("+-") in (
+                "inf", "infinity"):
+            return True
+        if isinstance(leaf, ast.Attribute) and leaf.attr == "inf" or isinstance(leaf, ast.Name) and leaf.id == "inf":
+            return True
+    return False
