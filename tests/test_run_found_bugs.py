@@ -1086,3 +1086,40 @@ def test_an_evaluation_through_the_training_steps_backward_is_backward_in_valida
     assert found[0]["location"]["line"] == line_of("backward_elsewhere.py", "total = sum(forward_backward(x, y)")
     values = found[0]["evidence"][0]["values"]
     assert values["windows"] == 6 and values["usual_micro_steps"] == 1 and values["function"] == "eval_nll", values
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "healthy", "detached-head"])
+def test_gradients_left_by_another_optimizers_loss_are_missing_zero_grad_at_the_backward(tmp_path_factory,
+                                                                                         validate_report, how):
+    # the generator's loss fills the discriminator's gradients and its backward adds into them (Lightning #557);
+    # twins: each optimizer cleared before its own backward; an actor-critic and a shared loss stepped twice
+    script = "gradients_left_across_steps.py"
+    result = shared_run(tmp_path_factory, f"left-across-steps-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "        loss.backward()"), found[0]["location"]
+    assert found[0]["evidence"][0]["values"]["across_steps"] is True, found[0]["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "full", "best", "snapshots"])
+def test_a_checkpoint_named_only_where_it_is_written_is_judged_as_one(tmp_path_factory, validate_report, how):
+    # {'step', 'model'} every 8 steps into checkpoints/step=N.pth, no resume path in the script (bytesep #20);
+    # twins: the optimizer and scheduler saved too, a best-model export, plain weight snapshots
+    script = "checkpoint_named_where_written.py"
+    result = shared_run(tmp_path_factory, f"ckpt-named-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("checkpoint-incomplete")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "torch.save(checkpoint, checkpoint_path)")
+    assert {"optimizer", "scheduler"} <= set(found[0]["evidence"][0]["values"]["missing"]), found[0]["evidence"][0]

@@ -27,10 +27,10 @@ class CallbackCheckpoint(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         global_step = trainer.global_step
         if global_step % self.save_step_frequency == 0:
-            checkpoint_path = os.path.join(self.checkpoints_dir, "step={}.pth".format(global_step))
+            checkpoint_path = os.path.join(self.checkpoints_dir, f"step={global_step}.pth")
             checkpoint = {"step": global_step, "model": self.model.state_dict()}
             torch.save(checkpoint, checkpoint_path)  # BUG
-            logging.info("Save checkpoint to {}".format(checkpoint_path))
+            logging.info(f"Save checkpoint to {checkpoint_path}")
 
 
 class Separator(nn.Module):
