@@ -1123,3 +1123,23 @@ def test_a_checkpoint_named_only_where_it_is_written_is_judged_as_one(tmp_path_f
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of(script, "torch.save(checkpoint, checkpoint_path)")
     assert {"optimizer", "scheduler"} <= set(found[0]["evidence"][0]["values"]["missing"]), found[0]["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize(("how", "text"), [("forwarder", "        save_on_master(checkpoint, "),
+                                           ("named", "    torch.save(state, path)"),
+                                           ("full", None)])
+def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_is_handed_over(
+        tmp_path_factory, validate_report, how, text):
+    # save_on_master(*args, **kwargs) only forwards (pytorch/vision#4923): the caller's line; a helper that names
+    # the state keeps its own torch.save; a complete dict stays silent
+    script = "checkpoint_through_forwarder.py"
+    result = shared_run(tmp_path_factory, f"ckpt-forwarder-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("checkpoint-incomplete")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, text), found[0]["location"]
