@@ -127,6 +127,19 @@ class AccumulationProbe(Probe):
         self.stale_dense = int(opt.get("stale_dense_steps", 32))  # every step at first, then every stale_every-th
         self.stale_every = int(opt.get("stale_every", 8))
         self.stepping = 0  # inside optimizer.step(): a closure's zero_grad() there is the optimizer's own business
+        # Gradients left across another optimizer's step (a GAN's generator loss reaching the discriminator, an
+        # actor loss reaching the critic; or a second optimizer's own gradients, never cleared): after any step,
+        # a few gradients of each optimizer seen (`cross_optimizers`, at most 4) whose parameters the stepping one
+        # does not share, or of the stepping one itself when it is not the primary (whose check is the one above).
+        # A backward that adds into them untouched, with no zero_grad() covering that optimizer before its own
+        # step, makes that step apply a gradient the earlier backward left for another update. Sampled like the
+        # primary check (`stale_dense_steps`, `stale_every`); stops at `stale_steps_limit` findings.
+        self.cross_optimizers: list[weakref.ref] = []
+        self.cross_watch: dict[int, dict[str, Any]] = {}  # id(optimizer) -> its watched gradients and findings
+        self.cross_steps = 0
+        self.cross_checked = 0
+        self.cross_site: dict[str, Any] | None = None
+        self.any_steps = 0
         # Closure re-evaluations within one step (LBFGS): the primary parameter's version at the step's previous
         # backward (None: no backward inside this step yet), whether a zero_grad() ran since, and the counts.
         self.closure_version: int | None = None
@@ -196,6 +209,8 @@ class AccumulationProbe(Probe):
     # -- wrappers -----------------------------------------------------------------------------------
 
     def _any_step_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.cross_watch and not self.stepping:
+            self._cross_at_step(optimizer)
         self.stepping += 1
         if self.window_version is not None and not self.stepping - 1:
             moved = self._param_version() != self.window_version
@@ -211,6 +226,8 @@ class AccumulationProbe(Probe):
             self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
         if last is not optimizer:
             self.last_optimizer = weakref.ref(optimizer)
+        if not self.stepping:
+            self._cross_note(optimizer)
         k, forwards = self.micro, self.forwards
         self.micro = self.forwards = 0
         self._end_window(optimizer)
@@ -260,6 +277,8 @@ class AccumulationProbe(Probe):
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
             if len(probe.zeroed_since_step) < 8:
                 probe.zeroed_since_step.append(owner)
+            if probe.cross_watch and not probe.stepping:
+                probe._cross_zeroed(owner)
             if probe.stepping:
                 probe.closure_zeroed = True
             if probe.micro and probe.enabled:
@@ -301,6 +320,8 @@ class AccumulationProbe(Probe):
     def _backward(self, tensors: Any) -> None:
         if self.stale_watch and not self.stepping:
             self._stale_at_backward()
+        if self.cross_watch and not self.stepping:
+            self._cross_at_backward()
         if self.stepping and self.params:
             self._closure_backward()
         if self._want_path():
@@ -510,6 +531,68 @@ class AccumulationProbe(Probe):
         if self.stale_site is None:
             self.stale_site = candidate or None
 
+    def _cross_note(self, stepped: Any) -> None:
+        """After any optimizer's step: watch a few gradients of each optimizer seen that this step did not apply
+        (other optimizers' parameters, disjoint from the stepping one's), and the stepping one's own when it is
+        not the primary optimizer (the primary's are watched by _note_gradients)."""
+        self.any_steps += 1
+        if all(ref() is not stepped for ref in self.cross_optimizers) and len(self.cross_optimizers) < 4:
+            self.cross_optimizers.append(weakref.ref(stepped))
+        if len(self.cross_optimizers) < 2 or self.cross_steps >= self.stale_limit or (
+                self.any_steps > self.stale_dense and self.any_steps % self.stale_every):
+            return
+        primary = self.params[0]() if self.params else None
+        for ref in self.cross_optimizers:
+            other = ref()
+            if other is None:
+                continue
+            if other is stepped:
+                if primary is not None and _holds(other, primary):
+                    continue  # the primary's own gradients: _note_gradients watches them
+            elif _covers(other, stepped):
+                continue  # shared parameters: this step applied (some of) them
+            picked = _picked_grads(other)
+            if picked:
+                self.cross_watch[id(other)] = {"ref": ref, "picked": picked, "pending": None, "candidate": None}
+
+    def _cross_at_backward(self) -> None:
+        """A backward: did the one before add into a watched optimizer's left gradients? Are they still there,
+        untouched and non-zero, for this one to add into?"""
+        site = None
+        for key, entry in list(self.cross_watch.items()):
+            if entry["candidate"] is not None:
+                continue
+            state = _grads_state(entry["picked"])
+            if entry["pending"] is not None and state == "added":
+                entry["candidate"] = entry["pending"]
+            elif state == "kept":
+                if site is None:
+                    site = here() or {}
+                entry["pending"] = site
+            else:
+                del self.cross_watch[key]
+
+    def _cross_zeroed(self, owner: Any) -> None:
+        """A zero_grad(): the watched gradients it covers are cleared before their optimizer steps."""
+        for key, entry in list(self.cross_watch.items()):
+            optimizer = entry["ref"]()
+            if optimizer is None or owner is optimizer or _covers(owner, optimizer):
+                del self.cross_watch[key]
+
+    def _cross_at_step(self, optimizer: Any) -> None:
+        """A watched optimizer is about to step: a backward since the watch added into its left gradients?"""
+        entry = self.cross_watch.pop(id(optimizer), None)
+        if entry is None or entry["ref"]() is not optimizer:
+            return
+        candidate = entry["candidate"]
+        if candidate is None and entry["pending"] is not None and _grads_state(entry["picked"]) == "added":
+            candidate = entry["pending"]  # the last backward before this step
+        self.cross_checked += 1
+        if candidate is not None:
+            self.cross_steps += 1
+            if self.cross_site is None:
+                self.cross_site = candidate or None
+
     def _loss_factor(self, root: Any) -> float | None:
         """The product of the constants the loss was multiplied by on its way to backward."""
         torch = self.torch
@@ -604,6 +687,9 @@ class AccumulationProbe(Probe):
             closure_steps=self.closure_steps,
             closure_stale_steps=self.closure_stale_steps,
             closure_site=self.closure_site,
+            cross_stale_steps=self.cross_steps,
+            cross_checked=self.cross_checked,
+            cross_site=self.cross_site,
         )
 
     def finish(self, reason: str) -> None:
@@ -674,6 +760,45 @@ def _covers(owner: Any, optimizer: Any) -> bool:
         return any(id(p) in stepped for g in groups for p in g["params"])
     except Exception:  # noqa: BLE001
         return False
+
+
+def _holds(optimizer: Any, param: Any) -> bool:
+    """Whether `param` is one of the optimizer's parameters."""
+    try:
+        return any(p is param for g in optimizer.param_groups for p in g["params"])
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _picked_grads(optimizer: Any) -> list[tuple[weakref.ref, weakref.ref, int]]:
+    """(parameter, its grad tensor, the grad's version) of the first and last parameter of the optimizer's first
+    group with a non-zero gradient: what the next backward may add into."""
+    picked = []
+    try:
+        params = optimizer.param_groups[0]["params"] if optimizer.param_groups else []
+    except Exception:  # noqa: BLE001
+        return picked
+    for param in (params[0], params[-1]) if params else ():
+        grad = getattr(param, "grad", None)
+        if grad is not None and bool(grad.detach().reshape(-1)[:256].any()):
+            picked.append((weakref.ref(param), weakref.ref(grad), grad._version))  # weak: set_to_none frees it
+    return picked
+
+
+def _grads_state(picked: list[tuple[weakref.ref, weakref.ref, int]]) -> str:
+    """'kept': the very grad tensors, untouched and non-zero; 'added': the same tensors, their version moved (a
+    backward added into them; an in-place zeroing is seen by the zero_grad wrapper first); 'cleared' otherwise."""
+    moved = False
+    for ref, grad_ref, version in picked:
+        param, grad = ref(), grad_ref()
+        current = getattr(param, "grad", None) if param is not None else None
+        if current is None or current is not grad:
+            return "cleared"
+        if current._version != version:
+            moved = True
+        elif not bool(current.detach().reshape(-1)[:256].any()):
+            return "cleared"
+    return "added" if moved else "kept"
 
 
 def _shares_parameters(module: Any, optimizer: Any) -> bool:

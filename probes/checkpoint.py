@@ -51,6 +51,7 @@ from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.schedule import _outside_own_init
 from torchdoctor.probes.sites import here
 from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import is_library_file
 
 PREFIXES = ("module.", "_orig_mod.")
 POSITION_KEYS = ("epoch", "step", "global_step", "iteration", "iter", "steps", "epochs", "batch_idx", "it")
@@ -184,7 +185,7 @@ class CheckpointProbe(Probe):
             described["holds"].append("step")  # checkpoint-500/optimizer.pt: the path says where to resume
         described.update(
             file=_file_name(f) or _buffer_target(),
-            site=here(),
+            site=_composing_site(obj) or here(),
             at_step=self.step,
             needed=self._needed(),
             index=self.saves,
@@ -753,3 +754,42 @@ def _without_our_hooks(obj: Any, torch: Any) -> list[tuple[dict, list]]:
                     for key in [k for k, h in registry.items() if _is_ours(h)]:
                         del registry[key]
     return kept
+
+
+def _composing_site(obj: Any) -> dict[str, Any] | None:
+    """The user's line that handed `obj` to torch.save, past helpers that only forward their `*args`/`**kwargs`
+    (torchvision's, DETR's, DeiT's `save_on_master(*args, **kwargs)`): the checkpoint was put together where the
+    forwarder was called, not in it. A helper that names the object (`def save_checkpoint(state, is_best)`) keeps
+    its own torch.save line. None when there is no user frame."""
+    frame = sys._getframe(1)
+    while frame is not None and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    for _ in range(4):
+        if frame is None:
+            return None
+        caller = frame.f_back
+        if caller is None or is_library_file(caller.f_code.co_filename) or not _forwarded(frame, obj):
+            break
+        frame = caller
+    if frame is None:
+        return None
+    return {"path": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
+
+
+def _forwarded(frame: Any, obj: Any) -> bool:
+    """Whether the frame's function received `obj` only through its `*args` or `**kwargs`."""
+    code = frame.f_code
+    named = code.co_argcount + code.co_kwonlyargcount
+    values = frame.f_locals
+    if any(values.get(name) is obj for name in code.co_varnames[:named]):
+        return False
+    index = named
+    if code.co_flags & 0x04:  # CO_VARARGS
+        if any(item is obj for item in values.get(code.co_varnames[index], ()) or ()):
+            return True
+        index += 1
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        extra = values.get(code.co_varnames[index]) or {}
+        return any(item is obj for item in extra.values()) if isinstance(extra, dict) else False
+    return False
+

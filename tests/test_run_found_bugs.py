@@ -1237,3 +1237,60 @@ def test_a_log_of_zero_inline_with_no_model_call_recorded_is_named_at_the_log(tm
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_policy_method.py",
                                                    "entropy = -(probs * torch.log(probs)).sum(-1).mean()"), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "healthy", "detached-head"])
+def test_gradients_left_by_another_optimizers_loss_are_missing_zero_grad_at_the_backward(tmp_path_factory,
+                                                                                         validate_report, how):
+    # the generator's loss fills the discriminator's gradients and its backward adds into them (Lightning #557);
+    # twins: each optimizer cleared before its own backward; an actor-critic and a shared loss stepped twice
+    script = "gradients_left_across_steps.py"
+    result = shared_run(tmp_path_factory, f"left-across-steps-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "        loss.backward()"), found[0]["location"]
+    assert found[0]["evidence"][0]["values"]["across_steps"] is True, found[0]["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["bug", "full", "best", "snapshots"])
+def test_a_checkpoint_named_only_where_it_is_written_is_judged_as_one(tmp_path_factory, validate_report, how):
+    # {'step', 'model'} every 8 steps into checkpoints/step=N.pth, no resume path in the script (bytesep #20);
+    # twins: the optimizer and scheduler saved too, a best-model export, plain weight snapshots
+    script = "checkpoint_named_where_written.py"
+    result = shared_run(tmp_path_factory, f"ckpt-named-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("checkpoint-incomplete")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "torch.save(checkpoint, checkpoint_path)")
+    assert {"optimizer", "scheduler"} <= set(found[0]["evidence"][0]["values"]["missing"]), found[0]["evidence"][0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize(("how", "text"), [("forwarder", "        save_on_master(checkpoint, "),
+                                           ("named", "    torch.save(state, path)"),
+                                           ("full", None)])
+def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_is_handed_over(
+        tmp_path_factory, validate_report, how, text):
+    # save_on_master(*args, **kwargs) only forwards (pytorch/vision#4923): the caller's line; a helper that names
+    # the state keeps its own torch.save; a complete dict stays silent
+    script = "checkpoint_through_forwarder.py"
+    result = shared_run(tmp_path_factory, f"ckpt-forwarder-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("checkpoint-incomplete")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, text), found[0]["location"]

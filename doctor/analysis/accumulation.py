@@ -35,6 +35,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _zeroed_inside_window(run, rank, state, lim, out)
         _never_zeroed(run, rank, state, lim, out)
         _closure_never_zeroed(run, rank, state, lim, out)
+        _left_across_steps(run, rank, state, lim, out)
         if k < 2:
             continue
         if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
@@ -266,6 +267,28 @@ def _closure_never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], li
     out.symptoms.append(
         run.symptom("missing-zero-grad", probe=PROBE, summary=text, values=values,
                     location=location(run, state.get("closure_site")), rank=rank)
+    )
+
+
+def _left_across_steps(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
+                       out: Analysis) -> None:
+    """Steps of an optimizer whose gradients a backward added into while they still held what an earlier backward
+    left before another step: a generator loss that reached the discriminator (Lightning-AI/pytorch-lightning#557),
+    an actor loss that reached the critic, or a second optimizer that never clears its own."""
+    if any(s.id == "missing-zero-grad" and s.rank == run.rank_of(rank) for s in out.symptoms):
+        return
+    stale, checked = int(state.get("cross_stale_steps") or 0), int(state.get("cross_checked") or 0)
+    if stale < int(lim.get("min_stale_steps", 2)) or stale / max(checked, 1) < float(lim.get("min_stale_share", 0.5)):
+        return
+    text = (f"{plural(stale, 'optimizer step')} of the {checked} checked applied gradients that a backward added "
+            "into while they still held what an earlier backward had left before another optimizer step (no "
+            "zero_grad() of that optimizer in between): with several optimizers, a loss meant for one (a "
+            "generator's, through the discriminator) also fills the other's gradients, and the other's step applies "
+            "them; clear that optimizer's gradients right before its own backward")
+    values = {"stale_steps": stale, "steps_checked": checked, "across_steps": True}
+    out.symptoms.append(
+        run.symptom("missing-zero-grad", probe=PROBE, summary=text, values=values,
+                    location=location(run, state.get("cross_site")), rank=rank)
     )
 
 

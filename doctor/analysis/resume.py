@@ -12,6 +12,11 @@ which loads ran and when. A script can resume when
 - its source has a torch.load or load_state_dict call that did not run: a path this run did not take
   (`if args.resume: ...`);
 - the file is named as a checkpoint (`checkpoint.pt`, `last.ckpt`): the author meant it to be one;
+- the author names it a checkpoint where it is written, and writes it again and again as training goes on: a
+  save site that ran at two optimizer steps or more before the last, whose folder (`checkpoints/step=16.pth`) or
+  whose call's own names (`torch.save(checkpoint, checkpoint_path)`) say checkpoint (a Lightning callback writing
+  `{'step', 'model'}` every N steps: bytedance/music_source_separation#20); not a file named as the best model,
+  an export kept whenever the score improves;
 - or a save holds an optimizer's, a scheduler's or a scaler's state (a checkpoint helper writing `backbone.pt`
   and `scheduler.pt` side by side): nothing but a resume reads those back.
 
@@ -31,6 +36,7 @@ from typing import Any
 # the words of check's TD701 (rules/static/rules/checkpointing.py), plus the command-line flag's spelling
 RESUME_WORDS = re.compile(r"resume|restore|start_epoch|load_checkpoint|from_checkpoint|continue_from", re.I)
 CHECKPOINT_NAME = re.compile(r"checkpoint|ckpt|resume", re.I)
+BEST_NAME = re.compile(r"best", re.I)  # a best-model file: an export kept whenever the score improves
 # state a save can hold that only a resumed training run reads back (probes/checkpoint.py's kinds)
 TRAINING_STATE = frozenset({"optimizer", "scheduler", "scaler"})
 
@@ -71,6 +77,8 @@ def can_resume(script: str | None, saves: list[dict[str, Any]], loads: list[dict
         return True
     if any(TRAINING_STATE & set(s.get("holds") or []) for s in saves):
         return True
+    if _named_where_written(saves, final_step):
+        return True
     if any(r.get("what") == "optimizer" for r in restores):
         return True
     if any((e.get("at_step") or 0) < final_step for e in [*loads, *restores]):
@@ -86,3 +94,44 @@ def can_resume(script: str | None, saves: list[dict[str, Any]], loads: list[dict
         if names_resume or load_lines - ran.get(path, set()):
             return True
     return False
+
+
+def _named_where_written(saves: list[dict[str, Any]], final_step: int) -> bool:
+    """A save site that ran at two optimizer steps or more during training, whose folder or call names a checkpoint
+    (and whose file is not the best model's)."""
+    steps: dict[tuple, set[Any]] = {}
+    for s in saves:
+        site = s.get("site") or {}
+        if site.get("path") and (s.get("at_step") or 0) < final_step and not BEST_NAME.search(str(s.get("file") or "")):
+            steps.setdefault((site["path"], site.get("line"), s.get("dir")), set()).add(s.get("at_step"))
+    for (path, line, folder), at in steps.items():
+        if len(at) < 2:
+            continue
+        parts = [p for p in str(folder or "").replace("\\", "/").split("/") if p][-2:]
+        if any(CHECKPOINT_NAME.search(p) for p in parts):
+            return True
+        if os.path.isfile(path) and isinstance(line, int) and line in _save_call_names(path):
+            return True
+    return False
+
+
+@lru_cache(maxsize=32)
+def _save_call_names(path: str) -> frozenset[int]:
+    """The lines of the file's `*.save(...)` calls whose arguments name a checkpoint (a variable, an attribute,
+    a string: `torch.save(checkpoint, checkpoint_path)`, `torch.save(state, self.ckpt_dir / name)`)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "save"):
+            continue
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            for sub in ast.walk(arg):
+                text = (sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute)
+                        else sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else None)
+                if text and CHECKPOINT_NAME.search(text):
+                    lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return frozenset(lines)
+
