@@ -933,8 +933,9 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
     of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
     index = ctx.index
+    top = {id(stmt) for stmt in index.tree.body}  # a module-level function is a statement of the module's body
     wanted = {fn: [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
-              for fn in index.functions.values() if isinstance(index.parent(fn), ast.Module)}
+              for fn in index.functions.values() if id(fn) in top}
     # `criterion(...)` with `criterion` a parameter: one pass over the file's calls picks the calls of a name some
     # such function takes, and only those are asked which function they sit in
     names = {p for params in wanted.values() for p in params}
@@ -963,6 +964,8 @@ def _leave_criterion_parameters(ctx: Context) -> None:
                                                  "position": params.index(made.func.id),
                                                  "loss_position": params.index(call.func.id),
                                                  "loss": call.func.id, "line": call.lineno})
+    if not any(bs[-1].kind == "loss" and bs[-1].cls in _LOSS_CLASSES for bs in index.bindings.values() if bs):
+        return  # no name's binding is a cross-entropy or NLL loss: no call below can hand one over
     for call in index.nodes(ast.Call):
         if len(call.args) < 2 or isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
             continue
