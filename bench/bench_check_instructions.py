@@ -54,6 +54,25 @@ softmax facts 0.9 G, the pre-pass 0.8 G (the assignments of 351 files read for 1
 kind: ~0.28 G). Tried and dropped: call sites only for names some project file defines (torch's tree defines nearly
 every name it calls: no call skipped); one pass for every called name before the per-name call searches (a pattern
 tried at every character cost more than the searches it spared).
+
+Then (checkp12), findings unchanged (the same sorted JSON as checkp11's, info and the pre-pass's tables included:
+torch's three trees as one project and file by file, every fixture folder, the same 30 extracted repositories):
+main 0a12939 11.21 G bare, 16.46 G engine, **0.681**; h-checkp12 73850bb 11.24 G, 16.33 G, **0.688** (the engine
+0.8 % fewer instructions; the first change alone, 4977349, 16.36 G). Most of what TD205/TD210's facts cost was not
+the softmax questions: every name handed to a call of another module asked `_constructed_class`, whose first
+question (`assigned_names`) built the file's scoped table of assignments (`defs`: every assignment sorted, its scope
+looked up) for an answer that is nearly always None; that one question built the table in 254 of the 312 files that
+ever built it, TD601's phase loops (`for batch in loader:`) in most of the rest. A name is now first looked up in one
+unordered pass over the file's assignments (flow.py `assigned_values`, no scopes, no sort): handed to a call, only a
+name some assignment gives a class call (or a model binding) goes on; a loop's iterable, only a name given a list or
+tuple (or a parameter with a default); a criterion's input, only a name given a call. The table is built in 103
+files. Also: a file that binds no cross-entropy or NLL loss skips the model-and-loss calls; TD608 filters the
+file's names (37 % of its nodes) by imported root in C. Measured at 4568b85 by switching each part off (whole
+processes, the same start-up in each): TD205/TD210's facts 0.61 G (checkp11: 0.9), the call sites 0.96 G. What is left
+in the facts (cProfile, shares of ~1.7 s): `_built_classes` ~0.36 (each assignment's callee resolved, for names a
+call might use as a loss), the criterion parameters ~0.28, `_constructed_model` ~0.43 (the unordered pass ~0.18), the
+call loop ~0.23. The pre-pass's assignment reading (`projectcalls._kinds`) costs ~0.05 of cProfile's 37 s here, not
+the ~0.28 G estimated before: not pursued.
 """
 
 from __future__ import annotations

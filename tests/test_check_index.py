@@ -796,3 +796,35 @@ def test_phases_take_both_sides_of_a_value_decided_at_run_time():
     inner = next(c for c in index.backward_calls if index.function_of(c) is step)
     assert not index.runs_in_phase(inner, by_call, "test") and index.runs_in_phase(inner, by_call, "train")
     assert index.parameter_phase(index.functions["main"]) is None
+
+
+ASSIGNED = """
+a, (b, c) = Net(), (1, [2, 3])
+self.head: Head = make()
+def fit(model, loader, modes=('train', 'test')):
+    phases = ['train', 'val']
+    for phase in phases:
+        for x in loader:
+            model(x)
+    for mode in modes:
+        for x in loader:
+            model(x)
+    for other in loader:
+        for x in other:
+            model(x)
+"""
+
+
+def test_assigned_values_unpack_targets_and_rule_names_out_before_the_scoped_table():
+    index = build(ASSIGNED)
+    values = index.assigned_values()
+    assert {k: [type(v).__name__ for v in vs] for k, vs in values.items()} == {
+        "phases": ["List"], "a": ["Call"], "b": ["Constant"], "c": ["List"], "self.head": ["Call"]}
+    assert index.assigned_a("phases", (ast.Tuple, ast.List)) and index.assigned_a("a", ast.Call)
+    assert not index.assigned_a("loader", ast.Call) and not index.assigned_a("b", ast.Call)
+    # a list bound by an assignment and a parameter's default both give a phase; a plain loader gives none, and
+    # asking about it never builds the table of assignments by scope
+    index = build(ASSIGNED)
+    inner = sorted((lp for lp in index.loops.values() if lp.parent is not None), key=lambda lp: lp.line)
+    assert index.loop_phase(inner[2]) is None and index._defs is None
+    assert [index.loop_phase(lp).values for lp in inner[:2]] == [("train", "val"), ("train", "test")]

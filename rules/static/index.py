@@ -147,6 +147,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._returns_of: dict[ast.AST | None, list[ast.expr]] = {}  # a function's return values (bindings.py)
         self._samplers_in_text: bool | None = None  # bindings.py
         self._assigned_names: frozenset[str] | None = None  # flow.py
+        self._values: dict[str, list[ast.expr]] | None = None  # flow.py
         self._contexts: frozenset[str] | None = None  # contexts.py
         self._lowered: str | None = None  # the source in lower case (`lowered`)
         self._build()

@@ -709,7 +709,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
         if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue  # a function of this file, or of another module the project pass can look up
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
+            cls = _constructed_model(ctx, arg) if isinstance(arg, ast.Name) else None
             if cls is not None:
                 ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
                                            "callee_local": local})
@@ -774,6 +774,35 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
         return None
     return q
+
+
+def _constructed_model(ctx: Context, name: ast.Name) -> str | None:
+    """`_constructed_class` of a name handed to a call, asked only when the name could have one: bound to a model
+    of a known class, or given a class call by some assignment of the file. Most names handed to calls are
+    neither, and the answer for them (None) would otherwise cost the file's whole table of assignments by scope."""
+    index = ctx.index
+    b = index.binding(name)
+    if b is None or b.kind != "module" or not b.cls or b.cls.startswith("torch."):
+        # the binding test `_constructed_class` starts with fails: only a value can name the class
+        built = ctx.memo("module-design:class-built-names", dict)  # name -> whether an assignment builds a class
+        if name.id not in built:
+            built[name.id] = any(_builds_a_class(index, v) for v in index.assigned_values().get(name.id, ()))
+        if not built[name.id]:
+            return None  # whichever of its assignments reaches the call, none names a class
+    return _constructed_class(index, name)
+
+
+def _builds_a_class(index: Index, value: ast.expr) -> bool:
+    """Whether `_constructed_class` would accept this value: a call, through the same-object methods, of a
+    capitalised non-torch name or of a wrapper (`Net().cuda()`, `nn.DataParallel(model)`)."""
+    same = index.names["same_object_methods"]
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return False
+    q = index.resolve(value.func) or dotted(value.func)
+    return q in _WRAPPERS or bool(q) and q.split(".", 1)[0] not in ("torch", "torchvision", "numpy", "np") \
+        and q.rsplit(".", 1)[-1][:1].isupper()
 
 
 def attribute_class(index, func: ast.Attribute) -> str | None:
@@ -904,8 +933,9 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     that feeds its model parameter's output to its criterion parameter (`loss = criterion(model(x), y)`), and a call
     of another module's function that hands it a model of a known class and a cross-entropy or NLL loss."""
     index = ctx.index
+    top = {id(stmt) for stmt in index.tree.body}  # a module-level function is a statement of the module's body
     wanted = {fn: [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
-              for fn in index.functions.values() if isinstance(index.parent(fn), ast.Module)}
+              for fn in index.functions.values() if id(fn) in top}
     # `criterion(...)` with `criterion` a parameter: one pass over the file's calls picks the calls of a name some
     # such function takes, and only those are asked which function they sit in
     names = {p for params in wanted.values() for p in params}
@@ -922,7 +952,9 @@ def _leave_criterion_parameters(ctx: Context) -> None:
         for call in sorted(called.get(fn, ()), key=stmt_position):
             made = call.args[0]
             if isinstance(made, ast.Name):
-                made = latest_value(index, made.id, made)
+                # `criterion(outputs, y)`: only a name ever assigned a call can hold `model(x)`; asking any other
+                # where it was assigned would build the file's table of assignments by scope for nothing
+                made = latest_value(index, made.id, made) if index.assigned_a(made.id, ast.Call) else None
             while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
                     and made.func.attr in _SAME_VALUES:
                 made = made.func.value
@@ -932,6 +964,8 @@ def _leave_criterion_parameters(ctx: Context) -> None:
                                                  "position": params.index(made.func.id),
                                                  "loss_position": params.index(call.func.id),
                                                  "loss": call.func.id, "line": call.lineno})
+    if not any(bs[-1].kind == "loss" and bs[-1].cls in _LOSS_CLASSES for bs in index.bindings.values() if bs):
+        return  # no name's binding is a cross-entropy or NLL loss: no call below can hand one over
     for call in index.nodes(ast.Call):
         if len(call.args) < 2 or isinstance(call.func, ast.Name) and call.func.id in index.functions:  # type: ignore[attr-defined]
             continue

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     pass
 
 _BUILTINS = frozenset(dir(builtins))
+_ATTRIBUTE, _NAME = ast.Attribute, ast.Name
 _STDLIB = frozenset(sys.stdlib_module_names)
 # What a file must mention for a call in it to run with grad off or after `.eval()` (regions.py, the framework
 # hooks below); rank evidence is the vocabulary's rank names (guards.py) and `init_process_group(rank=...)`.
@@ -149,12 +150,17 @@ class CallSites:
         """Functions handed to a call instead of called (`register_hook(trainer.validate)`, `Thread(target=evaluate)`
         with `evaluate` imported): something else runs them, in a context nobody here can read, so they are sites
         with no context word, and a function with one never has all its callers agree."""
+        aliases = self.aliases
         for arg in call.args + [k.value for k in call.keywords] if call.keywords else call.args:
-            if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+            # asked of every argument of every call: the node classes compared directly (no subclasses exist)
+            cls = arg.__class__
+            if cls is _ATTRIBUTE:
+                if arg.value.__class__ is not _NAME:
+                    continue
                 name = arg.attr
                 if name.startswith("__") or name in methods:
                     continue
-            elif isinstance(arg, ast.Name) and arg.id in self.aliases:
+            elif cls is _NAME and arg.id in aliases:
                 name = arg.id
             else:
                 continue

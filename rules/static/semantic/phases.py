@@ -77,14 +77,18 @@ class Phases:
             return expr
         if not isinstance(expr, ast.Name) or fn is None:
             return None
-        values = [v for _, v in self.defs(fn).get(expr.id, [])]
-        if len(values) == 1:
-            return values[0]
         args = fn.args  # type: ignore[attr-defined]
         positional = args.posonlyargs + args.args
         defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults,
                             strict=True))
         defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None})
+        if expr.id not in defaults and not self.assigned_a(expr.id, (ast.Tuple, ast.List)):
+            # `for batch in loader:` -- a name never given a list or tuple display anywhere and with no default
+            # cannot hold phase names, and asking `defs` would build the file's table of assignments by scope
+            return None
+        values = [v for _, v in self.defs(fn).get(expr.id, [])]
+        if len(values) == 1:
+            return values[0]
         return defaults.get(expr.id) if not values else None
 
     def parameter_phase(self, fn: ast.AST) -> Phase | None:
