@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.index import Index, dotted, kwarg, last_name
+from torchdoctor.rules.static.semantic.layerstack import last_layer
 
 DEPTH = 12
 
@@ -373,7 +374,9 @@ def softmax_layer(index: Index, expr: ast.AST | None, kinds: frozenset[str] = PR
     if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, layers):
         return expr
     if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Sequential" and expr.args:
-        return softmax_layer(index, expr.args[-1], kinds)
+        # `nn.Sequential(*layers)`: the last layer the list holds (layerstack.py)
+        last = last_layer(index, expr)
+        return softmax_layer(index, last, kinds) if last is not None and last is not expr else None
     return None
 
 
@@ -414,12 +417,25 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
-    call = b.call
-    if b.cls == "torch.nn.Sequential" and call.args and position is None:
-        last = call.args[-1]
+    call, cls = b.call, b.cls
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        # a binding is the file's latest of that spelling: `self.net` of another class of the file is not this
+        # class's `self.net`, whose own assignment says what it holds
+        own = index.class_of(func)
+        if own is not None and index.class_of(b.node) is not own:
+            mine = [a.value for a in index.self_assignments(own, None)
+                    if a.attr == func.attr and isinstance(a.value, ast.Call)]
+            if not mine:
+                return None
+            call = mine[-1]
+            cls = index.resolve(call.func) or dotted(call.func)
+    if cls == "torch.nn.Sequential" and position is None:
+        # the last layer of the stack, also when code builds it: `nn.Sequential(*layers)` of a list filled by a
+        # loop, or an empty one grown by `add_module` (layerstack.py)
+        last = last_layer(index, call, b.name)
         layers = {_KIND_LAYERS[k] for k in kinds}
         return last if isinstance(last, ast.Call) and index.resolve(last.func) in layers else None
-    info = index.classes.get(b.cls or "")
+    info = index.classes.get(cls or "")
     if info is None or not info.is_module:
         return None
     return _forward_softmax(index, info, position, depth, kinds)
