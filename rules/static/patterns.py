@@ -301,6 +301,8 @@ def softmax_kind(index: Index, expr: ast.AST) -> str | None:
         return None
     func = expr.func
     q = index.resolve(func)
+    if _exp_of_log_softmax(index, expr, q):
+        return "softmax"  # `torch.exp(F.log_softmax(x, 1))`: probabilities, written the long way
     for kind, functions in _KIND_FUNCTIONS.items():
         if q in functions:
             return kind
@@ -316,6 +318,20 @@ def softmax_kind(index: Index, expr: ast.AST) -> str | None:
             if b is not None and b.cls == layer:
                 return kind
     return None
+
+
+def _exp_of_log_softmax(index: Index, expr: ast.Call, q: str | None) -> bool:
+    """`torch.exp(F.log_softmax(x, 1))`, `x.log_softmax(-1).exp()`, or the exponential of a name assigned a
+    log_softmax just before: the model hands out probabilities, however they were computed."""
+    if q == "torch.exp" and expr.args:
+        inner = expr.args[0]
+    elif isinstance(expr.func, ast.Attribute) and expr.func.attr == "exp" and q is None and not expr.args:
+        inner = expr.func.value
+    else:
+        return False
+    if isinstance(inner, ast.Name):
+        inner = latest_value(index, inner.id, inner)
+    return inner is not None and softmax_kind(index, inner) == "log_softmax"
 
 
 def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
