@@ -709,10 +709,10 @@ def _leave_softmax_facts(ctx: Context) -> None:
         if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue  # a function of this file, or of another module the project pass can look up
         for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            cls = _constructed_class(index, arg) if isinstance(arg, ast.Name) else None
-            if cls is not None:
+            among = _constructed_classes(index, arg) if isinstance(arg, ast.Name) else ()
+            for cls in among:  # a model chosen at run time: each candidate class, the others named in the message
                 ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
-                                           "callee_local": local})
+                                           "callee_local": local, "among": list(among)})
 
 
 def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> dict[tuple[ast.AST, int], dict]:
@@ -776,6 +776,89 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     return q
 
 
+def _class_spelling(index, expr: ast.AST) -> str | None:
+    """A class named by `expr` (`MLP`, `models.MLP`), of this file or of another module, not torch's own."""
+    q = index.resolve(expr) or dotted(expr)
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
+        return None
+    return q
+
+
+def _branch_values(index, name: str, value: ast.AST) -> list[ast.AST]:
+    """`if arch == "cnn": model = CNN() elif ...: model = MLP() else: ...`: the values every branch of the if-chain
+    holding `value`'s assignment gives `name` (the model is chosen at run time; each is a candidate)."""
+    stmt = index.statement_of(value)
+    chain = index.parent(stmt) if stmt is not None else None
+    if not isinstance(chain, ast.If):
+        return [value]
+    while isinstance(index.parent(chain), ast.If) and index.parent(chain).orelse == [chain]:
+        chain = index.parent(chain)  # up to the first `if` of an elif chain
+    found: list[ast.AST] = []
+    node: ast.AST | None = chain
+    while isinstance(node, ast.If):
+        branches = [node.body] + ([node.orelse] if not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If))
+                                  else [])
+        for body in branches:
+            for s in body:
+                if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                        and s.targets[0].id == name:
+                    found.append(s.value)
+        node = node.orelse[0] if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else None
+    return found or [value]
+
+
+def _value_classes(index, value: ast.AST | None, depth: int = 0) -> list[str]:
+    """The classes an expression may build: a class call (`MLP(...).cuda()`), a wrapper around one
+    (`nn.DataParallel(MLP())`), either branch of `CNN() if a else MLP()`, or any class of a table of classes
+    called by key (`{"cnn": CNN, "mlp": MLP}[arch](...)`)."""
+    if value is None or depth > 3:
+        return []
+    same = index.names["same_object_methods"]
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+        value = value.func.value
+    if isinstance(value, ast.IfExp):
+        return _value_classes(index, value.body, depth + 1) + _value_classes(index, value.orelse, depth + 1)
+    if not isinstance(value, ast.Call):
+        return []
+    func = value.func
+    if isinstance(func, ast.Subscript):
+        table = func.value
+        if isinstance(table, ast.Name):
+            table = latest_value(index, table.id, table) or next(
+                (v for _s, v in reversed(index.defs(index.tree).get(table.id, []))), None)
+        if isinstance(table, ast.Dict):
+            return [q for v in table.values if v is not None and (q := _class_spelling(index, v))]
+        return []
+    q = index.resolve(func) or dotted(func)
+    if q in _WRAPPERS and value.args:
+        inner = value.args[0]
+        # `torch.nn.DataParallel(model)` / `nn.DataParallel(MLP())`: the wrapper runs the wrapped model's forward
+        return list(_constructed_classes(index, inner, depth + 1)) if isinstance(inner, ast.Name) \
+            else _value_classes(index, inner, depth + 1)
+    found = _class_spelling(index, func)
+    return [found] if found else []
+
+
+def _constructed_classes(index, expr: ast.AST, depth: int = 0) -> tuple[str, ...]:
+    """Every class a name may have been built from: the one `_constructed_class` finds, or, when the model is
+    chosen at run time (branches of an if-chain, a conditional expression, a table of classes) or wrapped around
+    a call, each candidate. A rule that needs one candidate to end in a softmax asks them all."""
+    one = _constructed_class(index, expr, depth)
+    if not isinstance(expr, ast.Name) or expr.id not in index.assigned_names() or depth > 3:
+        return (one,) if one else ()
+    value = latest_value(index, expr.id, expr) or index.closure_value(expr.id, expr)
+    if value is None:
+        return (one,) if one else ()
+    found: list[str] = []
+    for v in _branch_values(index, expr.id, value):
+        for q in _value_classes(index, v, depth):
+            if q not in found:
+                found.append(q)
+    if one and one not in found:
+        found.insert(0, one)
+    return tuple(found)
+
+
 def attribute_class(index, func: ast.Attribute) -> str | None:
     """The imported class an attribute was built from anywhere in the file (`self.head = heads.Classifier(...)`,
     `module.evaluator = Evaluator(...)` in another method), when every such assignment builds the same class and
@@ -799,8 +882,8 @@ def attribute_class(index, func: ast.Attribute) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[str, int | None] | None:
-    """(the class, the tuple position) when `expr` is the output of a model built from another module's class:
+def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[tuple[str, ...], int | None] | None:
+    """(the classes it may be, the tuple position) when `expr` is the output of a model built from another module's class:
     `output = model(X)` with `model = ApproxRepSet(...)`, `probs, classes = model(seqs)`, `self.head(x)`."""
     if expr is None or depth > 6:
         return None
@@ -821,14 +904,14 @@ def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[s
     if not isinstance(expr, ast.Call):
         return None
     if isinstance(expr.func, ast.Name):
-        cls = _constructed_class(index, expr.func)
+        among = _constructed_classes(index, expr.func)
     elif isinstance(expr.func, ast.Attribute):
-        cls = attribute_class(index, expr.func)
+        among = tuple(c for c in [attribute_class(index, expr.func)] if c)
     else:
-        cls = None
-    if cls is None or cls in index.classes:
-        return None  # a class of this file: the file's own pass follows it
-    return cls, position
+        among = ()
+    # a class of this file: the file's own pass follows it; a model chosen at run time keeps every other candidate
+    among = tuple(c for c in among if c not in index.classes)
+    return (among, position) if among else None
 
 
 def _built_classes(ctx: Context) -> dict[str, str]:
@@ -896,7 +979,8 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
                 continue
         output = _model_output(index, inputs)
         if output is not None:
-            ctx.leave("loss-input", {**fact, "model_cls": output[0], "position": output[1]})
+            ctx.leave("loss-input", {**fact, "model_cls": output[0][0], "among": list(output[0]),
+                                     "position": output[1]})
 
 
 def _leave_criterion_parameters(ctx: Context) -> None:
@@ -949,9 +1033,10 @@ def _leave_criterion_parameters(ctx: Context) -> None:
         if not args:
             continue  # no cross-entropy or NLL handed over: most calls
         for i, arg in names:
-            cls = _constructed_class(index, arg) if i not in args else None
-            if cls is not None:
-                args[i] = {"cls": cls, "local": cls in index.classes}
+            among = _constructed_classes(index, arg) if i not in args else ()
+            if among:
+                args[i] = {"cls": among[0], "local": among[0] in index.classes,
+                           "among": [[c, c in index.classes] for c in among]}
         if any("cls" in a for a in args.values()):
             ctx.leave("hands-model-and-loss", {"callee": q, "args": {str(i): a for i, a in args.items()}})
 
@@ -972,17 +1057,23 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
     wanted = ("cross_entropy",) if softmax == "log_softmax" else ("cross_entropy", "nll")
     hits: dict[tuple[str, int], ProjectHit] = {}
 
-    def class_hit(owner: tuple[str, str], position: int | None, loss: str, where: str, loss_kind: str) -> None:
+    def class_hit(owner: tuple[str, str], position: int | None, loss: str, where: str, loss_kind: str,
+                  among: list | None = None) -> None:
         if (*owner, position) not in classes:
             return
         g, cls = classes[(*owner, position)]
+        # a model chosen at run time among several classes: this one is a candidate, and one that ends in a
+        # softmax is enough for the loss to see probabilities whenever it is chosen
+        others = [a.rsplit(".", 1)[-1] for a in among or () if a.rsplit(".", 1)[-1] != cls["class"]]
+        chosen = (f" The model is chosen at run time; {cls['class']} is one of its candidates (also "
+                  f"{', '.join(others)}).") if others else ""
         if softmax == "log_softmax":
             values = {"variable": f"{cls['class']}'s output", "loss": loss,
-                      "remedy": _log_softmax_remedy(loss, where)}
+                      "remedy": _log_softmax_remedy(loss, where) + chosen}
         else:
             values = {"variable": f"{cls['class']}'s output", "loss": loss, "expects": _EXPECTS[loss_kind],
                       "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss "
-                                f"is `{loss}` {where}); keep softmax only for reporting probabilities."}
+                                f"is `{loss}` {where}); keep softmax only for reporting probabilities." + chosen}
         hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], values))
 
     if classes:
@@ -1000,7 +1091,8 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
             owners = [(f.module, fact["cls"])] if fact["local"] else \
                 [(g.module, name) for g, name in project.defining(fact["cls"])]
             for owner in owners:
-                class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy")
+                class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy",
+                          fact.get("among"))
     criteria = {(f.module, fact["function"]): fact for f, fact in project.facts("criterion-on-param")}
     for f, fact in project.facts("hands-model-and-loss") if criteria else ():
         for g, name in project.defining(fact["callee"]):
@@ -1009,11 +1101,12 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
             loss = fact["args"].get(str(fed["loss_position"])) if fed else None
             if fed is None or model is None or loss is None or "cls" not in model or loss.get("loss") not in wanted:
                 continue
-            owners = [(f.module, model["cls"])] if model["local"] else \
-                [(h.module, n) for h, n in project.defining(model["cls"], below=True)]
+            among = model.get("among") or [[model["cls"], model["local"]]]
+            owners = [o for cls, local in among for o in ([(f.module, cls)] if local else
+                      [(h.module, n) for h, n in project.defining(cls, below=True)])]
             for owner in owners:
                 class_hit(owner, None, fed["loss"], f"in `{fact['callee']}`, {g.path} line {fed['line']}",
-                          loss["loss"])
+                          loss["loss"], [c for c, _local in among])
     for f, fact in project.facts("loss-input"):
         loss_kind = fact.get("loss_kind")
         if loss_kind is None:
@@ -1034,9 +1127,11 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
                                     f"applies the loss) and drop the softmax."}
             hits.setdefault((f.path, fact["line"]), ProjectHit(f.path, fact["line"], fact["col"], values))
             continue
-        for g, name in project.defining(fact["model_cls"], below=True):
-            class_hit((g.module, name), fact.get("position"), fact["loss"],
-                      f"in {f.path}, line {fact['loss_line']}", loss_kind)
+        among = fact.get("among") or [fact["model_cls"]]
+        for model_cls in among:
+            for g, name in project.defining(model_cls, below=True):
+                class_hit((g.module, name), fact.get("position"), fact["loss"],
+                          f"in {f.path}, line {fact['loss_line']}", loss_kind, among)
     return list(hits.values())
 
 
