@@ -688,6 +688,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
                                    {"loss": ctx.segment(call.func, 40), "line": call.lineno})
     for (fn, position), loss in _fed_through_callers(index, fed).items():
         ctx.leave("loss-on-param", {"function": fn.name, "position": position, **loss})  # type: ignore[attr-defined]
+    _leave_constructor_models(ctx, kinds)
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
         if kind == "cross_entropy":
@@ -701,18 +702,58 @@ def _leave_softmax_facts(ctx: Context) -> None:
                 if cls is not None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
-        # no name handed over (the test of every call's arguments, run as a loop in C)
-        if ast.Name not in map(type, call.args):  # type: ignore[attr-defined]
+        # no name and no call handed over (the test of every call's arguments, run as a loop in C)
+        handed = [*map(type, call.args), *(type(k.value) for k in call.keywords)]  # type: ignore[attr-defined]
+        if ast.Name not in handed and ast.Call not in handed:
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
         q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
         if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue  # a function of this file, or of another module the project pass can look up
-        for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            among = _constructed_classes(index, arg) if isinstance(arg, ast.Name) else ()
+        args = [(i, None, a) for i, a in enumerate(call.args)]  # type: ignore[attr-defined]
+        args += [(None, k.arg, k.value) for k in call.keywords if k.arg]  # type: ignore[attr-defined]
+        for i, keyword, arg in args:
+            # a name built from a class, or a model built in place (`Trainer(MLP().cuda())`)
+            among = _constructed_classes(index, arg) if isinstance(arg, ast.Name) else \
+                tuple(_value_classes(index, arg)) if isinstance(arg, ast.Call) else ()
             for cls in among:  # a model chosen at run time: each candidate class, the others named in the message
-                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
-                                           "callee_local": local, "among": list(among)})
+                ctx.leave("passes-model", {"callee": q, "position": i, "keyword": keyword, "cls": cls,
+                                           "local": cls in index.classes, "callee_local": local,
+                                           "among": list(among)})
+
+
+def _leave_constructor_models(ctx: Context, kinds: dict[ast.Call, str]) -> None:
+    """For the project pass: a trainer class of this file whose constructor keeps a model it is handed
+    (`def __init__(self, model, ...): self.model = model`) and whose methods feed `self.model(x)` to a
+    cross-entropy loss. A call of the class in another file (`Trainer(MLP())`) hands that constructor parameter a
+    model, as `train(model, ...)` hands a function's; left as `loss-on-param` of the class, by the position a
+    caller sees (after `self`), and by the parameter's name for callers that pass it by keyword."""
+    index = ctx.index
+    same = index.names["same_object_methods"]
+    for call, kind in kinds.items():
+        if kind != "cross_entropy":
+            continue
+        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        if isinstance(inputs, ast.Name):
+            inputs = latest_value(index, inputs.id, inputs)
+        while isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute) and inputs.func.attr in _SAME_VALUES:
+            inputs = inputs.func.value
+        if not (isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute)
+                and isinstance(inputs.func.value, ast.Name) and inputs.func.value.id == "self"):
+            continue
+        info = index.class_of(call)
+        init = info.method("__init__") if info is not None and isinstance(index.parent(info.node), ast.Module) \
+            else None
+        if init is None:
+            continue
+        params = [a.arg for a in init.args.posonlyargs + init.args.args][1:]  # type: ignore[attr-defined]
+        kept = [a.value for a in index.self_assignments(info, "__init__") if a.attr == inputs.func.attr]
+        value = kept[-1] if len(kept) == 1 else None  # one assignment: the model is what the caller handed in
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+            value = value.func.value
+        if isinstance(value, ast.Name) and value.id in params:
+            ctx.leave("loss-on-param", {"function": info.name, "position": params.index(value.id),  # type: ignore[union-attr]
+                                        "param": value.id, "loss": ctx.segment(call.func, 40), "line": call.lineno})
 
 
 def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> dict[tuple[ast.AST, int], dict]:
@@ -1078,14 +1119,17 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
 
     if classes:
         losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
+        # a constructor's parameter by its name too, for `Trainer(model=MLP())`
+        losses.update({(f.module, fact["function"], fact["param"]): fact for f, fact in project.facts("loss-on-param")
+                       if fact.get("param")})
         for f, fact in project.facts("loss-on-class-output"):
             for g, name in project.defining(fact["cls"], below=True):
                 class_hit((g.module, name), None, fact["loss"], f"in {f.path}, line {fact['line']}", "cross_entropy")
         for f, fact in project.facts("passes-model"):
             targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
                 [(g.module, name) for g, name in project.defining(fact["callee"])]
-            loss = next((losses[(m, n, fact["position"])] for m, n in targets
-                         if (m, n, fact["position"]) in losses), None)
+            key = fact["position"] if fact["position"] is not None else fact.get("keyword")
+            loss = next((losses[(m, n, key)] for m, n in targets if (m, n, key) in losses), None)
             if loss is None:
                 continue
             owners = [(f.module, fact["cls"])] if fact["local"] else \
