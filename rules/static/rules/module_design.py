@@ -820,9 +820,14 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
 def _class_spelling(index, expr: ast.AST) -> str | None:
     """A class named by `expr` (`MLP`, `models.MLP`), of this file or of another module, not torch's own."""
     q = index.resolve(expr) or dotted(expr)
-    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np") or not q.rsplit(".", 1)[-1][:1].isupper():
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
         return None
-    return q
+    if q.rsplit(".", 1)[-1].lstrip("_")[:1].isupper():
+        return q
+    # `_netD(ngpu, n)` (ACGAN-PyTorch): a lower-case class name, known to be a module by the project's table
+    project = getattr(index, "project", None)
+    info = index.classes.get(q)
+    return q if project is not None and project.is_module_class(q) or info is not None and info.is_module else None
 
 
 def _branch_values(index, name: str, value: ast.AST) -> list[ast.AST]:
