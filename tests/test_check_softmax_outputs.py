@@ -270,3 +270,101 @@ loss = F.nll_loss(log_probs, y)
 accuracy = (log_probs.exp().argmax(1) == y).float().mean()
 """
     assert _findings(tmp_path, monkeypatch, {"train.py": script}) == []
+
+
+METHOD_TRAINER = """from torch.nn import CrossEntropyLoss
+
+
+class SupervisedTrainer(object):
+    def __init__(self, loss_func=CrossEntropyLoss(), lr=0.1):
+        self.loss_func = loss_func
+        self.lr = lr
+
+    def _train_batch(self, x, y, model):
+        loss_func = self.loss_func
+        outputs = model(x)
+        if outputs.dim() == 1:
+            outputs = outputs.unsqueeze(0)
+        loss = loss_func(outputs, y)
+        loss.backward()
+        return loss
+
+    def train(self, model, data, epochs=1):
+        for _ in range(epochs):
+            for x, y in data:
+                self._train_batch(x, y, model)
+"""
+
+METHOD_MAIN = """import torch
+from models import MLP
+from trainer import SupervisedTrainer
+
+model = MLP()
+t = SupervisedTrainer(lr=0.01)
+t.train(model, [(torch.randn(4, 8), torch.randint(0, 3, (4,)))])
+"""
+
+
+def test_a_model_handed_to_a_trainer_method_whose_default_criterion_is_cross_entropy(tmp_path, monkeypatch):
+    # IBM dstc-noesis: `t.train(dual_encoder, ...)`, the trainer's `loss_func=CrossEntropyLoss()` kept on self
+    files = {"models.py": MODELS, "trainer.py": METHOD_TRAINER, "main.py": METHOD_MAIN}
+    assert [f[:3] for f in _findings(tmp_path, monkeypatch, files)] == [("models.py", SOFTMAX_LINE, "TD205")]
+
+
+@pytest.mark.parametrize("change", ["logits model", "mse default"])
+def test_a_trainer_method_twin_is_silent(tmp_path, monkeypatch, change):
+    models, trainer = MODELS, METHOD_TRAINER
+    if change == "logits model":
+        models = LOGITS_MODELS
+    else:
+        trainer = trainer.replace("from torch.nn import CrossEntropyLoss", "from torch.nn import MSELoss").replace(
+            "loss_func=CrossEntropyLoss()", "loss_func=MSELoss()")
+    files = {"models.py": models, "trainer.py": trainer, "main.py": METHOD_MAIN}
+    assert _findings(tmp_path, monkeypatch, files) == []
+
+
+DISCRIMINATORS = """import torch.nn as nn
+
+
+class _netD(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc_dis = nn.Linear(8, 1)
+        self.fc_aux = nn.Linear(8, n)
+        self.softmax = nn.Softmax(dim=1)
+        self.sigmoid = nn.Sigmoid()
+
+    def forward(self, x):
+        classes = self.softmax(self.fc_aux(x))
+        realfake = self.sigmoid(self.fc_dis(x)).view(-1)
+        return realfake, classes
+
+
+class _netD_small(_netD):
+    pass
+"""
+
+GAN_MAIN = """import sys
+import torch
+import torch.nn as nn
+from network import _netD, _netD_small
+
+if sys.argv[1] == "imagenet":
+    netD = _netD(10)
+else:
+    netD = _netD_small(10)
+aux_criterion = nn.NLLLoss()
+dis_output, aux_output = netD(torch.randn(4, 8))
+loss = aux_criterion(aux_output, torch.randint(0, 10, (4,)))
+"""
+
+
+def test_a_lower_case_discriminator_chosen_at_run_time_feeding_nll_its_softmax_member(tmp_path, monkeypatch):
+    # ACGAN-PyTorch: `_netD` / `_netD_CIFAR10` by --dataset, the auxiliary softmax into NLLLoss
+    found = _findings(tmp_path, monkeypatch, {"network.py": DISCRIMINATORS, "main.py": GAN_MAIN})
+    assert [f[:3] for f in found] == [("network.py", 13, "TD205")]
+
+
+def test_a_lower_case_discriminator_with_log_softmax_into_nll_is_silent(tmp_path, monkeypatch):
+    network = DISCRIMINATORS.replace("nn.Softmax(dim=1)", "nn.LogSoftmax(dim=1)")
+    assert _findings(tmp_path, monkeypatch, {"network.py": network, "main.py": GAN_MAIN}) == []

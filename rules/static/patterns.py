@@ -306,8 +306,9 @@ def softmax_kind(index: Index, expr: ast.AST) -> str | None:
     for kind, functions in _KIND_FUNCTIONS.items():
         if q in functions:
             return kind
-        if isinstance(func, ast.Attribute) and func.attr == kind and q is None:
-            return kind
+        if isinstance(func, ast.Attribute) and func.attr == kind and q is None \
+                and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+            return kind  # `x.softmax(-1)`; `self.softmax(x)` is a layer the class keeps, told by what it holds below
     for kind, layer in _KIND_LAYERS.items():
         if isinstance(func, ast.Call) and index.resolve(func.func) == layer:
             return kind

@@ -689,6 +689,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
     for (fn, position), loss in _fed_through_callers(index, fed).items():
         ctx.leave("loss-on-param", {"function": fn.name, "position": position, **loss})  # type: ignore[attr-defined]
     _leave_constructor_models(ctx, kinds)
+    _leave_method_model_losses(ctx, kinds)
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
         if kind == "cross_entropy":
@@ -708,6 +709,8 @@ def _leave_softmax_facts(ctx: Context) -> None:
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
         q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None:
+            _leave_models_handed_to_methods(ctx, call)  # type: ignore[arg-type]
         if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue  # a function of this file, or of another module the project pass can look up
         args = [(i, None, a) for i, a in enumerate(call.args)]  # type: ignore[attr-defined]
@@ -754,6 +757,115 @@ def _leave_constructor_models(ctx: Context, kinds: dict[ast.Call, str]) -> None:
         if isinstance(value, ast.Name) and value.id in params:
             ctx.leave("loss-on-param", {"function": info.name, "position": params.index(value.id),  # type: ignore[union-attr]
                                         "param": value.id, "loss": ctx.segment(call.func, 40), "line": call.lineno})
+
+
+def _handed_criterion_kind(index: Index, call: ast.Call, info: ClassInfo) -> str | None:
+    """`loss_func = self.loss_func; loss_func(outputs, y)` (or `self.loss_func(...)`) where the constructor keeps
+    a criterion it is handed, `def __init__(self, loss_func=CrossEntropyLoss())`: the loss the trainer computes
+    unless a caller hands another, so the default's kind (IBM's dstc-noesis SupervisedTrainer)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        func = latest_value(index, func.id, func)
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"):
+        return None
+    init = info.method("__init__")
+    if init is None:
+        return None
+    args = init.args.posonlyargs + init.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
+    kept = [a.value for a in index.self_assignments(info, "__init__") if a.attr == func.attr]
+    if len(kept) != 1 or not isinstance(kept[0], ast.Name) or not isinstance(defaults.get(kept[0].id), ast.Call):
+        return None
+    return _LOSS_CLASSES.get(index.resolve(defaults[kept[0].id].func) or "")
+
+
+def _called_parameter(index: Index, expr: ast.AST | None, params: list[str]) -> str | None:
+    """The parameter whose call made `expr`: `model(x)`, followed through names and reshapes (`outputs =
+    model(...)`, `outputs = outputs.unsqueeze(0)`)."""
+    for _ in range(6):
+        if isinstance(expr, ast.Name):
+            expr = latest_value(index, expr.id, expr)
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_VALUES:
+            expr = expr.func.value
+        else:
+            break
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in params:
+        return expr.func.id
+    return None
+
+
+def _leave_method_model_losses(ctx: Context, kinds: dict[ast.Call, str]) -> None:
+    """For the project pass: a method of a trainer class of this file that feeds its model parameter's output to a
+    cross-entropy loss (`def _train_batch(self, ..., model, ...): loss = loss_func(model(x), y)`), and every method
+    of the class that hands its own parameter on to it through `self.` (`train(model)` -> `_train_epoches(model)`
+    -> `_train_batch(model)`). Left as `loss-on-method-param`, by position after `self` and by name; a call of
+    `trainer.train(model)` in another file joins it."""
+    index = ctx.index
+    fed: dict[tuple[ast.AST, int], dict] = {}
+    owners: dict[ast.AST, ClassInfo] = {}
+    for info in index.classes.values():
+        if not isinstance(index.parent(info.node), ast.Module) or info.is_module:
+            continue  # a module's own methods run it (`self(x)`): the file's own pass follows those
+        for fn in info.methods.values():
+            owners[fn] = info
+    if not owners:
+        return
+    for fn, info in owners.items():
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+        if not params:
+            continue
+        for call in index.calls_in(fn):
+            kind = kinds.get(call) or _handed_criterion_kind(index, call, info)
+            if kind != "cross_entropy":
+                continue
+            name = _called_parameter(index, kwarg(call, "input", 0), params)
+            if name is not None:
+                fed.setdefault((fn, params.index(name)), {"loss": ctx.segment(call.func, 40), "line": call.lineno})
+    for _ in range(3):  # handed on through `self.method(...)` calls of the same class
+        added = False
+        for fn, info in owners.items():
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+            for call in index.calls_in(fn):
+                target = index.local_target(call)
+                if target is None or target is fn or owners.get(target) is not info:
+                    continue
+                names = [a.arg for a in target.args.posonlyargs + target.args.args][1:]
+                handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+                handed += [(names.index(k.arg), k.value) for k in call.keywords if k.arg in names]
+                for position, arg in handed:
+                    loss = fed.get((target, position))
+                    if loss is not None and isinstance(arg, ast.Name) and arg.id in params \
+                            and (fn, params.index(arg.id)) not in fed:
+                        fed[(fn, params.index(arg.id))] = loss
+                        added = True
+        if not added:
+            break
+    for (fn, position), loss in fed.items():
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]  # type: ignore[attr-defined]
+        ctx.leave("loss-on-method-param", {"class": owners[fn].name, "method": fn.name,  # type: ignore[attr-defined]
+                                           "position": position, "param": params[position], **loss})
+
+
+def _leave_models_handed_to_methods(ctx: Context, call: ast.Call) -> None:
+    """`t = SupervisedTrainer(...)` then `t.train(dual_encoder, ...)`: a model of a known class handed to a method
+    of an instance of another file's class (joined with `loss-on-method-param`)."""
+    index = ctx.index
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self" \
+            or func.value.id not in index.assigned_names():
+        return
+    owner = _constructed_class(index, func.value)
+    if owner is None or owner in index.classes:
+        return
+    args = [(i, None, a) for i, a in enumerate(call.args)]
+    args += [(None, k.arg, k.value) for k in call.keywords if k.arg]
+    for i, keyword, arg in args:
+        among = _constructed_classes(index, arg) if isinstance(arg, ast.Name) else \
+            tuple(_value_classes(index, arg)) if isinstance(arg, ast.Call) else ()
+        for cls in among:
+            ctx.leave("passes-model-to-method", {"owner": owner, "method": func.attr, "position": i,
+                                                 "keyword": keyword, "cls": cls, "local": cls in index.classes,
+                                                 "among": list(among)})
 
 
 def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> dict[tuple[ast.AST, int], dict]:
@@ -1142,6 +1254,19 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
             for owner in owners:
                 class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy",
                           fact.get("among"))
+        methods = {(f.module, fact["class"], fact["method"], key): fact for f, fact in project.facts("loss-on-method-param")
+                   for key in (fact["position"], fact["param"])}
+        for f, fact in project.facts("passes-model-to-method") if methods else ():
+            key = fact["position"] if fact["position"] is not None else fact["keyword"]
+            for g, name in project.defining(fact["owner"]):
+                loss = methods.get((g.module, name, fact["method"], key))
+                if loss is None:
+                    continue
+                owners = [(f.module, fact["cls"])] if fact["local"] else \
+                    [(h.module, n) for h, n in project.defining(fact["cls"], below=True)]
+                for owner in owners:
+                    class_hit(owner, None, loss["loss"], f"in `{name}.{fact['method']}`, {g.path} line {loss['line']}",
+                              "cross_entropy", fact.get("among"))
     criteria = {(f.module, fact["function"]): fact for f, fact in project.facts("criterion-on-param")}
     for f, fact in project.facts("hands-model-and-loss") if criteria else ():
         for g, name in project.defining(fact["callee"]):
