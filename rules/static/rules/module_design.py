@@ -759,24 +759,34 @@ def _leave_constructor_models(ctx: Context, kinds: dict[ast.Call, str]) -> None:
                                         "param": value.id, "loss": ctx.segment(call.func, 40), "line": call.lineno})
 
 
-def _handed_criterion_kind(index: Index, call: ast.Call, info: ClassInfo) -> str | None:
-    """`loss_func = self.loss_func; loss_func(outputs, y)` (or `self.loss_func(...)`) where the constructor keeps
-    a criterion it is handed, `def __init__(self, loss_func=CrossEntropyLoss())`: the loss the trainer computes
-    unless a caller hands another, so the default's kind (IBM's dstc-noesis SupervisedTrainer)."""
+def _handed_criteria(index: Index, info: ClassInfo) -> dict[str, str]:
+    """`def __init__(self, loss_func=CrossEntropyLoss()): self.loss_func = loss_func`: the attributes that keep a
+    criterion the constructor is handed, by the kind of its default, the loss the trainer computes unless a caller
+    hands another (IBM's dstc-noesis SupervisedTrainer)."""
+    init = info.method("__init__")
+    if init is None or not init.args.defaults:
+        return {}
+    args = init.args.posonlyargs + init.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
+    found: dict[str, str] = {}
+    assigned = [a.attr for a in index.self_assignments(info, None)]
+    for a in index.self_assignments(info, "__init__"):
+        default = defaults.get(a.value.id) if isinstance(a.value, ast.Name) else None
+        kind = _LOSS_CLASSES.get(index.resolve(default.func) or "") if isinstance(default, ast.Call) else None
+        if kind is not None and assigned.count(a.attr) == 1:  # kept as handed, never replaced in another method
+            found[a.attr] = kind
+    return found
+
+
+def _handed_criterion_kind(index: Index, call: ast.Call, handed: dict[str, str]) -> str | None:
+    """The kind of `self.loss_func(...)`, or of `loss_func(...)` after `loss_func = self.loss_func`, for an
+    attribute that keeps a handed-in criterion (`_handed_criteria`)."""
     func = call.func
     if isinstance(func, ast.Name):
         func = latest_value(index, func.id, func)
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"):
-        return None
-    init = info.method("__init__")
-    if init is None:
-        return None
-    args = init.args.posonlyargs + init.args.args
-    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
-    kept = [a.value for a in index.self_assignments(info, "__init__") if a.attr == func.attr]
-    if len(kept) != 1 or not isinstance(kept[0], ast.Name) or not isinstance(defaults.get(kept[0].id), ast.Call):
-        return None
-    return _LOSS_CLASSES.get(index.resolve(defaults[kept[0].id].func) or "")
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return handed.get(func.attr)
+    return None
 
 
 def _called_parameter(index: Index, expr: ast.AST | None, params: list[str]) -> str | None:
@@ -810,17 +820,23 @@ def _leave_method_model_losses(ctx: Context, kinds: dict[ast.Call, str]) -> None
             owners[fn] = info
     if not owners:
         return
+    handed = {info.name: _handed_criteria(index, info) for info in owners.values()}
+    if not kinds and not any(handed.values()):
+        return  # no cross-entropy here, called or kept: no method feeds one
     for fn, info in owners.items():
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
         if not params:
             continue
         for call in index.calls_in(fn):
-            kind = kinds.get(call) or _handed_criterion_kind(index, call, info)
+            kind = kinds.get(call) or (_handed_criterion_kind(index, call, handed[info.name])
+                                       if handed[info.name] else None)
             if kind != "cross_entropy":
                 continue
             name = _called_parameter(index, kwarg(call, "input", 0), params)
             if name is not None:
                 fed.setdefault((fn, params.index(name)), {"loss": ctx.segment(call.func, 40), "line": call.lineno})
+    if not fed:
+        return
     for _ in range(3):  # handed on through `self.method(...)` calls of the same class
         added = False
         for fn, info in owners.items():
