@@ -868,8 +868,8 @@ def _leave_models_handed_to_methods(ctx: Context, call: ast.Call) -> None:
     index = ctx.index
     func = call.func
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self" \
-            or func.value.id not in index.assigned_names():
-        return
+            or func.value.id not in index.assigned_names() or index.binding(func.value) is not None:
+        return  # a name of a known kind (a model, an optimizer, a loader) is no trainer
     owner = _constructed_class(index, func.value)
     if owner is None or owner in index.classes:
         return
@@ -1023,6 +1023,8 @@ def _constructed_classes(index, expr: ast.AST, depth: int = 0) -> tuple[str, ...
     value = latest_value(index, expr.id, expr) or index.closure_value(expr.id, expr)
     if value is None:
         return (one,) if one else ()
+    if one and not isinstance(value, ast.IfExp) and not isinstance(index.parent(index.statement_of(value)), ast.If):
+        return (one,)  # one class call, on no branch: the common case, settled without the table lookups below
     found: list[str] = []
     for v in _branch_values(index, expr.id, value):
         for q in _value_classes(index, v, depth):
