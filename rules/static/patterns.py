@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.rules.static.index import Index, dotted, kwarg, last_name
+from torchdoctor.rules.static.semantic.layerstack import last_layer
 
 DEPTH = 12
 
@@ -300,11 +301,14 @@ def softmax_kind(index: Index, expr: ast.AST) -> str | None:
         return None
     func = expr.func
     q = index.resolve(func)
+    if _exp_of_log_softmax(index, expr, q):
+        return "softmax"  # `torch.exp(F.log_softmax(x, 1))`: probabilities, written the long way
     for kind, functions in _KIND_FUNCTIONS.items():
         if q in functions:
             return kind
-        if isinstance(func, ast.Attribute) and func.attr == kind and q is None:
-            return kind
+        if isinstance(func, ast.Attribute) and func.attr == kind and q is None \
+                and not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+            return kind  # `x.softmax(-1)`; `self.softmax(x)` is a layer the class keeps, told by what it holds below
     for kind, layer in _KIND_LAYERS.items():
         if isinstance(func, ast.Call) and index.resolve(func.func) == layer:
             return kind
@@ -315,6 +319,20 @@ def softmax_kind(index: Index, expr: ast.AST) -> str | None:
             if b is not None and b.cls == layer:
                 return kind
     return None
+
+
+def _exp_of_log_softmax(index: Index, expr: ast.Call, q: str | None) -> bool:
+    """`torch.exp(F.log_softmax(x, 1))`, `x.log_softmax(-1).exp()`, or the exponential of a name assigned a
+    log_softmax just before: the model hands out probabilities, however they were computed."""
+    if q == "torch.exp" and expr.args:
+        inner = expr.args[0]
+    elif isinstance(expr.func, ast.Attribute) and expr.func.attr == "exp" and q is None and not expr.args:
+        inner = expr.func.value
+    else:
+        return False
+    if isinstance(inner, ast.Name):
+        inner = latest_value(index, inner.id, inner)
+    return inner is not None and softmax_kind(index, inner) == "log_softmax"
 
 
 def is_probabilities(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
@@ -373,7 +391,9 @@ def softmax_layer(index: Index, expr: ast.AST | None, kinds: frozenset[str] = PR
     if isinstance(expr, ast.Attribute) and _self_attr_is(index, expr, layers):
         return expr
     if isinstance(expr, ast.Call) and index.resolve(expr.func) == "torch.nn.Sequential" and expr.args:
-        return softmax_layer(index, expr.args[-1], kinds)
+        # `nn.Sequential(*layers)`: the last layer the list holds (layerstack.py)
+        last = last_layer(index, expr)
+        return softmax_layer(index, last, kinds) if last is not None and last is not expr else None
     return None
 
 
@@ -414,12 +434,25 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
     b = index.binding(func)
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
-    call = b.call
-    if b.cls == "torch.nn.Sequential" and call.args and position is None:
-        last = call.args[-1]
+    call, cls = b.call, b.cls
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        # a binding is the file's latest of that spelling: `self.net` of another class of the file is not this
+        # class's `self.net`, whose own assignment says what it holds
+        own = index.class_of(func)
+        if own is not None and index.class_of(b.node) is not own:
+            mine = [a.value for a in index.self_assignments(own, None)
+                    if a.attr == func.attr and isinstance(a.value, ast.Call)]
+            if not mine:
+                return None
+            call = mine[-1]
+            cls = index.resolve(call.func) or dotted(call.func)
+    if cls == "torch.nn.Sequential" and position is None:
+        # the last layer of the stack, also when code builds it: `nn.Sequential(*layers)` of a list filled by a
+        # loop, or an empty one grown by `add_module` (layerstack.py)
+        last = last_layer(index, call, b.name)
         layers = {_KIND_LAYERS[k] for k in kinds}
         return last if isinstance(last, ast.Call) and index.resolve(last.func) in layers else None
-    info = index.classes.get(b.cls or "")
+    info = index.classes.get(cls or "")
     if info is None or not info.is_module:
         return None
     return _forward_softmax(index, info, position, depth, kinds)

@@ -688,6 +688,8 @@ def _leave_softmax_facts(ctx: Context) -> None:
                                    {"loss": ctx.segment(call.func, 40), "line": call.lineno})
     for (fn, position), loss in _fed_through_callers(index, fed).items():
         ctx.leave("loss-on-param", {"function": fn.name, "position": position, **loss})  # type: ignore[attr-defined]
+    _leave_constructor_models(ctx, kinds)
+    _leave_method_model_losses(ctx, kinds)
     for call in index.nodes(ast.Call):
         kind = kinds.get(call)  # type: ignore[call-overload]
         if kind == "cross_entropy":
@@ -701,18 +703,185 @@ def _leave_softmax_facts(ctx: Context) -> None:
                 if cls is not None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
-        # no name handed over (the test of every call's arguments, run as a loop in C)
-        if ast.Name not in map(type, call.args):  # type: ignore[attr-defined]
+        # no name and no call handed over (the test of every call's arguments, run as a loop in C)
+        handed = [*map(type, call.args), *(type(k.value) for k in call.keywords)]  # type: ignore[attr-defined]
+        if ast.Name not in handed and ast.Call not in handed:
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
         q = call.func.id if local else index.resolve(call.func)  # type: ignore[attr-defined]
+        if q is None:
+            _leave_models_handed_to_methods(ctx, call)  # type: ignore[arg-type]
         if q is None or not local and "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
             continue  # a function of this file, or of another module the project pass can look up
-        for i, arg in enumerate(call.args):  # type: ignore[attr-defined]
-            cls = _constructed_model(ctx, arg) if isinstance(arg, ast.Name) else None
-            if cls is not None:
-                ctx.leave("passes-model", {"callee": q, "position": i, "cls": cls, "local": cls in index.classes,
-                                           "callee_local": local})
+        args = [(i, None, a) for i, a in enumerate(call.args)]  # type: ignore[attr-defined]
+        args += [(None, k.arg, k.value) for k in call.keywords if k.arg]  # type: ignore[attr-defined]
+        for i, keyword, arg in args:
+            # a name built from a class, or a model built in place (`Trainer(MLP().cuda())`)
+            among = _constructed_models(ctx, arg) if isinstance(arg, ast.Name) else \
+                tuple(_value_classes(index, arg)) if isinstance(arg, ast.Call) else ()
+            for cls in among:  # a model chosen at run time: each candidate class, the others named in the message
+                ctx.leave("passes-model", {"callee": q, "position": i, "keyword": keyword, "cls": cls,
+                                           "local": cls in index.classes, "callee_local": local,
+                                           "among": list(among)})
+
+
+def _leave_constructor_models(ctx: Context, kinds: dict[ast.Call, str]) -> None:
+    """For the project pass: a trainer class of this file whose constructor keeps a model it is handed
+    (`def __init__(self, model, ...): self.model = model`) and whose methods feed `self.model(x)` to a
+    cross-entropy loss. A call of the class in another file (`Trainer(MLP())`) hands that constructor parameter a
+    model, as `train(model, ...)` hands a function's; left as `loss-on-param` of the class, by the position a
+    caller sees (after `self`), and by the parameter's name for callers that pass it by keyword."""
+    index = ctx.index
+    same = index.names["same_object_methods"]
+    for call, kind in kinds.items():
+        if kind != "cross_entropy":
+            continue
+        inputs = kwarg(call, "input", 0)  # type: ignore[arg-type]
+        if isinstance(inputs, ast.Name):
+            inputs = latest_value(index, inputs.id, inputs)
+        while isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute) and inputs.func.attr in _SAME_VALUES:
+            inputs = inputs.func.value
+        if not (isinstance(inputs, ast.Call) and isinstance(inputs.func, ast.Attribute)
+                and isinstance(inputs.func.value, ast.Name) and inputs.func.value.id == "self"):
+            continue
+        info = index.class_of(call)
+        init = info.method("__init__") if info is not None and isinstance(index.parent(info.node), ast.Module) \
+            else None
+        if init is None:
+            continue
+        params = [a.arg for a in init.args.posonlyargs + init.args.args][1:]  # type: ignore[attr-defined]
+        kept = [a.value for a in index.self_assignments(info, "__init__") if a.attr == inputs.func.attr]
+        value = kept[-1] if len(kept) == 1 else None  # one assignment: the model is what the caller handed in
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+            value = value.func.value
+        if isinstance(value, ast.Name) and value.id in params:
+            ctx.leave("loss-on-param", {"function": info.name, "position": params.index(value.id),  # type: ignore[union-attr]
+                                        "param": value.id, "loss": ctx.segment(call.func, 40), "line": call.lineno})
+
+
+def _handed_criteria(index: Index, info: ClassInfo) -> dict[str, str]:
+    """`def __init__(self, loss_func=CrossEntropyLoss()): self.loss_func = loss_func`: the attributes that keep a
+    criterion the constructor is handed, by the kind of its default, the loss the trainer computes unless a caller
+    hands another (IBM's dstc-noesis SupervisedTrainer)."""
+    init = info.method("__init__")
+    if init is None or not init.args.defaults:
+        return {}
+    args = init.args.posonlyargs + init.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(init.args.defaults):]], init.args.defaults, strict=True))
+    found: dict[str, str] = {}
+    assigned = [a.attr for a in index.self_assignments(info, None)]
+    for a in index.self_assignments(info, "__init__"):
+        default = defaults.get(a.value.id) if isinstance(a.value, ast.Name) else None
+        kind = _LOSS_CLASSES.get(index.resolve(default.func) or "") if isinstance(default, ast.Call) else None
+        if kind is not None and assigned.count(a.attr) == 1:  # kept as handed, never replaced in another method
+            found[a.attr] = kind
+    return found
+
+
+def _handed_criterion_kind(index: Index, call: ast.Call, handed: dict[str, str]) -> str | None:
+    """The kind of `self.loss_func(...)`, or of `loss_func(...)` after `loss_func = self.loss_func`, for an
+    attribute that keeps a handed-in criterion (`_handed_criteria`)."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        func = latest_value(index, func.id, func)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return handed.get(func.attr)
+    return None
+
+
+def _called_parameter(index: Index, expr: ast.AST | None, params: list[str]) -> str | None:
+    """The parameter whose call made `expr`: `model(x)`, followed through names and reshapes (`outputs =
+    model(...)`, `outputs = outputs.unsqueeze(0)`)."""
+    for _ in range(6):
+        if isinstance(expr, ast.Name):
+            expr = latest_value(index, expr.id, expr)
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_VALUES:
+            expr = expr.func.value
+        else:
+            break
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in params:
+        return expr.func.id
+    return None
+
+
+def _leave_method_model_losses(ctx: Context, kinds: dict[ast.Call, str]) -> None:
+    """For the project pass: a method of a trainer class of this file that feeds its model parameter's output to a
+    cross-entropy loss (`def _train_batch(self, ..., model, ...): loss = loss_func(model(x), y)`), and every method
+    of the class that hands its own parameter on to it through `self.` (`train(model)` -> `_train_epoches(model)`
+    -> `_train_batch(model)`). Left as `loss-on-method-param`, by position after `self` and by name; a call of
+    `trainer.train(model)` in another file joins it."""
+    index = ctx.index
+    fed: dict[tuple[ast.AST, int], dict] = {}
+    owners: dict[ast.AST, ClassInfo] = {}
+    for info in index.classes.values():
+        if not isinstance(index.parent(info.node), ast.Module) or info.is_module:
+            continue  # a module's own methods run it (`self(x)`): the file's own pass follows those
+        for fn in info.methods.values():
+            owners[fn] = info
+    if not owners:
+        return
+    handed = {info.name: _handed_criteria(index, info) for info in owners.values()}
+    if not kinds and not any(handed.values()):
+        return  # no cross-entropy here, called or kept: no method feeds one
+    for fn, info in owners.items():
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+        if not params:
+            continue
+        for call in index.calls_in(fn):
+            kind = kinds.get(call) or (_handed_criterion_kind(index, call, handed[info.name])
+                                       if handed[info.name] else None)
+            if kind != "cross_entropy":
+                continue
+            name = _called_parameter(index, kwarg(call, "input", 0), params)
+            if name is not None:
+                fed.setdefault((fn, params.index(name)), {"loss": ctx.segment(call.func, 40), "line": call.lineno})
+    if not fed:
+        return
+    for _ in range(3):  # handed on through `self.method(...)` calls of the same class
+        added = False
+        for fn, info in owners.items():
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+            for call in index.calls_in(fn):
+                target = index.local_target(call)
+                if target is None or target is fn or owners.get(target) is not info:
+                    continue
+                names = [a.arg for a in target.args.posonlyargs + target.args.args][1:]
+                handed = [(i, a) for i, a in enumerate(call.args) if not isinstance(a, ast.Starred)]
+                handed += [(names.index(k.arg), k.value) for k in call.keywords if k.arg in names]
+                for position, arg in handed:
+                    loss = fed.get((target, position))
+                    if loss is not None and isinstance(arg, ast.Name) and arg.id in params \
+                            and (fn, params.index(arg.id)) not in fed:
+                        fed[(fn, params.index(arg.id))] = loss
+                        added = True
+        if not added:
+            break
+    for (fn, position), loss in fed.items():
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]  # type: ignore[attr-defined]
+        ctx.leave("loss-on-method-param", {"class": owners[fn].name, "method": fn.name,  # type: ignore[attr-defined]
+                                           "position": position, "param": params[position], **loss})
+
+
+def _leave_models_handed_to_methods(ctx: Context, call: ast.Call) -> None:
+    """`t = SupervisedTrainer(...)` then `t.train(dual_encoder, ...)`: a model of a known class handed to a method
+    of an instance of another file's class (joined with `loss-on-method-param`)."""
+    index = ctx.index
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self" \
+            or func.value.id not in index.assigned_names() or index.binding(func.value) is not None:
+        return  # a name of a known kind (a model, an optimizer, a loader) is no trainer
+    owner = _constructed_class(index, func.value)
+    if owner is None or owner in index.classes:
+        return
+    args = [(i, None, a) for i, a in enumerate(call.args)]
+    args += [(None, k.arg, k.value) for k in call.keywords if k.arg]
+    for i, keyword, arg in args:
+        among = _constructed_classes(index, arg) if isinstance(arg, ast.Name) else \
+            tuple(_value_classes(index, arg)) if isinstance(arg, ast.Call) else ()
+        for cls in among:
+            ctx.leave("passes-model-to-method", {"owner": owner, "method": func.attr, "position": i,
+                                                 "keyword": keyword, "cls": cls, "local": cls in index.classes,
+                                                 "among": list(among)})
 
 
 def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> dict[tuple[ast.AST, int], dict]:
@@ -776,10 +945,11 @@ def _constructed_class(index, expr: ast.AST, depth: int = 0) -> str | None:
     return q
 
 
-def _constructed_model(ctx: Context, name: ast.Name) -> str | None:
-    """`_constructed_class` of a name handed to a call, asked only when the name could have one: bound to a model
-    of a known class, or given a class call by some assignment of the file. Most names handed to calls are
-    neither, and the answer for them (None) would otherwise cost the file's whole table of assignments by scope."""
+def _constructed_models(ctx: Context, name: ast.Name) -> tuple[str, ...]:
+    """`_constructed_classes` of a name handed to a call, asked only when the name could have one: bound to a
+    model of a known class, or given a class call (or a choice among classes) by some assignment of the file.
+    Most names handed to calls are neither, and the answer for them (none) would otherwise cost the file's whole
+    table of assignments by scope."""
     index = ctx.index
     b = index.binding(name)
     if b is None or b.kind != "module" or not b.cls or b.cls.startswith("torch."):
@@ -788,21 +958,116 @@ def _constructed_model(ctx: Context, name: ast.Name) -> str | None:
         if name.id not in built:
             built[name.id] = any(_builds_a_class(index, v) for v in index.assigned_values().get(name.id, ()))
         if not built[name.id]:
-            return None  # whichever of its assignments reaches the call, none names a class
-    return _constructed_class(index, name)
+            return ()  # whichever of its assignments reaches the call, none names a class
+    return _constructed_classes(index, name)
 
 
 def _builds_a_class(index: Index, value: ast.expr) -> bool:
-    """Whether `_constructed_class` would accept this value: a call, through the same-object methods, of a
-    capitalised non-torch name or of a wrapper (`Net().cuda()`, `nn.DataParallel(model)`)."""
+    """Whether `_constructed_classes` could accept this value: a call, through the same-object methods, of a
+    class spelling or of a wrapper (`Net().cuda()`, `nn.DataParallel(model)`, `_netD(ngpu)` when the project
+    knows `_netD` is a module), or a choice made at run time (`A() if c else B()`, `{"a": A}[k]()`), which is
+    left to `_value_classes` to read."""
     same = index.names["same_object_methods"]
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
         value = value.func.value
+    if isinstance(value, ast.IfExp):
+        return True
     if not isinstance(value, ast.Call):
         return False
+    if isinstance(value.func, ast.Subscript):
+        return True
     q = index.resolve(value.func) or dotted(value.func)
-    return q in _WRAPPERS or bool(q) and q.split(".", 1)[0] not in ("torch", "torchvision", "numpy", "np") \
-        and q.rsplit(".", 1)[-1][:1].isupper()
+    return q in _WRAPPERS or _class_spelling(index, value.func) is not None
+
+
+def _class_spelling(index, expr: ast.AST) -> str | None:
+    """A class named by `expr` (`MLP`, `models.MLP`), of this file or of another module, not torch's own."""
+    q = index.resolve(expr) or dotted(expr)
+    if not q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np"):
+        return None
+    if q.rsplit(".", 1)[-1].lstrip("_")[:1].isupper():
+        return q
+    # `_netD(ngpu, n)` (ACGAN-PyTorch): a lower-case class name, known to be a module by the project's table
+    project = getattr(index, "project", None)
+    info = index.classes.get(q)
+    return q if project is not None and project.is_module_class(q) or info is not None and info.is_module else None
+
+
+def _branch_values(index, name: str, value: ast.AST) -> list[ast.AST]:
+    """`if arch == "cnn": model = CNN() elif ...: model = MLP() else: ...`: the values every branch of the if-chain
+    holding `value`'s assignment gives `name` (the model is chosen at run time; each is a candidate)."""
+    stmt = index.statement_of(value)
+    chain = index.parent(stmt) if stmt is not None else None
+    if not isinstance(chain, ast.If):
+        return [value]
+    while isinstance(index.parent(chain), ast.If) and index.parent(chain).orelse == [chain]:
+        chain = index.parent(chain)  # up to the first `if` of an elif chain
+    found: list[ast.AST] = []
+    node: ast.AST | None = chain
+    while isinstance(node, ast.If):
+        branches = [node.body] + ([node.orelse] if not (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If))
+                                  else [])
+        for body in branches:
+            for s in body:
+                if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) \
+                        and s.targets[0].id == name:
+                    found.append(s.value)
+        node = node.orelse[0] if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If) else None
+    return found or [value]
+
+
+def _value_classes(index, value: ast.AST | None, depth: int = 0) -> list[str]:
+    """The classes an expression may build: a class call (`MLP(...).cuda()`), a wrapper around one
+    (`nn.DataParallel(MLP())`), either branch of `CNN() if a else MLP()`, or any class of a table of classes
+    called by key (`{"cnn": CNN, "mlp": MLP}[arch](...)`)."""
+    if value is None or depth > 3:
+        return []
+    same = index.names["same_object_methods"]
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+        value = value.func.value
+    if isinstance(value, ast.IfExp):
+        return _value_classes(index, value.body, depth + 1) + _value_classes(index, value.orelse, depth + 1)
+    if not isinstance(value, ast.Call):
+        return []
+    func = value.func
+    if isinstance(func, ast.Subscript):
+        table = func.value
+        if isinstance(table, ast.Name):
+            table = latest_value(index, table.id, table) or next(
+                (v for _s, v in reversed(index.defs(index.tree).get(table.id, []))), None)
+        if isinstance(table, ast.Dict):
+            return [q for v in table.values if v is not None and (q := _class_spelling(index, v))]
+        return []
+    q = index.resolve(func) or dotted(func)
+    if q in _WRAPPERS and value.args:
+        inner = value.args[0]
+        # `torch.nn.DataParallel(model)` / `nn.DataParallel(MLP())`: the wrapper runs the wrapped model's forward
+        return list(_constructed_classes(index, inner, depth + 1)) if isinstance(inner, ast.Name) \
+            else _value_classes(index, inner, depth + 1)
+    found = _class_spelling(index, func)
+    return [found] if found else []
+
+
+def _constructed_classes(index, expr: ast.AST, depth: int = 0) -> tuple[str, ...]:
+    """Every class a name may have been built from: the one `_constructed_class` finds, or, when the model is
+    chosen at run time (branches of an if-chain, a conditional expression, a table of classes) or wrapped around
+    a call, each candidate. A rule that needs one candidate to end in a softmax asks them all."""
+    one = _constructed_class(index, expr, depth)
+    if not isinstance(expr, ast.Name) or expr.id not in index.assigned_names() or depth > 3:
+        return (one,) if one else ()
+    value = latest_value(index, expr.id, expr) or index.closure_value(expr.id, expr)
+    if value is None:
+        return (one,) if one else ()
+    if one and not isinstance(value, ast.IfExp) and not isinstance(index.parent(index.statement_of(value)), ast.If):
+        return (one,)  # one class call, on no branch: the common case, settled without the table lookups below
+    found: list[str] = []
+    for v in _branch_values(index, expr.id, value):
+        for q in _value_classes(index, v, depth):
+            if q not in found:
+                found.append(q)
+    if one and one not in found:
+        found.insert(0, one)
+    return tuple(found)
 
 
 def attribute_class(index, func: ast.Attribute) -> str | None:
@@ -828,8 +1093,8 @@ def attribute_class(index, func: ast.Attribute) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[str, int | None] | None:
-    """(the class, the tuple position) when `expr` is the output of a model built from another module's class:
+def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[tuple[str, ...], int | None] | None:
+    """(the classes it may be, the tuple position) when `expr` is the output of a model built from another module's class:
     `output = model(X)` with `model = ApproxRepSet(...)`, `probs, classes = model(seqs)`, `self.head(x)`."""
     if expr is None or depth > 6:
         return None
@@ -850,14 +1115,14 @@ def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[s
     if not isinstance(expr, ast.Call):
         return None
     if isinstance(expr.func, ast.Name):
-        cls = _constructed_class(index, expr.func)
+        among = _constructed_classes(index, expr.func)
     elif isinstance(expr.func, ast.Attribute):
-        cls = attribute_class(index, expr.func)
+        among = tuple(c for c in [attribute_class(index, expr.func)] if c)
     else:
-        cls = None
-    if cls is None or cls in index.classes:
-        return None  # a class of this file: the file's own pass follows it
-    return cls, position
+        among = ()
+    # a class of this file: the file's own pass follows it; a model chosen at run time keeps every other candidate
+    among = tuple(c for c in among if c not in index.classes)
+    return (among, position) if among else None
 
 
 def _built_classes(ctx: Context) -> dict[str, str]:
@@ -925,7 +1190,8 @@ def _leave_loss_inputs(ctx: Context, kinds: dict[ast.Call, str]) -> None:
                 continue
         output = _model_output(index, inputs)
         if output is not None:
-            ctx.leave("loss-input", {**fact, "model_cls": output[0], "position": output[1]})
+            ctx.leave("loss-input", {**fact, "model_cls": output[0][0], "among": list(output[0]),
+                                     "position": output[1]})
 
 
 def _leave_criterion_parameters(ctx: Context) -> None:
@@ -983,9 +1249,10 @@ def _leave_criterion_parameters(ctx: Context) -> None:
         if not args:
             continue  # no cross-entropy or NLL handed over: most calls
         for i, arg in names:
-            cls = _constructed_class(index, arg) if i not in args else None
-            if cls is not None:
-                args[i] = {"cls": cls, "local": cls in index.classes}
+            among = _constructed_classes(index, arg) if i not in args else ()
+            if among:
+                args[i] = {"cls": among[0], "local": among[0] in index.classes,
+                           "among": [[c, c in index.classes] for c in among]}
         if any("cls" in a for a in args.values()):
             ctx.leave("hands-model-and-loss", {"callee": q, "args": {str(i): a for i, a in args.items()}})
 
@@ -1006,35 +1273,58 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
     wanted = ("cross_entropy",) if softmax == "log_softmax" else ("cross_entropy", "nll")
     hits: dict[tuple[str, int], ProjectHit] = {}
 
-    def class_hit(owner: tuple[str, str], position: int | None, loss: str, where: str, loss_kind: str) -> None:
+    def class_hit(owner: tuple[str, str], position: int | None, loss: str, where: str, loss_kind: str,
+                  among: list | None = None) -> None:
         if (*owner, position) not in classes:
             return
         g, cls = classes[(*owner, position)]
+        # a model chosen at run time among several classes: this one is a candidate, and one that ends in a
+        # softmax is enough for the loss to see probabilities whenever it is chosen
+        others = [a.rsplit(".", 1)[-1] for a in among or () if a.rsplit(".", 1)[-1] != cls["class"]]
+        chosen = (f" The model is chosen at run time; {cls['class']} is one of its candidates (also "
+                  f"{', '.join(others)}).") if others else ""
         if softmax == "log_softmax":
             values = {"variable": f"{cls['class']}'s output", "loss": loss,
-                      "remedy": _log_softmax_remedy(loss, where)}
+                      "remedy": _log_softmax_remedy(loss, where) + chosen}
         else:
             values = {"variable": f"{cls['class']}'s output", "loss": loss, "expects": _EXPECTS[loss_kind],
                       "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss "
-                                f"is `{loss}` {where}); keep softmax only for reporting probabilities."}
+                                f"is `{loss}` {where}); keep softmax only for reporting probabilities." + chosen}
         hits.setdefault((g.path, cls["line"]), ProjectHit(g.path, cls["line"], cls["col"], values))
 
     if classes:
         losses = {(f.module, fact["function"], fact["position"]): fact for f, fact in project.facts("loss-on-param")}
+        # a constructor's parameter by its name too, for `Trainer(model=MLP())`
+        losses.update({(f.module, fact["function"], fact["param"]): fact for f, fact in project.facts("loss-on-param")
+                       if fact.get("param")})
         for f, fact in project.facts("loss-on-class-output"):
             for g, name in project.defining(fact["cls"], below=True):
                 class_hit((g.module, name), None, fact["loss"], f"in {f.path}, line {fact['line']}", "cross_entropy")
         for f, fact in project.facts("passes-model"):
             targets = [(f.module, fact["callee"])] if fact.get("callee_local") else \
                 [(g.module, name) for g, name in project.defining(fact["callee"])]
-            loss = next((losses[(m, n, fact["position"])] for m, n in targets
-                         if (m, n, fact["position"]) in losses), None)
+            key = fact["position"] if fact["position"] is not None else fact.get("keyword")
+            loss = next((losses[(m, n, key)] for m, n in targets if (m, n, key) in losses), None)
             if loss is None:
                 continue
             owners = [(f.module, fact["cls"])] if fact["local"] else \
                 [(g.module, name) for g, name in project.defining(fact["cls"])]
             for owner in owners:
-                class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy")
+                class_hit(owner, None, loss["loss"], f"in `{fact['callee']}`, line {loss['line']}", "cross_entropy",
+                          fact.get("among"))
+        methods = {(f.module, fact["class"], fact["method"], key): fact for f, fact in project.facts("loss-on-method-param")
+                   for key in (fact["position"], fact["param"])}
+        for f, fact in project.facts("passes-model-to-method") if methods else ():
+            key = fact["position"] if fact["position"] is not None else fact["keyword"]
+            for g, name in project.defining(fact["owner"]):
+                loss = methods.get((g.module, name, fact["method"], key))
+                if loss is None:
+                    continue
+                owners = [(f.module, fact["cls"])] if fact["local"] else \
+                    [(h.module, n) for h, n in project.defining(fact["cls"], below=True)]
+                for owner in owners:
+                    class_hit(owner, None, loss["loss"], f"in `{name}.{fact['method']}`, {g.path} line {loss['line']}",
+                              "cross_entropy", fact.get("among"))
     criteria = {(f.module, fact["function"]): fact for f, fact in project.facts("criterion-on-param")}
     for f, fact in project.facts("hands-model-and-loss") if criteria else ():
         for g, name in project.defining(fact["callee"]):
@@ -1043,11 +1333,12 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
             loss = fact["args"].get(str(fed["loss_position"])) if fed else None
             if fed is None or model is None or loss is None or "cls" not in model or loss.get("loss") not in wanted:
                 continue
-            owners = [(f.module, model["cls"])] if model["local"] else \
-                [(h.module, n) for h, n in project.defining(model["cls"], below=True)]
+            among = model.get("among") or [[model["cls"], model["local"]]]
+            owners = [o for cls, local in among for o in ([(f.module, cls)] if local else
+                      [(h.module, n) for h, n in project.defining(cls, below=True)])]
             for owner in owners:
                 class_hit(owner, None, fed["loss"], f"in `{fact['callee']}`, {g.path} line {fed['line']}",
-                          loss["loss"])
+                          loss["loss"], [c for c, _local in among])
     for f, fact in project.facts("loss-input"):
         loss_kind = fact.get("loss_kind")
         if loss_kind is None:
@@ -1068,9 +1359,11 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
                                     f"applies the loss) and drop the softmax."}
             hits.setdefault((f.path, fact["line"]), ProjectHit(f.path, fact["line"], fact["col"], values))
             continue
-        for g, name in project.defining(fact["model_cls"], below=True):
-            class_hit((g.module, name), fact.get("position"), fact["loss"],
-                      f"in {f.path}, line {fact['loss_line']}", loss_kind)
+        among = fact.get("among") or [fact["model_cls"]]
+        for model_cls in among:
+            for g, name in project.defining(model_cls, below=True):
+                class_hit((g.module, name), fact.get("position"), fact["loss"],
+                          f"in {f.path}, line {fact['loss_line']}", loss_kind, among)
     return list(hits.values())
 
 
