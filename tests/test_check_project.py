@@ -1765,3 +1765,35 @@ def test_a_factory_loader_used_in_the_second_place_only_is_not_the_shuffled_one(
                                      "val_sampler = None")
     files = {"pkg/load_data.py": factory, "pkg/fit.py": loop}
     assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []
+
+
+LOADER_AND_SAMPLER_FACTORY = """from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_loaders(dataset, batch_size):
+    sampler = DistributedSampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler), sampler
+"""
+LOADER_AND_SAMPLER_LOOP = """import torch
+
+from data import get_loaders
+
+
+def main(model, optimizer, dataset, epochs):
+    loader, sampler = get_loaders(dataset, 32)
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_factory_returning_a_loader_and_its_sampler_needs_set_epoch_on_that_sampler(tmp_path, monkeypatch):
+    files = {"data.py": LOADER_AND_SAMPLER_FACTORY, "train.py": LOADER_AND_SAMPLER_LOOP}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("train.py", 7, "TD301")]
+    fixed = LOADER_AND_SAMPLER_LOOP.replace("    for epoch in range(epochs):\n",
+                                            "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n")
+    files = {"data.py": LOADER_AND_SAMPLER_FACTORY, "train.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []

@@ -161,7 +161,10 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
         if b.cls in dist_samplers and b.call is not None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
         elif b.cls in dist_samplers and (factory := _factory_sampler_call(b)) is not None:
-            candidates.append((b.name, factory, _loaders_using(index, b.name)))
+            # `loader, sampler = get_loaders(dataset)`: a factory that returns a loader with a sampler returns the
+            # loader's own sampler, so the loaders the same statement binds are the ones over it
+            loaders = _loaders_using(index, b.name) or [lb for lb in index.bindings_of("dataloader") if lb.node is b.node]
+            candidates.append((b.name, factory, loaders))
     for loader in index.bindings_of("dataloader"):
         inline = loader.arg("sampler", _SAMPLER_POSITION)
         if isinstance(inline, ast.Call) and (
