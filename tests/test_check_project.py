@@ -1657,3 +1657,143 @@ def test_the_line_searches_find_what_the_patterns_find_over_the_whole_text():
         found = projectcalls._lines_with(text, "return", projectcalls._RETURN, start, stop)
         assert [(m.span(), m.groups()) for m in found] == expect
     assert len(list(projectcalls._RETURN.finditer(text))) == 3
+
+
+# -- TD301: samplers and loaders from another file's factory -------------------------------------------------------
+
+SAMPLER_FACTORY = """from torch.utils.data.distributed import DistributedSampler
+
+
+def build_sampler(dataset, world_size, rank):
+    return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
+"""
+SAMPLER_CALLER = """import torch
+from torch.utils.data import DataLoader
+
+from data import build_sampler
+
+
+def main(model, optimizer, dataset, world_size, rank, epochs):
+    sampler = build_sampler(dataset, world_size, rank)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_distributed_sampler_returned_by_another_file_s_factory_needs_set_epoch(tmp_path, monkeypatch):
+    files = {"data.py": SAMPLER_FACTORY, "train.py": SAMPLER_CALLER}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("train.py", 8, "TD301")]
+
+
+def test_a_factory_sampler_whose_epoch_is_set_is_quiet(tmp_path, monkeypatch):
+    fixed = SAMPLER_CALLER.replace("    for epoch in range(epochs):\n",
+                                   "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n")
+    assert [f for f in _findings(tmp_path, monkeypatch, {"data.py": SAMPLER_FACTORY, "train.py": fixed})
+            if f[2] == "TD301"] == []
+
+
+def test_a_factory_sampler_in_a_fixed_order_is_quiet(tmp_path, monkeypatch):
+    # told so in the factory (`DistributedSampler(..., shuffle=False)`) or at the call (`shuffle=False`)
+    fixed_there = SAMPLER_FACTORY.replace("shuffle=True", "shuffle=False")
+    assert [f for f in _findings(tmp_path, monkeypatch, {"data.py": fixed_there, "train.py": SAMPLER_CALLER})
+            if f[2] == "TD301"] == []
+    asked = SAMPLER_FACTORY.replace("world_size, rank):", "world_size, rank, shuffle=True):").replace(
+        "shuffle=True)", "shuffle=shuffle)")
+    caller = SAMPLER_CALLER.replace("build_sampler(dataset, world_size, rank)",
+                                    "build_sampler(dataset, world_size, rank, shuffle=False)")
+    assert [f for f in _findings(tmp_path, monkeypatch, {"data.py": asked, "train.py": caller})
+            if f[2] == "TD301"] == []
+
+
+# HydraGNN (PR #98): create_dataloaders() in one module builds the loaders on DistributedSamplers and returns them;
+# another module's epoch loop receives them under other names, and nothing calls set_epoch
+LOADER_FACTORY = """import torch
+import torch.distributed as dist
+
+try:
+    from torch_geometric.loader import DataLoader
+except ImportError:
+    from torch_geometric.data import DataLoader
+
+
+def create_dataloaders(trainset, valset, batch_size):
+    if dist.is_initialized():
+        train_sampler = torch.utils.data.distributed.DistributedSampler(trainset)
+        val_sampler = torch.utils.data.distributed.DistributedSampler(valset)
+        train_loader = DataLoader(trainset, batch_size=batch_size, shuffle=False, sampler=train_sampler)
+        val_loader = DataLoader(valset, batch_size=batch_size, shuffle=False, sampler=val_sampler)
+    else:
+        train_loader = DataLoader(trainset, batch_size=batch_size, shuffle=True)
+        val_loader = DataLoader(valset, batch_size=batch_size, shuffle=True)
+    return train_loader, val_loader
+"""
+LOADER_LOOP = """import torch
+
+from pkg.load_data import create_dataloaders
+
+
+def fit(model, optimizer, trainset, valset, num_epoch):
+    loader, held_out = create_dataloaders(trainset, valset, 64)
+    for epoch in range(num_epoch):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_loader_from_another_file_s_factory_is_joined_to_its_epoch_loop_by_the_factory(tmp_path, monkeypatch):
+    files = {"pkg/load_data.py": LOADER_FACTORY, "pkg/fit.py": LOADER_LOOP}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("pkg/load_data.py", 12, "TD301")]
+
+
+def test_a_factory_loader_whose_sampler_epoch_is_set_is_quiet(tmp_path, monkeypatch):
+    fixed = LOADER_LOOP.replace("    for epoch in range(num_epoch):\n",
+                                "    for epoch in range(num_epoch):\n        loader.sampler.set_epoch(epoch)\n")
+    files = {"pkg/load_data.py": LOADER_FACTORY, "pkg/fit.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []
+
+
+def test_a_factory_loader_used_in_the_second_place_only_is_not_the_shuffled_one(tmp_path, monkeypatch):
+    # the epoch loop iterates what the factory returns second (the validation loader): the join keeps the place
+    loop = LOADER_LOOP.replace("loader, held_out = ", "held_out, loader = ")
+    factory = LOADER_FACTORY.replace("val_sampler = torch.utils.data.distributed.DistributedSampler(valset)",
+                                     "val_sampler = None")
+    files = {"pkg/load_data.py": factory, "pkg/fit.py": loop}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []
+
+
+LOADER_AND_SAMPLER_FACTORY = """from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+
+def get_loaders(dataset, batch_size):
+    sampler = DistributedSampler(dataset)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler), sampler
+"""
+LOADER_AND_SAMPLER_LOOP = """import torch
+
+from data import get_loaders
+
+
+def main(model, optimizer, dataset, epochs):
+    loader, sampler = get_loaders(dataset, 32)
+    for epoch in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+"""
+
+
+def test_a_factory_returning_a_loader_and_its_sampler_needs_set_epoch_on_that_sampler(tmp_path, monkeypatch):
+    files = {"data.py": LOADER_AND_SAMPLER_FACTORY, "train.py": LOADER_AND_SAMPLER_LOOP}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == [("train.py", 7, "TD301")]
+    fixed = LOADER_AND_SAMPLER_LOOP.replace("    for epoch in range(epochs):\n",
+                                            "    for epoch in range(epochs):\n        sampler.set_epoch(epoch)\n")
+    files = {"data.py": LOADER_AND_SAMPLER_FACTORY, "train.py": fixed}
+    assert [f for f in _findings(tmp_path, monkeypatch, files) if f[2] == "TD301"] == []

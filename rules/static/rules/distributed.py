@@ -102,6 +102,19 @@ def _helper_sampler(index: Index, call: ast.Call) -> bool:
     )
 
 
+def _factory_sampler_call(b: Binding) -> ast.Call | None:
+    """The call of another file's factory that returns a DistributedSampler (`sampler = build_sampler(dataset,
+    world_size, rank)`, the pre-pass of projectcalls.py gives the binding its class but no constructor call): the
+    place to report. None when the caller asks the factory for a fixed order (`shuffle=False`), which the factory's
+    own constructor arguments, in the other file, may then follow."""
+    stmt = b.node
+    value = getattr(stmt, "value", None)
+    if not isinstance(value, ast.Call) or any(
+            k.arg and "shuffle" in k.arg and is_constant(k.value, False) for k in value.keywords):
+        return None
+    return value
+
+
 def _cycled_loaders(index: Index) -> dict[str, Loop]:
     """Loaders handed to a generator that re-iterates its parameter without end (`def sample_data(loader):
     while True: for batch in loader: yield batch`), in a file that trains: each pass over the data is an
@@ -147,6 +160,11 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
     for b in index.bindings_of("sampler"):
         if b.cls in dist_samplers and b.call is not None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
+        elif b.cls in dist_samplers and (factory := _factory_sampler_call(b)) is not None:
+            # `loader, sampler = get_loaders(dataset)`: a factory that returns a loader with a sampler returns the
+            # loader's own sampler, so the loaders the same statement binds are the ones over it
+            loaders = _loaders_using(index, b.name) or [lb for lb in index.bindings_of("dataloader") if lb.node is b.node]
+            candidates.append((b.name, factory, loaders))
     for loader in index.bindings_of("dataloader"):
         inline = loader.arg("sampler", _SAMPLER_POSITION)
         if isinstance(inline, ast.Call) and (
@@ -215,9 +233,38 @@ def _leave_epoch_sources(ctx: Context) -> None:
     epoch_loops = [lp for lp in index.epoch_loops() if lp.trains]
     if not epoch_loops:
         return
-    sources = {name.rsplit(".", 1)[-1]: lp for name, lp in _loaders_reused_across_epochs(index, epoch_loops).items()}
+    reused = _loaders_reused_across_epochs(index, epoch_loops)
+    sources = {name.rsplit(".", 1)[-1]: lp for name, lp in reused.items()}
     if sources:
         ctx.leave("TD301-epoch-sources", {name: lp.line for name, lp in sorted(sources.items())})
+    factories = {made: reused[name].line for name, made in _made_by_imports(index, reused).items()}
+    if factories:
+        ctx.leave("TD301-epoch-factories", factories)
+
+
+def _made_by_imports(index: Index, reused: dict[str, Loop]) -> dict[str, str]:
+    """For loaders of these loops bound by `loader = data.build_loader(cfg)` or `train_loader, val_loader =
+    create_dataloaders(...)` before the loop, with the function imported from another file: name ->
+    `data.build_loader` (`...create_dataloaders#0` for a place in a tuple), so the project pass can join the loop
+    to the file whose function builds the loader, whatever the caller names it. One pass over the assignments."""
+    found: dict[str, str] = {}
+    for stmt in index.nodes(ast.Assign):
+        value = stmt.value  # type: ignore[attr-defined]
+        if not isinstance(value, ast.Call):
+            continue
+        for target in stmt.targets:  # type: ignore[attr-defined]
+            places = [(target, None)] if isinstance(target, ast.Name) else \
+                list(zip(target.elts, range(len(target.elts)), strict=True)) if isinstance(target, ast.Tuple) else []
+            for element, position in places:
+                if not isinstance(element, ast.Name) or element.id not in reused \
+                        or stmt.lineno > reused[element.id].line:  # type: ignore[attr-defined]
+                    continue
+                q = index.resolve(value.func) if index.local_target(value) is None else None
+                if q is None or "." not in q:
+                    found.pop(element.id, None)  # rebound by something else: the last binding decides
+                    continue
+                found[element.id] = q if position is None else f"{q}#{position}"
+    return found
 
 
 def _leave_samplers(ctx: Context, candidates: list[tuple[str, ast.Call, list[Binding]]]) -> None:
@@ -233,7 +280,24 @@ def _leave_samplers(ctx: Context, candidates: list[tuple[str, ast.Call, list[Bin
                         if not is_eval_word(lb.name) and _loader_leaves_file(ctx.index, lb)})
         if names:
             ctx.leave("TD301-sampler", {"line": call.lineno, "col": call.col_offset + 1, "variable": name,
-                                        "loaders": names})
+                                        "loaders": names, "returned_by": _returned_by(ctx.index, loaders)})
+
+
+def _returned_by(index: Index, loaders: list[Binding]) -> list[str]:
+    """The module-level functions that return one of these loaders: `build_loader` for `return train_loader`,
+    `create_dataloaders#0` for its first place in `return train_loader, val_loader` (the same key
+    `_made_by_imports` gives the caller's side)."""
+    found: list[str] = []
+    for lb in loaders:
+        fn = index.function_of(lb.node)
+        if not isinstance(fn, ast.FunctionDef) or index.function_of(fn) is not None or index.class_of(fn) is not None:
+            continue
+        for value in index.returns_of(fn):
+            if isinstance(value, ast.Name) and value.id == lb.name:
+                found.append(fn.name)
+            elif isinstance(value, ast.Tuple):
+                found += [f"{fn.name}#{i}" for i, e in enumerate(value.elts) if isinstance(e, ast.Name) and e.id == lb.name]
+    return sorted(set(found))
 
 
 # calls that consume a loader where it is (wrap it, draw from it, measure it), not hand it to other code
@@ -276,9 +340,20 @@ def sampler_epoch_not_set_across_files(project: Project) -> list[ProjectHit]:
     for f, fact in project.facts("TD301-epoch-sources"):
         for name, line in fact.items():
             loops.setdefault(name, (f.path, line))
+    # the loop's file names the function that built its loader (`loader = build_loader(cfg)` of data.py): the
+    # sampler's file and that function, whatever the loop calls the loader
+    by_factory: dict[tuple[str, str], tuple[str, int]] = {}
+    for f, fact in project.facts("TD301-epoch-factories"):
+        for made, line in fact.items():
+            qualified, _, position = made.partition("#")
+            for defined_in, local in project.defining(qualified):
+                key = (defined_in.path, f"{local}#{position}" if position else local)
+                by_factory.setdefault(key, (f.path, line))
     hits = []
     for f, fact in project.facts("TD301-sampler"):
         found = next((loops[n] for n in fact["loaders"] if n in loops), None)
+        if found is None:
+            found = next((by_factory[(f.path, r)] for r in fact.get("returned_by", ()) if (f.path, r) in by_factory), None)
         if found is not None and found[0] != f.path:
             hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
                 "variable": fact["variable"], "loop": f"line {found[1]} of {found[0]}"}))

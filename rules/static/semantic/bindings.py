@@ -16,6 +16,7 @@ from torchdoctor.rules.static.semantic.syntax import (
     last_name,
     stmt_position,
 )
+from torchdoctor.rules.static.semantic.vocabulary import canonical
 
 if TYPE_CHECKING:
     from torchdoctor.rules.static.semantic.bindings import Binding
@@ -442,6 +443,9 @@ class Bindings:
         """What a factory of another file returns (the pre-pass, projectcalls.py): kind, class and wrapper, and no
         call (its constructor's arguments are in the other file)."""
         kind, cls, wrapper = made
+        # the pre-pass keeps the class as the other file spells it (`torch.utils.data.distributed.DistributedSampler`);
+        # a binding's class is the public name everywhere else, which is what the vocabulary's lists hold
+        cls = canonical(cls) if cls else cls
         if kind == "module":  # a project module class bound to `criterion` is a loss
             kind = self._project_kind(cls.rsplit(".", 1)[-1] if cls else "", name)
         return Binding(name, kind, cls, stmt, None, wrapper, guessed=True)

@@ -46,6 +46,9 @@ _ASSIGNED = re.compile(r"=[ \t]*+((?:[A-Za-z_]\w*+\.)*+[A-Z]\w*+)[ \t]*+\(")
 _CALLED = re.compile(r"=[ \t]*+(\w++(?:\.\w++)*+)[ \t]*+\(")  # `= build_model(`, `= models.build(`
 _TARGET = re.compile(r"[ \t]*((?:self\.)?\w+)[ \t]*(?::[^=\n]+)?")
 _PLAIN = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
+# A sampler built for a fixed order (`DistributedSampler(val_set, shuffle=False)`): what a factory returns then is
+# no shuffling sampler, and a rule that asks for `set_epoch` must not be told it is one.
+_NO_SHUFFLE = re.compile(r"\bshuffle[ \t]*=[ \t]*False\b")
 _KEYWORD = re.compile(r"([A-Za-z_]\w*)[ \t]*=(?!=)")
 _SKIP = frozenset({"self", "cls"})
 
@@ -418,6 +421,8 @@ def _kinds(f: _File, class_kind: Callable[[str], str | None], aliases: dict[str,
             continue  # `model = model.to(device)`: the same object
         q = _qualify(f, callee, aliases)
         kind = class_kind(q)
+        if kind == "sampler" and _NO_SHUFFLE.search(text, m.end(), max(m.end(), _close(text, m.end() - 1))):
+            continue  # a fixed-order sampler: not one that needs set_epoch
         if kind is not None:
             add(name, (kind, q, wrapper_of(q)))
     return kinds
@@ -450,6 +455,8 @@ def _returns(f: _File, name: str, class_kind: Callable[[str], str | None], alias
             if built is not None and _close(part, part.index("(")) == len(part):
                 q = _qualify(f, built.group(1), aliases)
                 kind = class_kind(q)
+                if kind == "sampler" and _NO_SHUFFLE.search(part):
+                    kind = None  # a fixed-order sampler: not one that needs set_epoch
                 kinds.append((kind, q, wrapper_of(q)) if kind is not None else None)
             elif _PLAIN.fullmatch(part) or same is not None:
                 if local is None:
