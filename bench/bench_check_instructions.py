@@ -73,6 +73,14 @@ in the facts (cProfile, shares of ~1.7 s): `_built_classes` ~0.36 (each assignme
 call might use as a loss), the criterion parameters ~0.28, `_constructed_model` ~0.43 (the unordered pass ~0.18), the
 call loop ~0.23. The pre-pass's assignment reading (`projectcalls._kinds`) costs ~0.05 of cProfile's 37 s here, not
 the ~0.28 G estimated before: not pursued.
+
+Then the recall branches of stop 31 were merged on top (checkc12a: TD205 follows a model's output across files,
+models chosen at run time and trainer classes; checkc12b: samplers and loaders from another file's factory). Main at
+the end of stop 31 (6e3d565 + judged rows): 11.18 G bare, 16.90 G engine, **0.662**: the new facts took back what
+checkp11 and checkp12 saved. bench_check_cpu.py --rounds 3 --no-torch at load 1.3-1.6, one after another: b6131b7
+0.56x; h-checkp12 e95a1e8 0.57x, 0.57x; main 0.56x, 0.55x, 0.55x, 0.55x. Where the new cost sits (cProfile, main
+against h-checkp12, spread thin): module_design's `_leave_softmax_facts` (+0.07 s of ~6.9), the bindings'
+`_classify` and `scope_of` (+0.045 each), the pre-pass's `_lines_with` (+0.04).
 """
 
 from __future__ import annotations
