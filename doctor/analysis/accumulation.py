@@ -250,14 +250,22 @@ def _never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[
     )
 
 
+def _stale_enough(run: RunEvidence, rank: int, stale: int, checked: int, lim: dict[str, Any],
+                  out: Analysis) -> bool:
+    """Whether stale-gradient steps are many enough, absolutely and as a share of those checked, to report
+    `missing-zero-grad`, and the rank has no such symptom yet (one cause, one finding)."""
+    if any(s.id == "missing-zero-grad" and s.rank == run.rank_of(rank) for s in out.symptoms):
+        return False
+    share = stale / max(checked, 1)
+    return stale >= int(lim.get("min_stale_steps", 2)) and share >= float(lim.get("min_stale_share", 0.5))
+
+
 def _closure_never_zeroed(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
                           out: Analysis) -> None:
     """Steps whose closure ran again after the optimizer moved the weights, adding into the gradients of the
     evaluation before it (an LBFGS closure without zero_grad(): skorch-dev/skorch#636)."""
-    if any(s.id == "missing-zero-grad" and s.rank == run.rank_of(rank) for s in out.symptoms):
-        return
     stale, steps = int(state.get("closure_stale_steps") or 0), int(state.get("closure_steps") or 0)
-    if stale < int(lim.get("min_stale_steps", 2)) or stale / max(steps, 1) < float(lim.get("min_stale_share", 0.5)):
+    if not _stale_enough(run, rank, stale, steps, lim, out):
         return
     text = (f"{plural(stale, 'optimizer step')} of the {steps} that evaluated their closure more than once ran a "
             "backward into the gradients of the evaluation before, taken at other weights (no zero_grad() inside "
@@ -275,10 +283,8 @@ def _left_across_steps(run: RunEvidence, rank: int, state: dict[str, Any], lim: 
     """Steps of an optimizer whose gradients a backward added into while they still held what an earlier backward
     left before another step: a generator loss that reached the discriminator (Lightning-AI/pytorch-lightning#557),
     an actor loss that reached the critic, or a second optimizer that never clears its own."""
-    if any(s.id == "missing-zero-grad" and s.rank == run.rank_of(rank) for s in out.symptoms):
-        return
     stale, checked = int(state.get("cross_stale_steps") or 0), int(state.get("cross_checked") or 0)
-    if stale < int(lim.get("min_stale_steps", 2)) or stale / max(checked, 1) < float(lim.get("min_stale_share", 0.5)):
+    if not _stale_enough(run, rank, stale, checked, lim, out):
         return
     text = (f"{plural(stale, 'optimizer step')} of the {checked} checked applied gradients that a backward added "
             "into while they still held what an earlier backward had left before another optimizer step (no "
