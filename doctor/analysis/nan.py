@@ -184,19 +184,26 @@ def _placed_later(run: RunEvidence, rank: int, symptom: Symptom, event: dict[str
         _placed_by_locals(run, symptom, event)
 
 
+def _place(symptom: Symptom, where: Location | None, said: str, **values: Any) -> None:
+    """Move the symptom and its first evidence to the line that made the non-finite value, and say how it was
+    placed (each placement below finds the line its own way)."""
+    symptom.location = where
+    evidence = symptom.evidence[0]
+    evidence.location = where
+    evidence.summary += said
+    evidence.values.update(values)
+
+
 def _placed_by_watch(run: RunEvidence, rank: int, symptom: Symptom) -> bool:
     found = run.of_kind("nonfinite-op", PROBE, rank)
     if not found or not found[0].get("path") or not found[0].get("line"):
         return False
     op = found[0]
-    symptom.location = run.location(op["path"], op["line"], op.get("function"))
-    evidence = symptom.evidence[0]
-    evidence.location = symptom.location
-    evidence.summary += (f"; watching the next steps, `{op.get('op')}` on line {op['line']}"
-                         + (f" (in {op['function']})" if op.get("function") else "")
-                         + f" turned finite values into non-finite ones at step {op.get('at_step')}")
-    evidence.values["made_op"] = op.get("op")
-    evidence.values["made_at_step"] = op.get("at_step")
+    _place(symptom, run.location(op["path"], op["line"], op.get("function")),
+           f"; watching the next steps, `{op.get('op')}` on line {op['line']}"
+           + (f" (in {op['function']})" if op.get("function") else "")
+           + f" turned finite values into non-finite ones at step {op.get('at_step')}",
+           made_op=op.get("op"), made_at_step=op.get("at_step"))
     return True
 
 
@@ -213,12 +220,9 @@ def _placed_by_locals(run: RunEvidence, symptom: Symptom, event: dict[str, Any])
         return False
     line, name = found
     function = event.get("locals_function")
-    symptom.location = run.location(path, line, None if function == "<module>" else function)
-    evidence = symptom.evidence[0]
-    evidence.location = symptom.location
-    evidence.summary += (f"; `{name}`, a tensor computed without gradient and used by the loss, is already "
-                         f"non-finite at the backward: line {line} last assigned it")
-    evidence.values["nonfinite_constant"] = name
+    _place(symptom, run.location(path, line, None if function == "<module>" else function),
+           f"; `{name}`, a tensor computed without gradient and used by the loss, is already non-finite at the "
+           f"backward: line {line} last assigned it", nonfinite_constant=name)
     return True
 
 
@@ -240,12 +244,9 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
         return False
     path, line = found
     function = next((c[2] for c in places if c[0] == path), None)
-    symptom.location = run.location(path, line, None if function == "<module>" else function)
-    evidence = symptom.evidence[0]
-    evidence.location = symptom.location
-    evidence.summary += (f"; its autograd graph shows `{op}` making the non-finite value from the finite inputs it "
-                         f"saved, and line {line} is the one line of the loss code that writes it")
-    evidence.values["made_op"] = op
+    _place(symptom, run.location(path, line, None if function == "<module>" else function),
+           f"; its autograd graph shows `{op}` making the non-finite value from the finite inputs it saved, and "
+           f"line {line} is the one line of the loss code that writes it", made_op=op)
     return True
 
 
