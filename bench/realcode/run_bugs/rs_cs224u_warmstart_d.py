@@ -125,7 +125,7 @@ if __name__ == "__main__":
     X = rng.normal(size=(512, 20))
     w = rng.normal(size=20)
     y = ["pos" if v > 0 else "neg" for v in X @ w + 0.3 * rng.normal(size=512)]
-    mod = TorchShallowNeuralClassifier(batch_size=64, max_iter=15, warm_start=True, device="cpu")
+    mod = TorchShallowNeuralClassifier(batch_size=64, max_iter=8, warm_start=True, device="cpu")
     mod.fit(X[:256], y[:256])
     # More data arrives: continue training the same model (warm start).
     mod.fit(X[256:], y[256:])
