@@ -156,6 +156,8 @@ def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
         return None if _layers_from_outside(index, info) else False
     if cls in _MODE_LAYERS:
         return True
+    if index.project is not None and cls and index.project.has_mode_layers(cls):
+        return True  # `TextClassifier()` imported from models.py, whose body builds an `nn.Dropout` (the pre-pass)
     if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and b.call is not None:
         return _expr_has_mode_layers(index, b.call, set())
     if any(cls.startswith(p) for p in index.names["model_factory_prefixes"]):
