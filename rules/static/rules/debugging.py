@@ -288,10 +288,12 @@ def _train_set_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> ast.Call
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    seen: set[int] = set()
     for loop in index.validation_loops():
         call = next((c for c in loop.all_calls() if _model_run(index, c) is not None), None)
-        if call is None:
-            continue
+        if call is None or id(call) in seen:
+            continue  # nested validation loops (splits, then batches) run the model at one call: one finding
+        seen.add(id(call))
         model = _model_run(index, call)
         layers = model_mode_layers(index, model)
         explicit = _train_set_before(ctx, call)
