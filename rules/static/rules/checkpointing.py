@@ -61,7 +61,7 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
     if isinstance(expr, ast.Dict):
         values: list[ast.AST] = []
         keys: list[str] = []
-        for k, v in zip(expr.keys, expr.values):
+        for k, v in zip(expr.keys, expr.values, strict=True):
             if k is None:  # `{**base, "epoch": epoch}`: what the spread dict holds is saved too
                 spread = saved_contents(ctx, v, at, depth + 1)
                 if spread is None:

@@ -54,7 +54,7 @@ def _handed(fn: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call, method: 
     if method and params:
         params = params[1:]  # `self`
     table: dict[str, ast.expr] = {}
-    for name, arg in zip(params, call.args):
+    for name, arg in zip(params, call.args, strict=False):
         if isinstance(arg, ast.Starred):
             break
         table[name] = arg
