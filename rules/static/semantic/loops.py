@@ -400,6 +400,11 @@ class Loops:
         if loop.source is None or not loop.iterates_loader:
             if loop.source is not None and is_eval_word(loop.source):
                 return True
+            # `for x, y in batches:` over a list of (input, label) pairs, with autograd off, measuring a loss or
+            # counting correct predictions, in a function that never asks for training mode: an evaluation over
+            # held-out batches, whatever the list is called
+            if loop.source is not None and len(loop.targets) >= 2 and self._measures_without_grad(loop, fn):
+                return True
             # `for i in range(len(dataset)): x = dataset[i]` or `for i in range(n): batch = next(val_iter)` after
             # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts. A loop
             # that reads no data (sampling a generator, profiling models one by one) is not an evaluation.
@@ -417,7 +422,11 @@ class Loops:
         # what it measures is not trained on. A `.train()` in the function (batch-norm recalibration under no_grad)
         # says the training mode is meant; a loop that only collects outputs (swav's memory bank of training
         # embeddings) measures nothing.
-        # Counting correct predictions (`(model(x).argmax(-1) == y).sum()`) measures the same way a loss does.
+        return self._measures_without_grad(loop, fn)
+
+    def _measures_without_grad(self, loop: Loop, fn: ast.AST | None) -> bool:
+        """Autograd is off, the loop measures (a loss, or correct predictions counted the way an accuracy is:
+        `(model(x).argmax(-1) == y).sum()`), and its function never asks for training mode."""
         return self.grad_disabled(loop.node) and (self._measures_loss(loop) or _compares_predictions(loop.node)) \
             and not any(self.function_of(c) is fn for c in self.method_calls("train"))
 
