@@ -43,3 +43,21 @@ def test_variant_is_found_and_its_twin_stays_silent(family: str, shape: str, mon
     hits = [f for f in _findings(bad, monkeypatch) if f[2] in CODES[family]]
     assert any((name, line + d) in marked for name, line, _ in hits for d in range(-3, 4)), hits
     assert not [f for f in _findings(good, monkeypatch) if f[2] in CODES[family]]
+
+
+def test_the_pre_pass_knows_which_project_classes_carry_mode_layers() -> None:
+    """A module class whose body builds a dropout or batch-norm layer, and its subclass in another file, change with
+    train()/eval(); a plain one does not, and a class that is no torch module is never listed."""
+    from torchdoctor.rules.static.semantic import projectclasses
+
+    table = projectclasses.build([
+        ("nets.base", "import torch.nn as nn\n\n\nclass Backbone(nn.Module):\n    def __init__(self):\n"
+                      "        super().__init__()\n        self.bn = nn.BatchNorm2d(8)\n\n\n"
+                      "class Plain(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                      "        self.fc = nn.Linear(2, 2)\n"),
+        ("nets.heads", "from nets.base import Backbone\n\n\nclass Classifier(Backbone):\n    pass\n\n\n"
+                       "class Notes:\n    dropout = 0.1\n"),
+    ])
+    assert table.has_mode_layers("nets.base.Backbone") and table.has_mode_layers("heads.Classifier")
+    assert not table.has_mode_layers("nets.base.Plain") and not table.has_mode_layers("nets.heads.Notes")
+    assert table.has_module("nets.heads") and table.has_module("nets") and not table.has_module("torch")

@@ -394,9 +394,15 @@ def _leave_kept_mode_calls(ctx: Context, switches: bool) -> None:
     handed a model (`evaluator = Evaluator(model, val_loader)`), with the mode this file left the model in just
     before the method call."""
     index = ctx.index
+    # the names bound to such an object first (a few statements), so the calls are searched only when there are some
+    holders = {t.id for stmt in index.nodes(ast.Assign) if isinstance(stmt.value, ast.Call)  # type: ignore[attr-defined]
+               and _external_model_call(index, stmt.value)  # type: ignore[attr-defined]
+               for t in stmt.targets if isinstance(t, ast.Name)}  # type: ignore[attr-defined]
+    if not holders:
+        return
     for call in index.nodes(ast.Call):
         func = call.func
-        if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name) or func.value.id not in holders:
             continue
         built = latest_value(index, func.value.id, call)
         if not isinstance(built, ast.Call) or index.local_target(built) is not None:
