@@ -22,6 +22,7 @@ from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
 from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+from torchdoctor.rules.static.semantic import helperreturns
 from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import _position
 
@@ -58,10 +59,20 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
     if expr is None or depth > 4:
         return None
     if isinstance(expr, ast.Dict):
-        if any(k is None for k in expr.keys):
-            return None  # {**other, ...}
-        keys = [k.value for k in expr.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-        return [v for v in expr.values if v is not None], keys
+        values: list[ast.AST] = []
+        keys: list[str] = []
+        for k, v in zip(expr.keys, expr.values, strict=True):
+            if k is None:  # `{**base, "epoch": epoch}`: what the spread dict holds is saved too
+                spread = saved_contents(ctx, v, at, depth + 1)
+                if spread is None:
+                    return None  # a spread we cannot read may hold anything
+                values += spread[0]
+                keys += spread[1]
+                continue
+            values.append(v)
+            if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                keys.append(k.value)
+        return values, keys
     if isinstance(expr, ast.Call):
         if isinstance(expr.func, ast.Name) and expr.func.id == "dict" and not expr.args:
             if any(kw.arg is None for kw in expr.keywords):
@@ -75,7 +86,7 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
             # a record built by keyword (lightly-train's `TrainTaskState(train_model=..., optimizer=..., step=-1)`,
             # a TypedDict or dataclass that Fabric saves): its fields are the checkpoint's keys
             return [kw.value for kw in expr.keywords], [kw.arg for kw in expr.keywords if kw.arg]
-        return None
+        return _helper_contents(ctx, expr, depth)
     if isinstance(expr, ast.Name):
         value = latest_value(index, expr.id, at)
         found = saved_contents(ctx, value, value, depth + 1) if value is not None else None
@@ -98,6 +109,31 @@ def saved_contents(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int =
                         keys += [k.value for k in arg.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
         return values, keys
     return None
+
+
+def _helper_contents(ctx: Context, call: ast.Call, depth: int) -> tuple[list[ast.AST], list[str]] | None:
+    """What a helper of the project returns when it builds the saved object (`training_state(model, optimizer)`),
+    in the caller's names (helperreturns.py): a helper of this file is read through its `return`s; one of another
+    module stands for the objects handed to it, when a model or an optimizer is among them (a helper handed only
+    paths or numbers builds no training state we could name)."""
+    index = ctx.index
+    local = helperreturns.local_helper(index, call)
+    if local is not None:
+        fn, returned, handed = local
+        values: list[ast.AST] = []
+        keys: list[str] = []
+        for value in returned:
+            found = saved_contents(ctx, value, value, depth + 1)
+            if found is None:
+                return None  # one path returns something we cannot read
+            for v in found[0]:
+                values += helperreturns.in_callers_terms(v, handed)  # type: ignore[arg-type]
+            keys += found[1]
+        return values, keys
+    handed_args = helperreturns.project_helper_args(index, call)
+    if not handed_args or not _kinds_in(index, handed_args) & {"module", "optimizer"}:  # type: ignore[arg-type]
+        return None
+    return list(handed_args), [k.arg for k in call.keywords if k.arg]
 
 
 def _kinds_in(index: Index, values: list[ast.AST]) -> set[str]:

@@ -156,8 +156,12 @@ def _binding_mode_layers(index: Index, b, depth: int) -> bool | None:
         return None if _layers_from_outside(index, info) else False
     if cls in _MODE_LAYERS:
         return True
-    if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and b.call is not None:
-        return _expr_has_mode_layers(index, b.call, set())
+    if index.project is not None and cls and index.project.has_mode_layers(cls):
+        return True  # `TextClassifier()` imported from models.py, whose body builds an `nn.Dropout` (the pre-pass)
+    if cls in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"):
+        # a container built here is read; one handed in by another file (its kind from the callers, no call in
+        # this file) holds layers we cannot see
+        return _expr_has_mode_layers(index, b.call, set()) if b.call is not None else None
     if any(cls.startswith(p) for p in index.names["model_factory_prefixes"]):
         return True  # torchvision / timm architectures carry batch norm or dropout
     if cls.endswith("from_pretrained") or any(m in cls.rsplit(".", 1)[-1] for m in index.names["pretrained_model_markers"]):
@@ -284,10 +288,12 @@ def _train_set_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> ast.Call
 @rule("TD601", ast.Module)
 def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    seen: set[int] = set()
     for loop in index.validation_loops():
         call = next((c for c in loop.all_calls() if _model_run(index, c) is not None), None)
-        if call is None:
-            continue
+        if call is None or id(call) in seen:
+            continue  # nested validation loops (splits, then batches) run the model at one call: one finding
+        seen.add(id(call))
         model = _model_run(index, call)
         layers = model_mode_layers(index, model)
         explicit = _train_set_before(ctx, call)
@@ -300,6 +306,7 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
             continue
         if layers is None and explicit is None:
             _leave_param_run(ctx, loop, call, model)  # a caller in another file may have put it in training mode
+            _leave_kept_run(ctx, loop, call, model)  # ... or handed it to this object's constructor
         if layers is False or layers is None and explicit is None:
             continue  # no dropout/batch norm, or a model we cannot read that nobody put in train mode on purpose
         if _eval_before(ctx, call):
@@ -350,6 +357,96 @@ def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) 
                                   "loader": loop.source or "the validation data"})
 
 
+def _kept_parameter(index: Index, info, attr: str) -> int | None:
+    """The position (after `self`) of the constructor parameter that `self.<attr> = <param>` keeps, if any."""
+    init = info.method("__init__")
+    if init is None:
+        return None
+    params = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
+    for assign in index.self_assignments(info, "__init__"):
+        if assign.attr == attr and isinstance(assign.value, ast.Name) and assign.value.id in params:
+            return params.index(assign.value.id)
+    return None
+
+
+def _leave_kept_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) -> None:
+    """For the project pass: a method that runs `self.model` over a validation loop with no mode switch on the
+    way, where `self.model` is what the constructor was handed (`Evaluator(model, val_loader).run()`). The mode
+    it runs in is the one the file that built the object left the model in when it calls the method."""
+    index = ctx.index
+    name = dotted(model) or ""
+    if not name.startswith("self.") or name.count(".") != 1:
+        return
+    info = index.class_of(call)
+    fn = index.function_of(call)
+    if info is None or fn is None or info.method(fn.name) is not fn or _eval_before(ctx, call):
+        return
+    position = _kept_parameter(index, info, name[5:])
+    if position is None:
+        return
+    ctx.leave("TD601-kept-run", {"class": info.name, "method": fn.name, "position": position, "line": call.lineno,
+                                 "col": call.col_offset + 1, "variable": name,
+                                 "loader": loop.source or "the validation data"})
+
+
+def _leave_kept_mode_calls(ctx: Context, switches: bool) -> None:
+    """For the project pass: `evaluator.run()` on an object built here from a class of another module that was
+    handed a model (`evaluator = Evaluator(model, val_loader)`), with the mode this file left the model in just
+    before the method call."""
+    index = ctx.index
+    # the names bound to such an object first (a few statements), so the calls are searched only when there are some
+    holders = {t.id for stmt in index.nodes(ast.Assign) if isinstance(stmt.value, ast.Call)  # type: ignore[attr-defined]
+               and _external_model_call(index, stmt.value)  # type: ignore[attr-defined]
+               for t in stmt.targets if isinstance(t, ast.Name)}  # type: ignore[attr-defined]
+    if not holders:
+        return
+    for call in index.nodes(ast.Call):
+        func = call.func
+        if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name) or func.value.id not in holders:
+            continue
+        built = latest_value(index, func.value.id, call)
+        if not isinstance(built, ast.Call) or index.local_target(built) is not None:
+            continue
+        models = _external_model_call(index, built)
+        if not models:
+            continue
+        explicit = _train_set_before(ctx, call) if switches else None
+        mode = "train" if explicit is not None else "eval" if switches and _eval_before(ctx, call) else None
+        ctx.leave("mode-at-method-call", {"class": index.resolve(built.func), "method": func.attr,
+                                          "models": {str(i): k for i, k in models.items()}, "mode": mode,
+                                          "switch": explicit.lineno if explicit is not None else None,
+                                          "shown": ctx.segment(explicit, 40) if explicit is not None else "",
+                                          "line": call.lineno})
+
+
+@project("TD601")
+def validation_in_train_mode_of_kept_models(project: Project) -> list[ProjectHit]:
+    """main.py builds `Evaluator(model, val_loader)`, then calls `model.train()` and trains, then `evaluator.run()`;
+    evaluator.py's `run` runs `self.model` over its loader with no `.eval()`: it runs in training mode. Reported when
+    every such method call seen in the project comes after the caller left the model in training mode."""
+    runs = {(f.module, fact["class"], fact["method"]): (f, fact) for f, fact in project.facts("TD601-kept-run")}
+    if not runs:
+        return []
+    calls: dict[tuple[str, str, str], list[tuple[object, dict]]] = {}
+    for g, fact in project.facts("mode-at-method-call"):
+        for owner, name in project.defining(fact["class"] or ""):
+            key = (owner.module, name, fact["method"])
+            if key in runs and str(runs[key][1]["position"]) in fact["models"]:
+                calls.setdefault(key, []).append((g, fact))
+    hits = []
+    for key, found in calls.items():
+        if not all(fact["mode"] == "train" for _g, fact in found):
+            continue
+        f, run = runs[key]
+        g, first = found[0]
+        hits.append(ProjectHit(f.path, run["line"], run["col"], {
+            "variable": run["variable"], "loader": run["loader"],
+            "cause": f"`{first['shown']}` (line {first['switch']} of {g.path}) leaves the model it handed to "  # type: ignore[attr-defined]
+                     f"`{key[1]}` in training mode before `{run['method']}()` runs it, and nothing calls `.eval()` "
+                     "on the way to this loop"}))
+    return hits
+
+
 def _leave_modes_at_calls(ctx: Context) -> None:
     """For the project pass: calls handing a model to a function of another module of the project, and the mode
     the code left that model in just before (`model.train()` in the training loop, then `test_seg(model, ...)`).
@@ -369,6 +466,7 @@ def _leave_modes_at_calls(ctx: Context) -> None:
     trains = any(lp.has_backward or lp.has_step for lp in index.training_loops())
     if not switches and not trains:
         return  # neither a mode switch nor training in this file: nothing to tell about a model's mode at a call
+    _leave_kept_mode_calls(ctx, switches)
     for call in index.nodes(ast.Call):
         if index.local_target(call) is not None:
             continue

@@ -400,6 +400,11 @@ class Loops:
         if loop.source is None or not loop.iterates_loader:
             if loop.source is not None and is_eval_word(loop.source):
                 return True
+            # `for x, y in batches:` over a list of (input, label) pairs, with autograd off, measuring a loss or
+            # counting correct predictions, in a function that never asks for training mode: an evaluation over
+            # held-out batches, whatever the list is called
+            if loop.source is not None and len(loop.targets) >= 2 and self._measures_without_grad(loop, fn):
+                return True
             # `for i in range(len(dataset)): x = dataset[i]` or `for i in range(n): batch = next(val_iter)` after
             # `model.eval()`, with nothing trained in it: the mode says evaluation, whatever the loop counts. A loop
             # that reads no data (sampling a generator, profiling models one by one) is not an evaluation.
@@ -417,8 +422,13 @@ class Loops:
         # what it measures is not trained on. A `.train()` in the function (batch-norm recalibration under no_grad)
         # says the training mode is meant; a loop that only collects outputs (swav's memory bank of training
         # embeddings) measures nothing.
-        return self.grad_disabled(loop.node) and self._measures_loss(loop) and not any(
-            self.function_of(c) is fn for c in self.method_calls("train"))
+        return self._measures_without_grad(loop, fn)
+
+    def _measures_without_grad(self, loop: Loop, fn: ast.AST | None) -> bool:
+        """Autograd is off, the loop measures (a loss, or correct predictions counted the way an accuracy is:
+        `(model(x).argmax(-1) == y).sum()`), and its function never asks for training mode."""
+        return self.grad_disabled(loop.node) and (self._measures_loss(loop) or _compares_predictions(loop.node)) \
+            and not any(self.function_of(c) is fn for c in self.method_calls("train"))
 
     def _measures_loss(self, loop: Loop) -> bool:
         """The loop computes a loss: a loss function's call (`criterion(out, y)`, `F.cross_entropy(...)`), or the
@@ -520,6 +530,29 @@ class Loops:
 
     def epoch_loops(self) -> list[Loop]:
         return [lp for lp in self.loops.values() if lp.kind == "epoch"]
+
+
+_PREDICTION_METHODS = frozenset({"argmax", "max", "topk"})
+
+
+def _is_prediction(expr: ast.AST) -> bool:
+    """`out.argmax(1)`, `torch.max(out, 1)[1]`, `logits.topk(5)`: the class a model's scores pick."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute | ast.Name)
+               and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id) in _PREDICTION_METHODS
+               for n in ast.walk(expr))
+
+
+def _compares_predictions(node: ast.AST) -> bool:
+    """The loop checks predictions against labels: `pred == y`, `pred.eq(y)` on an argmax/max/topk, the way an
+    accuracy is counted (only an evaluation does that over a whole loader with autograd off)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Compare) and any(isinstance(op, ast.Eq) for op in sub.ops) \
+                and any(_is_prediction(side) for side in [sub.left, *sub.comparators]):
+            return True
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "eq" \
+                and (_is_prediction(sub.func.value) or any(_is_prediction(a) for a in sub.args)):
+            return True
+    return False
 
 
 def _counts_epochs(node: ast.AST) -> bool:

@@ -37,6 +37,12 @@ class ProjectClasses:
     # what each function other files import returns, position by position (projectcalls.py), by module
     returns: dict[str, dict[str, tuple[tuple[str, str | None, str | None] | None, ...]]] = field(default_factory=dict)
     _returns_by_tail: dict[str, list[str]] | None = field(default=None, repr=False)
+    # every module of the project (a file's dotted name), and its module classes whose body names a dropout or
+    # batch-norm layer (directly or through a project base): train()/eval() changes what they compute
+    known: frozenset[str] = field(default_factory=frozenset)
+    mode_layers: dict[str, frozenset[str]] = field(default_factory=dict)
+    _known_tails: set[str] = field(default_factory=set, repr=False)
+    _mode_by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a tail of a module's name -> classes
     _below: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a package's name -> classes below it
 
@@ -47,6 +53,25 @@ class ProjectClasses:
                 self._by_tail.setdefault(".".join(parts[i:]), set()).update(classes)
                 for j in range(i + 1, len(parts)):  # `models` and `pkg.models` for `pkg.models.unet`
                     self._below.setdefault(".".join(parts[i:j]), set()).update(classes)
+        for module in self.known:
+            parts = module.split(".")
+            for i in range(len(parts)):
+                for j in range(i + 1, len(parts) + 1):  # a tail of the module, or a package above it
+                    self._known_tails.add(".".join(parts[i:j]))
+        for module, classes in self.mode_layers.items():
+            parts = module.split(".")
+            for i in range(len(parts)):
+                for j in range(i + 1, len(parts) + 1):
+                    self._mode_by_tail.setdefault(".".join(parts[i:j]), set()).update(classes)
+
+    def has_module(self, module: str) -> bool:
+        """`state` in `from state import training_state`: a module (or package) of this project, not a library."""
+        return module.lstrip(".") in self._known_tails
+
+    def has_mode_layers(self, qualified: str) -> bool:
+        """`models.TextClassifier`: a module class of the project whose body names a dropout or batch-norm layer."""
+        module, _, name = qualified.lstrip(".").rpartition(".")
+        return bool(module and name) and name in self._mode_by_tail.get(module, ())
 
     def is_module_class(self, qualified: str) -> bool:
         """`network.coRNN`, `.models.unet.UNet`, `models.UNet` (re-exported by `models/__init__.py`): a class that
@@ -144,10 +169,56 @@ def build(files: Iterable[tuple[str, str]], paths: dict[str, str] | None = None)
     for (module, name), yes in is_module.items():
         if yes:
             table.setdefault(module, set()).add(name)
-    classes = ProjectClasses({m: frozenset(names) for m, names in table.items()}, paths=dict(paths or {}))
+    mode = _mode_layer_classes(texts, headers, is_module, by_name)
+    classes = ProjectClasses({m: frozenset(names) for m, names in table.items()}, paths=dict(paths or {}),
+                             known=frozenset(headers), mode_layers=mode)
     table = _handed(texts, classes)
     classes.handed, classes.returns = table.by_module, table.returns
     return classes
+
+
+# A layer whose output depends on train()/eval(): the same words the per-file analysis reads in a class body
+# (`nn.Dropout(p)`, `nn.BatchNorm2d(c)`, `F.dropout(x, p, training=self.training)`).
+_MODE_LAYER = re.compile(r"Dropout|BatchNorm|\bdropout\(|\.dropout\(")
+# where a class body ends: the next line that starts at column 0 with code
+_COLUMN_ZERO = re.compile(r"\n[^\s#)]")
+
+
+def _mode_layer_classes(texts: dict[str, str], headers: dict[str, list[tuple[str, tuple[str, ...]]]],
+                        is_module: dict[tuple[str, str], bool],
+                        by_name: dict[str, list[tuple[str, str]]]) -> dict[str, frozenset[str]]:
+    """Module classes whose body text names a mode layer, and their subclasses across files (by base name).
+    The body is read from the class's header to the next line at column 0 (a nested class reads to the end of
+    its enclosing class: more text, never less). Only files that name such a layer are searched."""
+    has: dict[tuple[str, str], bool] = {}
+    for module, classes in headers.items():
+        text = texts[module]
+        if not classes or not _MODE_LAYER.search(text):
+            continue
+        for name, _bases in classes:
+            if not is_module.get((module, name)):
+                continue
+            at = text.find("class " + name)
+            while at > 0 and text[at - 1] not in "\n \t":
+                at = text.find("class " + name, at + 1)
+            if at < 0:
+                continue
+            end = _COLUMN_ZERO.search(text, at)
+            if _MODE_LAYER.search(text, at, end.start() if end else len(text)):
+                has[(module, name)] = True
+    changed = bool(has)
+    while changed:
+        changed = False
+        for module, classes in headers.items():
+            for name, bases in classes:
+                if has.get((module, name)) or not is_module.get((module, name)):
+                    continue
+                if any(has.get(k) for b in bases for k in by_name.get(b.rsplit(".", 1)[-1], ()) if k != (module, name)):
+                    has[(module, name)] = changed = True
+    table: dict[str, set[str]] = {}
+    for module, name in has:
+        table.setdefault(module, set()).add(name)
+    return {m: frozenset(names) for m, names in table.items()}
 
 
 def _handed(texts: dict[str, str], classes: ProjectClasses):
