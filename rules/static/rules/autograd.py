@@ -11,6 +11,7 @@ from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import FUNCTIONS, ClassInfo, Index, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import latest_self_value
 from torchdoctor.rules.static.rules.profiling import snippet
+from torchdoctor.rules.static.semantic import graphreach
 from torchdoctor.rules.static.semantic.subtree import subtree
 
 _CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
@@ -989,7 +990,7 @@ def loss_term_detached(node: ast.Module, ctx: Context) -> None:
             continue  # the whole loss detached is another failure (backward raises): not this rule's
         texts = {ast.unparse(t) for t in terms}
         for term in terms:
-            found = _scaled_cut(index, term)
+            found = _scaled_cut(index, term) or _cut_on_every_path(index, term)
             if found is None:
                 continue
             cut, value, how = found
@@ -1001,6 +1002,28 @@ def loss_term_detached(node: ast.Module, ctx: Context) -> None:
                 continue  # a parameter of the function: what it holds is the caller's
             ctx.report(cut, variable=ctx.segment(value, 40), op=how, loss=ctx.segment(target, 40),
                        detached_from=ctx.segment(value, 40))
+
+
+def _cut_on_every_path(index: Index, term: ast.AST) -> tuple[ast.AST, ast.AST, str] | None:
+    """(the cut, the value cut, how) when the cut is not on the term itself but on every path of it to a model:
+    `rec = F.mse_loss(decoder(z).detach(), x)`, `out.data.abs().mean()`, a student's forward run under `no_grad`,
+    `torch.tensor([w.norm().item() ...])` (semantic/graphreach.py)."""
+    found = graphreach.reach(index, term)
+    if found.state != graphreach.CUT or found.cut is None:
+        return None
+    cut = found.cut
+    if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and found.how.startswith("."):
+        value: ast.AST = cut.func.value
+    elif isinstance(cut, ast.Attribute):
+        value = cut.value
+    elif isinstance(cut, ast.Call) and isinstance(cut.func, ast.Name) and cut.args:
+        value = cut.args[0]  # `float(x)`
+    elif isinstance(cut, ast.Assign | ast.AnnAssign) and cut.value is not None:
+        value = cut.value  # computed under `no_grad`: the model call the block holds
+    else:
+        value = cut
+    how = found.how if getattr(cut, "lineno", 0) == getattr(term, "lineno", 0) else f"{found.how} (line {cut.lineno})"
+    return cut, value, how
 
 
 def _backward_target(call: ast.Call) -> ast.AST | None:
