@@ -568,6 +568,13 @@ def requires_grad_in_chain(expr: ast.AST | None) -> bool:
 # -- values that can reach 0 exactly -----------------------------------------------------------
 
 SQUASHING = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit", *SOFTMAX})
+# Classification losses: -log of a probability, exactly 0 once that probability rounds to 1 (a logit margin above
+# about 17 in float32), which a confident model reaches on easy samples.
+CROSS_ENTROPY = frozenset({
+    "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.functional.binary_cross_entropy",
+    "torch.nn.functional.binary_cross_entropy_with_logits", "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss",
+    "torch.nn.BCELoss", "torch.nn.BCEWithLogitsLoss",
+})
 # Calls that keep a value away from 0 (a floor, a clamp) or compute the log safely themselves.
 _FLOORS = frozenset({"clamp", "clip", "clamp_min", "clamp_", "clip_", "clamp_min_", "maximum", "max", "fmax"})
 # Calls that keep the value as it is for this question (shape, dtype, reductions of a probability tensor).
@@ -609,6 +616,8 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
     q = index.resolve(func)
     if q in SQUASHING or isinstance(func, ast.Attribute) and q is None and func.attr in ("sigmoid", "softmax"):
         return "a sigmoid/softmax output, which underflows to 0 (and rounds to 1)"
+    if q in CROSS_ENTROPY or (b := index.binding(func)) is not None and b.kind == "loss" and b.cls in CROSS_ENTROPY:
+        return "a cross-entropy value, which is exactly 0 once the model is confident on the batch"
     if q == "torch.where" and len(expr.args) == 3:
         for branch in expr.args[1:]:
             found = zero_reachable(index, branch, at, depth + 1, seen=seen)
