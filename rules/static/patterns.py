@@ -432,6 +432,15 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
         own = index.class_of(func)
         return _forward_softmax(index, own, position, depth, kinds) if own is not None and own.is_module else None
     b = index.binding(func)
+    if (b is None or b.call is None or index.resolve(b.call.func) is None and not isinstance(
+            b.call.func, ast.Name | ast.Attribute)) and isinstance(func, ast.Name) and depth <= DEPTH:
+        # `model = ARCHS[args.arch]()`, `model = (Deep if args.deep else Linear)()`: a class of this file chosen at
+        # run time; any candidate whose forward ends in a softmax may be the one that runs
+        for info in _chosen_classes(index, func):
+            found = _forward_softmax(index, info, position, depth, kinds)
+            if found is not None:
+                return found
+        return None
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
     call, cls = b.call, b.cls
@@ -456,6 +465,35 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
     if info is None or not info.is_module:
         return None
     return _forward_softmax(index, info, position, depth, kinds)
+
+
+def _chosen_classes(index: Index, name: ast.Name) -> list:
+    """The module classes of this file a name's constructor call picks among: a table of classes called by key
+    (`{"mlp": MLP, "deep": Deep}[arch]()`, the table bound to a name here or at module level) or a conditional
+    expression of classes (`(Deep if deep else MLP)()`)."""
+    values = index.definitions(name.id, name)
+    value = values[-1] if values else None
+    if not isinstance(value, ast.Call):
+        return []
+    picked = value.func
+    options: list[ast.AST] = []
+    if isinstance(picked, ast.Subscript):
+        table = picked.value
+        if isinstance(table, ast.Name):
+            table = latest_value(index, table.id, table) or next(
+                (v for _s, v in reversed(index.defs(index.tree).get(table.id, []))), None)
+        if isinstance(table, ast.Dict):
+            options = [v for v in table.values if v is not None]
+        elif isinstance(table, ast.List | ast.Tuple):
+            options = list(table.elts)
+    elif isinstance(picked, ast.IfExp):
+        options = [picked.body, picked.orelse]
+    found = []
+    for option in options:
+        info = index.classes.get(dotted(option) or "") if isinstance(option, ast.Name) else None
+        if info is not None and info.is_module:
+            found.append(info)
+    return found
 
 
 def _forward_softmax(index: Index, info, position: int | None, depth: int,
