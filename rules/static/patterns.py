@@ -367,6 +367,9 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
                     return probabilities_origin(index, node.iter, node, depth + 1, None, kinds)
             return None
         return probabilities_origin(index, value, value, depth + 1, position, kinds)
+    if isinstance(expr, ast.Subscript) and position is None and isinstance(expr.slice, ast.Constant) \
+            and isinstance(expr.slice.value, str):
+        return _keyed_output(index, expr, depth, kinds)
     if isinstance(expr, ast.Call):
         func = expr.func
         if position is None and isinstance(func, ast.Attribute) and func.attr in _RESHAPES \
@@ -380,6 +383,36 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a, kinds)) is not None), None)
         return found
     return None
+
+
+def _keyed_output(index: Index, expr: ast.Subscript, depth: int, kinds: frozenset[str]) -> ast.AST | None:
+    """`criterion(output["out"], y)` with `output = net(x)`: the softmax a module class of this file puts under that
+    key of the dict its forward returns (`out["out"] = softmax(...)`, or `return {"out": softmax(...)}`)."""
+    key = expr.slice.value  # type: ignore[attr-defined]
+    base = expr.value
+    if isinstance(base, ast.Name):
+        base = latest_value(index, base.id, base)
+    if not isinstance(base, ast.Call) or depth > DEPTH:
+        return None
+    b = index.binding(base.func)
+    info = index.classes.get(b.cls or "") if b is not None and b.kind == "module" else None
+    forward = info.method("forward") if info is not None and info.is_module else None
+    if forward is None:
+        return None
+    origins = []
+    for r in (n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None):
+        value = None
+        if isinstance(r, ast.Dict):
+            value = next((v for k, v in zip(r.keys, r.values, strict=True)
+                          if isinstance(k, ast.Constant) and k.value == key), None)
+        elif isinstance(r, ast.Name):
+            for node in ast.walk(forward):
+                if isinstance(node, ast.Assign) and node.lineno < r.lineno and any(
+                        isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == r.id
+                        and isinstance(t.slice, ast.Constant) and t.slice.value == key for t in node.targets):
+                    value = node.value  # the last assignment of that key before the return
+        origins.append(probabilities_origin(index, value, value, depth + 1, None, kinds) if value is not None else None)
+    return origins[0] if origins and all(o is not None for o in origins) else None
 
 
 def softmax_layer(index: Index, expr: ast.AST | None, kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
