@@ -7,6 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Binding,
     Index,
@@ -884,6 +885,7 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     _leave_host_reads_of_parameters(ctx)
     if GPU_SOURCE.search(ctx.source) is not None or ctx.index.uses_accelerate():
         ctx.leave("gpu-source", True)
+        leave_sites(ctx)  # what this file calls in other files runs on its GPU
     if not ctx.index.training_loops():
         return
     # A training loop in a file that names no GPU (`def train(model, loader, optimizer, device)` in engine.py) runs
@@ -949,12 +951,26 @@ def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
     if defer:
         node = first[1]
-        ctx.leave("TD507-if-gpu", {"line": node.lineno, "col": node.col_offset + 1, "values": values})
+        entry = _entry_point(ctx.index, node)
+        if entry is not None:  # a loop at module level runs on its own, on the CPU this file picks
+            ctx.leave("TD507-if-gpu", {"line": node.lineno, "col": node.col_offset + 1, "values": values,
+                                       "entry": entry})
         return
     ctx.report(first[1], severity=severity, **values)
 
 
 # -- reads in helpers of other files, and the project's GPU -----------------------------------------------------
+
+
+def _entry_point(index: Index, node: ast.AST) -> str | None:
+    """What another file calls to run `node`: the module-level function holding it, or the class whose method
+    does (its callers build the class, then call the method)."""
+    entry = None
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and isinstance(index.parent(anc), ast.Module):
+            entry = anc.name
+    return entry
 
 
 def _leave_host_reads_of_parameters(ctx: Context) -> None:
@@ -1032,10 +1048,14 @@ def host_sync_in_helpers_and_gpu_projects(project: Project) -> list[ProjectHit]:
     `device = torch.device("cuda")`); and a read inside a helper of another file that the step loop hands a device
     tensor every step (meters.py's `float(value)`), reported at the read, where the wait happens."""
     hits: list[ProjectHit] = []
-    gpu = project.any_fact("gpu-source")
-    if gpu:
-        hits += [ProjectHit(f.path, fact["line"], fact["col"], dict(fact["values"]))
-                 for f, fact in project.facts("TD507-if-gpu")]
+    gpu = {f.path for f, _ in project.facts("gpu-source")}
+    deferred = list(project.facts("TD507-if-gpu")) if gpu else []
+    if deferred:
+        context = call_context(project)
+        for f, fact in deferred:
+            # kept when a file that puts work on a GPU calls the function (or builds the class) holding the loop
+            if any(site.path in gpu and site.path != f.path for site in context.sites(f, fact["entry"])):
+                hits.append(ProjectHit(f.path, fact["line"], fact["col"], dict(fact["values"])))
     reads: dict[tuple[str, str | None, str], list[tuple[object, dict]]] = {}
     for f, fact in project.facts("reads-param-on-host"):
         reads.setdefault((f.module, fact["class"], fact["function"]), []).append((f, fact))
