@@ -1054,7 +1054,10 @@ def host_sync_in_helpers_and_gpu_projects(project: Project) -> list[ProjectHit]:
         context = call_context(project)
         for f, fact in deferred:
             # kept when a file that puts work on a GPU calls the function (or builds the class) holding the loop
-            if any(site.path in gpu and site.path != f.path for site in context.sites(f, fact["entry"])):
+            # through an import of it (a bare `main()` of another file is some other `main`)
+            if any(site.path in gpu and site.path != f.path and site.callee is not None
+                   and any(g.path == f.path for g, _ in project.defining(site.callee))
+                   for site in context.sites(f, fact["entry"])):
                 hits.append(ProjectHit(f.path, fact["line"], fact["col"], dict(fact["values"])))
     reads: dict[tuple[str, str | None, str], list[tuple[object, dict]]] = {}
     for f, fact in project.facts("reads-param-on-host"):
