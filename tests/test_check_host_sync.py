@@ -98,3 +98,66 @@ def test_the_timing_message_says_how_to_time_cheaper():
 def test_a_file_named_for_benchmarking_is_not_reported():
     text = (RULES / "TD506" / "fire_timed_steps.py").read_text()
     assert not analyse_text(text, "tools/benchmark_train.py", codes=["TD506"]).results
+
+
+# -- a step loop in a file that names no GPU: its caller decides ----------------------------------------------
+
+ENGINE = """import torch.nn.functional as F
+
+
+def train(model, loader, optimizer, device):
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(loss.item())
+"""
+MAIN = """import torch
+from torch import nn
+
+from engine import train
+
+device = torch.device({device!r})
+model = nn.Linear(4, 2).to(device)
+loader = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]
+train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), device)
+"""
+CPU_NOTEBOOK_STYLE = """import torch
+from torch import nn
+
+model = nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in [(torch.randn(8, 4), torch.randint(0, 2, (8,)))]:
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(loss.item())
+"""
+
+
+def _project_findings(tmp_path, monkeypatch, files: dict[str, str]) -> list[tuple[str, int, str]]:
+    from torchdoctor.check import CheckRequest, build_report, prepare
+
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
+    return [(f.path, f.line, f.code) for f in build_report(request, prepare(request)).findings if f.code == "TD507"]
+
+
+def test_a_loop_called_by_a_gpu_file_of_the_project_waits(tmp_path, monkeypatch):
+    found = _project_findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "main.py": MAIN.format(device="cuda")})
+    assert found == [("engine.py", 11, "TD507")]
+
+
+def test_a_loop_whose_callers_stay_on_the_cpu_does_not(tmp_path, monkeypatch):
+    assert _project_findings(tmp_path, monkeypatch, {"engine.py": ENGINE, "main.py": MAIN.format(device="cpu")}) == []
+
+
+def test_a_script_of_its_own_is_not_moved_to_the_gpu_by_another_file(tmp_path, monkeypatch):
+    # a CPU tutorial beside a GPU script in one repository: nothing calls the tutorial's loop
+    files = {"cpu_tutorial.py": CPU_NOTEBOOK_STYLE, "engine.py": ENGINE, "main.py": MAIN.format(device="cuda")}
+    assert ("cpu_tutorial.py", 11, "TD507") not in _project_findings(tmp_path, monkeypatch, files)

@@ -367,6 +367,9 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
                     return probabilities_origin(index, node.iter, node, depth + 1, None, kinds)
             return None
         return probabilities_origin(index, value, value, depth + 1, position, kinds)
+    if isinstance(expr, ast.Subscript) and position is None and isinstance(expr.slice, ast.Constant) \
+            and isinstance(expr.slice.value, str):
+        return _keyed_output(index, expr, depth, kinds)
     if isinstance(expr, ast.Call):
         func = expr.func
         if position is None and isinstance(func, ast.Attribute) and func.attr in _RESHAPES \
@@ -380,6 +383,36 @@ def probabilities_origin(index: Index, expr: ast.AST | None, at: ast.AST, depth:
             found = next((o for a in expr.args[1:] if (o := softmax_layer(index, a, kinds)) is not None), None)
         return found
     return None
+
+
+def _keyed_output(index: Index, expr: ast.Subscript, depth: int, kinds: frozenset[str]) -> ast.AST | None:
+    """`criterion(output["out"], y)` with `output = net(x)`: the softmax a module class of this file puts under that
+    key of the dict its forward returns (`out["out"] = softmax(...)`, or `return {"out": softmax(...)}`)."""
+    key = expr.slice.value  # type: ignore[attr-defined]
+    base = expr.value
+    if isinstance(base, ast.Name):
+        base = latest_value(index, base.id, base)
+    if not isinstance(base, ast.Call) or depth > DEPTH:
+        return None
+    b = index.binding(base.func)
+    info = index.classes.get(b.cls or "") if b is not None and b.kind == "module" else None
+    forward = info.method("forward") if info is not None and info.is_module else None
+    if forward is None:
+        return None
+    origins = []
+    for r in (n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None):
+        value = None
+        if isinstance(r, ast.Dict):
+            value = next((v for k, v in zip(r.keys, r.values, strict=True)
+                          if isinstance(k, ast.Constant) and k.value == key), None)
+        elif isinstance(r, ast.Name):
+            for node in ast.walk(forward):
+                if isinstance(node, ast.Assign) and node.lineno < r.lineno and any(
+                        isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == r.id
+                        and isinstance(t.slice, ast.Constant) and t.slice.value == key for t in node.targets):
+                    value = node.value  # the last assignment of that key before the return
+        origins.append(probabilities_origin(index, value, value, depth + 1, None, kinds) if value is not None else None)
+    return origins[0] if origins and all(o is not None for o in origins) else None
 
 
 def softmax_layer(index: Index, expr: ast.AST | None, kinds: frozenset[str] = PROBABILITIES) -> ast.AST | None:
@@ -432,6 +465,15 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
         own = index.class_of(func)
         return _forward_softmax(index, own, position, depth, kinds) if own is not None and own.is_module else None
     b = index.binding(func)
+    if (b is None or b.call is None or index.resolve(b.call.func) is None and not isinstance(
+            b.call.func, ast.Name | ast.Attribute)) and isinstance(func, ast.Name) and depth <= DEPTH:
+        # `model = ARCHS[args.arch]()`, `model = (Deep if args.deep else Linear)()`: a class of this file chosen at
+        # run time; any candidate whose forward ends in a softmax may be the one that runs
+        for info in _chosen_classes(index, func):
+            found = _forward_softmax(index, info, position, depth, kinds)
+            if found is not None:
+                return found
+        return None
     if b is None or b.kind != "module" or b.call is None or depth > DEPTH:
         return None
     call, cls = b.call, b.cls
@@ -456,6 +498,35 @@ def model_softmax(index: Index, func: ast.AST, position: int | None, depth: int,
     if info is None or not info.is_module:
         return None
     return _forward_softmax(index, info, position, depth, kinds)
+
+
+def _chosen_classes(index: Index, name: ast.Name) -> list:
+    """The module classes of this file a name's constructor call picks among: a table of classes called by key
+    (`{"mlp": MLP, "deep": Deep}[arch]()`, the table bound to a name here or at module level) or a conditional
+    expression of classes (`(Deep if deep else MLP)()`)."""
+    values = index.definitions(name.id, name)
+    value = values[-1] if values else None
+    if not isinstance(value, ast.Call):
+        return []
+    picked = value.func
+    options: list[ast.AST] = []
+    if isinstance(picked, ast.Subscript):
+        table = picked.value
+        if isinstance(table, ast.Name):
+            table = latest_value(index, table.id, table) or next(
+                (v for _s, v in reversed(index.defs(index.tree).get(table.id, []))), None)
+        if isinstance(table, ast.Dict):
+            options = [v for v in table.values if v is not None]
+        elif isinstance(table, ast.List | ast.Tuple):
+            options = list(table.elts)
+    elif isinstance(picked, ast.IfExp):
+        options = [picked.body, picked.orelse]
+    found = []
+    for option in options:
+        info = index.classes.get(dotted(option) or "") if isinstance(option, ast.Name) else None
+        if info is not None and info.is_module:
+            found.append(info)
+    return found
 
 
 def _forward_softmax(index: Index, info, position: int | None, depth: int,
@@ -568,6 +639,13 @@ def requires_grad_in_chain(expr: ast.AST | None) -> bool:
 # -- values that can reach 0 exactly -----------------------------------------------------------
 
 SQUASHING = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit", *SOFTMAX})
+# Classification losses: -log of a probability, exactly 0 once that probability rounds to 1 (a logit margin above
+# about 17 in float32), which a confident model reaches on easy samples.
+CROSS_ENTROPY = frozenset({
+    "torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.functional.binary_cross_entropy",
+    "torch.nn.functional.binary_cross_entropy_with_logits", "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss",
+    "torch.nn.BCELoss", "torch.nn.BCEWithLogitsLoss",
+})
 # Calls that keep a value away from 0 (a floor, a clamp) or compute the log safely themselves.
 _FLOORS = frozenset({"clamp", "clip", "clamp_min", "clamp_", "clip_", "clamp_min_", "maximum", "max", "fmax"})
 # Calls that keep the value as it is for this question (shape, dtype, reductions of a probability tensor).
@@ -609,6 +687,8 @@ def zero_reachable(index: Index, expr: ast.AST | None, at: ast.AST, depth: int =
     q = index.resolve(func)
     if q in SQUASHING or isinstance(func, ast.Attribute) and q is None and func.attr in ("sigmoid", "softmax"):
         return "a sigmoid/softmax output, which underflows to 0 (and rounds to 1)"
+    if q in CROSS_ENTROPY or (b := index.binding(func)) is not None and b.kind == "loss" and b.cls in CROSS_ENTROPY:
+        return "a cross-entropy value, which is exactly 0 once the model is confident on the batch"
     if q == "torch.where" and len(expr.args) == 3:
         for branch in expr.args[1:]:
             found = zero_reachable(index, branch, at, depth + 1, seen=seen)

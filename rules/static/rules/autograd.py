@@ -7,10 +7,12 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from torchdoctor.rules.static.api import Context, rule
+from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import FUNCTIONS, ClassInfo, Index, dotted, is_constant, kwarg
 from torchdoctor.rules.static.patterns import latest_self_value
+from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
+from torchdoctor.rules.static.semantic import graphreach
 from torchdoctor.rules.static.semantic.subtree import subtree
 
 _CHECKPOINT = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
@@ -979,6 +981,7 @@ def loss_term_detached(node: ast.Module, ctx: Context) -> None:
     """`at3_loss = criterionAT(a_s, a_t).detach() * beta`, then `(at3_loss + cls_loss).backward()`: the term counts
     in the loss value and trains nothing."""
     index = ctx.index
+    _leave_functions_returning_cut_values(ctx)
     backpropagated = _backpropagated(index)
     for call in index.backward_calls:
         target = _backward_target(call)
@@ -989,8 +992,9 @@ def loss_term_detached(node: ast.Module, ctx: Context) -> None:
             continue  # the whole loss detached is another failure (backward raises): not this rule's
         texts = {ast.unparse(t) for t in terms}
         for term in terms:
-            found = _scaled_cut(index, term)
+            found = _scaled_cut(index, term) or _cut_on_every_path(index, term)
             if found is None:
+                _leave_term_from_another_file(ctx, term, target)
                 continue
             cut, value, how = found
             if not isinstance(value, ast.Call | ast.Name | ast.Attribute) or ast.unparse(value) in texts:
@@ -1001,6 +1005,86 @@ def loss_term_detached(node: ast.Module, ctx: Context) -> None:
                 continue  # a parameter of the function: what it holds is the caller's
             ctx.report(cut, variable=ctx.segment(value, 40), op=how, loss=ctx.segment(target, 40),
                        detached_from=ctx.segment(value, 40))
+
+
+def _cut_on_every_path(index: Index, term: ast.AST) -> tuple[ast.AST, ast.AST, str] | None:
+    """(the cut, the value cut, how) when the cut is not on the term itself but on every path of it to a model:
+    `rec = F.mse_loss(decoder(z).detach(), x)`, `out.data.abs().mean()`, a student's forward run under `no_grad`,
+    `torch.tensor([w.norm().item() ...])` (semantic/graphreach.py)."""
+    found = graphreach.reach(index, term)
+    if found.state != graphreach.CUT or found.cut is None:
+        return None
+    cut = found.cut
+    if isinstance(cut, ast.Call) and isinstance(cut.func, ast.Attribute) and found.how.startswith("."):
+        value: ast.AST = cut.func.value
+    elif isinstance(cut, ast.Attribute):
+        value = cut.value
+    elif isinstance(cut, ast.Call) and isinstance(cut.func, ast.Name) and cut.args:
+        value = cut.args[0]  # `float(x)`
+    elif isinstance(cut, ast.Assign | ast.AnnAssign) and cut.value is not None:
+        value = cut.value  # computed under `no_grad`: the model call the block holds
+    else:
+        value = cut
+    how = found.how if getattr(cut, "lineno", 0) == getattr(term, "lineno", 0) else f"{found.how} (line {cut.lineno})"
+    return cut, value, how
+
+
+def _leave_functions_returning_cut_values(ctx: Context) -> None:
+    """For the project pass: a module-level function every `return` of which is cut from the graph
+    (`return (pred[:, 1:] - pred[:, :-1]).pow(2).mean().item()`): a loss term another file builds from its value
+    trains nothing."""
+    index = ctx.index
+    cutting = {index.function_of(c) for m in ("item", "detach", "tolist", "numpy") for c in index.method_calls(m)}
+    for fn in cutting:
+        if not isinstance(fn, ast.FunctionDef) or not isinstance(index.parent(fn), ast.Module):
+            continue
+        returns = index.returns_of(fn)
+        reached = [graphreach.reach(index, r) for r in returns]
+        if reached and all(r.state == graphreach.CUT for r in reached):
+            ctx.leave("returns-cut", {"function": fn.name, "how": reached[0].how})
+
+
+def _leave_term_from_another_file(ctx: Context, term: ast.AST, loss: ast.AST) -> None:
+    """For the project pass: a loss term that is the value of another file's function (`weight * smoothness(pred)`),
+    which this file cannot read."""
+    index = ctx.index
+    while isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult | ast.Div):
+        if graphreach.is_weight(index, term.right):
+            term = term.left
+        elif isinstance(term.op, ast.Mult) and graphreach.is_weight(index, term.left):
+            term = term.right
+        else:
+            return
+    if isinstance(term, ast.Name):
+        values = index.definitions(term.id, term)
+        term = values[-1] if len(values) == 1 else term
+    if not isinstance(term, ast.Call) or not isinstance(term.func, ast.Name | ast.Attribute) \
+            or index.local_target(term) is not None:
+        return
+    q = index.resolve(term.func)
+    if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "numpy", "math", "torchvision"):
+        return
+    ctx.leave("loss-term-call", {"callee": q, "line": term.lineno, "col": term.col_offset + 1,
+                                 "variable": ctx.segment(term, 40), "loss": ctx.segment(loss, 40)})
+
+
+@project("TD808")
+def loss_term_from_a_cutting_function(project: Project) -> list[ProjectHit]:
+    """engine.py adds `weight * smoothness(pred)` to its loss; losses.py's `smoothness` returns `.item()` of its
+    value: the term is a number and trains nothing."""
+    cutting = {(f.module, fact["function"]): fact["how"] for f, fact in project.facts("returns-cut")}
+    if not cutting:
+        return []
+    hits = []
+    for f, fact in project.facts("loss-term-call"):
+        for owner, name in project.defining(fact["callee"]):
+            how = cutting.get((owner.module, name))
+            if how is not None:
+                hits.append(ProjectHit(f.path, fact["line"], fact["col"], {
+                    "variable": fact["variable"], "loss": fact["loss"], "detached_from": fact["variable"],
+                    "op": f"`{name}()`, which returns its value through `{how}` ({owner.path})"}))
+                break
+    return hits
 
 
 def _backward_target(call: ast.Call) -> ast.AST | None:

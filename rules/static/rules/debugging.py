@@ -17,6 +17,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
+from torchdoctor.rules.static.semantic import lossuse
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 from torchdoctor.rules.static.semantic.subtree import subtree
 
@@ -1412,7 +1413,10 @@ def _in_loss_code(index: Index, node: ast.AST) -> bool:
     stmt = index.statement_of(node)
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
         stmt, ast.AugAssign | ast.AnnAssign) else []
-    return any("loss" in (dotted(t) or "").lower() for t in targets)
+    if any("loss" in (dotted(t) or "").lower() for t in targets):
+        return True
+    # a function whose value a call of this file uses as a loss: backward runs on it, or it is bound to a loss
+    return fn is not None and lossuse.computes_a_loss(index, fn)
 
 
 @rule("TD609", ast.Module)
@@ -1431,6 +1435,56 @@ def log_of_zero(node: ast.Module, ctx: Context) -> None:
             chosen[fn] = (call, found[0], found[1])
     for call, why, weak in chosen.values():
         ctx.report(call, severity="info" if weak else None, variable=snippet(ctx, call, 50), why=why)
+    _leave_squashed_calls(ctx)
+
+
+def _leave_squashed_calls(ctx: Context) -> None:
+    """For the project pass: calls of another file's function handed a sigmoid or softmax output
+    (`loss = soft_target_loss(torch.softmax(model(x), 1), target)`), by argument position, and whether the call's
+    value is used as a loss."""
+    index = ctx.index
+    text = index.lowered()
+    if "softmax" not in text and "sigmoid" not in text:
+        return
+    for call in index.nodes(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        if not call.args or not isinstance(func, ast.Name | ast.Attribute) or index.local_target(call) is not None:  # type: ignore[attr-defined]
+            continue
+        q = index.resolve(func)
+        if q is None or q.split(".", 1)[0] in ("torch", "numpy", "math", "builtins"):
+            continue
+        kinds = {str(i): kind for i, arg in enumerate(call.args)  # type: ignore[attr-defined]
+                 if not isinstance(arg, ast.Starred) and (kind := _squashed(index, arg)) is not None}
+        if kinds:
+            ctx.leave("squashed-at-call", {"callee": q, "kinds": kinds, "loss": lossuse.used_as_loss(index, call),  # type: ignore[arg-type]
+                                           "line": call.lineno})  # type: ignore[attr-defined]
+
+
+@project("TD609")
+def log_of_zero_across_files(project: Project) -> list[ProjectHit]:
+    """losses.py takes `torch.log(probs)` of a bare parameter; engine.py calls it with `torch.softmax(...)`: the log
+    can see 0. Reported when a call in another file hands the parameter a sigmoid or softmax output, and the function
+    is loss code by its own name or that call uses its value as a loss."""
+    logs = {(f.module, fact["function"]): (f, fact) for f, fact in project.facts("TD609-param-log")}
+    if not logs:
+        return []
+    hits = []
+    done: set[tuple[str, str]] = set()
+    for g, fact in project.facts("squashed-at-call"):
+        for owner, name in project.defining(fact["callee"] or ""):
+            key = (owner.module, name)
+            if key in done or key not in logs:
+                continue
+            f, log = logs[key]
+            kind = fact["kinds"].get(str(log["position"]))
+            if kind is None or not (log["loss"] or fact["loss"]):
+                continue
+            done.add(key)
+            hits.append(ProjectHit(f.path, log["line"], log["col"], {
+                "variable": log["variable"],
+                "why": f"handed a {kind} output by {g.path} (line {fact['line']}), which underflows to 0 "
+                       "(and rounds to 1)"}))
+    return hits
 
 
 def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
@@ -1444,7 +1498,10 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
         inner = func.value
     else:
         return None
-    if inner is None or not _in_loss_code(index, node):
+    if inner is None:
+        return None
+    if not _in_loss_code(index, node):
+        _leave_param_log(ctx, node, inner, in_loss=False)  # a call in another file may use it as a loss
         return None
     if is_softmax_call(index, inner) is not None or _log_of_softmax_output(index, inner, node):
         return None  # log(softmax(x)), also through a name: TD604 says it, with its own fix (one cause, one finding)
@@ -1456,28 +1513,65 @@ def _log_of_zero(node: ast.Call, ctx: Context) -> tuple[str, bool] | None:
     if (why is None or weak) and not _floored_input(index, inner) and _feeds_nll(index, node):
         why = "a probability tensor (its log is the input of an NLL loss), which is 0 where the softmax underflows"
         weak = False
+    if why is None and isinstance(inner, ast.Name):
+        handed = _squashed_by_a_caller(index, node, inner)
+        if handed is not None:
+            why, weak = handed, False  # the bare parameter itself: a caller of this file hands it probabilities
     if why is None:
+        _leave_param_log(ctx, node, inner, in_loss=True)
         return None
     return why, weak
 
 
-def _squashed_by_a_caller(index: Index, node: ast.AST, inner: ast.AST) -> bool:
-    """The parameter under the log is handed a sigmoid output by a call in this file (PyTorch-GAN's bgan:
-    `boundary_seeking_loss(discriminator(gen_imgs), valid)`, a discriminator ending in nn.Sigmoid)."""
+def _params(fn: ast.AST) -> list[str]:
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]  # type: ignore[attr-defined]
+    return params[1:] if params and params[0] in ("self", "cls") else params
+
+
+def _squashed(index: Index, arg: ast.AST) -> str | None:
+    """'sigmoid' or 'softmax' when a value handed to a call is one's output (through the caller's names)."""
+    if _is_sigmoid(index, arg, sequential=True):
+        return "sigmoid"
+    if is_softmax_call(index, arg) is not None or isinstance(arg, ast.Name) and is_probabilities(index, arg, arg):
+        return "softmax"
+    return None
+
+
+def _squashed_by_a_caller(index: Index, node: ast.AST, inner: ast.AST) -> str | None:
+    """Why the parameter under the log can be 0 when a call of this file hands it a sigmoid or softmax output
+    (PyTorch-GAN's bgan: `boundary_seeking_loss(discriminator(gen_imgs), valid)`, a discriminator ending in
+    nn.Sigmoid; `l = f(o, t)` with `o = torch.softmax(net(x), 1)`), also a call through a name or a table that holds
+    the function (`LOSSES[args.loss](out, y)`)."""
     fn = index.function_of(node)
     if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
-        return False
-    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-    if params and params[0] in ("self", "cls"):
-        params = params[1:]
+        return None
+    params = _params(fn)
     used = {n.id for n in ast.walk(inner) if isinstance(n, ast.Name)} & set(params)
     used -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}  # rebound here
-    for call in index.callers(fn):
+    for call in lossuse.calls_of(index, fn):
         for name in used:
             arg = kwarg(call, name, params.index(name))
-            if arg is not None and _is_sigmoid(index, arg, sequential=True):
-                return True
-    return False
+            kind = _squashed(index, arg) if arg is not None else None
+            if kind is not None:
+                return f"handed a {kind} output by the call at line {call.lineno}, which underflows to 0 (and rounds to 1)"
+    return None
+
+
+def _leave_param_log(ctx: Context, node: ast.Call, inner: ast.AST, in_loss: bool) -> None:
+    """For the project pass: a log of a bare parameter of a module-level function whose callers are all in other
+    files (`soft_target_loss(probs, target)` in losses.py, called from engine.py with a softmax)."""
+    index = ctx.index
+    fn = index.function_of(node)
+    if not isinstance(inner, ast.Name) or not isinstance(fn, ast.FunctionDef) or index.class_of(fn) is not None \
+            or index.functions.get(fn.name) is not fn or lossuse.calls_of(index, fn):
+        return
+    params = _params(fn)
+    if inner.id not in params or any(isinstance(n, ast.Name) and n.id == inner.id and isinstance(n.ctx, ast.Store)
+                                      for n in ast.walk(fn)):
+        return
+    ctx.leave("TD609-param-log", {"function": fn.name, "position": params.index(inner.id), "param": inner.id,
+                                  "loss": in_loss, "line": node.lineno, "col": node.col_offset + 1,  # type: ignore[attr-defined]
+                                  "variable": snippet(ctx, node, 50)})
 
 
 _NLL = frozenset({"torch.nn.NLLLoss", "torch.nn.functional.nll_loss"})

@@ -671,6 +671,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
         wrapped = _wrapped_loss_kinds(ctx)[info.name]
         if wrapped is not None:
             ctx.leave("loss-class", {"class": info.name, "kind": wrapped})
+    _leave_softmax_factories(ctx)
     kinds = _loss_kinds(ctx)
     _leave_loss_inputs(ctx, kinds)
     _leave_criterion_parameters(ctx)
@@ -1115,7 +1116,7 @@ def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[t
     if not isinstance(expr, ast.Call):
         return None
     if isinstance(expr.func, ast.Name):
-        among = _constructed_classes(index, expr.func)
+        among = _constructed_classes(index, expr.func) or _factory_made(index, expr.func)
     elif isinstance(expr.func, ast.Attribute):
         among = tuple(c for c in [attribute_class(index, expr.func)] if c)
     else:
@@ -1123,6 +1124,46 @@ def _model_output(index: Index, expr: ast.AST | None, depth: int = 0) -> tuple[t
     # a class of this file: the file's own pass follows it; a model chosen at run time keeps every other candidate
     among = tuple(c for c in among if c not in index.classes)
     return (among, position) if among else None
+
+
+def _factory_made(index: Index, name: ast.Name) -> tuple[str, ...]:
+    """`model = build_classifier(30, 6)` with `build_classifier` imported from another module of the project: the
+    model that function builds (the project pass knows whether it ends in a softmax, as a "softmax-class" fact)."""
+    value = latest_value(index, name.id, name)
+    same = index.names["same_object_methods"]
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
+        value = value.func.value
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name | ast.Attribute):
+        return ()
+    q = index.resolve(value.func)
+    if q is None or "." not in q or q.split(".", 1)[0] in ("torch", "torchvision", "numpy", "np", "timm") \
+            or not q.rsplit(".", 1)[-1][:1].islower() or index.binding(name) is not None and index.binding(
+                name).kind not in ("module", None):
+        return ()
+    return (q,)
+
+
+def _leave_softmax_factories(ctx: Context) -> None:
+    """For the project pass: a module-level function whose every `return` is an `nn.Sequential(...)` ending in
+    `nn.Softmax` (built in the return or bound to a name it returns): the model it builds ends in a softmax."""
+    index = ctx.index
+    for name, fn in index.functions.items():
+        if not isinstance(index.parent(fn), ast.Module):
+            continue
+        returns = index.returns_of(fn)
+        lasts = []
+        for r in returns:
+            built = latest_value(index, r.id, r) if isinstance(r, ast.Name) else r
+            if not (isinstance(built, ast.Call) and index.resolve(built.func) == "torch.nn.Sequential" and built.args):
+                break
+            last = built.args[-1]
+            if not (isinstance(last, ast.Call) and index.resolve(last.func) == "torch.nn.Softmax"):
+                break
+            lasts.append(last)
+        else:
+            if lasts:
+                ctx.leave("softmax-class", {"class": name, "kind": "softmax", "position": None, "factory": True,
+                                            "line": lasts[0].lineno, "col": lasts[0].col_offset + 1})
 
 
 def _built_classes(ctx: Context) -> dict[str, str]:
@@ -1286,6 +1327,11 @@ def _softmax_loss_hits(project: Project, softmax: str) -> list[ProjectHit]:
         if softmax == "log_softmax":
             values = {"variable": f"{cls['class']}'s output", "loss": loss,
                       "remedy": _log_softmax_remedy(loss, where) + chosen}
+        elif cls.get("factory"):
+            values = {"variable": f"the output of the model {cls['class']}() builds", "loss": loss,
+                      "expects": _EXPECTS[loss_kind],
+                      "remedy": f"Drop the final nn.Softmax from the nn.Sequential {cls['class']}() builds (the loss "
+                                f"is `{loss}` {where}); keep softmax only for reporting probabilities." + chosen}
         else:
             values = {"variable": f"{cls['class']}'s output", "loss": loss, "expects": _EXPECTS[loss_kind],
                       "remedy": f"Return the raw logits from {cls['class']}.forward and drop the softmax (the loss "

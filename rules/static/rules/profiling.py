@@ -7,6 +7,7 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, project, rule
+from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.index import (
     Binding,
     Index,
@@ -881,9 +882,19 @@ def _tensor_value(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> 
 
 @rule("TD507", ast.Module)
 def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
-    if not trains_on_gpu(ctx):
+    _leave_host_reads_of_parameters(ctx)
+    if GPU_SOURCE.search(ctx.source) is not None or ctx.index.uses_accelerate():
+        ctx.leave("gpu-source", True)
+        leave_sites(ctx)  # what this file calls in other files runs on its GPU
+    if not ctx.index.training_loops():
         return
+    # A training loop in a file that names no GPU (`def train(model, loader, optimizer, device)` in engine.py) runs
+    # on whatever device its caller picks: its findings wait for the project pass, which keeps them when another
+    # file of the project puts work on a GPU.
+    defer = not trains_on_gpu(ctx)
     index = ctx.index
+    if not defer:
+        _leave_tensors_handed_to_helpers(ctx)
     candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
     candidates += index.calls_to(*sorted(_SYNC_BUILTINS))
     # One cause, one finding: the first host read after GPU work waits for it; the reads right after it find
@@ -907,11 +918,11 @@ def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
         point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]] = []
         for item in group:
             if point and any(point[-1][0] < w < item[0] for w in work):  # GPU work queued since: a new wait
-                _report_sync_point(ctx, point)
+                _report_sync_point(ctx, point, defer)
                 point = []
             point.append(item)
         if point:
-            _report_sync_point(ctx, point)
+            _report_sync_point(ctx, point, defer)
 
 
 def _gpu_work(index: Index, loop: Loop) -> list[tuple[int, int]]:
@@ -921,7 +932,8 @@ def _gpu_work(index: Index, loop: Loop) -> list[tuple[int, int]]:
             if c in backward or c in steps or (isinstance(c.func, ast.Name | ast.Attribute) and index.is_model(c.func))]
 
 
-def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]]) -> None:
+def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call | None, dict[str, str]]],
+                       defer: bool = False) -> None:
     """Reads with no GPU work queued between them wait once, at the first: one finding (at the first read's
     severity), or none when the first is a wait the rule does not report (a timing synchronize, a read whose value
     decides a branch)."""
@@ -937,7 +949,134 @@ def _report_sync_point(ctx: Context, point: list[tuple[tuple[int, int], ast.Call
     severity = values.pop("severity", None)
     if later:
         values["kind"] += f"; {later} more read{'s' if later > 1 else ''} right after it, which wait for nothing"
+    if defer:
+        node = first[1]
+        entry = _entry_point(ctx.index, node)
+        if entry is not None:  # a loop at module level runs on its own, on the CPU this file picks
+            ctx.leave("TD507-if-gpu", {"line": node.lineno, "col": node.col_offset + 1, "values": values,
+                                       "entry": entry})
+        return
     ctx.report(first[1], severity=severity, **values)
+
+
+# -- reads in helpers of other files, and the project's GPU -----------------------------------------------------
+
+
+def _entry_point(index: Index, node: ast.AST) -> str | None:
+    """What another file calls to run `node`: the module-level function holding it, or the class whose method
+    does (its callers build the class, then call the method)."""
+    entry = None
+    for anc in index.ancestors(node):
+        if isinstance(anc, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and isinstance(index.parent(anc), ast.Module):
+            entry = anc.name
+    return entry
+
+
+def _leave_host_reads_of_parameters(ctx: Context) -> None:
+    """For the project pass: a function or method that reads one of its parameters on the host (`self.sum +=
+    float(value) * n` in an AverageMeter's `update`): a device tensor handed to it waits there."""
+    index = ctx.index
+    candidates = [c for m in sorted(_SYNC_METHODS) for c in index.method_calls(m)]
+    candidates += index.calls_to("float", "int")
+    for call in candidates:
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            if call.args or call.keywords:
+                continue
+            operand = func.value
+        elif call.args and len(call.args) == 1:
+            operand = call.args[0]
+        else:
+            continue
+        operand = _undetached(operand)
+        fn = index.function_of(call)
+        if not isinstance(operand, ast.Name) or fn is None or index.loop_of(call) is not None:
+            continue
+        info = index.class_of(call)
+        if info is not None and (info.is_module or index.parent(fn) is not info.node):
+            continue  # a module's forward (its reads are TD805's), or a function nested in a method
+        owner = index.parent(info.node if info is not None else fn)
+        if not isinstance(owner, ast.Module):
+            continue
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        if info is not None and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        if operand.id not in params:
+            continue
+        ctx.leave("reads-param-on-host", {"class": info.name if info is not None else None, "function": fn.name,
+                                          "position": params.index(operand.id), "line": call.lineno,
+                                          "col": call.col_offset + 1, "variable": snippet(ctx, call, 50)})
+
+
+def _leave_tensors_handed_to_helpers(ctx: Context) -> None:
+    """For the project pass: a step loop hands a device tensor (a loss, a model's output) to a function or an object
+    of a class another file defines (`loss_meter.update(loss.detach(), n)`), on every step."""
+    index = ctx.index
+    for loop in index.training_loops():
+        if not (loop.has_backward or loop.has_step):
+            continue
+        fn = index.function_of(loop.node)
+        names = ctx.memo(("backward-names", fn), lambda fn=fn: backward_names(index, fn))
+        for call in loop.calls:
+            if not call.args or index.local_target(call) is not None or _conditional_within(index, call, loop):
+                continue
+            func = call.func
+            if isinstance(func, ast.Attribute):
+                built = index.instance_class_of(func.value, call)
+                callee = index.resolve(built) if built is not None else None
+                cls, name = callee, func.attr
+            elif isinstance(func, ast.Name):
+                callee, cls, name = index.resolve(func), None, func.id
+            else:
+                continue
+            if callee is None or callee.split(".", 1)[0] in _LIBRARY_ROOTS:
+                continue
+            positions = [i for i, arg in enumerate(call.args)
+                         if not isinstance(arg, ast.Starred) and _tensor_value(index, _undetached(arg), call, names)]
+            if positions:
+                where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
+                ctx.leave("tensor-to-helper", {"callee": callee, "class": cls is not None, "function": name,
+                                               "positions": positions, "line": call.lineno, "loop": where,
+                                               "shown": snippet(ctx, call, 50)})
+
+
+@project("TD507")
+def host_sync_in_helpers_and_gpu_projects(project: Project) -> list[ProjectHit]:
+    """Two reads a file cannot judge alone: a step loop of a file that names no GPU, kept when another file of the
+    project puts work on one (engine.py's `train(model, loader, optimizer, device)`, called by main.py with
+    `device = torch.device("cuda")`); and a read inside a helper of another file that the step loop hands a device
+    tensor every step (meters.py's `float(value)`), reported at the read, where the wait happens."""
+    hits: list[ProjectHit] = []
+    gpu = {f.path for f, _ in project.facts("gpu-source")}
+    deferred = list(project.facts("TD507-if-gpu")) if gpu else []
+    if deferred:
+        context = call_context(project)
+        for f, fact in deferred:
+            # kept when a file that puts work on a GPU calls the function (or builds the class) holding the loop
+            # through an import of it (a bare `main()` of another file is some other `main`)
+            if any(site.path in gpu and site.path != f.path and site.callee is not None
+                   and any(g.path == f.path for g, _ in project.defining(site.callee))
+                   for site in context.sites(f, fact["entry"])):
+                hits.append(ProjectHit(f.path, fact["line"], fact["col"], dict(fact["values"])))
+    reads: dict[tuple[str, str | None, str], list[tuple[object, dict]]] = {}
+    for f, fact in project.facts("reads-param-on-host"):
+        reads.setdefault((f.module, fact["class"], fact["function"]), []).append((f, fact))
+    if not reads:
+        return hits
+    seen: set[tuple[str, int]] = set()
+    for g, fact in project.facts("tensor-to-helper"):
+        for owner, name in project.defining(fact["callee"]):
+            key = (owner.module, name, fact["function"]) if fact["class"] else (owner.module, None, name)
+            for f, read in reads.get(key, ()):
+                if read["position"] not in fact["positions"] or (f.path, read["line"]) in seen:  # type: ignore[attr-defined]
+                    continue
+                seen.add((f.path, read["line"]))  # type: ignore[attr-defined]
+                hits.append(ProjectHit(f.path, read["line"], read["col"], {  # type: ignore[attr-defined]
+                    "variable": read["variable"], "loop": f"{fact['loop']} in {g.path}",
+                    "kind": f"a read of the tensor that `{fact['shown']}` (line {fact['line']}) hands in on every "
+                            "step; keep the running value on the device and read it once per log interval"}))
+    return hits
 
 
 def _host_sync_every_step(node: ast.Call, ctx: Context) -> tuple[Loop, dict[str, str]] | None:

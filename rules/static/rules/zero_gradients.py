@@ -105,10 +105,14 @@ def _square(index: Index, expr: ast.AST) -> bool:
         return _is_two(kwarg(expr, "exponent", 1))
     if q == "torch.square":
         return True
+    if q == "torch.mul" and len(expr.args) == 2:  # `torch.mul(x, x)`
+        return ast.dump(expr.args[0]) == ast.dump(expr.args[1])
     func = expr.func
     if q is None and isinstance(func, ast.Attribute):
         if func.attr == "pow" and len(expr.args) == 1:
             return _is_two(expr.args[0])
+        if func.attr == "mul" and len(expr.args) == 1:  # `x.mul(x)`
+            return ast.dump(func.value) == ast.dump(expr.args[0])
         return func.attr == "square" and not expr.args
     return False
 
@@ -121,7 +125,9 @@ def _sum_of_squares(index: Index, expr: ast.AST, at: ast.AST, depth: int) -> boo
         return False
     if isinstance(expr, ast.Name):
         values = index.definitions(expr.id, at)
-        return bool(values) and all(_sum_of_squares(index, v, at, depth + 1) for v in values[-1:])
+        # each value is read where it was made: `x = torch.mul(x, x); x = torch.sum(x, 1); x = torch.sqrt(x)` rebinds
+        # one name three times, and the `x` under the sum is the product two statements up
+        return bool(values) and all(_sum_of_squares(index, v, v, depth + 1) for v in values[-1:])
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
         # Squares added by hand: every base must be a tensor this code computes. `(pred - target) ** 2 + c ** 2`
         # (pseudo-Huber) and `sigma ** 2 + self.sigma_data ** 2` (diffusion preconditioning) add a positive
@@ -137,6 +143,9 @@ def _sum_of_squares(index: Index, expr: ast.AST, at: ast.AST, depth: int) -> boo
         arg = expr.func.value
     else:
         return False
+    if isinstance(arg, ast.Name):  # `squared = torch.mul(x, x)` then `torch.sum(squared, dim=1)`
+        values = index.definitions(arg.id, expr)
+        arg = values[-1] if values else arg
     # The length of a ground-truth tensor (`torch.sum(flow_gt ** 2, dim=1).sqrt()` for a validity mask) has no
     # gradient to spoil.
     return arg is not None and _square(index, arg) and not _data_only(_square_base(index, arg))
@@ -147,7 +156,7 @@ def _square_base(index: Index, expr: ast.AST) -> ast.AST:
     if isinstance(expr, ast.BinOp):
         return expr.left
     if isinstance(expr, ast.Call):
-        if index.resolve(expr.func) in ("torch.pow", "torch.square"):
+        if index.resolve(expr.func) in ("torch.pow", "torch.square", "torch.mul"):
             return kwarg(expr, "input", 0) or expr
         if isinstance(expr.func, ast.Attribute):
             return expr.func.value
