@@ -90,11 +90,36 @@ def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> f
             return None
         return None
     if isinstance(expr, ast.Name) and not _augmented(ctx, expr.id):
-        return number(ctx, _value_of(ctx.index, expr.id, at), at, depth + 1)
+        value = _value_of(ctx.index, expr.id, at)
+        if value is None:
+            return _handed_number(ctx, expr.id, at, depth)
+        return number(ctx, value, at, depth + 1)
     default = _option_default(ctx, expr)
     if default is not None:
         return number(ctx, default, at, depth + 1)
     return None
+
+
+def _handed_number(ctx: Context, name: str, at: ast.AST, depth: int) -> float | None:
+    """A parameter's value when every call of its function in this file hands in the same number
+    (`fit(net, dl, opt, crit, sched, 90)` into `def fit(m, dl, o, crit, s, epochs)`): a count the loop's `range()`
+    or a schedule's size reads is often set by the caller, not where it is read."""
+    index = ctx.index
+    fn = index.function_of(at)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if name not in params and name not in [a.arg for a in fn.args.kwonlyargs]:
+        return None
+    found: set[float | None] = set()
+    for call in index.callers(fn):
+        offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+        position = params.index(name) - offset if name in params else None
+        arg = kwarg(call, name, position if position is not None and position >= 0 else None)
+        if arg is None or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None  # the default, or an argument we cannot line up
+        found.add(number(ctx, arg, call, depth + 1))
+    return found.pop() if len(found) == 1 else None
 
 
 def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
@@ -818,6 +843,12 @@ def schedules_at(ctx: Context, call: ast.Call) -> list[Schedule]:
     return ctx.index.reaching_statements(built, call, built[0][1].name)
 
 
+# torch schedulers whose length is a named argument of their own constructor (a factory that returns one hands its
+# parameters to those arguments)
+_SIZED_BY_ARGUMENTS = frozenset({"StepLR", "MultiStepLR", "CosineAnnealingLR", "ExponentialLR", "ReduceLROnPlateau",
+                                 "OneCycleLR", "CyclicLR", "LinearLR", "CosineAnnealingWarmRestarts", "PolynomialLR"})
+
+
 def _scheduler_call(index: Index, expr: ast.AST | None) -> str | None:
     if not isinstance(expr, ast.Call):
         return None
@@ -841,7 +872,7 @@ def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
             continue  # built by a local factory: read below, with the factory's own arguments
         if b.call is not None and b.cls and b.name in stepped:
             table.setdefault(b.name, []).append((b.node, Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)))
-    built: dict[str, str | None] = {}  # local factory function -> the scheduler it returns
+    built: dict[str, list[tuple[str, ast.Call]]] = {}  # local factory function -> the schedulers it may return
     for stmt in index.nodes(ast.Assign):
         value = stmt.value  # type: ignore[attr-defined]
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in index.functions):
@@ -856,12 +887,22 @@ def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
                 for n in ast.walk(fn)
                 if isinstance(n, ast.Return) and n.value is not None and index.function_of(n) is fn
             ]
-            kinds = {_scheduler_call(index, r) for r in returned}
-            built[fn.name] = kinds.pop() if len(kinds) == 1 else None
-        q = built[fn.name]
-        if q is not None:
+            kinds = [(_scheduler_call(index, r), r) for r in returned]
+            # A factory that picks the schedule by name (`if name == "onecycle": return OneCycleLR(...)`, else
+            # `return LinearLR(...)`) may return each: every one is a schedule the step may advance. One return that
+            # is not a scheduler (a project class, `None`) leaves the whole choice unknown.
+            built[fn.name] = [(q, r) for q, r in kinds if q is not None] \
+                if kinds and all(q is not None for q, _ in kinds) else []
+        for q, returned_call in built[fn.name]:
+            cls = q.rsplit(".", 1)[-1]
             for name in names:
-                table.setdefault(name, []).append((stmt, Schedule(name, q.rsplit(".", 1)[-1], value, fn)))
+                if cls in _SIZED_BY_ARGUMENTS:
+                    # its length is its own arguments, in the factory's terms (`T_max=epochs`): read there, with
+                    # the factory's parameters followed to what this file's calls hand in
+                    schedule = Schedule(name, cls, returned_call)  # type: ignore[arg-type]
+                else:  # a lambda or a library factory: its length is read from the factory call's arguments
+                    schedule = Schedule(name, cls, value, fn)
+                table.setdefault(name, []).append((stmt, schedule))
     for built_here in table.values():
         built_here.sort(key=lambda p: _position(p[0]))
     return table
