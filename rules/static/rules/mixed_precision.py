@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import (
@@ -24,6 +25,7 @@ from torchdoctor.rules.static.index import (
     last_name,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic import crossings
 from torchdoctor.rules.static.semantic.options import option_defaults
 
 # -- small expression helpers ----------------------------------------------------------------------
@@ -135,9 +137,9 @@ def _count_text(n: float) -> str:
 
 
 _STEP_WORD = re.compile(r"step|iter|batch|update", re.I)
-# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`): it names
+# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`, `args.lr_step`): it names
 # the argument, not the unit it counts, so it says neither batches nor epochs.
-_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$", re.I)
+_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$|^lr_steps?$", re.I)
 _EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
@@ -1236,6 +1238,7 @@ def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
 @rule("TD407", ast.Module)
 def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_schedule_crossings(ctx)
     steps = _scheduler_steps(ctx)
     if not steps:
         return
@@ -1254,6 +1257,92 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
             continue
         reported.add(call)
         ctx.report(call, variable=s.name, scheduler=s.cls, effect=effect, stepped_per="batch")
+
+
+# -- schedules that cross files -------------------------------------------------------------------
+# The step's period is known where the scheduler is stepped, its length where it is built: two files when `main.py`
+# hands it to `train(..., scheduler)` of `engine.py`, or `train.py` steps what `build_scheduler(...)` of
+# `optim_factory.py` returns. Each file leaves its half (semantic/crossings.py gives the keys); the project passes of
+# TD406 and TD407 join them.
+
+
+def _leave_schedule_crossings(ctx: Context) -> None:
+    index = ctx.index
+    source = ctx.source
+    if "sched" not in source.lower() and "LR(" not in source:
+        return
+    stepped: set[ast.Call] = {call for call, _ in _scheduler_steps(ctx)}
+    optimizer_steps = set(index.step_calls)
+    for call in index.method_calls("step"):
+        if call in stepped or call in optimizer_steps or call.args or call.keywords:
+            continue
+        receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+        b = index.binding(receiver)
+        if receiver is None or (b.kind != "scheduler" if b is not None else not _SCHED_NAME.search(receiver)):
+            continue
+        where = _granularity(index, call)
+        if where is None or not where[1].trains and where[0] == "batch":
+            continue
+        if where[0] == "batch" and not _per_update_guard(index, call, where[1]):
+            continue
+        came = crossings.arrival(index, receiver, call)
+        if came is not None:
+            ctx.leave("schedule-stepped", {"line": call.lineno, "col": call.col_offset + 1, "variable": receiver,
+                                           "per": where[0], "from": came})
+    epochs, _ = _epoch_count(ctx)
+    for made in index.nodes(ast.Call):
+        q = _scheduler_call(index, made)
+        if q is None:
+            continue
+        cls = q.rsplit(".", 1)[-1]
+        if cls not in _SIZED_BY_ARGUMENTS and not _HF_FACTORY.match(q):
+            continue
+        leaving = crossings.departures(index, made)  # type: ignore[arg-type]
+        if not leaving:
+            continue
+        schedule = Schedule(cls, cls, made)  # type: ignore[arg-type]
+        effect = _per_epoch_effect(ctx, schedule, epochs)
+        length = _batch_length(ctx, schedule, None)
+        if effect is None and length is None:
+            continue
+        ctx.leave("schedule-made", {"line": made.lineno, "scheduler": cls, "effect": effect,  # type: ignore[attr-defined]
+                                    "plan": length[1] if length is not None else None, "to": leaving})
+
+
+def _crossing_pairs(project: Project, per: str) -> Iterator[tuple[Any, dict, Any, dict]]:
+    """(stepping file, its fact, building file, its fact) for each schedule stepped `per` batch or epoch in one file
+    and built in another."""
+    made = list(project.facts("schedule-made"))
+    for f, step in project.facts("schedule-stepped"):
+        if step["per"] != per:
+            continue
+        for g, built in made:
+            if g.path != f.path and any(crossings.joined(project, f.path, step["from"], g.path, to) for to in built["to"]):
+                yield f, step, g, built
+                break
+
+
+@project("TD407")
+def per_epoch_scheduler_stepped_per_batch_across_files(project: Project) -> list[ProjectHit]:
+    hits = []
+    for f, step, g, built in _crossing_pairs(project, "batch"):
+        if built["effect"] is not None:
+            hits.append(ProjectHit(f.path, step["line"], step["col"], {
+                "variable": step["variable"], "scheduler": built["scheduler"], "stepped_per": "batch",
+                "effect": f"{built['effect']} (it is built at line {built['line']} of {g.path})"}))
+    return hits
+
+
+@project("TD406")
+def per_batch_scheduler_stepped_per_epoch_across_files(project: Project) -> list[ProjectHit]:
+    hits = []
+    for f, step, g, built in _crossing_pairs(project, "epoch"):
+        if built["plan"] is not None:
+            hits.append(ProjectHit(f.path, step["line"], step["col"], {
+                "variable": step["variable"], "scheduler": built["scheduler"], "stepped_per": "epoch",
+                "usage": f"the run makes one scheduler step per epoch where it plans {built['plan']} (it is built "
+                         f"at line {built['line']} of {g.path})"}))
+    return hits
 
 
 # -- TD408 ---------------------------------------------------------------------------------------
