@@ -125,11 +125,23 @@ def _handed_number(ctx: Context, name: str, at: ast.AST, depth: int) -> float | 
 
 
 def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
-    """`args.step_size` where the file declares `--step_size` with a default: that default."""
-    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id != "self"):
+    """`args.step_size` where the file declares `--step_size` with a default: that default. Also `self.args.epochs`
+    (the namespace a trainer keeps), and an option another file of the project declares (`main.py` parses the
+    command line and hands `args` to the trainer of `trainer.py`)."""
+    if not isinstance(expr, ast.Attribute):
+        return None
+    holder = expr.value
+    if isinstance(holder, ast.Attribute):
+        if not (isinstance(holder.value, ast.Name) and holder.value.id == "self"):
+            return None
+    elif not (isinstance(holder, ast.Name) and holder.id != "self"):
         return None
     defaults = ctx.memo("option_defaults", lambda: option_defaults(ctx.index.tree))
-    return defaults.get(expr.attr)
+    found = defaults.get(expr.attr)
+    project = ctx.index.project
+    if found is None and project is not None and project.options is not None:
+        found = project.options.default(expr.attr)
+    return found
 
 
 def _count_text(n: float) -> str:
@@ -1182,14 +1194,16 @@ def _per_epoch_effect(ctx: Context, s: Schedule, epochs: float | None) -> str | 
         milestones = s.arg("milestones", 1)
         if milestones is None:
             return None
-        if not isinstance(milestones, ast.List | ast.Tuple) or not milestones.elts:
+        declared = _option_default(ctx, milestones)  # `milestones=args.milestones`, `--milestones 60 120 160`
+        listed = declared if isinstance(declared, ast.List | ast.Tuple) and declared.elts else milestones
+        if not isinstance(listed, ast.List | ast.Tuple) or not listed.elts:
             if not epoch_sized(milestones):
                 return None
             last = None
-        elif not all(epoch_sized(m) for m in milestones.elts):
+        elif not all(epoch_sized(m) for m in listed.elts):
             return None
         else:
-            values = [number(ctx, m, at) for m in milestones.elts]
+            values = [number(ctx, m, at) for m in listed.elts]
             last = max(values) if all(v is not None for v in values) else None  # type: ignore[type-var]
         when = f"within the first {_count_text(last)} batches" if last is not None else "within the first batches"
         return (
@@ -1219,6 +1233,8 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
     loop (under the same `if (i + 1) % n == 0` as the optimizer step), and under no other condition."""
     steps = set(index.step_calls)
     for anc, _child in _between(index, call, loop.node):
+        if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
+            continue  # `if use_fp16: scaler.step(opt) ... else: opt.step(); sched.step()`: how to update, not whether
         if isinstance(anc, ast.If):
             mod = _find_mod(index, anc.test, anc)
             if mod is None or not any(c in steps for c in loop.calls if _inside(index, c, anc)):
@@ -1229,6 +1245,14 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
         elif isinstance(anc, ast.ExceptHandler | ast.Try):
             return False
     return True
+
+
+def _updates_either_way(branch: ast.If, steps: set[ast.Call]) -> bool:
+    """Both arms of the `if` take an optimizer step: the test picks the way of updating (a scaler or not, one
+    library or another), and a scheduler step in either arm runs on every update all the same."""
+    def steps_in(body: list[ast.stmt]) -> bool:
+        return any(node in steps for stmt in body for node in ast.walk(stmt))
+    return bool(branch.orelse) and steps_in(branch.body) and steps_in(branch.orelse)
 
 
 def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
