@@ -7,14 +7,13 @@ name carries `# BUG`) and a `good` twin that must stay silent. `check` runs on e
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-VARIANTS = Path(__file__).parent / "fixtures" / "check" / "variants"
+from tests.conftest import FIXTURES, cli
+
+VARIANTS = FIXTURES / "check" / "variants"
 CODES = {  # the rules that speak for each family
     "sampler_set_epoch": {"TD301"},
     "scheduler_period": {"TD406", "TD407", "TD417"},
@@ -24,11 +23,9 @@ SHAPES = sorted((family, shape.name) for family in CODES for shape in (VARIANTS 
 
 
 def _findings(folder: Path) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": ""}
-    done = subprocess.run([sys.executable, "-m", "torchdoctor", "check", str(folder), "--format", "json",
-                           "--fail-on", "never", "--no-config"], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)["findings"]
+    done = cli("check", str(folder), "--format", "json", "--fail-on", "never")
+    assert done.returncode == 0, done.stderr_text
+    return json.loads(done.stdout_text)["findings"]
 
 
 def _bug_lines(folder: Path) -> set[tuple[str, int]]:
@@ -36,7 +33,7 @@ def _bug_lines(folder: Path) -> set[tuple[str, int]]:
             for n, line in enumerate(p.read_text().splitlines(), 1) if line.rstrip().endswith("# BUG")}
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy  # two real `check` runs per shape, 19 shapes: about 50 s in all
 @pytest.mark.parametrize(("family", "shape"), SHAPES)
 def test_variant_is_found_and_its_twin_stays_silent(family: str, shape: str) -> None:
     bad, good = VARIANTS / family / shape / "bad", VARIANTS / family / shape / "good"

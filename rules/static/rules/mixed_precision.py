@@ -1855,6 +1855,79 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
                        accum_expr=ctx.segment(acc.count, 40))
     _zero_grad_every_call(ctx)
     _zero_grad_inside_accumulate(ctx)
+    _leave_update_helpers(ctx)
+
+
+# An optimizer wrapper of another file (`class Updater: def backward(self, loss): self.optimizer.zero_grad();
+# loss.backward()` / `def step(self): self.optimizer.step()`), used by a loop that calls `updater.backward(loss)` on
+# every micro-step and `updater.step()` under `if (i + 1) % n == 0`: the zero_grad is in one file, the accumulation in
+# another. The class's file says which methods clear and which step; the loop's file says which it calls every
+# micro-step and which only every n-th; the project pass joins them by the class.
+
+
+def _leave_update_helpers(ctx: Context) -> None:
+    index = ctx.index
+    source = ctx.source
+    if "zero_grad" in source and "class " in source:
+        for cls in ctx.index.nodes(ast.ClassDef):
+            if not isinstance(index.parent(cls), ast.Module):
+                continue
+            zeroes: dict[str, tuple[int, str]] = {}  # method -> (line, receiver) of its zero_grad
+            steps: list[str] = []
+            for fn in cls.body:  # type: ignore[attr-defined]
+                if not isinstance(fn, FUNCTIONS):
+                    continue
+                for call in ast.walk(fn):
+                    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                        continue
+                    if call.func.attr == "zero_grad" and not any(isinstance(a, ast.If | ast.For | ast.While)
+                                                                 for a, _ in _between(index, call, fn)):
+                        zeroes.setdefault(fn.name, (call.lineno, ctx.segment(call.func.value, 40)))
+                    elif call.func.attr == "step" and (call in index.step_calls or "optim" in (dotted(call.func.value) or "")):
+                        steps.append(fn.name)
+            if zeroes and steps:
+                ctx.leave("update-helper", {"class": cls.name, "zeroes": zeroes, "steps": steps})  # type: ignore[attr-defined]
+    if "%" not in source:
+        return
+    for loop in index.loops.values():
+        by_receiver: dict[str, list[ast.Call]] = {}
+        for call in loop.calls:
+            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+                by_receiver.setdefault(call.func.value.id, []).append(call)
+        for receiver, calls in by_receiver.items():
+            made = _value_of(index, receiver, loop.node)
+            q = index.resolve(made.func) if isinstance(made, ast.Call) and index.local_target(made) is None else None
+            if q is None or "." not in q or q.startswith("torch."):
+                continue
+            guarded = {c.func.attr: _mod_guard(index, c, loop) for c in calls}  # type: ignore[attr-defined]
+            every = {c.func.attr: (c.lineno, c.col_offset + 1) for c in calls  # type: ignore[attr-defined]
+                     if not any(isinstance(a, ast.If) for a, _ in _between(index, c, loop.node))}
+            sometimes = {m: ctx.segment(mod, 40) for m, mod in guarded.items() if mod is not None}
+            if sometimes and every:
+                ctx.leave("update-helper-use", {"class": q, "variable": receiver, "every": every, "sometimes": sometimes})
+
+
+@project("TD413")
+def zero_grad_every_micro_step_across_files(project: Project) -> list[ProjectHit]:
+    helpers = {(f.path, fact["class"]): fact for f, fact in project.facts("update-helper")}
+    hits = []
+    for f, use in project.facts("update-helper-use"):
+        for g, local in project.defining(use["class"]):
+            helper = helpers.get((g.path, local))
+            if helper is None:
+                continue
+            stepping = [m for m in use["sometimes"] if m in helper["steps"]]
+            clearing = [m for m in use["every"] if m in helper["zeroes"]]
+            if stepping and clearing:
+                line, col = use["every"][clearing[0]]
+                at, receiver = helper["zeroes"][clearing[0]]
+                hits.append(ProjectHit(f.path, line, col, {  # the message reads "`{variable}.zero_grad()` runs ..."
+                    "variable": f"{use['variable']}.{clearing[0]}() → {receiver}",
+                    "helper": f"line {at} of {g.path}",
+                    "step_call": f"{use['variable']}.{stepping[0]}()",
+                    "accum_expr": use["sometimes"][stepping[0]]}))
+                break
+    return hits
 
 
 def _zero_grad_inside_accumulate(ctx: Context) -> None:
