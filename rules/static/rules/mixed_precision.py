@@ -96,10 +96,26 @@ def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> f
         if value is None:
             return _handed_number(ctx, expr.id, at, depth)
         return number(ctx, value, at, depth + 1)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" \
+            and not _augmented(ctx, f"self.{expr.attr}"):
+        value = _attribute_value(ctx.index, expr, at)
+        if value is not None:
+            return number(ctx, value, value, depth + 1)
     default = _option_default(ctx, expr)
     if default is not None:
         return number(ctx, default, at, depth + 1)
     return None
+
+
+def _attribute_value(index: Index, expr: ast.Attribute, at: ast.AST) -> ast.expr | None:
+    """The one value the methods of the class around `at` assign to `self.<attr>` (`self.epochs = epochs` in
+    `__init__`, read by `for epoch in range(self.epochs)` in `fit`), else None."""
+    info = index.class_of(at)
+    if info is None:
+        return None
+    name = f"self.{expr.attr}"
+    values = [v for fn in info.node.body if isinstance(fn, FUNCTIONS) for _, v in index.defs(fn).get(name, [])]
+    return values[0] if len(values) == 1 else None
 
 
 def _handed_number(ctx: Context, name: str, at: ast.AST, depth: int) -> float | None:
@@ -113,15 +129,29 @@ def _handed_number(ctx: Context, name: str, at: ast.AST, depth: int) -> float | 
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
     if name not in params and name not in [a.arg for a in fn.args.kwonlyargs]:
         return None
+    default = _parameter_default(fn, name)
     found: set[float | None] = set()
-    for call in index.callers(fn):
-        offset = 1 if params and params[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+    callers = index.callers(fn)
+    for call in callers:
+        bound = isinstance(call.func, ast.Attribute) or fn.name == "__init__"  # `self.m(...)`, `Trainer(...)`
+        offset = 1 if params and params[0] in ("self", "cls") and bound else 0
         position = params.index(name) - offset if name in params else None
         arg = kwarg(call, name, position if position is not None and position >= 0 else None)
-        if arg is None or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            return None  # the default, or an argument we cannot line up
-        found.add(number(ctx, arg, call, depth + 1))
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None  # an argument we cannot line up
+        if arg is None and default is None:
+            return None
+        found.add(number(ctx, arg, call, depth + 1) if arg is not None else number(ctx, default, fn, depth + 1))
+    if not callers and default is not None:  # called from another file, or not at all: the declared default
+        return number(ctx, default, fn, depth + 1)
     return found.pop() if len(found) == 1 else None
+
+
+def _parameter_default(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    args = fn.args.posonlyargs + fn.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(fn.args.defaults):]], fn.args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None})
+    return defaults.get(name)
 
 
 def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
@@ -958,9 +988,26 @@ def _epoch_count(ctx: Context) -> tuple[float | None, str | None]:
 
 def _granularity(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
     loop = index.loop_of(call)
-    if loop is None or loop.kind not in ("batch", "epoch") or loop.full_batch:
+    if loop is None:
+        return _granularity_of_callers(index, call)
+    if loop.kind not in ("batch", "epoch") or loop.full_batch:
         return None  # full-batch training: every batch is an epoch, whatever the schedule counts
     return loop.kind, loop
+
+
+def _granularity_of_callers(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
+    """A step outside any loop of its function (`def train_step(self, x, y): ...; self.scheduler.step()`) runs as
+    often as the function is called: when every call of it in this file sits in loops of one kind (the batch loop of
+    `train_epoch`), that kind, with the first caller's loop."""
+    fn = index.function_of(call)
+    callers = index.callers(fn) if fn is not None else []
+    found = []
+    for caller in callers:
+        loop = index.loop_of(caller)
+        if loop is None or loop.kind not in ("batch", "epoch") or loop.full_batch:
+            return None
+        found.append((loop.kind, loop))
+    return found[0] if found and len({kind for kind, _ in found}) == 1 else None
 
 
 def _shown(ctx: Context, expr: ast.AST, at: ast.AST) -> str:
@@ -1232,6 +1279,13 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
     """True when `call` runs on every batch of `loop`, or on every optimizer update of an accumulation
     loop (under the same `if (i + 1) % n == 0` as the optimizer step), and under no other condition."""
     steps = set(index.step_calls)
+    if not _inside(index, call, loop.node):
+        # the step sits in a function the loop calls (`self.train_step(x, y)`): every update of that function, and
+        # the function called on every iteration
+        fn = index.function_of(call)
+        callers = [c for c in index.callers(fn) if _inside(index, c, loop.node)] if fn is not None else []
+        return bool(callers) and _every_update_in(index, call, fn, steps) and \
+            all(_per_update_guard(index, c, loop) for c in callers)
     for anc, _child in _between(index, call, loop.node):
         if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
             continue  # `if use_fp16: scaler.step(opt) ... else: opt.step(); sched.step()`: how to update, not whether
@@ -1242,6 +1296,20 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
             found = units(index, mod, anc)
             if "len" in found or "epoch" in found or "epoch" in (dotted(mod) or "").lower():
                 return False  # `% len(loader)`, `% steps_per_epoch`: once per epoch
+        elif isinstance(anc, ast.ExceptHandler | ast.Try):
+            return False
+    return True
+
+
+def _every_update_in(index: Index, call: ast.Call, fn: ast.AST, steps: set[ast.Call]) -> bool:
+    """Within its own function, `call` runs on every optimizer update: under no test but one that also holds the
+    optimizer step (`if (self.micro + 1) % self.accum == 0: opt.step(); sched.step()`) or picks how to update."""
+    for anc, _child in _between(index, call, fn):
+        if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
+            continue
+        if isinstance(anc, ast.If):
+            if _find_mod(index, anc.test, anc) is None or not any(n in steps for n in ast.walk(anc)):
+                return False
         elif isinstance(anc, ast.ExceptHandler | ast.Try):
             return False
     return True
