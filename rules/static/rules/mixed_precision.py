@@ -1916,6 +1916,7 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
             # zero_grad on every iteration of a loop whose optimizer steps only every n-th one
             wiped = [c for c in _zero_grad_calls(acc.loop) if _mod_guard(index, c, acc.loop) is None
                      and not any(isinstance(a, ast.If) for a, _ in _between(index, c, acc.loop.node))]
+            wiped += _zero_grad_in_helpers(index, acc.loop)
         else:
             wiped = _zero_grad_calls(acc.loop)  # inside `for _ in range(n):` whose step comes after it
         for call in wiped:
@@ -1996,6 +1997,24 @@ def zero_grad_every_micro_step_across_files(project: Project) -> list[ProjectHit
                     "accum_expr": use["sometimes"][stepping[0]]}))
                 break
     return hits
+
+
+def _zero_grad_in_helpers(index: Index, loop: Loop) -> list[ast.Call]:
+    """The zero_grad of a function of this file that the loop calls on every micro-step (`self.forward_backward(x,
+    y)`, whose first line clears the gradients) and that takes no optimizer step itself: the clearing runs as
+    often as the call."""
+    steps = set(index.step_calls)
+    found: list[ast.Call] = []
+    for call in loop.calls:
+        if any(isinstance(a, ast.If) for a, _ in _between(index, call, loop.node)):
+            continue
+        target = index.local_target(call)
+        if not isinstance(target, FUNCTIONS) or any(n in steps for n in ast.walk(target)):
+            continue
+        found += [n for n in ast.walk(target) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "zero_grad" and index.function_of(n) is target
+                  and not any(isinstance(a, ast.If | ast.For | ast.While) for a, _ in _between(index, n, target))]
+    return found
 
 
 def _zero_grad_inside_accumulate(ctx: Context) -> None:
