@@ -102,6 +102,19 @@ def _helper_sampler(index: Index, call: ast.Call) -> bool:
     )
 
 
+def _distributed_branch(index: Index, b: Binding) -> ast.Call | None:
+    """The DistributedSampler of a sampler chosen by launch mode (`RandomSampler(ds) if local_rank == -1 else
+    DistributedSampler(ds)`): the binding keeps the first branch's class, but under the launcher the other one runs."""
+    value = getattr(b.node, "value", None)
+    if not isinstance(value, ast.IfExp) or b.call is None or b.cls in index.names["distributed_samplers"]:
+        return None
+    for branch in (value.body, value.orelse):
+        if isinstance(branch, ast.Call) and any(c in index.names["distributed_samplers"]
+                                                for c in index.class_choices(branch.func)):
+            return branch
+    return None
+
+
 def _factory_sampler_call(b: Binding) -> ast.Call | None:
     """The call of another file's factory that returns a DistributedSampler (`sampler = build_sampler(dataset,
     world_size, rank)`, the pre-pass of projectcalls.py gives the binding its class but no constructor call): the
@@ -158,7 +171,10 @@ def sampler_epoch_not_set(node: ast.Module, ctx: Context) -> None:
     # (how the sampler is reached, its constructor call, loaders that use it)
     candidates: list[tuple[str, ast.Call, list[Binding]]] = []
     for b in index.bindings_of("sampler"):
-        if b.cls in dist_samplers and b.call is not None:
+        chosen = _distributed_branch(index, b)
+        if chosen is not None:
+            candidates.append((b.name, chosen, _loaders_using(index, b.name)))
+        elif b.cls in dist_samplers and b.call is not None:
             candidates.append((b.name, b.call, _loaders_using(index, b.name)))
         elif b.cls in dist_samplers and (factory := _factory_sampler_call(b)) is not None:
             # `loader, sampler = get_loaders(dataset)`: a factory that returns a loader with a sampler returns the

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import (
@@ -24,6 +25,7 @@ from torchdoctor.rules.static.index import (
     last_name,
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
+from torchdoctor.rules.static.semantic import crossings
 from torchdoctor.rules.static.semantic.options import option_defaults
 
 # -- small expression helpers ----------------------------------------------------------------------
@@ -90,19 +92,86 @@ def number(ctx: Context, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> f
             return None
         return None
     if isinstance(expr, ast.Name) and not _augmented(ctx, expr.id):
-        return number(ctx, _value_of(ctx.index, expr.id, at), at, depth + 1)
+        value = _value_of(ctx.index, expr.id, at)
+        if value is None:
+            return _handed_number(ctx, expr.id, at, depth)
+        return number(ctx, value, at, depth + 1)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" \
+            and not _augmented(ctx, f"self.{expr.attr}"):
+        value = _attribute_value(ctx.index, expr, at)
+        if value is not None:
+            return number(ctx, value, value, depth + 1)
     default = _option_default(ctx, expr)
     if default is not None:
         return number(ctx, default, at, depth + 1)
     return None
 
 
+def _attribute_value(index: Index, expr: ast.Attribute, at: ast.AST) -> ast.expr | None:
+    """The one value the methods of the class around `at` assign to `self.<attr>` (`self.epochs = epochs` in
+    `__init__`, read by `for epoch in range(self.epochs)` in `fit`), else None."""
+    info = index.class_of(at)
+    if info is None:
+        return None
+    name = f"self.{expr.attr}"
+    values = [v for fn in info.node.body if isinstance(fn, FUNCTIONS) for _, v in index.defs(fn).get(name, [])]
+    return values[0] if len(values) == 1 else None
+
+
+def _handed_number(ctx: Context, name: str, at: ast.AST, depth: int) -> float | None:
+    """A parameter's value when every call of its function in this file hands in the same number
+    (`fit(net, dl, opt, crit, sched, 90)` into `def fit(m, dl, o, crit, s, epochs)`): a count the loop's `range()`
+    or a schedule's size reads is often set by the caller, not where it is read."""
+    index = ctx.index
+    fn = index.function_of(at)
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return None
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if name not in params and name not in [a.arg for a in fn.args.kwonlyargs]:
+        return None
+    default = _parameter_default(fn, name)
+    found: set[float | None] = set()
+    callers = index.callers(fn)
+    for call in callers:
+        bound = isinstance(call.func, ast.Attribute) or fn.name == "__init__"  # `self.m(...)`, `Trainer(...)`
+        offset = 1 if params and params[0] in ("self", "cls") and bound else 0
+        position = params.index(name) - offset if name in params else None
+        arg = kwarg(call, name, position if position is not None and position >= 0 else None)
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None  # an argument we cannot line up
+        if arg is None and default is None:
+            return None
+        found.add(number(ctx, arg, call, depth + 1) if arg is not None else number(ctx, default, fn, depth + 1))
+    if not callers and default is not None:  # called from another file, or not at all: the declared default
+        return number(ctx, default, fn, depth + 1)
+    return found.pop() if len(found) == 1 else None
+
+
+def _parameter_default(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    args = fn.args.posonlyargs + fn.args.args
+    defaults = dict(zip([a.arg for a in args[len(args) - len(fn.args.defaults):]], fn.args.defaults, strict=True))
+    defaults.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None})
+    return defaults.get(name)
+
+
 def _option_default(ctx: Context, expr: ast.AST) -> ast.expr | None:
-    """`args.step_size` where the file declares `--step_size` with a default: that default."""
-    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id != "self"):
+    """`args.step_size` where the file declares `--step_size` with a default: that default. Also `self.args.epochs`
+    (the namespace a trainer keeps), and an option another file of the project declares (`main.py` parses the
+    command line and hands `args` to the trainer of `trainer.py`)."""
+    if not isinstance(expr, ast.Attribute):
+        return None
+    holder = expr.value
+    if isinstance(holder, ast.Attribute):
+        if not (isinstance(holder.value, ast.Name) and holder.value.id == "self"):
+            return None
+    elif not (isinstance(holder, ast.Name) and holder.id != "self"):
         return None
     defaults = ctx.memo("option_defaults", lambda: option_defaults(ctx.index.tree))
-    return defaults.get(expr.attr)
+    found = defaults.get(expr.attr)
+    project = ctx.index.project
+    if found is None and project is not None and project.options is not None:
+        found = project.options.default(expr.attr)
+    return found
 
 
 def _count_text(n: float) -> str:
@@ -110,9 +179,9 @@ def _count_text(n: float) -> str:
 
 
 _STEP_WORD = re.compile(r"step|iter|batch|update", re.I)
-# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`): it names
+# StepLR's own parameter name, as an option or variable (`args.step_size`, `lr_step_size`, `args.lr_step`): it names
 # the argument, not the unit it counts, so it says neither batches nor epochs.
-_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$", re.I)
+_UNITLESS_WORD = re.compile(r"^(?:lr_)?step_size$|^lr_steps?$", re.I)
 _EPOCH_WORD = re.compile(r"epoch", re.I)
 
 
@@ -818,6 +887,12 @@ def schedules_at(ctx: Context, call: ast.Call) -> list[Schedule]:
     return ctx.index.reaching_statements(built, call, built[0][1].name)
 
 
+# torch schedulers whose length is a named argument of their own constructor (a factory that returns one hands its
+# parameters to those arguments)
+_SIZED_BY_ARGUMENTS = frozenset({"StepLR", "MultiStepLR", "CosineAnnealingLR", "ExponentialLR", "ReduceLROnPlateau",
+                                 "OneCycleLR", "CyclicLR", "LinearLR", "CosineAnnealingWarmRestarts", "PolynomialLR"})
+
+
 def _scheduler_call(index: Index, expr: ast.AST | None) -> str | None:
     if not isinstance(expr, ast.Call):
         return None
@@ -841,7 +916,7 @@ def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
             continue  # built by a local factory: read below, with the factory's own arguments
         if b.call is not None and b.cls and b.name in stepped:
             table.setdefault(b.name, []).append((b.node, Schedule(b.name, b.cls.rsplit(".", 1)[-1], b.call)))
-    built: dict[str, str | None] = {}  # local factory function -> the scheduler it returns
+    built: dict[str, list[tuple[str, ast.Call]]] = {}  # local factory function -> the schedulers it may return
     for stmt in index.nodes(ast.Assign):
         value = stmt.value  # type: ignore[attr-defined]
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in index.functions):
@@ -856,12 +931,22 @@ def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
                 for n in ast.walk(fn)
                 if isinstance(n, ast.Return) and n.value is not None and index.function_of(n) is fn
             ]
-            kinds = {_scheduler_call(index, r) for r in returned}
-            built[fn.name] = kinds.pop() if len(kinds) == 1 else None
-        q = built[fn.name]
-        if q is not None:
+            kinds = [(_scheduler_call(index, r), r) for r in returned]
+            # A factory that picks the schedule by name (`if name == "onecycle": return OneCycleLR(...)`, else
+            # `return LinearLR(...)`) may return each: every one is a schedule the step may advance. One return that
+            # is not a scheduler (a project class, `None`) leaves the whole choice unknown.
+            built[fn.name] = [(q, r) for q, r in kinds if q is not None] \
+                if kinds and all(q is not None for q, _ in kinds) else []
+        for q, returned_call in built[fn.name]:
+            cls = q.rsplit(".", 1)[-1]
             for name in names:
-                table.setdefault(name, []).append((stmt, Schedule(name, q.rsplit(".", 1)[-1], value, fn)))
+                if cls in _SIZED_BY_ARGUMENTS:
+                    # its length is its own arguments, in the factory's terms (`T_max=epochs`): read there, with
+                    # the factory's parameters followed to what this file's calls hand in
+                    schedule = Schedule(name, cls, returned_call)  # type: ignore[arg-type]
+                else:  # a lambda or a library factory: its length is read from the factory call's arguments
+                    schedule = Schedule(name, cls, value, fn)
+                table.setdefault(name, []).append((stmt, schedule))
     for built_here in table.values():
         built_here.sort(key=lambda p: _position(p[0]))
     return table
@@ -903,9 +988,26 @@ def _epoch_count(ctx: Context) -> tuple[float | None, str | None]:
 
 def _granularity(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
     loop = index.loop_of(call)
-    if loop is None or loop.kind not in ("batch", "epoch") or loop.full_batch:
+    if loop is None:
+        return _granularity_of_callers(index, call)
+    if loop.kind not in ("batch", "epoch") or loop.full_batch:
         return None  # full-batch training: every batch is an epoch, whatever the schedule counts
     return loop.kind, loop
+
+
+def _granularity_of_callers(index: Index, call: ast.Call) -> tuple[str, Loop] | None:
+    """A step outside any loop of its function (`def train_step(self, x, y): ...; self.scheduler.step()`) runs as
+    often as the function is called: when every call of it in this file sits in loops of one kind (the batch loop of
+    `train_epoch`), that kind, with the first caller's loop."""
+    fn = index.function_of(call)
+    callers = index.callers(fn) if fn is not None else []
+    found = []
+    for caller in callers:
+        loop = index.loop_of(caller)
+        if loop is None or loop.kind not in ("batch", "epoch") or loop.full_batch:
+            return None
+        found.append((loop.kind, loop))
+    return found[0] if found and len({kind for kind, _ in found}) == 1 else None
 
 
 def _shown(ctx: Context, expr: ast.AST, at: ast.AST) -> str:
@@ -1139,14 +1241,16 @@ def _per_epoch_effect(ctx: Context, s: Schedule, epochs: float | None) -> str | 
         milestones = s.arg("milestones", 1)
         if milestones is None:
             return None
-        if not isinstance(milestones, ast.List | ast.Tuple) or not milestones.elts:
+        declared = _option_default(ctx, milestones)  # `milestones=args.milestones`, `--milestones 60 120 160`
+        listed = declared if isinstance(declared, ast.List | ast.Tuple) and declared.elts else milestones
+        if not isinstance(listed, ast.List | ast.Tuple) or not listed.elts:
             if not epoch_sized(milestones):
                 return None
             last = None
-        elif not all(epoch_sized(m) for m in milestones.elts):
+        elif not all(epoch_sized(m) for m in listed.elts):
             return None
         else:
-            values = [number(ctx, m, at) for m in milestones.elts]
+            values = [number(ctx, m, at) for m in listed.elts]
             last = max(values) if all(v is not None for v in values) else None  # type: ignore[type-var]
         when = f"within the first {_count_text(last)} batches" if last is not None else "within the first batches"
         return (
@@ -1175,7 +1279,16 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
     """True when `call` runs on every batch of `loop`, or on every optimizer update of an accumulation
     loop (under the same `if (i + 1) % n == 0` as the optimizer step), and under no other condition."""
     steps = set(index.step_calls)
+    if not _inside(index, call, loop.node):
+        # the step sits in a function the loop calls (`self.train_step(x, y)`): every update of that function, and
+        # the function called on every iteration
+        fn = index.function_of(call)
+        callers = [c for c in index.callers(fn) if _inside(index, c, loop.node)] if fn is not None else []
+        return bool(callers) and _every_update_in(index, call, fn, steps) and \
+            all(_per_update_guard(index, c, loop) for c in callers)
     for anc, _child in _between(index, call, loop.node):
+        if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
+            continue  # `if use_fp16: scaler.step(opt) ... else: opt.step(); sched.step()`: how to update, not whether
         if isinstance(anc, ast.If):
             mod = _find_mod(index, anc.test, anc)
             if mod is None or not any(c in steps for c in loop.calls if _inside(index, c, anc)):
@@ -1188,6 +1301,28 @@ def _per_update_guard(index: Index, call: ast.Call, loop: Loop) -> bool:
     return True
 
 
+def _every_update_in(index: Index, call: ast.Call, fn: ast.AST, steps: set[ast.Call]) -> bool:
+    """Within its own function, `call` runs on every optimizer update: under no test but one that also holds the
+    optimizer step (`if (self.micro + 1) % self.accum == 0: opt.step(); sched.step()`) or picks how to update."""
+    for anc, _child in _between(index, call, fn):
+        if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
+            continue
+        if isinstance(anc, ast.If):
+            if _find_mod(index, anc.test, anc) is None or not any(n in steps for n in ast.walk(anc)):
+                return False
+        elif isinstance(anc, ast.ExceptHandler | ast.Try):
+            return False
+    return True
+
+
+def _updates_either_way(branch: ast.If, steps: set[ast.Call]) -> bool:
+    """Both arms of the `if` take an optimizer step: the test picks the way of updating (a scaler or not, one
+    library or another), and a scheduler step in either arm runs on every update all the same."""
+    def steps_in(body: list[ast.stmt]) -> bool:
+        return any(node in steps for stmt in body for node in ast.walk(stmt))
+    return bool(branch.orelse) and steps_in(branch.body) and steps_in(branch.orelse)
+
+
 def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
     return any(anc is container for anc in index.ancestors(node))
 
@@ -1195,6 +1330,7 @@ def _inside(index: Index, node: ast.AST, container: ast.AST) -> bool:
 @rule("TD407", ast.Module)
 def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    _leave_schedule_crossings(ctx)
     steps = _scheduler_steps(ctx)
     if not steps:
         return
@@ -1213,6 +1349,92 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
             continue
         reported.add(call)
         ctx.report(call, variable=s.name, scheduler=s.cls, effect=effect, stepped_per="batch")
+
+
+# -- schedules that cross files -------------------------------------------------------------------
+# The step's period is known where the scheduler is stepped, its length where it is built: two files when `main.py`
+# hands it to `train(..., scheduler)` of `engine.py`, or `train.py` steps what `build_scheduler(...)` of
+# `optim_factory.py` returns. Each file leaves its half (semantic/crossings.py gives the keys); the project passes of
+# TD406 and TD407 join them.
+
+
+def _leave_schedule_crossings(ctx: Context) -> None:
+    index = ctx.index
+    source = ctx.source
+    if "sched" not in source.lower() and "LR(" not in source:
+        return
+    stepped: set[ast.Call] = {call for call, _ in _scheduler_steps(ctx)}
+    optimizer_steps = set(index.step_calls)
+    for call in index.method_calls("step"):
+        if call in stepped or call in optimizer_steps or call.args or call.keywords:
+            continue
+        receiver = dotted(call.func.value)  # type: ignore[attr-defined]
+        b = index.binding(receiver)
+        if receiver is None or (b.kind != "scheduler" if b is not None else not _SCHED_NAME.search(receiver)):
+            continue
+        where = _granularity(index, call)
+        if where is None or not where[1].trains and where[0] == "batch":
+            continue
+        if where[0] == "batch" and not _per_update_guard(index, call, where[1]):
+            continue
+        came = crossings.arrival(index, receiver, call)
+        if came is not None:
+            ctx.leave("schedule-stepped", {"line": call.lineno, "col": call.col_offset + 1, "variable": receiver,
+                                           "per": where[0], "from": came})
+    epochs, _ = _epoch_count(ctx)
+    for made in index.nodes(ast.Call):
+        q = _scheduler_call(index, made)
+        if q is None:
+            continue
+        cls = q.rsplit(".", 1)[-1]
+        if cls not in _SIZED_BY_ARGUMENTS and not _HF_FACTORY.match(q):
+            continue
+        leaving = crossings.departures(index, made)  # type: ignore[arg-type]
+        if not leaving:
+            continue
+        schedule = Schedule(cls, cls, made)  # type: ignore[arg-type]
+        effect = _per_epoch_effect(ctx, schedule, epochs)
+        length = _batch_length(ctx, schedule, None)
+        if effect is None and length is None:
+            continue
+        ctx.leave("schedule-made", {"line": made.lineno, "scheduler": cls, "effect": effect,  # type: ignore[attr-defined]
+                                    "plan": length[1] if length is not None else None, "to": leaving})
+
+
+def _crossing_pairs(project: Project, per: str) -> Iterator[tuple[Any, dict, Any, dict]]:
+    """(stepping file, its fact, building file, its fact) for each schedule stepped `per` batch or epoch in one file
+    and built in another."""
+    made = list(project.facts("schedule-made"))
+    for f, step in project.facts("schedule-stepped"):
+        if step["per"] != per:
+            continue
+        for g, built in made:
+            if g.path != f.path and any(crossings.joined(project, f.path, step["from"], g.path, to) for to in built["to"]):
+                yield f, step, g, built
+                break
+
+
+@project("TD407")
+def per_epoch_scheduler_stepped_per_batch_across_files(project: Project) -> list[ProjectHit]:
+    hits = []
+    for f, step, g, built in _crossing_pairs(project, "batch"):
+        if built["effect"] is not None:
+            hits.append(ProjectHit(f.path, step["line"], step["col"], {
+                "variable": step["variable"], "scheduler": built["scheduler"], "stepped_per": "batch",
+                "effect": f"{built['effect']} (it is built at line {built['line']} of {g.path})"}))
+    return hits
+
+
+@project("TD406")
+def per_batch_scheduler_stepped_per_epoch_across_files(project: Project) -> list[ProjectHit]:
+    hits = []
+    for f, step, g, built in _crossing_pairs(project, "epoch"):
+        if built["plan"] is not None:
+            hits.append(ProjectHit(f.path, step["line"], step["col"], {
+                "variable": step["variable"], "scheduler": built["scheduler"], "stepped_per": "epoch",
+                "usage": f"the run makes one scheduler step per epoch where it plans {built['plan']} (it is built "
+                         f"at line {built['line']} of {g.path})"}))
+    return hits
 
 
 # -- TD408 ---------------------------------------------------------------------------------------
@@ -1694,6 +1916,7 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
             # zero_grad on every iteration of a loop whose optimizer steps only every n-th one
             wiped = [c for c in _zero_grad_calls(acc.loop) if _mod_guard(index, c, acc.loop) is None
                      and not any(isinstance(a, ast.If) for a, _ in _between(index, c, acc.loop.node))]
+            wiped += _zero_grad_in_helpers(index, acc.loop)
         else:
             wiped = _zero_grad_calls(acc.loop)  # inside `for _ in range(n):` whose step comes after it
         for call in wiped:
@@ -1701,6 +1924,97 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
                        accum_expr=ctx.segment(acc.count, 40))
     _zero_grad_every_call(ctx)
     _zero_grad_inside_accumulate(ctx)
+    _leave_update_helpers(ctx)
+
+
+# An optimizer wrapper of another file (`class Updater: def backward(self, loss): self.optimizer.zero_grad();
+# loss.backward()` / `def step(self): self.optimizer.step()`), used by a loop that calls `updater.backward(loss)` on
+# every micro-step and `updater.step()` under `if (i + 1) % n == 0`: the zero_grad is in one file, the accumulation in
+# another. The class's file says which methods clear and which step; the loop's file says which it calls every
+# micro-step and which only every n-th; the project pass joins them by the class.
+
+
+def _leave_update_helpers(ctx: Context) -> None:
+    index = ctx.index
+    source = ctx.source
+    if "zero_grad" in source and "class " in source:
+        for cls in ctx.index.nodes(ast.ClassDef):
+            if not isinstance(index.parent(cls), ast.Module):
+                continue
+            zeroes: dict[str, tuple[int, str]] = {}  # method -> (line, receiver) of its zero_grad
+            steps: list[str] = []
+            for fn in cls.body:  # type: ignore[attr-defined]
+                if not isinstance(fn, FUNCTIONS):
+                    continue
+                for call in ast.walk(fn):
+                    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+                        continue
+                    if call.func.attr == "zero_grad" and not any(isinstance(a, ast.If | ast.For | ast.While)
+                                                                 for a, _ in _between(index, call, fn)):
+                        zeroes.setdefault(fn.name, (call.lineno, ctx.segment(call.func.value, 40)))
+                    elif call.func.attr == "step" and (call in index.step_calls or "optim" in (dotted(call.func.value) or "")):
+                        steps.append(fn.name)
+            if zeroes and steps:
+                ctx.leave("update-helper", {"class": cls.name, "zeroes": zeroes, "steps": steps})  # type: ignore[attr-defined]
+    if "%" not in source:
+        return
+    for loop in index.loops.values():
+        by_receiver: dict[str, list[ast.Call]] = {}
+        for call in loop.calls:
+            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+                by_receiver.setdefault(call.func.value.id, []).append(call)
+        for receiver, calls in by_receiver.items():
+            made = _value_of(index, receiver, loop.node)
+            q = index.resolve(made.func) if isinstance(made, ast.Call) and index.local_target(made) is None else None
+            if q is None or "." not in q or q.startswith("torch."):
+                continue
+            guarded = {c.func.attr: _mod_guard(index, c, loop) for c in calls}  # type: ignore[attr-defined]
+            every = {c.func.attr: (c.lineno, c.col_offset + 1) for c in calls  # type: ignore[attr-defined]
+                     if not any(isinstance(a, ast.If) for a, _ in _between(index, c, loop.node))}
+            sometimes = {m: ctx.segment(mod, 40) for m, mod in guarded.items() if mod is not None}
+            if sometimes and every:
+                ctx.leave("update-helper-use", {"class": q, "variable": receiver, "every": every, "sometimes": sometimes})
+
+
+@project("TD413")
+def zero_grad_every_micro_step_across_files(project: Project) -> list[ProjectHit]:
+    helpers = {(f.path, fact["class"]): fact for f, fact in project.facts("update-helper")}
+    hits = []
+    for f, use in project.facts("update-helper-use"):
+        for g, local in project.defining(use["class"]):
+            helper = helpers.get((g.path, local))
+            if helper is None:
+                continue
+            stepping = [m for m in use["sometimes"] if m in helper["steps"]]
+            clearing = [m for m in use["every"] if m in helper["zeroes"]]
+            if stepping and clearing:
+                line, col = use["every"][clearing[0]]
+                at, receiver = helper["zeroes"][clearing[0]]
+                hits.append(ProjectHit(f.path, line, col, {  # the message reads "`{variable}.zero_grad()` runs ..."
+                    "variable": f"{use['variable']}.{clearing[0]}() → {receiver}",
+                    "helper": f"line {at} of {g.path}",
+                    "step_call": f"{use['variable']}.{stepping[0]}()",
+                    "accum_expr": use["sometimes"][stepping[0]]}))
+                break
+    return hits
+
+
+def _zero_grad_in_helpers(index: Index, loop: Loop) -> list[ast.Call]:
+    """The zero_grad of a function of this file that the loop calls on every micro-step (`self.forward_backward(x,
+    y)`, whose first line clears the gradients) and that takes no optimizer step itself: the clearing runs as
+    often as the call."""
+    steps = set(index.step_calls)
+    found: list[ast.Call] = []
+    for call in loop.calls:
+        if any(isinstance(a, ast.If) for a, _ in _between(index, call, loop.node)):
+            continue
+        target = index.local_target(call)
+        if not isinstance(target, FUNCTIONS) or any(n in steps for n in ast.walk(target)):
+            continue
+        found += [n for n in ast.walk(target) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                  and n.func.attr == "zero_grad" and index.function_of(n) is target
+                  and not any(isinstance(a, ast.If | ast.For | ast.While) for a, _ in _between(index, n, target))]
+    return found
 
 
 def _zero_grad_inside_accumulate(ctx: Context) -> None:

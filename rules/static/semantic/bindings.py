@@ -734,7 +734,9 @@ class Bindings:
                       if i + offset < len(params) and not isinstance(a, ast.Starred)]
             passed += [(kw.arg, kw.value) for kw in call.keywords if kw.arg in params]
             for name, arg in passed:
-                source = self.binding(arg)
+                # An object built in the call itself (`fit(net, DataLoader(ds, sampler=s), StepLR(opt, 30))`) is
+                # handed in as surely as a named one, with its constructor's arguments.
+                source = self._classify(arg, name, fn) if isinstance(arg, ast.Call) else self.binding(arg)
                 if source is None:
                     # A value whose name says a kind (`train_one(loader, net)` into `def train_one(net, loader)`):
                     # the parameter's name is file-wide, so a model bound to `net` by another function's callers

@@ -8,7 +8,8 @@ followed across files by name. The index asks it only about names it resolved th
 import) that no table of its own knows.
 
 The same pre-pass also reads what callers hand to functions of other files (projectcalls.py): `train(model,
-loader, optimizer)` in `train.py` gives the parameters of `def train` in `engine.py` their kinds.
+loader, optimizer)` in `train.py` gives the parameters of `def train` in `engine.py` their kinds; and the
+command-line options every file declares (projectoptions.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from torchdoctor.rules.static.semantic.projectoptions import ProjectOptions, declared
 
 # `class Name(Base1, pkg.Base2, metaclass=M):`, bases over several lines too.
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*\(([^()]*(?:\([^()]*\)[^()]*)*)\)[ \t]*:", re.M)
@@ -43,6 +46,8 @@ class ProjectClasses:
     mode_layers: dict[str, frozenset[str]] = field(default_factory=dict)
     _known_tails: set[str] = field(default_factory=set, repr=False)
     _mode_by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    # the command-line options every file declares, with their defaults (projectoptions.py)
+    options: ProjectOptions | None = None
     _by_tail: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a tail of a module's name -> classes
     _below: dict[str, set[str]] = field(default_factory=dict, repr=False)  # a package's name -> classes below it
 
@@ -174,6 +179,7 @@ def build(files: Iterable[tuple[str, str]], paths: dict[str, str] | None = None)
                              known=frozenset(headers), mode_layers=mode)
     table = _handed(texts, classes)
     classes.handed, classes.returns = table.by_module, table.returns
+    classes.options = ProjectOptions(declared(texts.values()))
     return classes
 
 
