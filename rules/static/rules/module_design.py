@@ -870,6 +870,8 @@ def _leave_models_handed_to_methods(ctx: Context, call: ast.Call) -> None:
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self" \
             or func.value.id not in index.assigned_names() or index.binding(func.value) is not None:
         return  # a name of a known kind (a model, an optimizer, a loader) is no trainer
+    if not _may_build_class(ctx, func.value.id):
+        return  # no assignment of the receiver builds a class: `_constructed_class` would find none
     owner = _constructed_class(index, func.value)
     if owner is None or owner in index.classes:
         return
@@ -954,12 +956,19 @@ def _constructed_models(ctx: Context, name: ast.Name) -> tuple[str, ...]:
     b = index.binding(name)
     if b is None or b.kind != "module" or not b.cls or b.cls.startswith("torch."):
         # the binding test `_constructed_class` starts with fails: only a value can name the class
-        built = ctx.memo("module-design:class-built-names", dict)  # name -> whether an assignment builds a class
-        if name.id not in built:
-            built[name.id] = any(_builds_a_class(index, v) for v in index.assigned_values().get(name.id, ()))
-        if not built[name.id]:
+        if not _may_build_class(ctx, name.id):
             return ()  # whichever of its assignments reaches the call, none names a class
     return _constructed_classes(index, name)
+
+
+def _may_build_class(ctx: Context, name: str) -> bool:
+    """Whether some assignment of the file gives `name` a value `_constructed_class(es)` could accept, asked in
+    the file's unordered pass over assignments: most names are given none, and for them the scoped table of
+    assignments (`defs`) those functions would build is never needed."""
+    built = ctx.memo("module-design:class-built-names", dict)  # name -> whether an assignment builds a class
+    if name not in built:
+        built[name] = any(_builds_a_class(ctx.index, v) for v in ctx.index.assigned_values().get(name, ()))
+    return built[name]
 
 
 def _builds_a_class(index: Index, value: ast.expr) -> bool:
