@@ -762,6 +762,10 @@ class Bindings:
         """Kinds from parameter annotations: `def train_one_epoch(model: torch.nn.Module, data_loader: DataLoader,
         optimizer: torch.optim.Optimizer)` says what the callers (often in another file) hand in. No arguments are
         known: the binding has no call, so no rule reads a constructor's defaults into it."""
+        # The kind by the annotation's spelling, once per file: a file annotates hundreds of parameters with a few
+        # types (`Tensor`, `int`, `Optional[Tensor]`), and what a spelling resolves to and builds is the same at
+        # every one of them (the imports are final once the index is built).
+        kinds: dict[str, tuple[str | None, str | None]] = {}
         for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
             args = fn.args  # type: ignore[attr-defined]
             for arg in args.posonlyargs + args.args + args.kwonlyargs:
@@ -774,8 +778,14 @@ class Bindings:
                     ann = ann.left  # `DataLoader | None`
                 if not isinstance(ann, ast.Name | ast.Attribute):
                     continue
-                q = self.resolve(ann)
-                kind = self._class_kind(q) if q is not None else None
+                spelled = dotted(ann)
+                known = kinds.get(spelled) if spelled is not None else None
+                if known is None:
+                    q = self.resolve(ann)
+                    known = (q, self._class_kind(q) if q is not None else None)
+                    if spelled is not None:
+                        kinds[spelled] = known
+                q, kind = known
                 if kind is not None:
                     if kind == "module":  # `criterion: torch.nn.Module` (DETR's train_one_epoch) is a loss
                         kind = self._project_kind(q.rsplit(".", 1)[-1], arg.arg)
