@@ -1142,7 +1142,17 @@ def _built_classes(ctx: Context) -> dict[str, str]:
         index = ctx.index
         same = index.names["same_object_methods"]
         found: dict[str, set[str | None]] = {}
+        # Only a name some call of the file ends in is ever asked (`_imported_class_called`): the last parts of the
+        # calls' names (an imported name is called under its alias), so that the assignments of the file's other
+        # names, most of them, are skipped before their value is resolved.
+        called = {*index.calls_by_method, *(n.rsplit(".", 1)[-1] for n in index.calls_by_name), *index.aliases,
+                  *index.vocab["conventional_aliases"]}
+        name_cls, attribute_cls = ast.Name, ast.Attribute
         for stmt in index.nodes(ast.Assign):
+            if len(stmt.targets) == 1:  # type: ignore[attr-defined]
+                t = stmt.targets[0]  # type: ignore[attr-defined]
+                if (t.id if t.__class__ is name_cls else t.attr if t.__class__ is attribute_cls else None) not in called:
+                    continue
             value = stmt.value  # type: ignore[attr-defined]
             while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
                 value = value.func.value
