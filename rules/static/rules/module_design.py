@@ -1226,7 +1226,9 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     names = {p for params in wanted.values() for p in params}
     called: dict[ast.AST, list[ast.Call]] = {}
     name_cls = ast.Name
-    for call in index.nodes(ast.Call) if names else ():
+    # the calls indexed under those names (a plain name, unless an import of the same name resolves it otherwise)
+    aliased = names & (index.aliases.keys() | index.vocab["conventional_aliases"].keys())
+    for call in (index.nodes(ast.Call) if aliased else index.calls_to(*names)) if names else ():
         func = call.func  # type: ignore[attr-defined]
         if func.__class__ is name_cls and func.id in names and call.args:  # type: ignore[attr-defined]
             fn = index.function_of(call)
