@@ -836,7 +836,12 @@ class Bindings:
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
         out: list[tuple[ast.Call, ast.AST]] = []
-        for call in self.nodes(ast.Call):
+        if not self.classes:
+            return out
+        # The calls filed under a class's own name (a plain name resolves to itself), in the walk's order; every
+        # call only when an import shares a class's name and files its calls under the import.
+        shared = self.classes.keys() & (self.aliases.keys() | self.vocab["conventional_aliases"].keys())
+        for call in self.nodes(ast.Call) if shared else self.calls_named(frozenset(self.classes), frozenset()):
             func = call.func
             if isinstance(func, ast.Name) and func.id in self.classes:
                 init = self.classes[func.id].method("__init__")
