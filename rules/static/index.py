@@ -124,7 +124,6 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._callee: dict[ast.Call, str | None] = {}
         self._call_order: dict[ast.Call, int] | None = None  # call -> its place in the walk (names.py)
         self._resolved: dict[ast.AST | None, str | None] = {}  # names.py
-        self._spelled: dict[str, str | None] = {}  # a dotted spelling -> what it resolves to (names.py)
         self._scope: dict[ast.AST, ast.AST] = {}
         self._binops: dict[type, list[ast.AST]] | None = None
         self._used_prefixes: frozenset[str] | None = None  # names imported or called and their prefixes (names.py)  # operator -> the file's BinOps of it (tree.py)

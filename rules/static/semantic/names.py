@@ -31,20 +31,14 @@ class Names:
         return found
 
     def _qualified(self, name: str | None) -> str | None:
-        """`resolve` of an expression whose dotted name is `name`, worked out once per spelling: a file spells the
-        same names at many calls (`self.fc`, `F.relu`), and the imports they resolve through are final once
-        `_build_names` has run."""
+        """`resolve` of an expression whose dotted name is `name`."""
         if name is None:
             return None
-        known = self._spelled.get(name, _UNKNOWN)
-        if known is not _UNKNOWN:
-            return known  # type: ignore[return-value]
         root, _, rest = name.partition(".")
         base = self.aliases.get(root)
         if base is None:
             base = self.vocab["conventional_aliases"].get(root)
-        found = self._spelled[name] = canonical(f"{base}.{rest}" if rest else base) if base is not None else None
-        return found
+        return canonical(f"{base}.{rest}" if rest else base) if base is not None else None
 
     def class_choices(self, func: ast.AST) -> list[str]:
         """The qualified classes a call may build: the imported class itself, or, for a local name bound once to

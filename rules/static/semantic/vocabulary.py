@@ -25,7 +25,6 @@ def vocabulary() -> dict[str, Any]:
     return data
 
 @cache
-@cache  # a pure function of the name under the one vocabulary: the same few hundred names are asked again and again
 def canonical(name: str) -> str:
     """Re-exported and private paths -> the public name (`torch.nn.modules.linear.Linear` -> `torch.nn.Linear`)."""
     for prefix, replacement in vocabulary()["canonical_prefixes"]:
