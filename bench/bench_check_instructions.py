@@ -81,6 +81,32 @@ checkp11 and checkp12 saved. bench_check_cpu.py --rounds 3 --no-torch at load 1.
 0.56x; h-checkp12 e95a1e8 0.57x, 0.57x; main 0.56x, 0.55x, 0.55x, 0.55x. Where the new cost sits (cProfile, main
 against h-checkp12, spread thin): module_design's `_leave_softmax_facts` (+0.07 s of ~6.9), the bindings'
 `_classify` and `scope_of` (+0.045 each), the pre-pass's `_lines_with` (+0.04).
+
+Then (checkp13), findings unchanged (the same sorted JSON as checkp12's, info and the pre-pass's tables included:
+torch's three trees as one project and file by file, 88 fixture folders, the same 30 extracted repositories; 120
+files, `cmp` after every change): main df2a1bd 11.19 G bare, 16.88 G engine, **0.663**; h-checkp13 bc3acaa 11.22 G,
+16.28 G, **0.689** (the engine 3.6 % fewer instructions; with PYTHONHASHSEED=0 for both, engine less start-up,
+16.89 G and 16.28 G: runs without a fixed seed spread by about 0.03 G). bench_check_cpu.py --rounds 3 --no-torch,
+alternated at load 4.8-5.4: main 0.62x, 0.49x, 0.55x, 0.51x and the branch 0.53x, 0.56x, 0.55x, 0.56x: inside
+the load's noise. What moved it: questions answered once per file instead of once per node that asks them, and
+loops over every call replaced by the calls index or skipped on a cheap test of the file. `assigned_names` is the
+key set of the unordered pass over assignments (flow.py), so a name ruled out by it no longer builds the scoped
+table `defs` (built in 279 files, then 152: TD205's trainer-receiver facts asked it of every `x.method(...)`, and
+now ask `_constructed_class` only when some assignment of the receiver builds a class). The call sites' context
+words (0.69 G of the sites' 0.96 G, measured by switching them off): `rank_guarded` answers each `if` test, each
+block's first early exit and each function's decorators-or-callers once per file and mode (guards.py),
+`grad_disabled` each `with` block, decorator set and function's callers (regions.py); the rank aliases are read
+only in a file that spells `init_process_group` (an ASCII text: the parser normalises identifiers). Parameter
+annotations resolved and classified once per spelling per file (0.29 G switched off: torch annotates hundreds of
+parameters with a few types). The calls index instead of a loop over every call: TD608's deprecated arguments
+(`calls_named`), the constructor calls of the file's classes, a criterion parameter's calls. TD807 reads the
+calls' arguments only in a file that binds a generator-loss name; the names built from a class are read only for
+names some call ends in; `.append`/`+=` kept arguments are read at the node, not by walking its subtree again.
+Tried and dropped: each dotted spelling resolved once per file and `canonical` cached (16.271 G against 16.277 G,
+same seed). What is left, switched off at d6ef938 (16.53 G): the call sites 0.92 G, of it the context words
+0.46 G (the rest the loop over every call and its arguments). Those words are needed only for the functions the
+project pass settles (4 facts ask them on torch's tree), but a file cannot know which while its tree is alive:
+asking them on demand would mean the project pass reading the calling files again. Not done here.
 """
 
 from __future__ import annotations

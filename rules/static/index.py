@@ -113,6 +113,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self.bindings: dict[str, list[Binding]] = {}
         self._flags: dict[str, list[ast.expr]] | None = None  # name -> values assigned anywhere (guards.py)
         self._aliases: set[str] | None = None  # names handed to init_process_group(rank=...) (guards.py)
+        self._guard_answers: dict = {}  # rank tests, blocks and functions already answered (guards.py)
+        self._grad_answers: dict = {}  # `with` blocks, functions and their callers already answered (regions.py)
         self._entries: dict[str, set[str]] = {}  # container name -> keys bound in it ("['train']")
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}  # module-level functions

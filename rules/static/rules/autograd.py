@@ -830,9 +830,14 @@ def _detached_operand(node: ast.AST) -> ast.AST | None:
     return None
 
 
-@rule("TD807", ast.Module)
+@rule("TD807", ast.Module, reads=(ast.AugAssign,))
 def generator_loss_on_detached_output(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
+    # The finding names the generator's loss, a name some assignment (or `+=`) of the file binds: a file that binds
+    # no such name (nearly every file) skips reading every call's arguments for a detached operand.
+    targets = [*index.assigned_values(), *(dotted(s.target) for s in index.nodes(ast.AugAssign))]  # type: ignore[attr-defined]
+    if not any(_generator_loss_name(name) for name in targets):
+        return
     for call in index.nodes(ast.Call):
         if not isinstance(call.func, ast.Name | ast.Attribute):  # type: ignore[attr-defined]
             continue

@@ -194,6 +194,13 @@ def _argument_methods() -> frozenset[str]:
     return frozenset(q.rsplit(".", 1)[-1] for q in deprecations().arguments)
 
 
+@cache
+def _argument_callees() -> frozenset[str]:
+    """The qualified callees with a deprecated argument: the calls index hands over their calls (and those of
+    `_argument_methods`) in the walk's order, so the file's other calls are never looked at."""
+    return frozenset(q for q, entries in deprecations().arguments.items() if entries)
+
+
 _ID = attrgetter("id")
 
 
@@ -203,11 +210,9 @@ def deprecated_torch_api(node: ast.AST, ctx: Context) -> None:
     # a function call for each of them was the largest single cost of `check` on torch's own tree.
     table = deprecations()
     index = ctx.index
-    arguments, methods, attribute_cls = table.arguments, _argument_methods(), ast.Attribute
-    for call in index.nodes(ast.Call):
-        func = call.func  # type: ignore[attr-defined]
-        if arguments.get(index.callee(call) or "") or func.__class__ is attribute_cls and func.attr in methods:
-            _deprecated_argument(call, ctx, table)  # type: ignore[arg-type]
+    attribute_cls = ast.Attribute
+    for call in index.calls_named(_argument_callees(), _argument_methods()):
+        _deprecated_argument(call, ctx, table)  # type: ignore[arg-type]
     roots = set(index.aliases) | set(index.vocab["conventional_aliases"])
     if not roots:
         return

@@ -184,16 +184,21 @@ def _kept_in_attributes(method: ast.AST, params: list[str]) -> list[tuple[ast.AS
     for stmt in subtree(method):
         if stmt.__class__ not in kinds:
             continue
-        kept = _accumulation(stmt)
-        if kept is None or isinstance(stmt, ast.Assign):
-            continue
-        name = _accumulator_name(kept[0]) or ""
-        if not name.startswith("self."):
-            continue
-        positions = sorted({p for value in kept[1] for p in _parameters_kept(value, params)})
+        positions = _kept_at(stmt, params)
         if positions:
             found.append((stmt, positions))
     return found
+
+
+def _kept_at(stmt: ast.AST, params: list[str]) -> list[int]:
+    """The parameter positions one `+=` statement or `.append`/`.extend` call keeps in an attribute of `self`."""
+    kept = _accumulation(stmt)
+    if kept is None or isinstance(stmt, ast.Assign):
+        return []
+    name = _accumulator_name(kept[0]) or ""
+    if not name.startswith("self."):
+        return []
+    return sorted({p for value in kept[1] for p in _parameters_kept(value, params)})
 
 
 def _leave_handed_to_method(ctx: Context, call: ast.Call) -> None:
@@ -235,7 +240,9 @@ def _leave_kept_arguments(ctx: Context) -> None:
         if info is None:
             continue
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]  # type: ignore[union-attr]
-        for _stmt, positions in _kept_in_attributes(node, params):
+        # the node alone, not its subtree: an `.append` nested in it is in the list itself, in the same method
+        positions = _kept_at(node, params)
+        if positions:
             kept.setdefault((info.name, fn.name), set()).update(positions)  # type: ignore[union-attr]
     for (cls, method), positions in sorted(kept.items()):
         ctx.leave("keeps-argument", {"class": cls, "method": method, "positions": sorted(positions)})

@@ -871,6 +871,8 @@ def _leave_models_handed_to_methods(ctx: Context, call: ast.Call) -> None:
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)) or func.value.id == "self" \
             or func.value.id not in index.assigned_names() or index.binding(func.value) is not None:
         return  # a name of a known kind (a model, an optimizer, a loader) is no trainer
+    if not _may_build_class(ctx, func.value.id):
+        return  # no assignment of the receiver builds a class: `_constructed_class` would find none
     owner = _constructed_class(index, func.value)
     if owner is None or owner in index.classes:
         return
@@ -955,12 +957,19 @@ def _constructed_models(ctx: Context, name: ast.Name) -> tuple[str, ...]:
     b = index.binding(name)
     if b is None or b.kind != "module" or not b.cls or b.cls.startswith("torch."):
         # the binding test `_constructed_class` starts with fails: only a value can name the class
-        built = ctx.memo("module-design:class-built-names", dict)  # name -> whether an assignment builds a class
-        if name.id not in built:
-            built[name.id] = any(_builds_a_class(index, v) for v in index.assigned_values().get(name.id, ()))
-        if not built[name.id]:
+        if not _may_build_class(ctx, name.id):
             return ()  # whichever of its assignments reaches the call, none names a class
     return _constructed_classes(index, name)
+
+
+def _may_build_class(ctx: Context, name: str) -> bool:
+    """Whether some assignment of the file gives `name` a value `_constructed_class(es)` could accept, asked in
+    the file's unordered pass over assignments: most names are given none, and for them the scoped table of
+    assignments (`defs`) those functions would build is never needed."""
+    built = ctx.memo("module-design:class-built-names", dict)  # name -> whether an assignment builds a class
+    if name not in built:
+        built[name] = any(_builds_a_class(ctx.index, v) for v in ctx.index.assigned_values().get(name, ()))
+    return built[name]
 
 
 def _builds_a_class(index: Index, value: ast.expr) -> bool:
@@ -1174,7 +1183,17 @@ def _built_classes(ctx: Context) -> dict[str, str]:
         index = ctx.index
         same = index.names["same_object_methods"]
         found: dict[str, set[str | None]] = {}
+        # Only a name some call of the file ends in is ever asked (`_imported_class_called`): the last parts of the
+        # calls' names (an imported name is called under its alias), so that the assignments of the file's other
+        # names, most of them, are skipped before their value is resolved.
+        called = {*index.calls_by_method, *(n.rsplit(".", 1)[-1] for n in index.calls_by_name), *index.aliases,
+                  *index.vocab["conventional_aliases"]}
+        name_cls, attribute_cls = ast.Name, ast.Attribute
         for stmt in index.nodes(ast.Assign):
+            if len(stmt.targets) == 1:  # type: ignore[attr-defined]
+                t = stmt.targets[0]  # type: ignore[attr-defined]
+                if (t.id if t.__class__ is name_cls else t.attr if t.__class__ is attribute_cls else None) not in called:
+                    continue
             value = stmt.value  # type: ignore[attr-defined]
             while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in same:
                 value = value.func.value
@@ -1248,7 +1267,9 @@ def _leave_criterion_parameters(ctx: Context) -> None:
     names = {p for params in wanted.values() for p in params}
     called: dict[ast.AST, list[ast.Call]] = {}
     name_cls = ast.Name
-    for call in index.nodes(ast.Call) if names else ():
+    # the calls indexed under those names (a plain name, unless an import of the same name resolves it otherwise)
+    aliased = names & (index.aliases.keys() | index.vocab["conventional_aliases"].keys())
+    for call in (index.nodes(ast.Call) if aliased else index.calls_to(*names)) if names else ():
         func = call.func  # type: ignore[attr-defined]
         if func.__class__ is name_cls and func.id in names and call.args:  # type: ignore[attr-defined]
             fn = index.function_of(call)

@@ -764,6 +764,10 @@ class Bindings:
         """Kinds from parameter annotations: `def train_one_epoch(model: torch.nn.Module, data_loader: DataLoader,
         optimizer: torch.optim.Optimizer)` says what the callers (often in another file) hand in. No arguments are
         known: the binding has no call, so no rule reads a constructor's defaults into it."""
+        # The kind by the annotation's spelling, once per file: a file annotates hundreds of parameters with a few
+        # types (`Tensor`, `int`, `Optional[Tensor]`), and what a spelling resolves to and builds is the same at
+        # every one of them (the imports are final once the index is built).
+        kinds: dict[str, tuple[str | None, str | None]] = {}
         for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef):
             args = fn.args  # type: ignore[attr-defined]
             for arg in args.posonlyargs + args.args + args.kwonlyargs:
@@ -776,8 +780,14 @@ class Bindings:
                     ann = ann.left  # `DataLoader | None`
                 if not isinstance(ann, ast.Name | ast.Attribute):
                     continue
-                q = self.resolve(ann)
-                kind = self._class_kind(q) if q is not None else None
+                spelled = dotted(ann)
+                known = kinds.get(spelled) if spelled is not None else None
+                if known is None:
+                    q = self.resolve(ann)
+                    known = (q, self._class_kind(q) if q is not None else None)
+                    if spelled is not None:
+                        kinds[spelled] = known
+                q, kind = known
                 if kind is not None:
                     if kind == "module":  # `criterion: torch.nn.Module` (DETR's train_one_epoch) is a loss
                         kind = self._project_kind(q.rsplit(".", 1)[-1], arg.arg)
@@ -828,7 +838,12 @@ class Bindings:
     def _constructor_calls(self) -> list[tuple[ast.Call, ast.AST]]:
         """(call, __init__) for `Trainer(model=..., data_loader=...)` of a class of this file."""
         out: list[tuple[ast.Call, ast.AST]] = []
-        for call in self.nodes(ast.Call):
+        if not self.classes:
+            return out
+        # The calls filed under a class's own name (a plain name resolves to itself), in the walk's order; every
+        # call only when an import shares a class's name and files its calls under the import.
+        shared = self.classes.keys() & (self.aliases.keys() | self.vocab["conventional_aliases"].keys())
+        for call in self.nodes(ast.Call) if shared else self.calls_named(frozenset(self.classes), frozenset()):
             func = call.func
             if isinstance(func, ast.Name) and func.id in self.classes:
                 init = self.classes[func.id].method("__init__")

@@ -39,8 +39,9 @@ class Flow:
         """Every name some scope of the file assigns (the keys of `defs`): a name outside it has no definition
         and no closure value anywhere."""
         if self._assigned_names is None:
-            self.defs(self.tree)
-            self._assigned_names = frozenset(n for table in self._defs.values() for n in table)  # type: ignore[union-attr]
+            # the keys of `assigned_values` are those of `defs` (the same targets, unpacked by the same `_pairs`):
+            # a question that only rules a name out (most names handed to calls) never pays for the scoped table
+            self._assigned_names = frozenset(self.assigned_values())
         return self._assigned_names
 
     def assigned_values(self) -> dict[str, list[ast.expr]]:

@@ -123,14 +123,18 @@ class Guards:
         the rank-zero test, whatever the name says."""
         if self._aliases is None:
             aliases: set[str] = set()
-            for call in self.nodes(ast.Call):
+            # A call whose last name is `init_process_group` spells it in the text: most files do not, and skip the
+            # loop over their every call. (The parser normalises identifiers, NFKC, so only an ASCII text is sure
+            # to hold the name as the tree reads it.)
+            spelled = not self.source.isascii() or "init_process_group" in self.source
+            for call in self.nodes(ast.Call) if spelled else ():
                 if last_name(call.func) != "init_process_group":  # type: ignore[attr-defined]
                     continue
                 for kw in call.keywords:  # type: ignore[attr-defined]
                     name = dotted(kw.value) if kw.arg == "rank" else None
                     if name is not None:
                         aliases.add(name)
-            for stmt in self.nodes(ast.Assign):
+            for stmt in self.nodes(ast.Assign) if aliases else ():  # copies of a name handed in, if any
                 value = dotted(stmt.value)  # type: ignore[attr-defined]
                 if value is not None and value in aliases:
                     aliases.update(n for n in map(dotted, stmt.targets) if n is not None)  # type: ignore[attr-defined]
@@ -227,29 +231,48 @@ class Guards:
 
     def rank_guarded(self, node: ast.AST, _depth: int = 0) -> bool:
         """Whether `node` runs on the main process only."""
-        decorators = self.vocab["rank"]["rank_zero_decorators"]
+        # The call sites ask this of every call made as a statement, and the statements of one function share its
+        # `if` tests, its blocks and its callers: each of those is answered once per file (and per mode, which
+        # `global_rank_only` switches), not once per statement below it.
+        memo = self._guard_answers
+        mode = self._global_only
         child = node
         for anc in self.ancestors(node):
             if isinstance(anc, ast.If | ast.IfExp):
                 in_body = child in anc.body if isinstance(anc.body, list) else child is anc.body
                 in_else = child in anc.orelse if isinstance(anc.orelse, list) else child is anc.orelse
-                if in_body and self.is_rank_zero_test(anc.test):
+                if in_body and self._test_answer(anc.test, True, mode):
                     return True
-                if in_else and self.is_not_rank_zero_test(anc.test):
+                if in_else and self._test_answer(anc.test, False, mode):
                     return True
             if isinstance(child, ast.stmt):
                 body = _body_holding(anc, child)
                 if body is not None and self._early_exit_before(body, child):
                     return True
             if isinstance(anc, FUNCTIONS):
-                if any(last_name(d) in decorators or self._rank_zero_wrapper(d) for d in anc.decorator_list):
-                    return True
-                callers = self.callers(anc)
-                if callers and _depth < 4 and all(self.rank_guarded(c, _depth + 1) for c in callers):
-                    return True
-                return False
+                key = ("function", anc, _depth, mode)
+                found = memo.get(key)
+                if found is None:
+                    found = memo[key] = self._function_guarded(anc, _depth)
+                return found
             child = anc
         return False
+
+    def _test_answer(self, test: ast.AST, zero: bool, mode: bool) -> bool:
+        """`is_rank_zero_test` (zero) or `is_not_rank_zero_test` of an `if` test, once per test and mode."""
+        key = ("test", test, zero, mode)
+        found = self._guard_answers.get(key)
+        if found is None:
+            found = self._guard_answers[key] = self.is_rank_zero_test(test) if zero else self.is_not_rank_zero_test(test)
+        return found
+
+    def _function_guarded(self, fn: ast.AST, depth: int) -> bool:
+        """A rank-zero decorator on `fn`, or every caller of it in this file guarded (four callers up at most)."""
+        decorators = self.vocab["rank"]["rank_zero_decorators"]
+        if any(last_name(d) in decorators or self._rank_zero_wrapper(d) for d in fn.decorator_list):  # type: ignore[attr-defined]
+            return True
+        callers = self.callers(fn)
+        return bool(callers) and depth < 4 and all(self.rank_guarded(c, depth + 1) for c in callers)
 
     def _rank_zero_wrapper(self, decorator: ast.AST) -> bool:
         """A decorator of this file whose wrapper runs the function only under a rank-zero test
@@ -259,14 +282,13 @@ class Guards:
 
     def _early_exit_before(self, body: list[ast.stmt], stmt: ast.stmt) -> bool:
         """`if rank != 0: return` (or continue/raise/sys.exit) earlier in the same block."""
-        for s in body:
-            if s is stmt:
-                return False
-            if (
-                isinstance(s, ast.If)
-                and self.is_not_rank_zero_test(s.test)
-                and s.body
-                and isinstance(s.body[-1], ast.Return | ast.Continue | ast.Raise)
-            ):
-                return True
-        return False
+        # the block's first such exit, found once per block and mode: every statement of the block asks
+        key = ("block", id(body), self._global_only)
+        first = self._guard_answers.get(key, -2)
+        if first == -2:
+            first = self._guard_answers[key] = next(
+                (i for i, s in enumerate(body) if isinstance(s, ast.If) and self.is_not_rank_zero_test(s.test)
+                 and s.body and isinstance(s.body[-1], ast.Return | ast.Continue | ast.Raise)), -1)
+        if first < 0:
+            return False
+        return not any(s is stmt for s in body[:first])

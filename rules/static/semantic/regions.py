@@ -83,23 +83,36 @@ class Regions:
         """Whether autograd is (or may be) off at `node`: no_grad/inference_mode blocks, decorators,
         `torch.set_grad_enabled(False)` before it, a framework hook that runs with grad off (callsites.py), or
         every caller in the file calls it with grad off."""
+        # Asked of many nodes of one function (every call site, every model call): what a `with` block, a
+        # function's decorators and a function's callers say is answered once per file, not once per node below.
+        memo = self._grad_answers
         child = node
         for anc in self.ancestors(node):
             if isinstance(anc, WITHS) and child in anc.body:
-                if any(self._is_grad_off(item.context_expr) and not self._train_or_eval_toggle(item.context_expr, anc)
-                       for item in anc.items):
+                found = memo.get(anc)
+                if found is None:
+                    found = memo[anc] = any(
+                        self._is_grad_off(item.context_expr) and not self._train_or_eval_toggle(item.context_expr, anc)
+                        for item in anc.items)
+                if found:
                     return True
             elif isinstance(anc, FUNCTIONS):
-                if any(self._is_grad_off(d) for d in anc.decorator_list):
-                    return True
-                if "no_grad" in self.framework_context(anc):  # Lightning's validation_step and friends
+                found = memo.get(anc)
+                if found is None:
+                    # Lightning's validation_step and friends run with grad off too
+                    found = memo[anc] = any(self._is_grad_off(d) for d in anc.decorator_list) \
+                        or "no_grad" in self.framework_context(anc)
+                if found:
                     return True
                 if self._set_grad_false_before(anc, node):
                     return True
-                callers = self.callers(anc)
-                if callers and _depth < 4 and all(self.grad_disabled(c, _depth + 1) for c in callers):
-                    return True
-                return False
+                key = (anc, _depth)
+                found = memo.get(key)
+                if found is None:
+                    callers = self.callers(anc)
+                    found = memo[key] = bool(callers) and _depth < 4 and all(
+                        self.grad_disabled(c, _depth + 1) for c in callers)
+                return found
             elif isinstance(anc, ast.Lambda | ast.ClassDef):
                 return False
             child = anc
