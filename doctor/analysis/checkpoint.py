@@ -15,8 +15,11 @@ step, is an export of the weights, not an incomplete checkpoint.
 
 from __future__ import annotations
 
+import ast
+import linecache
 import os
 import re
+from functools import lru_cache
 from typing import Any
 
 from torchdoctor.analysis import Analysis
@@ -112,10 +115,18 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
         # where the weights came back without the optimizer state next to them: the other place a fix can go
         also = (e.get("model_site"), "the weights restored here; the optimizer state next to them was not loaded")
     else:
-        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
-                f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "
-                "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
         where = e.get("model_site") or e.get("load_site")
+        # the restore code that read the checkpoint may hold the optimizer's load_state_dict behind a condition that
+        # kept it from running (an option off by default, an optimizer not built yet): that is the line to change
+        skipped = _skipped_restore(run, rank, [e.get("model_site"), e.get("load_site")], OPTIMIZER_WORDS)
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
+                f"restored, but no optimizer's load_state_dict ran"
+                + (f" (the one at line {skipped['line']}, in {skipped['function']}, was skipped)" if skipped else "")
+                + f": the {e.get('stepping_type')} took its first step "
+                "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
+        if skipped:
+            also = (where, "the weights restored here; the optimizer state next to them was not loaded")
+            where = skipped
     values = {"how": e.get("how"), "stepping_optimizer": e.get("stepping_type"), "step": e.get("at_step")}
     site, note = also
     second = None
@@ -164,6 +175,13 @@ def _resume_scheduler(run: RunEvidence, rank: int, out: Analysis) -> None:
                 "the checkpoint had taken) while the optimizer continues (save scheduler.state_dict() in the "
                 "checkpoint and load it with the optimizer, or build the scheduler with last_epoch)")
     where = restore or built
+    skipped = _skipped_restore(run, rank, [restore], SCHEDULER_WORDS) if e.get("how") == "fresh" else None
+    if skipped:
+        # the restore that brought the optimizer back has the scheduler's load_state_dict behind a condition that
+        # kept it from running (verl #7953: a flag off by default): that line, not the optimizer's restore
+        text = text.replace(" was not:", f" was not (its load_state_dict at line {skipped['line']}, in "
+                            f"{skipped['function']}, was skipped):", 1)
+        where = skipped
     second = None
     if built and built != where:
         second = [Evidence(kind="probe", source=PROBE, summary=f"the {e.get('scheduler_type')} built here",
@@ -172,6 +190,71 @@ def _resume_scheduler(run: RunEvidence, rank: int, out: Analysis) -> None:
     out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
                                     location=location(run, where), step=e.get("at_step"), rank=rank,
                                     severity="warning", evidence=second))
+
+
+OPTIMIZER_WORDS = ("optim", "opt")
+SCHEDULER_WORDS = ("sched", "lr_s")
+
+
+def _skipped_restore(run: RunEvidence, rank: int, sites: list[dict[str, Any] | None],
+                     words: tuple[str, ...]) -> dict[str, Any] | None:
+    """Where the restore code the run went through holds a `load_state_dict` of the missing state that never ran:
+    in the function around each site (the weights' restore, the file's torch.load), its `X.load_state_dict(...)`
+    calls that no load-state-dict event came from, the one whose receiver or argument names the state (`words`);
+    the condition around it when one kept it from running. None when there is no such single call."""
+    ran: dict[str, set[int]] = {}
+    for r in run.of_kind("load-state-dict", PROBE, rank):
+        site = r.get("site") or {}
+        if site.get("path"):
+            ran.setdefault(site["path"], set()).add(site.get("line"))
+    for site in sites:
+        if not site or not site.get("path") or not isinstance(site.get("line"), int):
+            continue
+        found = _unrun_loads(site["path"], site["line"], frozenset(ran.get(site["path"], set())), words)
+        if found is not None:
+            line, function = found
+            return {"path": site["path"], "line": line, "function": function}
+    return None
+
+
+@lru_cache(maxsize=64)
+def _unrun_loads(path: str, line: int, ran: frozenset[int], words: tuple[str, ...]) -> tuple[int, str] | None:
+    """(line, function) of the single load_state_dict call naming `words` in the function around `line` of `path`
+    that did not run (its enclosing `if`'s line when it has one), or None."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
+        return None
+    around = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
+            if around is None or node.lineno > around.lineno:
+                around = node  # the innermost function around the line
+    if around is None:
+        return None
+    lines = linecache.getlines(path)
+    calls: list[tuple[int, int | None]] = []
+
+    def visit(node: ast.AST, guards: tuple[ast.If, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            inner = (*guards, child) if isinstance(child, ast.If) else guards
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+                    and child.func.attr == "load_state_dict"):
+                span = range(child.lineno, (child.end_lineno or child.lineno) + 1)
+                text = "".join(lines[n - 1] for n in span if 0 < n <= len(lines)).lower()
+                if not any(n in ran for n in span) and any(w in text for w in words):
+                    # the outermost condition around it that holds no restore that ran: the one that was false
+                    quiet = [g for g in inner if not any(g.lineno <= n <= (g.end_lineno or g.lineno) for n in ran)]
+                    calls.append((child.lineno, quiet[0].lineno if quiet else None))
+            visit(child, inner)
+
+    visit(around, ())
+    if len(calls) != 1:
+        return None
+    call, guard = calls[0]
+    return (guard or call), around.name
 
 
 def _schedule_record(run: RunEvidence, rank: int, kind: str | None, built: dict[str, Any]) -> dict[str, Any] | None:
