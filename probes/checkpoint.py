@@ -111,6 +111,8 @@ class CheckpointProbe(Probe):
         # Schedulers after a resume: where each was built, and which were restored (and where)
         self.scheduler_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.restored_schedulers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # GradScalers restored before training: (weakref, the script's restore line)
+        self.restored_scalers: list[tuple[weakref.ref, dict[str, Any] | None]] = []
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
     def _emit(self, kind: str, **fields: Any) -> None:
@@ -415,6 +417,8 @@ class CheckpointProbe(Probe):
                     self.restored_schedulers[child] = site
             except TypeError:
                 pass
+        if what == "scaler" and not self.step and len(self.restored_scalers) < 8:
+            self.restored_scalers.append((weakref.ref(obj), site))
         if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
             self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
         elif what == "optimizer" and not getattr(obj, "state", None) and self.loaded_empty is None and not self.step:
@@ -459,6 +463,7 @@ class CheckpointProbe(Probe):
             return
         self.resume_checked = True
         self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
+        self._check_scaler(step)
         if getattr(optimizer, "state", None):
             # the stepping optimizer holds state: restored (a resume), or nothing to judge. After a resume, the
             # schedules that drive it must go on from where they were too
@@ -532,6 +537,19 @@ class CheckpointProbe(Probe):
                            built_site=self.scheduler_sites.get(sched), restore_site=restore_site,
                            restored_type=type(optimizer).__name__, at_step=step)
                 return
+
+    def _check_scaler(self, step: int) -> None:
+        """A GradScaler restored before training that is not the one stepping the first optimizer step: a new
+        scaler built after the restore (a trainer's setup that builds its own) starts from its initial scale, and
+        the restored state is lost."""
+        stepping = self.scalers.stepping
+        if stepping is None or not self.restored_scalers or not getattr(stepping, "_enabled", False):
+            return
+        if any(ref() is stepping for ref, _ in self.restored_scalers):
+            return
+        _, site = self.restored_scalers[-1]
+        self._emit("resume-scaler", how="replaced", restore_site=site, built_site=self.scalers.sites.get(stepping),
+                   scale=float(getattr(stepping, "_init_scale", 0.0) or 0.0), at_step=step)
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())

@@ -294,6 +294,14 @@ def resume_optimizer_missing(case: Case) -> Advice:
     where = case.at("The resume code")
     if how in ("scheduler-fresh", "scheduler-stale"):
         return _resume_scheduler_missing(case, how, where)
+    if how == "scaler-replaced":
+        return Advice(
+            f"{where} builds a new GradScaler after the checkpoint's scaler state was loaded into another one: the "
+            "continued run starts again from the initial loss scale and skips the steps that overflow on the way "
+            "back down.",
+            [advice.fix("checkpointing", "keep-restored-scaler", location=case.location)],
+            [f"`{case.run_cmd('checkpoint')}` records what each load restored."],
+        )
     if how == "replaced":
         facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
                  "one: the optimizer that steps starts empty.")

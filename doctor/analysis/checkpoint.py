@@ -46,6 +46,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _mismatch(run, rank, restores, out)
         _resume_empty(run, rank, out)
         _resume_scheduler(run, rank, out)
+        _resume_scaler(run, rank, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
@@ -255,6 +256,35 @@ def _unrun_loads(path: str, line: int, ran: frozenset[int], words: tuple[str, ..
         return None
     call, guard = calls[0]
     return (guard or call), around.name
+
+
+def _resume_scaler(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A GradScaler restored with load_state_dict and then replaced: the scaler that steps was built after the
+    restore, so the continued run starts again from its initial loss scale (and skips the steps that overflow on
+    the way down to where the checkpoint had it)."""
+    events = run.of_kind("resume-scaler", PROBE, rank)
+    if not events:
+        return
+    e = events[0]
+    restore, built = e.get("restore_site") or {}, e.get("built_site") or {}
+
+    def at(site: dict[str, Any]) -> str:
+        return f" (line {site.get('line')}, in {site.get('function')})" if site.get("line") else ""
+
+    initial = f" of {e['scale']:g}" if e.get("scale") else ""
+    text = (f"the GradScaler's state was restored with load_state_dict{at(restore)}, but the scaler that steps was "
+            f"built after that restore{at(built)}: the continued run starts again from its initial loss scale{initial} "
+            "and skips every step that overflows on the way back down to the scale the checkpoint held (keep the "
+            "restored scaler, or build the new one before loading its state)")
+    where = built or restore
+    second = None
+    if restore and restore != where:
+        second = [Evidence(kind="probe", source=PROBE, summary="the GradScaler restored here is not the one that steps",
+                           location=location(run, restore))]
+    values = {"how": "scaler-replaced", "step": e.get("at_step")}
+    out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
+                                    location=location(run, where), step=e.get("at_step"), rank=rank,
+                                    severity="warning", evidence=second))
 
 
 def _schedule_record(run: RunEvidence, rank: int, kind: str | None, built: dict[str, Any]) -> dict[str, Any] | None:

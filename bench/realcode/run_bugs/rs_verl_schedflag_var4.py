@@ -2,7 +2,8 @@
 #   saved with the optimizer that the resume does not carry into the continued run; here the GradScaler, restored and
 #   then replaced; the code is ours)
 # Bug: the trainer's resume() restores the model, the optimizer and the GradScaler from its own checkpoint, but
-# train() calls _setup_amp(), which builds a new GradScaler over the restored one: the continued run starts again at
+# train() calls _setup_amp(), which builds a new GradScaler over the restored one (`# BUG` on that construction, as
+# for an optimizer built anew after its restore): the continued run starts again at
 # a loss scale of 2**16 and halves it step after step (skipping each of those steps) until it is back where the
 # checkpoint had it.
 import os
@@ -27,7 +28,7 @@ class Runner:
         self.g = torch.Generator().manual_seed(seed)
 
     def _setup_amp(self):
-        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=1000)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=1000)  # BUG
 
     def save(self):
         torch.save({"model": self.m.state_dict(), "optimizer": self.o.state_dict(),
@@ -41,7 +42,7 @@ class Runner:
         self.epoch = state["epoch"]
 
     def train(self, epochs):
-        self._setup_amp()  # BUG
+        self._setup_amp()
         skipped = 0
         for _ in range(epochs):
             for _ in range(8):
