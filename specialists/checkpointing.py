@@ -305,6 +305,10 @@ def resume_optimizer_missing(case: Case) -> Advice:
     if how == "replaced":
         facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
                  "one: the optimizer that steps starts empty.")
+    elif how == "unrestored":
+        facts = (f"{where} reads a checkpoint of the layout this run writes itself before training, but no optimizer "
+                 "state is restored from it (a restore called before the optimizer it should fill is built or "
+                 "registered): the optimizer that steps starts empty.")
     elif how == "loaded-empty":
         facts = (f"{where} calls the optimizer's load_state_dict with a state dict that holds no per-parameter "
                  "state (one built from the fresh optimizer's own state_dict(), empty before its first step), while "

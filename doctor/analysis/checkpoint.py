@@ -74,6 +74,23 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 "empty state, so every continued run restarts its optimizer from scratch (save "
                 "optimizer.state_dict() in the checkpoint and load it after the weights)")
         where = e.get("model_site") or e.get("load_site")
+    elif e.get("how") == "unrestored":
+        # read before training from a checkpoint of the layout this run writes (the same file again, next to
+        # optimizer state, in that folder or the next of its numbered series), with no optimizer state restored
+        written = _written_again(e, run.of_kind("save", PROBE, rank))
+        if written is None:
+            return
+        load = e.get("load_site") or {}
+        text = (f"the run read {e.get('file')} from {os.path.basename(str(e.get('dir') or '')) or 'a checkpoint'} "
+                f"before training"
+                + (f" (line {load.get('line')}, in {load.get('function')})" if load.get("line") else "")
+                + f", a checkpoint of the layout this run writes itself ({written.get('file')} and the optimizer's "
+                f"state into {os.path.basename(str(written.get('dir') or ''))} at step {written.get('at_step')}), but "
+                f"no optimizer state{'' if e.get('model_site') else ' and no weights'} came back from it: the "
+                f"{e.get('stepping_type')} took its first step with empty state, so the continued run starts its "
+                "optimizer from scratch (a restore that runs before the objects it fills are registered or built "
+                "restores nothing)")
+        where = e.get("load_site")
     elif e.get("how") == "replaced":
         built = e.get("built_site") or {}
         text = (f"the {e.get('restored_type')} restored with load_state_dict is not the optimizer that steps: a new "
@@ -296,6 +313,32 @@ def _schedule_record(run: RunEvidence, rank: int, kind: str | None, built: dict[
     records = [e for e in run.of_kind("scheduler-end", "schedule", rank) if e.get("index") in indexes]
     records = records or [e for e in run.of_kind("scheduler-steps", "schedule", rank) if e.get("index") in indexes]
     return records[-1] if records else None
+
+
+def _written_again(read: dict[str, Any], saves: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The save of the run that writes the file `read` came from again, into the same folder or a folder of the
+    same numbered series (checkpoint-24 read, checkpoint-32 written), when the run also writes optimizer state
+    there and the file or its folder names a training position; None otherwise."""
+    folder, name = str(read.get("dir") or ""), str(read.get("file") or "")
+    if not folder or not name:
+        return None
+    series = {folder}
+    for s in saves:
+        other = str(s.get("dir") or "")
+        if other and os.path.dirname(other) == os.path.dirname(folder) and _numbered_alike(
+                os.path.basename(other), os.path.basename(folder)):
+            series.add(other)
+    positioned = bool({"step", "epoch"} & set(read.get("holds") or [])) or len(series) > 1
+    same = [s for s in saves if s.get("file") == name and str(s.get("dir") or "") in series]
+    with_state = [s for s in saves if "optimizer" in (s.get("holds") or []) and str(s.get("dir") or "") in series]
+    if not positioned or not same or not with_state:
+        return None
+    return {**with_state[0], "file": name}
+
+
+def _numbered_alike(a: str, b: str) -> bool:
+    """Two names the same but for their numbers, and with numbers (epoch_3 and epoch_4, checkpoint-24 and -32)."""
+    return bool(re.search(r"\d", a)) and re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
 def _same_checkpoint(save: dict[str, Any], restored: dict[str, Any]) -> bool:
