@@ -12,14 +12,14 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-from typing import Union, get_args
+from typing import get_args
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 logger = logging.getLogger("direct")
-HasStateDict = Union[nn.Module, torch.optim.Optimizer, torch.amp.GradScaler]
+HasStateDict = nn.Module | torch.optim.Optimizer | torch.amp.GradScaler  # no LR scheduler in it
 save_directory = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp())
 
 
