@@ -51,7 +51,7 @@ from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.schedule import _outside_own_init
 from torchdoctor.probes.sites import here
 from torchdoctor.probes.transparent import transparent
-from torchdoctor.probes.userframes import is_library_file
+from torchdoctor.probes.userframes import in_torchdoctor, is_library_file
 
 PREFIXES = ("module.", "_orig_mod.")
 POSITION_KEYS = ("epoch", "step", "global_step", "iteration", "iter", "steps", "epochs", "batch_idx", "it")
@@ -106,11 +106,17 @@ class CheckpointProbe(Probe):
         # the file the weights came from before training, when it held no optimizer state (a checkpoint that never
         # saved one), and whether any optimizer's load_state_dict ran: a resume from such a file starts empty
         self.weights_load: dict[str, Any] | None = None
+        # the first file read before training that held no optimizer state (a resume's RNG or trainer-state file, the
+        # weights): when no optimizer state is restored at all, the analysis asks whether the run writes that file
+        # again, next to optimizer state, in the same checkpoint layout
+        self.first_load: dict[str, Any] | None = None
         self.optimizer_loads = 0
         self.resume_checked = False
         # Schedulers after a resume: where each was built, and which were restored (and where)
         self.scheduler_sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.restored_schedulers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # GradScalers restored before training: (weakref, the script's restore line)
+        self.restored_scalers: list[tuple[weakref.ref, dict[str, Any] | None]] = []
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
 
     def _emit(self, kind: str, **fields: Any) -> None:
@@ -329,6 +335,9 @@ class CheckpointProbe(Probe):
             # load_state_dict does: the same resume judgements apply
             self.model_restore_site = described["site"]
             self.model_restore_stack = _user_stack()
+        if self.first_load is None and "optimizer" not in described["holds"] and not self.step:
+            self.first_load = {"file": described["file"], "dir": folder, "site": described["site"],
+                               "holds": list(described["holds"])}
         if "model" in described["holds"] and "optimizer" not in described["holds"] and not self.step:
             self.weights_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                  "position": "epoch" in described["holds"] or "step" in described["holds"]}
@@ -403,6 +412,12 @@ class CheckpointProbe(Probe):
 
     def _restored(self, what: str, obj: Any) -> None:
         site = here()
+        if what == "optimizer" and not getattr(obj, "state", None) and _library_caller(sys._getframe(1)):
+            # a library putting an optimizer's own, still empty, state back (accelerate's prepare() moves it to the
+            # device through state_dict()/load_state_dict()): no state came from anywhere, so no restore
+            self._emit("load-state-dict", what=what, type=type(obj).__name__, site=site, at_step=self.step,
+                       reload=True)
+            return
         self._emit("load-state-dict", what=what, type=type(obj).__name__, site=site, at_step=self.step)
         if what == "optimizer":
             self.optimizer_loads += 1
@@ -415,6 +430,8 @@ class CheckpointProbe(Probe):
                     self.restored_schedulers[child] = site
             except TypeError:
                 pass
+        if what == "scaler" and not self.step and len(self.restored_scalers) < 8:
+            self.restored_scalers.append((weakref.ref(obj), site))
         if what == "optimizer" and getattr(obj, "state", None) and len(self.restored) < 8:
             self.restored.append((weakref.ref(obj), type(obj).__name__, _user_stack()))
         elif what == "optimizer" and not getattr(obj, "state", None) and self.loaded_empty is None and not self.step:
@@ -459,6 +476,7 @@ class CheckpointProbe(Probe):
             return
         self.resume_checked = True
         self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
+        self._check_scaler(step)
         if getattr(optimizer, "state", None):
             # the stepping optimizer holds state: restored (a resume), or nothing to judge. After a resume, the
             # schedules that drive it must go on from where they were too
@@ -505,6 +523,14 @@ class CheckpointProbe(Probe):
                        load_site=self.weights_load["site"], file=self.weights_load["file"],
                        dir=self.weights_load["dir"], position=self.weights_load["position"],
                        model_site=self.model_restore_site, at_step=step)
+        elif self.first_load is not None and not self.optimizer_loads and self.loaded_optimizer_state is None:
+            # something was read before training and no optimizer state came back from anywhere: a fresh start that
+            # reads a config or a vocabulary, or a resume whose restore left the state out (accelerate's load_state
+            # called before prepare() registered anything). The analysis tells them apart by the run's own saves.
+            load = self.first_load
+            self._emit("resume-optimizer-empty", how="unrestored", stepping_type=type(optimizer).__name__,
+                       load_site=load["site"], file=load["file"], dir=load["dir"], holds=load["holds"],
+                       model_site=self.model_restore_site, at_step=step)
 
     def _check_schedulers(self, optimizer: Any, restore_stack: list[Any], step: int) -> None:
         """After a resume whose optimizer state was restored: a scheduler on that optimizer that was restored
@@ -533,8 +559,34 @@ class CheckpointProbe(Probe):
                            restored_type=type(optimizer).__name__, at_step=step)
                 return
 
+    def _check_scaler(self, step: int) -> None:
+        """A GradScaler restored before training that is not the one stepping the first optimizer step: a new
+        scaler built after the restore (a trainer's setup that builds its own) starts from its initial scale, and
+        the restored state is lost."""
+        stepping = self.scalers.stepping
+        if stepping is None or not self.restored_scalers or not getattr(stepping, "_enabled", False):
+            return
+        if any(ref() is stepping for ref, _ in self.restored_scalers):
+            return
+        _, site = self.restored_scalers[-1]
+        self._emit("resume-scaler", how="replaced", restore_site=site, built_site=self.scalers.sites.get(stepping),
+                   scale=float(getattr(stepping, "_init_scale", 0.0) or 0.0), at_step=step)
+
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+def _library_caller(frame: Any) -> bool:
+    """Whether the code that called a load_state_dict (past torchdoctor's wrappers and torch's own frames) is a
+    library's, not the script's."""
+    while frame is not None and (in_torchdoctor(frame.f_code.co_filename)
+                                 or _in_torch(frame.f_code.co_filename)):
+        frame = frame.f_back
+    return frame is not None and is_library_file(frame.f_code.co_filename)
+
+
+def _in_torch(path: str) -> bool:
+    return f"{os.sep}torch{os.sep}" in path
 
 
 def _holds_module(obj: Any, torch: Any) -> bool:

@@ -22,6 +22,8 @@ class ScalerWatch:
         from torch.amp import grad_scaler
 
         self.scalers: weakref.WeakSet = weakref.WeakSet()
+        self.sites: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # where the script built each scaler
+        self.stepping: Any = None  # the scaler whose step() is running (an optimizer step hook can ask which)
         self.steps = 0  # scaler.step() calls of enabled scalers
         self.after_step: list[tuple[Any, Callable[[], None]]] = []
         cls = grad_scaler.GradScaler
@@ -33,11 +35,18 @@ class ScalerWatch:
             original(scaler, *args, **kwargs)
             try:
                 watch.scalers.add(scaler)
+                from torchdoctor.probes.sites import here
+
+                watch.sites[scaler] = here()
             except TypeError:
                 pass
 
         def step(scaler: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original_step(scaler, *args, **kwargs)
+            watch.stepping = scaler
+            try:
+                result = original_step(scaler, *args, **kwargs)
+            finally:
+                watch.stepping = None
             if getattr(scaler, "_enabled", False):
                 watch.steps += 1
                 for probe, fn in watch.after_step:

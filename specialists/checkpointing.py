@@ -294,9 +294,21 @@ def resume_optimizer_missing(case: Case) -> Advice:
     where = case.at("The resume code")
     if how in ("scheduler-fresh", "scheduler-stale"):
         return _resume_scheduler_missing(case, how, where)
+    if how == "scaler-replaced":
+        return Advice(
+            f"{where} builds a new GradScaler after the checkpoint's scaler state was loaded into another one: the "
+            "continued run starts again from the initial loss scale and skips the steps that overflow on the way "
+            "back down.",
+            [advice.fix("checkpointing", "keep-restored-scaler", location=case.location)],
+            [f"`{case.run_cmd('checkpoint')}` records what each load restored."],
+        )
     if how == "replaced":
         facts = (f"{where} builds a new optimizer after the checkpoint's optimizer state was loaded into another "
                  "one: the optimizer that steps starts empty.")
+    elif how == "unrestored":
+        facts = (f"{where} reads a checkpoint of the layout this run writes itself before training, but no optimizer "
+                 "state is restored from it (a restore called before the optimizer it should fill is built or "
+                 "registered): the optimizer that steps starts empty.")
     elif how == "loaded-empty":
         facts = (f"{where} calls the optimizer's load_state_dict with a state dict that holds no per-parameter "
                  "state (one built from the fresh optimizer's own state_dict(), empty before its first step), while "

@@ -15,8 +15,11 @@ step, is an export of the weights, not an incomplete checkpoint.
 
 from __future__ import annotations
 
+import ast
+import linecache
 import os
 import re
+from functools import lru_cache
 from typing import Any
 
 from torchdoctor.analysis import Analysis
@@ -43,6 +46,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _mismatch(run, rank, restores, out)
         _resume_empty(run, rank, out)
         _resume_scheduler(run, rank, out)
+        _resume_scaler(run, rank, out)
         if rank == 0:
             out.measurements = _measurements(saves, loads, restores)
     return out
@@ -70,6 +74,23 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
                 "empty state, so every continued run restarts its optimizer from scratch (save "
                 "optimizer.state_dict() in the checkpoint and load it after the weights)")
         where = e.get("model_site") or e.get("load_site")
+    elif e.get("how") == "unrestored":
+        # read before training from a checkpoint of the layout this run writes (the same file again, next to
+        # optimizer state, in that folder or the next of its numbered series), with no optimizer state restored
+        written = _written_again(e, run.of_kind("save", PROBE, rank))
+        if written is None:
+            return
+        load = e.get("load_site") or {}
+        text = (f"the run read {e.get('file')} from {os.path.basename(str(e.get('dir') or '')) or 'a checkpoint'} "
+                f"before training"
+                + (f" (line {load.get('line')}, in {load.get('function')})" if load.get("line") else "")
+                + f", a checkpoint of the layout this run writes itself ({written.get('file')} and the optimizer's "
+                f"state into {os.path.basename(str(written.get('dir') or ''))} at step {written.get('at_step')}), but "
+                f"no optimizer state{'' if e.get('model_site') else ' and no weights'} came back from it: the "
+                f"{e.get('stepping_type')} took its first step with empty state, so the continued run starts its "
+                "optimizer from scratch (a restore that runs before the objects it fills are registered or built "
+                "restores nothing)")
+        where = e.get("load_site")
     elif e.get("how") == "replaced":
         built = e.get("built_site") or {}
         text = (f"the {e.get('restored_type')} restored with load_state_dict is not the optimizer that steps: a new "
@@ -112,10 +133,18 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
         # where the weights came back without the optimizer state next to them: the other place a fix can go
         also = (e.get("model_site"), "the weights restored here; the optimizer state next to them was not loaded")
     else:
-        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
-                f"restored, but no optimizer's load_state_dict ran: the {e.get('stepping_type')} took its first step "
-                "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
         where = e.get("model_site") or e.get("load_site")
+        # the restore code that read the checkpoint may hold the optimizer's load_state_dict behind a condition that
+        # kept it from running (an option off by default, an optimizer not built yet): that is the line to change
+        skipped = _skipped_restore(run, rank, [e.get("model_site"), e.get("load_site")], OPTIMIZER_WORDS)
+        text = (f"the checkpoint {e.get('file') or ''} holds optimizer state next to the weights, the weights were "
+                f"restored, but no optimizer's load_state_dict ran"
+                + (f" (the one at line {skipped['line']}, in {skipped['function']}, was skipped)" if skipped else "")
+                + f": the {e.get('stepping_type')} took its first step "
+                "with empty state, so the resumed run restarts its optimizer from scratch").replace("  ", " ")
+        if skipped:
+            also = (where, "the weights restored here; the optimizer state next to them was not loaded")
+            where = skipped
     values = {"how": e.get("how"), "stepping_optimizer": e.get("stepping_type"), "step": e.get("at_step")}
     site, note = also
     second = None
@@ -164,11 +193,112 @@ def _resume_scheduler(run: RunEvidence, rank: int, out: Analysis) -> None:
                 "the checkpoint had taken) while the optimizer continues (save scheduler.state_dict() in the "
                 "checkpoint and load it with the optimizer, or build the scheduler with last_epoch)")
     where = restore or built
+    skipped = _skipped_restore(run, rank, [restore], SCHEDULER_WORDS) if e.get("how") == "fresh" else None
+    if skipped:
+        # the restore that brought the optimizer back has the scheduler's load_state_dict behind a condition that
+        # kept it from running (verl #7953: a flag off by default): that line, not the optimizer's restore
+        text = text.replace(" was not:", f" was not (its load_state_dict at line {skipped['line']}, in "
+                            f"{skipped['function']}, was skipped):", 1)
+        where = skipped
     second = None
     if built and built != where:
         second = [Evidence(kind="probe", source=PROBE, summary=f"the {e.get('scheduler_type')} built here",
                            location=location(run, built))]
     values = {"how": f"scheduler-{e.get('how')}", "scheduler": e.get("scheduler_type"), "step": e.get("at_step")}
+    out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
+                                    location=location(run, where), step=e.get("at_step"), rank=rank,
+                                    severity="warning", evidence=second))
+
+
+OPTIMIZER_WORDS = ("optim", "opt")
+SCHEDULER_WORDS = ("sched", "lr_s")
+
+
+def _skipped_restore(run: RunEvidence, rank: int, sites: list[dict[str, Any] | None],
+                     words: tuple[str, ...]) -> dict[str, Any] | None:
+    """Where the restore code the run went through holds a `load_state_dict` of the missing state that never ran:
+    in the function around each site (the weights' restore, the file's torch.load), its `X.load_state_dict(...)`
+    calls that no load-state-dict event came from, the one whose receiver or argument names the state (`words`);
+    the condition around it when one kept it from running. None when there is no such single call."""
+    ran: dict[str, set[int]] = {}
+    for r in run.of_kind("load-state-dict", PROBE, rank):
+        site = r.get("site") or {}
+        if site.get("path"):
+            ran.setdefault(site["path"], set()).add(site.get("line"))
+    for site in sites:
+        if not site or not site.get("path") or not isinstance(site.get("line"), int):
+            continue
+        found = _unrun_loads(site["path"], site["line"], frozenset(ran.get(site["path"], set())), words)
+        if found is not None:
+            line, function = found
+            return {"path": site["path"], "line": line, "function": function}
+    return None
+
+
+@lru_cache(maxsize=64)
+def _unrun_loads(path: str, line: int, ran: frozenset[int], words: tuple[str, ...]) -> tuple[int, str] | None:
+    """(line, function) of the single load_state_dict call naming `words` in the function around `line` of `path`
+    that did not run (its enclosing `if`'s line when it has one), or None."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
+        return None
+    around = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
+            if around is None or node.lineno > around.lineno:
+                around = node  # the innermost function around the line
+    if around is None:
+        return None
+    lines = linecache.getlines(path)
+    calls: list[tuple[int, int | None]] = []
+
+    def visit(node: ast.AST, guards: tuple[ast.If, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            inner = (*guards, child) if isinstance(child, ast.If) else guards
+            if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
+                    and child.func.attr == "load_state_dict"):
+                span = range(child.lineno, (child.end_lineno or child.lineno) + 1)
+                text = "".join(lines[n - 1] for n in span if 0 < n <= len(lines)).lower()
+                if not any(n in ran for n in span) and any(w in text for w in words):
+                    # the outermost condition around it that holds no restore that ran: the one that was false
+                    quiet = [g for g in inner if not any(g.lineno <= n <= (g.end_lineno or g.lineno) for n in ran)]
+                    calls.append((child.lineno, quiet[0].lineno if quiet else None))
+            visit(child, inner)
+
+    visit(around, ())
+    if len(calls) != 1:
+        return None
+    call, guard = calls[0]
+    return (guard or call), around.name
+
+
+def _resume_scaler(run: RunEvidence, rank: int, out: Analysis) -> None:
+    """A GradScaler restored with load_state_dict and then replaced: the scaler that steps was built after the
+    restore, so the continued run starts again from its initial loss scale (and skips the steps that overflow on
+    the way down to where the checkpoint had it)."""
+    events = run.of_kind("resume-scaler", PROBE, rank)
+    if not events:
+        return
+    e = events[0]
+    restore, built = e.get("restore_site") or {}, e.get("built_site") or {}
+
+    def at(site: dict[str, Any]) -> str:
+        return f" (line {site.get('line')}, in {site.get('function')})" if site.get("line") else ""
+
+    initial = f" of {e['scale']:g}" if e.get("scale") else ""
+    text = (f"the GradScaler's state was restored with load_state_dict{at(restore)}, but the scaler that steps was "
+            f"built after that restore{at(built)}: the continued run starts again from its initial loss scale{initial} "
+            "and skips every step that overflows on the way back down to the scale the checkpoint held (keep the "
+            "restored scaler, or build the new one before loading its state)")
+    where = built or restore
+    second = None
+    if restore and restore != where:
+        second = [Evidence(kind="probe", source=PROBE, summary="the GradScaler restored here is not the one that steps",
+                           location=location(run, restore))]
+    values = {"how": "scaler-replaced", "step": e.get("at_step")}
     out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
                                     location=location(run, where), step=e.get("at_step"), rank=rank,
                                     severity="warning", evidence=second))
@@ -183,6 +313,32 @@ def _schedule_record(run: RunEvidence, rank: int, kind: str | None, built: dict[
     records = [e for e in run.of_kind("scheduler-end", "schedule", rank) if e.get("index") in indexes]
     records = records or [e for e in run.of_kind("scheduler-steps", "schedule", rank) if e.get("index") in indexes]
     return records[-1] if records else None
+
+
+def _written_again(read: dict[str, Any], saves: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The save of the run that writes the file `read` came from again, into the same folder or a folder of the
+    same numbered series (checkpoint-24 read, checkpoint-32 written), when the run also writes optimizer state
+    there and the file or its folder names a training position; None otherwise."""
+    folder, name = str(read.get("dir") or ""), str(read.get("file") or "")
+    if not folder or not name:
+        return None
+    series = {folder}
+    for s in saves:
+        other = str(s.get("dir") or "")
+        if other and os.path.dirname(other) == os.path.dirname(folder) and _numbered_alike(
+                os.path.basename(other), os.path.basename(folder)):
+            series.add(other)
+    positioned = bool({"step", "epoch"} & set(read.get("holds") or [])) or len(series) > 1
+    same = [s for s in saves if s.get("file") == name and str(s.get("dir") or "") in series]
+    with_state = [s for s in saves if "optimizer" in (s.get("holds") or []) and str(s.get("dir") or "") in series]
+    if not positioned or not same or not with_state:
+        return None
+    return {**with_state[0], "file": name}
+
+
+def _numbered_alike(a: str, b: str) -> bool:
+    """Two names the same but for their numbers, and with numbers (epoch_3 and epoch_4, checkpoint-24 and -32)."""
+    return bool(re.search(r"\d", a)) and re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b)
 
 
 def _same_checkpoint(save: dict[str, Any], restored: dict[str, Any]) -> bool:

@@ -53,6 +53,12 @@ def marker_lines(script: Path) -> list[int]:
     return [n for n, text in enumerate(script.read_text().splitlines(), 1) if text.rstrip().endswith(MARKER)]
 
 
+def marked_file(bug: dict[str, Any]) -> Path:
+    """The file that holds the `# BUG` line: the script, or `bug_file` when the bug sits in a module of a small
+    package beside it (a checkpoint helper, a training engine the script imports)."""
+    return HERE / bug.get("bug_file", bug["script"])
+
+
 def torchdoctor_command() -> list[str]:
     # The torchdoctor installed next to this interpreter (the worktree's venv), else the one on PATH.
     beside = Path(sys.executable).with_name("torchdoctor")
@@ -114,7 +120,7 @@ def has_measured_evidence(symptom: dict[str, Any]) -> bool:
 
 
 def score(bug: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    script = HERE / bug["script"]
+    script = marked_file(bug)
     row: dict[str, Any] = {"id": bug["id"], "family": bug["family"], "split": bug["split"],
                            "expected": bug["expected"], "line": bug["line"],
                            "seconds": round(result.get("seconds", 0.0), 1)}
@@ -148,9 +154,9 @@ def select(bugs: list[dict[str, Any]], split: str, only: str | None) -> list[dic
 def check_markers(bugs: list[dict[str, Any]]) -> list[str]:
     problems = []
     for bug in bugs:
-        script = HERE / bug["script"]
+        script = marked_file(bug)
         if not script.exists():
-            problems.append(f"{bug['id']}: {bug['script']} does not exist")
+            problems.append(f"{bug['id']}: {script.relative_to(HERE)} does not exist")
             continue
         lines = marker_lines(script)
         if lines != [bug["line"]]:
