@@ -121,6 +121,7 @@ class ValidationProbe(Probe):
         self.eval_steps: dict[int, dict[str, Any]] = {}
         self.train_mode_models: set[int] = set()
         self.updates: dict[tuple[int, int], bool] = {}
+        self.clears: dict[tuple[int, int], bool] = {}  # (model, zero_grad owner) -> clears all its trainable params
         self.train_sites: set[tuple[str, int]] = set()  # lines whose forwards trained in train mode
         self.eval_forwards_waiting = False  # an eval-mode forward with grad since the last backward
         self.since_eval: set[int] = set()  # models with an evaluation-like forward since their last train-mode one
@@ -175,13 +176,38 @@ class ValidationProbe(Probe):
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
             for rec in probe.pending[-16:]:
-                if rec.trained and not rec.mode:
+                if rec.trained and not rec.mode and not rec.zeroed and probe._clears(owner, rec):
                     rec.zeroed = True  # an eval-mode forward whose gradients are thrown away before any step
             return original(owner, *args, **kwargs)
 
         zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
         zero_grad.__doc__ = original.__doc__
         return transparent(zero_grad)
+
+    def _clears(self, owner: Any, rec: _Forward) -> bool:
+        """Whether this zero_grad() (an optimizer's or a module's, set_to_none or in place) clears every trainable
+        parameter of the model of an eval-mode forward a backward reached: only then are its gradients gone before
+        the next step. A zero_grad() of another optimizer or another model (a GAN's generator) leaves them.
+        Cached per (model, owner); asked only while such a forward waits for a step (an evaluation that backpropagates)."""
+        module = rec.module() if rec.module is not None else None
+        if module is None:
+            return True  # the model is gone: nothing of it can reach a step
+        key = (id(module), id(owner))
+        found = self.clears.get(key)
+        if found is None:
+            try:
+                groups = getattr(owner, "param_groups", None)
+                if groups is not None:
+                    cleared = {id(p) for g in groups for p in g["params"]}
+                else:
+                    cleared = {id(p) for p in owner.parameters()}
+                trainable = [p for p in module.parameters() if p.requires_grad]
+                found = bool(trainable) and all(id(p) in cleared for p in trainable)
+            except Exception:  # noqa: BLE001 - an owner of the script's own making: keep the old reading
+                found = True
+            if len(self.clears) < 64:
+                self.clears[key] = found
+        return found
 
     def _wrap_eval(self, original: Any) -> Any:
         probe = self
@@ -655,6 +681,10 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]
+    if shared < len(training) and training[shared][1] == line:
+        # both paths leave the user's code through the same call (a framework's `trainer.fit(...)` runs the
+        # training step and the callback that evaluated): no call of the user's own ran the evaluation alone
+        return None
     return code.co_filename, line, code.co_name
 
 

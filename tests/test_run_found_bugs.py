@@ -1294,3 +1294,41 @@ def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of(script, text), found[0]["location"]
+
+
+@pytest.mark.parametrize("how", ["module", pytest.param("optimizer", marks=pytest.mark.heavy), "healthy",
+                                 pytest.param("discarded", marks=pytest.mark.heavy)])
+def test_an_evaluation_step_is_judged_whichever_other_zero_grad_runs_before_it(tmp_path_factory, validate_report,
+                                                                               how):
+    # a GAN's evaluation backpropagates D's loss in eval mode and steps optimizerD; a zero_grad() of the generator
+    # (its module or its optimizer) in between clears none of D's gradients, so that step still applies them
+    result = shared_run(tmp_path_factory, f"eval-steps-other-zero-grad-{how}", "eval_steps_other_zero_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "gan evaluation done" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how in ("healthy", "discarded"):  # no backward, or D's own zero_grad() threw its gradients away
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_steps_other_zero_grad.py", "        held_loss.backward()")
+    assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] >= 2, found[0]
+
+
+@pytest.mark.heavy  # Lightning's import and trainer (~8 s a run)
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_eval_mode_left_by_a_framework_callback_is_named_at_its_eval_call(tmp_path_factory, validate_report, how):
+    # the training step and the callback are both reached through the script's one `trainer.fit(...)` line: that
+    # line ran no evaluation of its own, the callback's pl_module.eval() is where model.train() belongs after
+    result = shared_run(tmp_path_factory, f"eval-framework-callback-{how}", "eval_left_by_framework_callback.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "lightning callback done" in result.stdout + result.stderr
+    found = result.symptoms("eval-mode-missing")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_left_by_framework_callback.py", "            pl_module.eval()")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
+    assert f"after the model.eval() of line {line}" in found[0]["evidence"][0]["summary"]
