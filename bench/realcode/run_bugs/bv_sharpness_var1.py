@@ -30,8 +30,8 @@ class Trainer:
         sq = 0.0
         with torch.enable_grad():
             for x, y in batches:
-                l = self.crit(self.net(x), y)
-                l.backward()  # BUG
+                lv = self.crit(self.net(x), y)
+                lv.backward()  # BUG
         for p in self.net.parameters():
             sq += float(p.grad.pow(2).sum())
         self.net.train()
