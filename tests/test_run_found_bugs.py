@@ -1332,3 +1332,44 @@ def test_eval_mode_left_by_a_framework_callback_is_named_at_its_eval_call(tmp_pa
     line = line_of("eval_left_by_framework_callback.py", "            pl_module.eval()")
     assert found[0]["location"]["line"] == line, found[0]["location"]
     assert f"after the model.eval() of line {line}" in found[0]["evidence"][0]["summary"]
+
+
+@pytest.mark.parametrize("how", ["dataparallel", pytest.param("own", marks=pytest.mark.heavy), "steps", "healthy"])
+def test_an_evaluation_of_the_model_a_wrapper_trains_is_judged_as_that_model(tmp_path_factory, validate_report, how):
+    # training through nn.DataParallel (or a wrapper of the script's own), evaluation handed `model.module`, first
+    # called bare after the first step: the same parameters, so the same model for eval mode and its updates
+    result = shared_run(tmp_path_factory, f"eval-inner-of-wrapper-{how}", "eval_inner_of_wrapper.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "wrapped evaluation done" in result.stdout + result.stderr
+    left = result.symptoms("eval-mode-missing")
+    stepped = result.symptoms("backward-in-validation")
+    if how == "healthy":
+        assert not left and not stepped, result.report["symptoms"]
+        return
+    if how == "steps":
+        assert len(stepped) == 1 and not left, result.report["symptoms"]
+        line = line_of("eval_inner_of_wrapper.py", "            F.cross_entropy(m(x), y).backward()")
+        assert stepped[0]["location"]["line"] == line, stepped[0]
+        return
+    assert len(left) == 1 and not stepped, result.report["symptoms"]
+    line = line_of("eval_inner_of_wrapper.py", "    score = evaluate(model.module)")
+    assert left[0]["location"]["line"] == line, left[0]["location"]
+
+
+@pytest.mark.parametrize("how", ["bug", "healthy", pytest.param("freeze", marks=pytest.mark.heavy)])
+def test_eval_mode_left_by_an_evaluation_of_a_submodule_is_named_at_its_call(tmp_path_factory, validate_report, how):
+    # the monitor runs model.encoder(x) only, a call the forward watch does not see: the routine that called
+    # model.eval() ran modules and returned, and training went on in eval mode; a helper that only switches the
+    # mode (training in eval mode on purpose) runs nothing itself
+    result = shared_run(tmp_path_factory, f"eval-submodule-monitor-{how}", "eval_submodule_monitor.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "monitor done" in result.stdout + result.stderr
+    found = result.symptoms("eval-mode-missing")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_submodule_monitor.py", "        monitored = knn_monitor(model, data[:3])")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
