@@ -43,6 +43,11 @@ saved tensor on at most `measure_forwards` forwards, only from a line that
 ran evaluation forwards with grad; a stack walk per model.eval() call, at the
 first forward after it, and on at most `routine_checks` training forwards in
 eval mode of a model an evaluation routine switched (never per step after).
+A model's key (the module reached through wrappers such as DDP's `.module`,
+so the wrapper and what it wraps are one model) is a dict look-up per forward
+(~0.3 µs). A model.eval() of a model that trained in train mode arms one
+global forward pre-hook that removes itself at the next module call (did the
+routine that called eval() run a part of the model, its encoder?).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [validation];
 classified in doctor/analysis/validation.py)
@@ -126,13 +131,13 @@ class ValidationProbe(Probe):
         # trains through the wrapper and evaluates the inner model (or calls eval() on either), and both are the
         # same model. Per module: (weak reference, key); one dict look-up per forward.
         self.keys: dict[int, tuple[weakref.ref, int]] = {}
-        self.clears: dict[tuple[int, int], bool] = {}
+        self.clears: dict[tuple[int, int], bool] = {}  # (model, zero_grad owner) -> clears all its trainable params
         # model.eval() on a model that trained in train mode: did the routine that called it run any module after it
         # (an evaluation of a submodule, `model.encoder(x)` for a kNN monitor, which the forward watch does not see)?
         # One global forward pre-hook, removed at the first module call after that eval(): nothing per step.
         self.eval_ran_module: dict[int, bool] = {}
         self.armed: list[tuple[int, Any]] = []
-        self.arm_handle: Any = None  # (model, zero_grad owner) -> clears all its trainable params
+        self.arm_handle: Any = None
         self.train_sites: set[tuple[str, int]] = set()  # lines whose forwards trained in train mode
         self.eval_forwards_waiting = False  # an eval-mode forward with grad since the last backward
         self.since_eval: set[int] = set()  # models with an evaluation-like forward since their last train-mode one
@@ -723,7 +728,8 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
 
     The deepest frame the evaluation forward's stack shares (by function) with the training forward's that
     then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
-    when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown.
+    when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown, and when
+    both leave that frame through the same line (a framework's fit() ran the step and the callback that evaluated).
     """
     if not evaluation or not training:
         return None
