@@ -162,6 +162,15 @@ class ForwardWatch:
         self._model_ids.add(id(module))
         self._hook_ids.add(module.register_forward_pre_hook(self._instance_pre).id)
         self._hook_ids.add(module.register_forward_hook(self._instance_post, always_call=True).id)
+        # The model a wrapper holds is called bare too, after the first step (an evaluation of DDP's `.module`, of
+        # accelerate's unwrapped model): hooked as well, so that call is a top-level forward (inside the wrapper's
+        # forward it is nested, not one of its own: two more Python calls per forward of a wrapped model only).
+        # Not after torch.compile: a hook added to the compiled module's original would make dynamo recompile.
+        inner = wrapped_model(module)
+        if inner is not module and not self.compiled and id(inner) not in self._model_ids:
+            self._model_ids.add(id(inner))
+            self._hook_ids.add(inner.register_forward_pre_hook(self._instance_pre).id)
+            self._hook_ids.add(inner.register_forward_hook(self._instance_post, always_call=True).id)
 
     def _hide_hooks_from_pickle(self, module_class: type) -> None:
         original = module_class.__getstate__
@@ -257,6 +266,23 @@ def _is_ours(hook: Any) -> bool:
     fn = getattr(hook, "__func__", hook)
     module = getattr(fn, "__module__", None) or type(hook).__module__
     return isinstance(module, str) and module.startswith("torchdoctor.")
+
+
+def wrapped_model(module: Any, depth: int = 8) -> Any:
+    """The innermost module `module` wraps: down through modules with one child and no parameters of their own
+    (DataParallel/DDP's `.module`, torch.compile's `_orig_mod`, a script's own wrapper). `module` itself when it
+    owns parameters or has several children."""
+    inner = module
+    for _ in range(depth):
+        children = getattr(inner, "_modules", None) or {}
+        own = getattr(inner, "_parameters", None) or {}
+        if len(children) != 1 or any(p is not None for p in own.values()):
+            break
+        child = next(iter(children.values()))
+        if child is None:
+            break
+        inner = child
+    return inner
 
 
 def owns_parameters(module: Any) -> bool:

@@ -43,6 +43,11 @@ saved tensor on at most `measure_forwards` forwards, only from a line that
 ran evaluation forwards with grad; a stack walk per model.eval() call, at the
 first forward after it, and on at most `routine_checks` training forwards in
 eval mode of a model an evaluation routine switched (never per step after).
+A model's key (the module reached through wrappers such as DDP's `.module`,
+so the wrapper and what it wraps are one model) is a dict look-up per forward
+(~0.3 µs). A model.eval() of a model that trained in train mode arms one
+global forward pre-hook that removes itself at the next module call (did the
+routine that called eval() run a part of the model, its encoder?).
 
 Symptoms (thresholds in rules/data/thresholds.toml, [validation];
 classified in doctor/analysis/validation.py)
@@ -62,7 +67,7 @@ import weakref
 from typing import Any
 
 from torchdoctor.probes.base import Probe
-from torchdoctor.probes.forwards import forward_watch, owns_parameters
+from torchdoctor.probes.forwards import forward_watch, owns_parameters, wrapped_model
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.sites import as_dict
 from torchdoctor.probes.transparent import transparent
@@ -121,6 +126,18 @@ class ValidationProbe(Probe):
         self.eval_steps: dict[int, dict[str, Any]] = {}
         self.train_mode_models: set[int] = set()
         self.updates: dict[tuple[int, int], bool] = {}
+        # A model's identity: the innermost module that holds all of its parameters, through wrappers that own
+        # none themselves (DataParallel/DDP's .module, torch.compile's _orig_mod, a script's own wrapper): a script
+        # trains through the wrapper and evaluates the inner model (or calls eval() on either), and both are the
+        # same model. Per module: (weak reference, key); one dict look-up per forward.
+        self.keys: dict[int, tuple[weakref.ref, int]] = {}
+        self.clears: dict[tuple[int, int], bool] = {}  # (model, zero_grad owner) -> clears all its trainable params
+        # model.eval() on a model that trained in train mode: did the routine that called it run any module after it
+        # (an evaluation of a submodule, `model.encoder(x)` for a kNN monitor, which the forward watch does not see)?
+        # One global forward pre-hook, removed at the first module call after that eval(): nothing per step.
+        self.eval_ran_module: dict[int, bool] = {}
+        self.armed: list[tuple[int, Any]] = []
+        self.arm_handle: Any = None
         self.train_sites: set[tuple[str, int]] = set()  # lines whose forwards trained in train mode
         self.eval_forwards_waiting = False  # an eval-mode forward with grad since the last backward
         self.since_eval: set[int] = set()  # models with an evaluation-like forward since their last train-mode one
@@ -175,7 +192,7 @@ class ValidationProbe(Probe):
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
             for rec in probe.pending[-16:]:
-                if rec.trained and not rec.mode:
+                if rec.trained and not rec.mode and not rec.zeroed and probe._clears(owner, rec):
                     rec.zeroed = True  # an eval-mode forward whose gradients are thrown away before any step
             return original(owner, *args, **kwargs)
 
@@ -183,21 +200,61 @@ class ValidationProbe(Probe):
         zero_grad.__doc__ = original.__doc__
         return transparent(zero_grad)
 
+    def _key(self, module: Any) -> int:
+        """The id of the innermost module `module` wraps with no parameters of its own (itself when it owns some or
+        has several children): the same model whether the script calls the wrapper or what it wraps."""
+        found = self.keys.get(id(module))
+        if found is not None and found[0]() is module:
+            return found[1]
+        inner = wrapped_model(module)
+        key = id(inner)
+        if len(self.keys) < 512:
+            self.keys[id(module)] = (weakref.ref(module), key)
+        return key
+
+    def _clears(self, owner: Any, rec: _Forward) -> bool:
+        """Whether this zero_grad() (an optimizer's or a module's, set_to_none or in place) clears every trainable
+        parameter of the model of an eval-mode forward a backward reached: only then are its gradients gone before
+        the next step. A zero_grad() of another optimizer or another model (a GAN's generator) leaves them.
+        Cached per (model, owner); asked only while such a forward waits for a step (an evaluation that backpropagates)."""
+        module = rec.module() if rec.module is not None else None
+        if module is None:
+            return True  # the model is gone: nothing of it can reach a step
+        key = (id(module), id(owner))
+        found = self.clears.get(key)
+        if found is None:
+            try:
+                groups = getattr(owner, "param_groups", None)
+                if groups is not None:
+                    cleared = {id(p) for g in groups for p in g["params"]}
+                else:
+                    cleared = {id(p) for p in owner.parameters()}
+                trainable = [p for p in module.parameters() if p.requires_grad]
+                found = bool(trainable) and all(id(p) in cleared for p in trainable)
+            except Exception:  # noqa: BLE001 - an owner of the script's own making: keep the old reading
+                found = True
+            if len(self.clears) < 64:
+                self.clears[key] = found
+        return found
+
     def _wrap_eval(self, original: Any) -> Any:
         probe = self
 
         def eval(module: Any) -> Any:  # noqa: A001 - it stands for Module.eval
             if probe.enabled and len(probe.eval_calls) < 256:
-                probe.eval_calls[id(module)] = probe._site(sys._getframe(1))
-                if id(module) not in probe.trained_in_train_mode and id(module) not in probe.not_restored_reported:
+                key = probe._key(module)
+                probe.eval_calls[key] = probe._site(sys._getframe(1))
+                if key not in probe.trained_in_train_mode and key not in probe.not_restored_reported:
                     if module.training:  # the call that switches it: which routine put the model in eval mode
-                        probe.eval_stacks[id(module)] = probe._stack(sys._getframe(1))
-                        probe.eval_routine_ran[id(module)] = False
-                        probe.eval_routine_pending.add(id(module))
+                        probe.eval_stacks[key] = probe._stack(sys._getframe(1))
+                        probe.eval_routine_ran[key] = False
+                        probe.eval_routine_pending.add(key)
                     elif len(probe.eval_reasserted) < 256:
-                        probe.eval_reasserted.add(id(module))  # already in eval mode: the next forward tells why
+                        probe.eval_reasserted.add(key)  # already in eval mode: the next forward tells why
                 if module.training and len(probe.switched_off) < 64:
-                    probe.switched_off[id(module)] = (probe.step, probe._stack(sys._getframe(1)))
+                    probe.switched_off[key] = (probe.step, probe._stack(sys._getframe(1)))
+                    if key in probe.trained_in_train_mode and key not in probe.not_restored_reported:
+                        probe._arm(key, probe.switched_off[key][1])
             if probe.enabled and not probe.train_watched:
                 probe._watch_train(True)
             return original(module)
@@ -205,6 +262,24 @@ class ValidationProbe(Probe):
         eval.__wrapped__ = original  # type: ignore[attr-defined]
         eval.__doc__ = original.__doc__
         return transparent(eval)
+
+    def _arm(self, key: int, stack: tuple[tuple[Any, int], ...]) -> None:
+        """Watch the first module call after this model.eval(): made inside the routine that called eval()?"""
+        if not stack or self.watch.compiled or len(self.eval_ran_module) >= 64:
+            return
+        self.armed.append((key, stack[-1][0]))
+        if self.arm_handle is None:
+            self.arm_handle = self.torch.nn.modules.module.register_module_forward_pre_hook(self._first_module_call)
+
+    def _first_module_call(self, module: Any, args: Any) -> None:
+        # torch copies the global hooks before calling them: removing this one from inside it is safe
+        if self.arm_handle is not None:
+            self.arm_handle.remove()
+            self.arm_handle = None
+        frame = sys._getframe(1)
+        for key, routine in self.armed:
+            self.eval_ran_module[key] = _on_stack(routine, frame)
+        self.armed = []
 
     def _wrap_train(self, original: Any) -> Any:
         probe = self
@@ -214,7 +289,7 @@ class ValidationProbe(Probe):
             if mode and probe.enabled and len(probe.train_calls) < 256:
                 caller = sys._getframe(1)
                 if caller.f_code is not own_code:  # not train()'s own recursion into the children
-                    probe.train_calls[id(module)] = probe._site(caller)
+                    probe.train_calls[probe._key(module)] = probe._site(caller)
             return original(module, mode)
 
         train.__wrapped__ = original  # type: ignore[attr-defined]
@@ -288,7 +363,7 @@ class ValidationProbe(Probe):
             self._settle_last()
         torch = self.torch
         rec = _Forward()
-        rec.model = id(module)
+        rec.model = self._key(module)
         rec.name = type(module).__name__
         rec.grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         rec.droppers = self._droppers_of(module)
@@ -501,6 +576,13 @@ class ValidationProbe(Probe):
             self._switched_in_step(rec, switched[1], names)
             return
         if rec.model not in self.last_eval_site:
+            if rec.model in self.trained_in_train_mode and switched is not None and self.eval_ran_module.get(rec.model):
+                # the evaluation ran only a part of the model (its encoder, for a kNN monitor): unseen by the
+                # forward watch, but the routine that called model.eval() ran modules and returned
+                routine = switched[1][-1][0] if switched[1] else None
+                if rec.stack and routine is not None and not any(code is routine for code, _ in rec.stack) \
+                        and rec.model not in self.not_restored_reported:
+                    self._not_restored(rec, names, switched[1])
             return  # no evaluation ran before: eval mode chosen for training itself (frozen batch norm), not left over
         if rec.model not in self.trained_in_train_mode:
             self._left_by_routine(rec, names)
@@ -603,6 +685,9 @@ class ValidationProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.last = None
+        if self.arm_handle is not None:
+            self.arm_handle.remove()
+            self.arm_handle = None
         if self.pending:
             if reason != "completed":
                 # The script stopped early (an exception, --steps, a signal): a forward whose graph no backward
@@ -643,7 +728,8 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
 
     The deepest frame the evaluation forward's stack shares (by function) with the training forward's that
     then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
-    when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown.
+    when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown, and when
+    both leave that frame through the same line (a framework's fit() ran the step and the callback that evaluated).
     """
     if not evaluation or not training:
         return None
@@ -655,6 +741,10 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]
+    if shared < len(training) and training[shared][1] == line:
+        # both paths leave the user's code through the same call (a framework's `trainer.fit(...)` runs the
+        # training step and the callback that evaluated): no call of the user's own ran the evaluation alone
+        return None
     return code.co_filename, line, code.co_name
 
 

@@ -1355,3 +1355,82 @@ def test_a_resume_that_reads_its_own_checkpoint_and_restores_nothing_is_named_at
     assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("resume_unrestored.py", 'self.step = torch.load(os.path.join('), found[0]
     assert found[0]["evidence"][0]["values"]["how"] == "unrestored", found[0]["evidence"][0]
+
+
+@pytest.mark.parametrize("how", ["module", pytest.param("optimizer", marks=pytest.mark.heavy), "healthy",
+                                 pytest.param("discarded", marks=pytest.mark.heavy)])
+def test_an_evaluation_step_is_judged_whichever_other_zero_grad_runs_before_it(tmp_path_factory, validate_report,
+                                                                               how):
+    # a GAN's evaluation backpropagates D's loss in eval mode and steps optimizerD; a zero_grad() of the generator
+    # (its module or its optimizer) in between clears none of D's gradients, so that step still applies them
+    result = shared_run(tmp_path_factory, f"eval-steps-other-zero-grad-{how}", "eval_steps_other_zero_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "gan evaluation done" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how in ("healthy", "discarded"):  # no backward, or D's own zero_grad() threw its gradients away
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("eval_steps_other_zero_grad.py", "        held_loss.backward()")
+    assert found[0]["evidence"][0]["values"]["eval_mode_forwards"] >= 2, found[0]
+
+
+@pytest.mark.heavy  # Lightning's import and trainer (~8 s a run)
+@pytest.mark.parametrize("how", ["bug", "healthy"])
+def test_eval_mode_left_by_a_framework_callback_is_named_at_its_eval_call(tmp_path_factory, validate_report, how):
+    # the training step and the callback are both reached through the script's one `trainer.fit(...)` line: that
+    # line ran no evaluation of its own, the callback's pl_module.eval() is where model.train() belongs after
+    result = shared_run(tmp_path_factory, f"eval-framework-callback-{how}", "eval_left_by_framework_callback.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "lightning callback done" in result.stdout + result.stderr
+    found = result.symptoms("eval-mode-missing")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_left_by_framework_callback.py", "            pl_module.eval()")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
+    assert f"after the model.eval() of line {line}" in found[0]["evidence"][0]["summary"]
+
+
+@pytest.mark.parametrize("how", ["dataparallel", pytest.param("own", marks=pytest.mark.heavy), "steps", "healthy"])
+def test_an_evaluation_of_the_model_a_wrapper_trains_is_judged_as_that_model(tmp_path_factory, validate_report, how):
+    # training through nn.DataParallel (or a wrapper of the script's own), evaluation handed `model.module`, first
+    # called bare after the first step: the same parameters, so the same model for eval mode and its updates
+    result = shared_run(tmp_path_factory, f"eval-inner-of-wrapper-{how}", "eval_inner_of_wrapper.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "wrapped evaluation done" in result.stdout + result.stderr
+    left = result.symptoms("eval-mode-missing")
+    stepped = result.symptoms("backward-in-validation")
+    if how == "healthy":
+        assert not left and not stepped, result.report["symptoms"]
+        return
+    if how == "steps":
+        assert len(stepped) == 1 and not left, result.report["symptoms"]
+        line = line_of("eval_inner_of_wrapper.py", "            F.cross_entropy(m(x), y).backward()")
+        assert stepped[0]["location"]["line"] == line, stepped[0]
+        return
+    assert len(left) == 1 and not stepped, result.report["symptoms"]
+    line = line_of("eval_inner_of_wrapper.py", "    score = evaluate(model.module)")
+    assert left[0]["location"]["line"] == line, left[0]["location"]
+
+
+@pytest.mark.parametrize("how", ["bug", "healthy", pytest.param("freeze", marks=pytest.mark.heavy)])
+def test_eval_mode_left_by_an_evaluation_of_a_submodule_is_named_at_its_call(tmp_path_factory, validate_report, how):
+    # the monitor runs model.encoder(x) only, a call the forward watch does not see: the routine that called
+    # model.eval() ran modules and returned, and training went on in eval mode; a helper that only switches the
+    # mode (training in eval mode on purpose) runs nothing itself
+    result = shared_run(tmp_path_factory, f"eval-submodule-monitor-{how}", "eval_submodule_monitor.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "monitor done" in result.stdout + result.stderr
+    found = result.symptoms("eval-mode-missing")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = line_of("eval_submodule_monitor.py", "        monitored = knn_monitor(model, data[:3])")
+    assert found[0]["location"]["line"] == line, found[0]["location"]
