@@ -1294,3 +1294,31 @@ def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of(script, text), found[0]["location"]
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~10 s); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [
+    ("clip-rank0", "torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)"),
+    ("reset", "layer.weight[quiet] = torch.randn("),
+    ("healthy", None),
+])
+def test_an_in_place_write_outside_the_ddp_forward_that_drifts_the_replicas_is_named(tmp_path_factory,
+                                                                                    validate_report, how, text):
+    # gradients all-reduced, then a rank-local write: a clip under the main-process branch (a gradient written
+    # on one rank only), a dead-unit reset of a middle layer from each rank's own generator (a parameter written
+    # from rank-local values); the first and last parameters stay equal in the reset case. The healthy twin clips
+    # on every rank and resets from all-reduced activations with a shared generator: the same writes, no drift.
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"ddp-outside-write-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_outside_write.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    found = result.symptoms("ddp-ranks-diverged")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_outside_write.py", text), found[0]
