@@ -292,3 +292,41 @@ def _writes_infinity(node: ast.AST) -> bool:
         if isinstance(leaf, ast.Attribute) and leaf.attr == "inf" or isinstance(leaf, ast.Name) and leaf.id == "inf":
             return True
     return False
+
+
+GRAD_OFF_CALLS = ("no_grad", "inference_mode")
+
+
+def grad_off_line(path: str, line: int | None) -> int | None:
+    """The line that turned autograd off around `line`: the innermost `with torch.no_grad():` (or
+    `inference_mode()`, `set_grad_enabled(False)`) whose body holds it, else the `@torch.no_grad()` decorator of the
+    innermost function that holds it. None when neither is written there (grad mode was turned off by a caller
+    elsewhere, or by a framework)."""
+    tree = _tree(path)
+    if tree is None or line is None:
+        return None
+    best: tuple[int, int] | None = None  # (span, line) of the innermost match
+    for node in ast.walk(tree):
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+        if not hasattr(node, "lineno") or not node.lineno <= line <= end:
+            continue
+        found = None
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(i.context_expr) for i in node.items):
+            if node.body and node.body[0].lineno <= line:
+                found = node.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = next((d.lineno for d in node.decorator_list if _turns_grad_off(d)), None)
+        if found is not None and (best is None or end - node.lineno < best[0]):
+            best = (end - node.lineno, found)
+    return best[1] if best else None
+
+
+def _turns_grad_off(node: ast.AST) -> bool:
+    call = node.func if isinstance(node, ast.Call) else node
+    name = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else None
+    if name in GRAD_OFF_CALLS:
+        return True
+    if name == "set_grad_enabled" and isinstance(node, ast.Call) and node.args:
+        arg = node.args[0]
+        return isinstance(arg, ast.Constant) and arg.value is False
+    return False
