@@ -1322,3 +1322,27 @@ def test_an_in_place_write_outside_the_ddp_forward_that_drifts_the_replicas_is_n
         return
     assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("ddp_outside_write.py", text), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [
+    ("nograd", "with torch.no_grad():"),
+    ("data", "self.conv.weight.data[:, 0] = built"),
+    ("healthy", None),
+])
+def test_parameters_cut_inside_the_model_are_named_where_the_graph_was_cut(tmp_path_factory, validate_report, how,
+                                                                          text):
+    # the module owning the parameters runs, but reads them with autograd off (a constraint's no_grad inside the
+    # forward: the `with` line is named) or writes a kernel built from them through `.data` (the write is named);
+    # before, the first read as "never ran in the forward" with no line and the second named the loss. The healthy
+    # twin keeps both in the graph and runs a frozen teacher and a weight clamp under no_grad.
+    result = shared_run(tmp_path_factory, f"param-cut-{how}", "param_cut_inside.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 8" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if text is None:
+        assert not found and not result.symptoms("frozen-parameters"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("param_cut_inside.py", text), found[0]
+    assert not result.symptoms("frozen-parameters"), result.report["symptoms"]
