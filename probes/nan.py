@@ -89,7 +89,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.lossfuncs import LossFunctions
 from torchdoctor.probes.models import ModelMap, is_compiled
-from torchdoctor.probes.nangraph import culprit_op
+from torchdoctor.probes.nangraph import culprit, singular_op
 from torchdoctor.probes.nanlocate import (
     BUILT,
     MAX_BUILT,
@@ -363,6 +363,15 @@ class NanProbe(Probe):
             ts = [self._scaled[1]]  # type: ignore[index]  # the loss before scaling: overflow is not NaN
         self._scaled = None
         loss = ts[0]
+        # the graph of the last backward, kept by reference until the next one (its saved tensors are freed by the
+        # backward, its nodes and saved numbers are not): a non-finite gradient that no replay reproduces (a sqrt
+        # at 0 in the loss code) can still be traced to the one op in it whose derivative is infinite at a point
+        # (code objects only, not the frame: a frame kept would keep the loop's tensors alive)
+        codes, frame = [], sys._getframe(2)
+        while frame is not None and len(codes) < 8:
+            codes.append(frame.f_code)
+            frame = frame.f_back
+        self._last_graph = (getattr(loss, "grad_fn", None), codes)
         if loss.device.type == "cpu" or self.sync:
             if len(ts) == 1 and loss.numel() == 1 and loss.is_floating_point():
                 value = loss.item()  # one scalar: 0.3 µs on CPU, where isfinite().all() costs ~8 µs
@@ -411,6 +420,8 @@ class NanProbe(Probe):
             self._op_watch_wanted = True
             if tensor is not None:
                 event.update(self._graph_op(tensor, frame))
+        if what == "grad" and not found.get("line") and not found.get("reproduced"):
+            event.update(self._singular_op())
         if what == "loss" and not found.get("line") and found.get("phase") != "input" and frame is not None:
             if found.get("module") is None and not found.get("outside_model"):
                 # no model call to replay (a policy's own method ran its layers): the same fallbacks as a loss
@@ -432,17 +443,19 @@ class NanProbe(Probe):
         """The op the bad loss's own graph shows making it (probes/nangraph.py), and the user code that computed
         the loss (the loop calling backward(), a framework's compute_loss), where the analysis looks for its line."""
         try:
-            op = culprit_op(loss, self.torch)
+            found = culprit(loss, self.torch)
         except Exception:  # noqa: BLE001 - the verdict stands without it
             return {}
-        if op is None:
+        if found is None:
             return {}
+        op, made_from = found
         code = list(self.loss_functions.loss_code)
         while frame is not None and is_library_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
             code.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_code.co_name))
-        out: dict[str, Any] = {"graph_op": op, "loss_code": [list(c) for c in dict.fromkeys(code)]}
+        out: dict[str, Any] = {"graph_op": op, "graph_op_inputs": made_from[:4],
+                               "loss_code": [list(c) for c in dict.fromkeys(code)]}
         if self.loss_functions.loss_callees:
             # the helpers the loss code called (a loss object's __call__, its masked_mean) and the lines that ran
             out["loss_callees"] = [list(c) for c in self.loss_functions.loss_callees]
@@ -653,6 +666,23 @@ class NanProbe(Probe):
         calls = self._current_calls(self.backward.calls - 1)
         self._report("grad", calls, locate_backward, None, first_nonfinite_parameter=first,
                      nonfinite_parameters=len(bad))
+
+    def _singular_op(self) -> dict[str, Any]:
+        """For non-finite gradients no replay placed: the one op of the last backward's graph whose derivative is
+        infinite at a finite point (sqrt, rsqrt, a power below 1 at 0; a norm of a zero vector; acos/asin at ±1),
+        with the user code that ran that backward, where the analysis looks for its line."""
+        graph, codes = getattr(self, "_last_graph", (None, []))
+        if graph is None:
+            return {}
+        try:
+            op = singular_op(graph)
+        except Exception:  # noqa: BLE001 - the verdict stands without it
+            return {}
+        code = next((c for c in codes if not is_library_file(c.co_filename)), None)
+        if op is None or code is None:
+            return {}
+        return {"graph_op": op, "graph_backward": True,
+                "loss_code": [[code.co_filename, code.co_firstlineno, code.co_name]]}
 
     def _check_params(self, step: int) -> None:
         params = [p.detach() for p in self.params if not p.is_sparse]
