@@ -1346,3 +1346,26 @@ def test_parameters_cut_inside_the_model_are_named_where_the_graph_was_cut(tmp_p
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("param_cut_inside.py", text), found[0]
     assert not result.symptoms("frozen-parameters"), result.report["symptoms"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "symptom", "text"), [
+    ("entropy", "nan-loss", "return -(torch.exp(logp) * logp).sum(-1)"),
+    ("distance", "nonfinite-grad", "return torch.sqrt(squared.clamp(min=1e-12) if how"),
+    ("healthy", None, None),
+])
+def test_a_nonfinite_value_made_in_a_helper_of_the_loss_code_is_named_there(tmp_path_factory, validate_report, how,
+                                                                            symptom, text):
+    # "entropy": 0 * -inf of a masked entropy at the first step, in a helper the trainer's loss method calls (the
+    # -inf mask is intended: the product is named, not the log-softmax); "distance": a sqrt at 0 in a method, NaN
+    # only in the backward (the op with the singular derivative is named). Both before any step ran under watch.
+    result = shared_run(tmp_path_factory, f"nan-helper-{how}", "nan_helper_first_step.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 6" in result.stdout + result.stderr
+    if symptom is None:
+        assert not result.symptoms("nan-loss") and not result.symptoms("nonfinite-grad"), result.report["symptoms"]
+        return
+    found = result.symptoms(symptom)
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_helper_first_step.py", text), found[0]
