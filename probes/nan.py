@@ -105,7 +105,7 @@ from torchdoctor.probes.nanlocate import (
 from torchdoctor.probes.nanwatch import OpWatch
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch, user_site
 from torchdoctor.probes.transparent import transparent
-from torchdoctor.probes.userframes import is_library_file
+from torchdoctor.probes.userframes import in_torchdoctor, is_library_file
 
 
 def _number(x: float) -> float | str:
@@ -363,15 +363,10 @@ class NanProbe(Probe):
             ts = [self._scaled[1]]  # type: ignore[index]  # the loss before scaling: overflow is not NaN
         self._scaled = None
         loss = ts[0]
-        # the graph of the last backward, kept by reference until the next one (its saved tensors are freed by the
-        # backward, its nodes and saved numbers are not): a non-finite gradient that no replay reproduces (a sqrt
-        # at 0 in the loss code) can still be traced to the one op in it whose derivative is infinite at a point
-        # (code objects only, not the frame: a frame kept would keep the loop's tensors alive)
-        codes, frame = [], sys._getframe(2)
-        while frame is not None and len(codes) < 8:
-            codes.append(frame.f_code)
-            frame = frame.f_back
-        self._last_graph = (getattr(loss, "grad_fn", None), codes)
+        # the graph of the last backward (0.1 µs), kept by reference until the next one (its saved tensors are freed
+        # by the backward, its nodes and saved numbers are not): a non-finite gradient that no replay reproduces
+        # (a sqrt at 0 in the loss code) can still be traced to the one op in it whose derivative is infinite there
+        self._last_graph = loss.grad_fn
         if loss.device.type == "cpu" or self.sync:
             if len(ts) == 1 and loss.numel() == 1 and loss.is_floating_point():
                 value = loss.item()  # one scalar: 0.3 µs on CPU, where isfinite().all() costs ~8 µs
@@ -671,18 +666,20 @@ class NanProbe(Probe):
         """For non-finite gradients no replay placed: the one op of the last backward's graph whose derivative is
         infinite at a finite point (sqrt, rsqrt, a power below 1 at 0; a norm of a zero vector; acos/asin at ±1),
         with the user code that ran that backward, where the analysis looks for its line."""
-        graph, codes = getattr(self, "_last_graph", (None, []))
+        graph = getattr(self, "_last_graph", None)
         if graph is None:
             return {}
         try:
             op = singular_op(graph)
         except Exception:  # noqa: BLE001 - the verdict stands without it
             return {}
-        code = next((c for c in codes if not is_library_file(c.co_filename)), None)
-        if op is None or code is None:
+        # checked at the optimizer step: the user code that steps (and, usually, ran the backward and called the
+        # loss code) and its caller, where the analysis looks for the op's line
+        frames = [f for f in self.user_frames(sys._getframe(1)) if not in_torchdoctor(f.f_code.co_filename)][:2]
+        if op is None or not frames:
             return {}
         return {"graph_op": op, "graph_backward": True,
-                "loss_code": [[code.co_filename, code.co_firstlineno, code.co_name]]}
+                "loss_code": [[f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name] for f in frames]}
 
     def _check_params(self, step: int) -> None:
         params = [p.detach() for p in self.params if not p.is_sparse]
