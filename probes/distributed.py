@@ -45,7 +45,14 @@ called, with the same arguments, and its result returned unchanged):
   model's parameters outside any optimizer step (a local learning rule's
   `p.data.add_(...)`): DDP averages gradients only, so such an update stays
   rank-local (`ddp-parameter-write`, the first one, with the user's line; the
-  written parameter joins the checksum) -> ddp-ranks-diverged at that line.
+  written parameter joins the checksum) -> ddp-ranks-diverged at that line;
+- during the first `local_write_watch_steps` (16) steps, the in-place methods of nn.Parameter and torch's
+  in-place `_foreach_*` functions: each user line that writes a DDP model's parameter or gradient outside
+  the DDP forward and the optimizer's own update (a QK-clip in a custom step, a dead-unit reset, a clip
+  under `if rank == 0`), with its count on this rank (`ddp-local-write`, `ddp-local-writes`) ->
+  ddp-ranks-diverged at a line that wrote on some ranks only, else at one that wrote parameter values.
+  The checksum samples 8 parameters evenly spaced (a drift confined to a middle layer escaped the first
+  and last).
 
 Cost: the forward wrapper ~1-1.5 µs per DDP forward (timed A/B against the
 unwrapped forward in one process), `after_step` ~0.3 µs plus ~40 bytes in the
@@ -54,7 +61,9 @@ per sampler pass, torch.save call and DDP model; the bypass watch a hook
 call per module forward during its first 3 steps only (then removed), and a
 walk over the parameters of each outermost forward outside the wrappers
 then; the parameter-write watch a Python call per torch op inside the DDP
-forwards of those 3 steps (stopped at the first write found), nothing later.
+forwards of those 3 steps (stopped at the first write found), nothing later; the local-write watch a Python
+call and a dict lookup per in-place Parameter method or `_foreach_*` call during its 16 steps (then the
+originals are put back); the checksum 8 slices summed instead of 2, on sampled steps only.
 The whole job's slowdown is in bench/bench_distributed.py.
 """
 
