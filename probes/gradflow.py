@@ -12,7 +12,11 @@ Measures
   tensor that requires grad, and `Tensor.detach`, `.numpy`, `.item` and
   `.tolist` are watched (patched for that one forward only) for calls from
   the user's code on tensors that require grad: the first such call after
-  the owning module ran is where the graph was cut; when nothing was cut,
+  the owning module ran is where the graph was cut; before that, a use of
+  the gradless parameters themselves with autograd off (a `no_grad` block
+  inside a module's forward or around a helper) or a value with a graph
+  written into a parameter's storage through `.data` (probes/dropped.py
+  `_param_use`) is the cut, inside the model; when nothing was cut,
   the values made from those modules' outputs are followed until the next
   backward (probes/dropped.py): the last op that made one names where a
   term was built and then left out of the loss;
