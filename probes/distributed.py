@@ -45,7 +45,14 @@ called, with the same arguments, and its result returned unchanged):
   model's parameters outside any optimizer step (a local learning rule's
   `p.data.add_(...)`): DDP averages gradients only, so such an update stays
   rank-local (`ddp-parameter-write`, the first one, with the user's line; the
-  written parameter joins the checksum) -> ddp-ranks-diverged at that line.
+  written parameter joins the checksum) -> ddp-ranks-diverged at that line;
+- during the first `local_write_watch_steps` (16) steps, the in-place methods of nn.Parameter and torch's
+  in-place `_foreach_*` functions: each user line that writes a DDP model's parameter or gradient outside
+  the DDP forward and the optimizer's own update (a QK-clip in a custom step, a dead-unit reset, a clip
+  under `if rank == 0`), with its count on this rank (`ddp-local-write`, `ddp-local-writes`) ->
+  ddp-ranks-diverged at a line that wrote on some ranks only, else at one that wrote parameter values.
+  The checksum samples 8 parameters evenly spaced (a drift confined to a middle layer escaped the first
+  and last).
 
 Cost: the forward wrapper ~1-1.5 µs per DDP forward (timed A/B against the
 unwrapped forward in one process), `after_step` ~0.3 µs plus ~40 bytes in the
@@ -54,7 +61,9 @@ per sampler pass, torch.save call and DDP model; the bypass watch a hook
 call per module forward during its first 3 steps only (then removed), and a
 walk over the parameters of each outermost forward outside the wrappers
 then; the parameter-write watch a Python call per torch op inside the DDP
-forwards of those 3 steps (stopped at the first write found), nothing later.
+forwards of those 3 steps (stopped at the first write found), nothing later; the local-write watch a Python
+call and a dict lookup per in-place Parameter method or `_foreach_*` call during its 16 steps (then the
+originals are put back); the checksum 8 slices summed instead of 2, on sampled steps only.
 The whole job's slowdown is in bench/bench_distributed.py.
 """
 
@@ -71,6 +80,7 @@ import torch
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.transparent import transparent
+from torchdoctor.probes.userframes import in_torchdoctor, is_library_file
 
 
 class DistributedProbe(Probe):
@@ -118,6 +128,17 @@ class DistributedProbe(Probe):
         # `bypass_watch_steps` steps; the written parameter joins the checksum.
         self.write_watch = bool(self.options.get("param_write_watch", True))
         self.written_ids: set[int] = set()
+        # A parameter (or its gradient) written in place by the script outside the DDP forward and outside the
+        # optimizer's own update (a QK-clip in a custom step, a dead-unit reset, a clip under `if rank == 0`):
+        # DDP does not see it, so a value from this rank's batch, generator or branch stays local. During the
+        # first `local_write_watch_steps` steps the in-place methods of nn.Parameter and torch's in-place
+        # `_foreach_*` functions are wrapped; each new user line that writes a DDP model's parameter or gradient is
+        # noted (`ddp-local-write`), and the lines' counts on this rank at the end (`ddp-local-writes`): the
+        # analysis compares them across ranks when the replicas drift apart.
+        self.local_steps = int(self.options.get("local_write_watch_steps", 16))
+        self.local_patched: list[tuple[Any, str, bool, Any]] = []
+        self.local_params: dict[int, tuple[str, Any]] = {}
+        self.local_sites: dict[tuple[str, int], dict[str, Any]] = {}
         self._reset_step()
         from torchdoctor.probes.patches import backward_watch
         backward_watch(torch).subscribe(self, self._backward)
@@ -165,6 +186,8 @@ class DistributedProbe(Probe):
             self._foreign(optimizer, step)
             if self.bypass_hooks and self.session.step >= self.bypass_steps:
                 self._stop_bypass_watch()
+            if self.local_patched and self.session.step >= self.local_steps:
+                self._stop_local_watch()
         if step == self.next_checksum:
             self.next_checksum = step * 2 if step < 64 else step + 64
             checksum = _checksum(optimizer, self.foreign_ids | self.written_ids)
@@ -385,6 +408,10 @@ class DistributedProbe(Probe):
         self.models.append(weakref.ref(ddp))
         module = ddp.module
         self.ddp_params.update(id(p) for p in module.parameters())
+        if self.local_steps > self.session.step:
+            self.local_params.update((id(p), (n, p)) for n, p in module.named_parameters() if p.requires_grad)
+            if not self.local_patched:
+                self._start_local_watch()
         self.emit(
             "ddp-model",
             model=len(self.models),
@@ -513,6 +540,89 @@ class DistributedProbe(Probe):
             for handle in handles:
                 handle.remove()
 
+    def _start_local_watch(self) -> None:
+        probe = self
+
+        def method(name: str, original: Any) -> Any:
+            def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+                if id(tensor) in probe.local_params:
+                    probe._local_write(tensor, None, name, sys._getframe(1))
+                return original(tensor, *args, **kwargs)
+
+            return transparent(wrapper)
+
+        def foreach(name: str, original: Any) -> Any:
+            def wrapper(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+                probe._local_foreach(tensors, name, sys._getframe(1))
+                return original(tensors, *args, **kwargs)
+
+            return transparent(wrapper)
+
+        parameter = torch.nn.Parameter
+        for name in LOCAL_WRITE_METHODS:
+            original = getattr(torch.Tensor, name, None)
+            if original is None:
+                continue
+            own = name in parameter.__dict__
+            self.local_patched.append((parameter, name, own, parameter.__dict__.get(name)))
+            setattr(parameter, name, method(name, getattr(parameter, name)))
+        for name in LOCAL_WRITE_FOREACH:
+            original = getattr(torch, name, None)
+            if original is None:
+                continue
+            self.local_patched.append((torch, name, True, original))
+            setattr(torch, name, foreach(name, original))
+
+    def _stop_local_watch(self) -> None:
+        for owner, name, own, original in reversed(self.local_patched):
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+        self.local_patched = []
+        self.local_params = {}
+        if self.local_sites:
+            self.emit("ddp-local-writes", steps=self.session.step,
+                      sites=[{**v["site"], "count": v["count"]} for v in self.local_sites.values()])
+
+    def _local_foreach(self, tensors: Any, op: str, frame: Any) -> None:
+        if not isinstance(tensors, (list, tuple)) or not tensors or _optimizer_code(frame):
+            return
+        # zeroing gradients is a reset, not an update
+        grads = {} if op == "_foreach_zero_" else \
+            {id(p.grad): (n, p) for n, p in self.local_params.values() if p.grad is not None}
+        for t in tensors[:256]:
+            if id(t) in self.local_params:
+                self._local_write(t, None, op, frame)
+                return
+            if id(t) in grads:
+                self._local_write(grads[id(t)][1], "grad", op, frame)
+                return
+
+    def _local_write(self, param: Any, part: str | None, op: str, frame: Any) -> None:
+        """An in-place write to a DDP model's parameter (or its gradient) from the script, outside the optimizer's
+        update and the DDP forward (whose writes the forward watch notes): the first time per user line."""
+        if self.ddp_depth or _optimizer_code(frame):
+            return
+        frames = self.user_frames(frame)
+        if not frames:
+            return
+        user = frames[0]
+        key = (user.f_code.co_filename, user.f_lineno)
+        seen = self.local_sites.get(key)
+        if seen is not None:
+            seen["count"] += 1
+            return
+        if len(self.local_sites) >= 16:
+            return
+        name = self.local_params.get(id(param), (None,))[0]
+        site = {"path": key[0], "line": key[1], "function": user.f_code.co_name}
+        self.local_sites[key] = {"site": site, "count": 1}
+        if part is None:
+            self.written_ids.add(id(param))  # the written parameter joins the checksum
+        self.emit("ddp-local-write", parameter=name, part=part or "data", op=op, at_step=self.session.step + 1,
+                  site=site)
+
     def _written(self, name: str, param: Any, op: str) -> None:
         """A parameter of a DDP model written in place inside its forward: once, with the user's line."""
         frames = self.user_frames(sys._getframe(2))
@@ -528,6 +638,10 @@ class DistributedProbe(Probe):
         self.expands += 1
         if self.expands <= self.max_events:
             self.emit("ddp-expand", parameter=name, shape=list(param.shape), **self._site())
+
+    def finish(self, reason: str) -> None:
+        if getattr(self, "local_patched", None):
+            self._stop_local_watch()
 
     # -- torch.save ---------------------------------------------------------------------
 
@@ -592,23 +706,58 @@ def _chooser(frames: list[Any], module: Any) -> Any:
     return frames[0]
 
 
+# In-place writes a script makes to a parameter outside its optimizer (nn.Parameter methods), and the foreach
+# functions that write lists of parameters or gradients in place (clip_grad_norm_ scales the gradients with one).
+LOCAL_WRITE_METHODS = ("add_", "sub_", "mul_", "div_", "copy_", "clamp_", "clamp_min_", "clamp_max_", "fill_",
+                       "zero_", "normal_", "uniform_", "masked_fill_", "index_fill_", "index_copy_", "lerp_",
+                       "addcmul_", "addcdiv_", "__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__")
+LOCAL_WRITE_FOREACH = ("_foreach_mul_", "_foreach_div_", "_foreach_add_", "_foreach_sub_", "_foreach_copy_",
+                       "_foreach_zero_", "_foreach_clamp_max_", "_foreach_clamp_min_", "_foreach_lerp_")
+_OPTIMIZER_DIRS = (os.sep + os.path.join("torch", "optim") + os.sep,
+                   os.sep + os.path.join("torch", "nn", "parallel") + os.sep,
+                   os.sep + os.path.join("torch", "distributed") + os.sep)
+
+
+def _optimizer_code(frame: Any, depth: int = 12) -> bool:
+    """The write comes from an optimizer's own update or DDP's machinery (torch.optim, torch.nn.parallel,
+    torch.distributed): not the script's. Only the frames below the first user frame count; torchdoctor's own
+    wrappers (the amp probe's around clip_grad_norm_) are passed through like any library frame."""
+    while frame is not None and depth > 0:
+        path = frame.f_code.co_filename
+        if any(d in path for d in _OPTIMIZER_DIRS):
+            return True
+        if not is_library_file(path) and not in_torchdoctor(path):
+            return False
+        frame = frame.f_back
+        depth -= 1
+    return False
+
+
+CHECKSUM_PARAMETERS = 8
+
+
 def _stepped_ids(optimizer: Any) -> set[int]:
     groups = getattr(optimizer, "param_groups", None) or []
     return {id(p) for group in groups for p in group.get("params", [])}
 
 
 def _checksum(optimizer: Any, foreign: set[int] | frozenset[int] = frozenset()) -> float | None:
-    """The sum of the first 1024 values of the optimizer's first and last parameters (and of one that belongs to
-    no DDP model, when a forward outside the wrappers used such), in float64: identical on every rank while DDP
-    keeps the replicas in step (one host transfer on a GPU, on sampled steps only)."""
+    """The sum of the first 1024 values of up to `CHECKSUM_PARAMETERS` of the optimizer's parameters, evenly
+    spaced from the first to the last (and of those that belong to no DDP model or that the script wrote
+    outside the optimizer: `foreign`), in float64: identical on every rank while DDP keeps the replicas in step
+    (one host transfer on a GPU, on sampled steps only). The first and last alone miss a drift confined to a
+    middle layer (a dead-unit reset, a QK-clip of the attention weights)."""
     try:
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if not params:
             return None
-        outside = [p for p in params if id(p) in foreign][:1]
-        picked = {id(p): p for p in (params[0], params[-1], *outside)}.values()
+        n = len(params)
+        spaced = [params[round(i * (n - 1) / (CHECKSUM_PARAMETERS - 1))] for i in range(CHECKSUM_PARAMETERS)] \
+            if n > CHECKSUM_PARAMETERS else params
+        outside = [p for p in params if id(p) in foreign][:4]
+        picked = {id(p): p for p in (*spaced, *outside)}.values()
         with torch.no_grad():
-            total = sum(p.detach().reshape(-1)[:1024].double().sum() for p in picked)
+            total = torch.stack([p.detach().reshape(-1)[:1024].double().sum() for p in picked]).sum()
         return float(total)
     except Exception:  # noqa: BLE001 - a sharded or meta parameter: no checksum
         return None

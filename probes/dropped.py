@@ -44,6 +44,14 @@ class DroppedTerms:
         # called with (tensor, op, site) when a constructor copies a marked value that has a graph into a new
         # tensor without one (`torch.tensor(list_of_losses)`): a cut no Tensor method makes (set by gradflow)
         self.on_cut: Any = None
+        # The parameters that got no gradient (id -> parameter) and the storages of every trainable parameter
+        # (data_ptr -> parameter), set by gradflow: a use of one of the former with autograd off (a `no_grad`
+        # block inside a module's forward, a helper the trainer runs under `no_grad`), or a value with a graph
+        # written into a parameter through an alias (`weight.data[i] = g`) or under no_grad, cuts the graph inside
+        # the model, where no Tensor method on its output does; `on_param_cut(op, site, how)` is told the first.
+        self.params: dict[int, Any] = {}
+        self.storages: dict[int, Any] = {}
+        self.on_param_cut: Any = None
 
     def arm(self) -> None:
         if self.armed:
@@ -63,6 +71,8 @@ class DroppedTerms:
                 if not watch.armed:  # left on the stack under a mode the script pushed later: inert
                     return out
                 try:
+                    if watch.params and watch.on_param_cut is not None:
+                        watch._param_use(func, args)
                     watch._follow(func, args, kwargs, out)
                 except Exception:  # noqa: BLE001 - the watch never disturbs the script's op
                     pass
@@ -128,6 +138,33 @@ class DroppedTerms:
             if site is not None and self.is_user_file(site[0]):
                 self.ops += 1
                 self.last = {"op": op_name(func), "site": as_dict(site)}
+
+    def _param_use(self, func: Any, args: Any) -> None:
+        """A watched parameter used with autograd off or read through `.data`, or a value with a graph written into
+        a parameter's storage where no graph can record it: the first one is reported, with the user's line."""
+        if not args or not isinstance(args[0], self.torch.Tensor):
+            return
+        name = getattr(func, "__name__", "")
+        first = args[0]
+        how = None
+        if name == "__get__":
+            if id(first) in self.params and getattr(getattr(func, "__self__", None), "__name__", "") == "data":
+                how = "data"
+        elif name in ("__setitem__", "copy_") and len(args) > 1:
+            value = args[-1]
+            target = self.storages.get(first.data_ptr()) if first.numel() else None
+            if target is not None and isinstance(value, self.torch.Tensor) and value.requires_grad and \
+                    (first is not target or not self.torch.is_grad_enabled()):
+                how = "write"
+        elif not self.torch.is_grad_enabled() and any(
+                isinstance(a, self.torch.Tensor) and id(a) in self.params for a in args[:MAX_ARGS]):
+            how = "no_grad"
+        if how is None:
+            return
+        site = user_site(sys._getframe(2))
+        if site is not None and self.is_user_file(site[0]):
+            callback, self.on_param_cut = self.on_param_cut, None  # the first one only
+            callback(op_name(func) if name != "__get__" else ".data", site, how)
 
     def note_read(self, t: Any, call: dict[str, Any]) -> None:
         """A cutting call on `t` (gradflow's `.item()`, `.detach()`, ...): marked a read once a graph op uses `t`."""

@@ -12,7 +12,11 @@ Measures
   tensor that requires grad, and `Tensor.detach`, `.numpy`, `.item` and
   `.tolist` are watched (patched for that one forward only) for calls from
   the user's code on tensors that require grad: the first such call after
-  the owning module ran is where the graph was cut; when nothing was cut,
+  the owning module ran is where the graph was cut; before that, a use of
+  the gradless parameters themselves with autograd off (a `no_grad` block
+  inside a module's forward or around a helper) or a value with a graph
+  written into a parameter's storage through `.data` (probes/dropped.py
+  `_param_use`) is the cut, inside the model; when nothing was cut,
   the values made from those modules' outputs are followed until the next
   backward (probes/dropped.py): the last op that made one names where a
   term was built and then left out of the loss;
@@ -255,7 +259,8 @@ class GradflowProbe(Probe):
                 entry["params"].append(name)
             unnamed = sum(1 for p in gradless if id(p) not in names)
             self.localising = {"owners": owners, "unnamed": unnamed, "count": len(gradless), "calls": [],
-                               "hooks": [], "seq": itertools.count(), "done": False, "armed": True}
+                               "hooks": [], "seq": itertools.count(), "done": False, "armed": True,
+                               "params": {id(p): p for p in gradless}}
 
     # -- localising the cut, during one forward ----------------------------------------------------------
 
@@ -268,6 +273,10 @@ class GradflowProbe(Probe):
             loc["hooks"].append(entry["module"].register_forward_hook(self._owner_ran(entry), always_call=True))
         self._patch_cut_ops(loc)
         self.dropped.on_cut = self._constructor_cut(loc)
+        self.dropped.params = loc.get("params") or {}
+        self.dropped.storages = {p.data_ptr(): p for m in self.watch.live_models() for p in m.parameters()
+                                 if p.requires_grad and p.numel()}
+        self.dropped.on_param_cut = self._parameter_cut(loc)
         self.dropped.arm()
         return True
 
@@ -279,6 +288,13 @@ class GradflowProbe(Probe):
                 call = {"op": f"{op}(...)", "seq": next(loc["seq"]), "site": as_dict(site)}
                 loc["calls"].append(call)
                 probe.dropped.note_read(t, call)
+
+        return cut
+
+    def _parameter_cut(self, loc: dict[str, Any]) -> Any:
+        def cut(op: str, site: tuple[str, int, str], how: str) -> None:
+            call = {"op": op, "seq": next(loc["seq"]), "site": as_dict(site), "how": how}
+            loc["param_cut"] = call
 
         return cut
 
@@ -350,14 +366,17 @@ class GradflowProbe(Probe):
         if "saved" in loc:  # no backward since the watched forward
             self._close_window()
         cut, unused, unknown = [], [], []
+        # a parameter itself used with autograd off or written through `.data`: the cut is inside the model,
+        # and a module that ran without producing a graph ran cut, not unused
+        param_cut = loc.get("param_cut")
         for entry in loc["owners"].values():
             if not loc["done"]:
                 unknown.append(entry)
             else:
-                (cut if entry["ran"] and entry["grad_out"] else unused).append(entry)
+                (cut if entry["ran"] and (entry["grad_out"] or param_cut) else unused).append(entry)
         first_seq = min((e["seq"] for e in cut if e["seq"] is not None), default=None)
-        call = None
-        if first_seq is not None:
+        call = param_cut if cut and param_cut else None
+        if first_seq is not None and call is None:
             # a host read of a value a graph op also used (`log = loss_term.item()`) did not cut the graph
             call = next(({k: v for k, v in c.items() if k != "read"} for c in loc["calls"]
                          if c["seq"] > first_seq and not c.get("read")), None)

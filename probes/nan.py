@@ -89,7 +89,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.lossfuncs import LossFunctions
 from torchdoctor.probes.models import ModelMap, is_compiled
-from torchdoctor.probes.nangraph import culprit_op
+from torchdoctor.probes.nangraph import culprit, singular_op
 from torchdoctor.probes.nanlocate import (
     BUILT,
     MAX_BUILT,
@@ -105,7 +105,7 @@ from torchdoctor.probes.nanlocate import (
 from torchdoctor.probes.nanwatch import OpWatch
 from torchdoctor.probes.patches import backward_watch, compile_watch, data_watch, user_site
 from torchdoctor.probes.transparent import transparent
-from torchdoctor.probes.userframes import is_library_file
+from torchdoctor.probes.userframes import in_torchdoctor, is_library_file
 
 
 def _number(x: float) -> float | str:
@@ -363,6 +363,10 @@ class NanProbe(Probe):
             ts = [self._scaled[1]]  # type: ignore[index]  # the loss before scaling: overflow is not NaN
         self._scaled = None
         loss = ts[0]
+        # the graph of the last backward (0.1 µs), kept by reference until the next one (its saved tensors are freed
+        # by the backward, its nodes and saved numbers are not): a non-finite gradient that no replay reproduces
+        # (a sqrt at 0 in the loss code) can still be traced to the one op in it whose derivative is infinite there
+        self._last_graph = loss.grad_fn
         if loss.device.type == "cpu" or self.sync:
             if len(ts) == 1 and loss.numel() == 1 and loss.is_floating_point():
                 value = loss.item()  # one scalar: 0.3 µs on CPU, where isfinite().all() costs ~8 µs
@@ -411,6 +415,8 @@ class NanProbe(Probe):
             self._op_watch_wanted = True
             if tensor is not None:
                 event.update(self._graph_op(tensor, frame))
+        if what == "grad" and not found.get("line") and not found.get("reproduced"):
+            event.update(self._singular_op())
         if what == "loss" and not found.get("line") and found.get("phase") != "input" and frame is not None:
             if found.get("module") is None and not found.get("outside_model"):
                 # no model call to replay (a policy's own method ran its layers): the same fallbacks as a loss
@@ -432,17 +438,19 @@ class NanProbe(Probe):
         """The op the bad loss's own graph shows making it (probes/nangraph.py), and the user code that computed
         the loss (the loop calling backward(), a framework's compute_loss), where the analysis looks for its line."""
         try:
-            op = culprit_op(loss, self.torch)
+            found = culprit(loss, self.torch)
         except Exception:  # noqa: BLE001 - the verdict stands without it
             return {}
-        if op is None:
+        if found is None:
             return {}
+        op, made_from = found
         code = list(self.loss_functions.loss_code)
         while frame is not None and is_library_file(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
             code.append((frame.f_code.co_filename, frame.f_code.co_firstlineno, frame.f_code.co_name))
-        out: dict[str, Any] = {"graph_op": op, "loss_code": [list(c) for c in dict.fromkeys(code)]}
+        out: dict[str, Any] = {"graph_op": op, "graph_op_inputs": made_from[:4],
+                               "loss_code": [list(c) for c in dict.fromkeys(code)]}
         if self.loss_functions.loss_callees:
             # the helpers the loss code called (a loss object's __call__, its masked_mean) and the lines that ran
             out["loss_callees"] = [list(c) for c in self.loss_functions.loss_callees]
@@ -653,6 +661,25 @@ class NanProbe(Probe):
         calls = self._current_calls(self.backward.calls - 1)
         self._report("grad", calls, locate_backward, None, first_nonfinite_parameter=first,
                      nonfinite_parameters=len(bad))
+
+    def _singular_op(self) -> dict[str, Any]:
+        """For non-finite gradients no replay placed: the one op of the last backward's graph whose derivative is
+        infinite at a finite point (sqrt, rsqrt, a power below 1 at 0; a norm of a zero vector; acos/asin at ±1),
+        with the user code that ran that backward, where the analysis looks for its line."""
+        graph = getattr(self, "_last_graph", None)
+        if graph is None:
+            return {}
+        try:
+            op = singular_op(graph)
+        except Exception:  # noqa: BLE001 - the verdict stands without it
+            return {}
+        # checked at the optimizer step: the user code that steps (and, usually, ran the backward and called the
+        # loss code) and its caller, where the analysis looks for the op's line
+        frames = [f for f in self.user_frames(sys._getframe(1)) if not in_torchdoctor(f.f_code.co_filename)][:2]
+        if op is None or not frames:
+            return {}
+        return {"graph_op": op, "graph_backward": True,
+                "loss_code": [[f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name] for f in frames]}
 
     def _check_params(self, step: int) -> None:
         params = [p.detach() for p in self.params if not p.is_sparse]

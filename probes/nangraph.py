@@ -24,11 +24,30 @@ _BACKWARD = re.compile(r"Backward\d*$")
 
 
 def culprit_op(loss: Any, torch: Any) -> str | None:
+    """The name only (see `culprit`)."""
+    found = culprit(loss, torch)
+    return found[0] if found else None
+
+
+def culprit(loss: Any, torch: Any) -> tuple[str, list[str]] | None:
+    """The autograd op that turned finite inputs into the non-finite loss, and the ops that made its inputs
+    (`Mul` of `Exp` and `LogSoftmax`: which of several `*` lines it is). A NaN made from inputs that held
+    infinities but no NaN (`0 * -inf`, `inf / inf`: the entropy of a distribution masked with -inf) is looked for
+    only when no op made a non-finite value from finite inputs: an intended -inf (a mask) is not the bug, the
+    product that turns it into NaN is."""
+    for made_here in (_made_here, _nan_made_here):
+        found = _walk(loss, torch, made_here)
+        if found is not None:
+            return found
+    return None
+
+
+def _walk(loss: Any, torch: Any, made_here: Any) -> tuple[str, list[str]] | None:
     """The name of the autograd op that turned finite inputs into the non-finite loss, or None when none is found
     or the branches of the graph show different ones (the walk never guesses between them). Where the path forks
     (`actor_loss + kl`, both made by the same masked mean), every branch is walked, none below the op that made
     its non-finite value, `MAX_NODES` nodes at most."""
-    found: set[str] = set()
+    found: dict[str, list[str]] = {}
     seen: set[int] = set()
     todo = [getattr(loss, "grad_fn", None)]
     budget = MAX_NODES
@@ -38,11 +57,12 @@ def culprit_op(loss: Any, torch: Any) -> str | None:
             continue
         seen.add(id(node))
         budget -= 1
-        if _made_here(node, torch):
-            found.add(_name(node))
+        if made_here(node, torch):
+            found.setdefault(_name(node), [_name(n) for n, _ in node.next_functions
+                                           if n is not None and type(n).__name__ != "AccumulateGrad"])
             continue
         todo.extend(n for n, _ in node.next_functions if n is not None and type(n).__name__ != "AccumulateGrad")
-    return next(iter(found)) if len(found) == 1 else None
+    return next(iter(found.items())) if len(found) == 1 else None
 
 
 def _made_here(node: Any, torch: Any) -> bool:
@@ -51,9 +71,12 @@ def _made_here(node: Any, torch: Any) -> bool:
     inputs, results = _saved(node)
     if not all(_finite(v, torch) for v in inputs.values()):
         return False
-    if results and not all(_finite(v, torch) for v in results):
-        return True  # exp, sqrt, rsqrt, reciprocal keep their result: an overflow or a nan made here
     name = _name(node)
+    if results and not all(_finite(v, torch) for v in results):
+        # exp, sqrt, rsqrt, reciprocal keep their result: an overflow or a nan made here; a log-softmax's result
+        # is finite for finite inputs, so its -inf came with its input (a mask), which it does not save
+        return name not in ("LogSoftmax", "Softmax") or _any(results[0], torch, lambda t: t.isnan())
+
     if name == "Div":
         return _any(inputs.get("_saved_other"), torch, lambda t: t == 0)
     if name in ("Log", "Log2", "Log10"):
@@ -65,6 +88,27 @@ def _made_here(node: Any, torch: Any) -> bool:
     if name == "NllLoss":
         return _any(inputs.get("_saved_total_weight"), torch, lambda t: t == 0)
     return False
+
+
+def _nan_made_here(node: Any, torch: Any) -> bool:
+    """A NaN made here from inputs that held no NaN, some of them infinite: `0 * inf` in a product, `inf / inf` or
+    `0 / 0` in a division (the ops that save both operands)."""
+    name = _name(node)
+    if name not in ("Mul", "Div"):
+        return False
+    inputs, _ = _saved(node)
+    a, b = inputs.get("_saved_self"), inputs.get("_saved_other")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    with torch.no_grad():
+        a, b = a.detach(), b.detach()
+        if a.isnan().any() or b.isnan().any():
+            return False
+        try:
+            made = (a * b if name == "Mul" else a / b).isnan()
+        except RuntimeError:  # shapes that only broadcast in the op's own layout: no verdict
+            return False
+        return bool(made.any())
 
 
 def _any(value: Any, torch: Any, test: Any) -> bool:
@@ -105,3 +149,29 @@ def _finite(value: Any, torch: Any) -> bool:
 
 def _name(node: Any) -> str:
     return _BACKWARD.sub("", type(node).__name__)
+
+
+# Ops whose derivative is infinite at a finite input: at that point their backward turns a finite gradient into
+# inf/NaN while the forward stayed finite (sqrt(0) = 0, but d/dx sqrt at 0 is inf)
+SINGULAR = ("Sqrt", "Rsqrt", "Pow", "Norm", "LinalgVectorNorm", "Acos", "Asin", "Cdist")
+
+
+def singular_op(graph: Any, limit: int = 400) -> str | None:
+    """The one kind of op with a singular derivative in a graph after its backward (the saved tensors are gone,
+    the node types and saved numbers stay): None when there is none or more than one kind. A power counts only
+    with an exponent below 1 (x ** 2 is smooth)."""
+    kinds: set[str] = set()
+    seen: set[int] = set()
+    todo = [graph]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        name = _name(node)
+        if name in SINGULAR:
+            exponent = getattr(node, "_saved_exponent", None) if name == "Pow" else None
+            if name != "Pow" or (isinstance(exponent, (int, float)) and 0 < exponent < 1):
+                kinds.add(name)
+        todo.extend(n for n, _ in node.next_functions if n is not None and type(n).__name__ != "AccumulateGrad")
+    return next(iter(kinds)) if len(kinds) == 1 else None

@@ -1434,3 +1434,78 @@ def test_eval_mode_left_by_an_evaluation_of_a_submodule_is_named_at_its_call(tmp
     assert len(found) == 1, result.report["symptoms"]
     line = line_of("eval_submodule_monitor.py", "        monitored = knn_monitor(model, data[:3])")
     assert found[0]["location"]["line"] == line, found[0]["location"]
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~10 s); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [
+    ("clip-rank0", "torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)"),
+    ("reset", "layer.weight[quiet] = torch.randn("),
+    ("healthy", None),
+])
+def test_an_in_place_write_outside_the_ddp_forward_that_drifts_the_replicas_is_named(tmp_path_factory,
+                                                                                    validate_report, how, text):
+    # gradients all-reduced, then a rank-local write: a clip under the main-process branch (a gradient written
+    # on one rank only), a dead-unit reset of a middle layer from each rank's own generator (a parameter written
+    # from rank-local values); the first and last parameters stay equal in the reset case. The healthy twin clips
+    # on every rank and resets from all-reduced activations with a shared generator: the same writes, no drift.
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"ddp-outside-write-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_outside_write.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    assert result.run["steps_completed"] == 10
+    found = result.symptoms("ddp-ranks-diverged")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_outside_write.py", text), found[0]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "text"), [
+    ("nograd", "with torch.no_grad():"),
+    ("data", "self.conv.weight.data[:, 0] = built"),
+    ("healthy", None),
+])
+def test_parameters_cut_inside_the_model_are_named_where_the_graph_was_cut(tmp_path_factory, validate_report, how,
+                                                                          text):
+    # the module owning the parameters runs, but reads them with autograd off (a constraint's no_grad inside the
+    # forward: the `with` line is named) or writes a kernel built from them through `.data` (the write is named);
+    # before, the first read as "never ran in the forward" with no line and the second named the loss. The healthy
+    # twin keeps both in the graph and runs a frozen teacher and a weight clamp under no_grad.
+    result = shared_run(tmp_path_factory, f"param-cut-{how}", "param_cut_inside.py", "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 8" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if text is None:
+        assert not found and not result.symptoms("frozen-parameters"), result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("param_cut_inside.py", text), found[0]
+    assert not result.symptoms("frozen-parameters"), result.report["symptoms"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
+@pytest.mark.parametrize(("how", "symptom", "text"), [
+    ("entropy", "nan-loss", "return -(torch.exp(logp) * logp).sum(-1)"),
+    ("distance", "nonfinite-grad", "return torch.sqrt(squared.clamp(min=1e-12) if how"),
+    ("healthy", None, None),
+])
+def test_a_nonfinite_value_made_in_a_helper_of_the_loss_code_is_named_there(tmp_path_factory, validate_report, how,
+                                                                            symptom, text):
+    # "entropy": 0 * -inf of a masked entropy at the first step, in a helper the trainer's loss method calls (the
+    # -inf mask is intended: the product is named, not the log-softmax); "distance": a sqrt at 0 in a method, NaN
+    # only in the backward (the op with the singular derivative is named). Both before any step ran under watch.
+    result = shared_run(tmp_path_factory, f"nan-helper-{how}", "nan_helper_first_step.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done 6" in result.stdout + result.stderr
+    if symptom is None:
+        assert not result.symptoms("nan-loss") and not result.symptoms("nonfinite-grad"), result.report["symptoms"]
+        return
+    found = result.symptoms(symptom)
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("nan_helper_first_step.py", text), found[0]

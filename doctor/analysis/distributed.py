@@ -661,11 +661,62 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                  + "), from each rank's own batch: DDP averages gradients only, so that update stays local "
                  "(all-reduce the update, or express it as a gradient)")
         where = _site(run, site) if site else None
+    elif local := _local_write(run):
+        # the gradients were all-reduced, but the script wrote a parameter (or its gradient) in place outside the
+        # forward and the optimizer's update: on one rank only, or from values each rank computed on its own
+        event, only = local
+        site = event.get("site") or {}
+        part = "gradient of " if event.get("part") == "grad" else ""
+        values.update(written_parameter=event.get("parameter"), written_part=event.get("part"),
+                      written_on_ranks=only)
+        where_text = f"line {site.get('line')}" + (f" (in {site.get('function')})" if site.get("function") else "")
+        if only is not None:
+            text += (f": the gradients were synchronised, but {where_text} writes the {part}parameter "
+                     f"{event.get('parameter')} in place (`{event.get('op')}`) on rank {_listing(only)} only, or "
+                     "a different number of times there: a rank-dependent update the other replicas never make")
+        else:
+            text += (f": the gradients were synchronised, but {where_text} writes the {part}parameter "
+                     f"{event.get('parameter')} in place (`{event.get('op')}`) outside the forward and the "
+                     "optimizer's update, from values each rank computes on its own (its batch, its random "
+                     "generator): DDP averages gradients only, so that write stays local (all-reduce what it "
+                     "uses, or broadcast the result)")
+        where = _site(run, site) if site else None
     else:
         text += ": the gradients were synchronised, so something else made the replicas differ (a rank-dependent "
         text += "update outside the optimizer, buffers, or a different initialisation)"
     return [run.symptom("ddp-ranks-diverged", probe=PROBE, rank=rank, values=values, location=where,
                         step=first_step, summary=text)]
+
+
+def _local_write(run: RunEvidence) -> tuple[dict[str, Any], list[int] | None] | None:
+    """The in-place write of the script that best explains replicas drifting apart while their gradients were
+    synchronised (probes/distributed.py `ddp-local-write`): a line that wrote on some ranks and not on others
+    (or a different number of times) first, the rank-dependent branch; else the first line that wrote a
+    parameter's values, not its gradient (a gradient scaled the same way on every rank, a clip, changes nothing
+    between them). With the ranks it wrote on when that differs, else None."""
+    firsts: dict[tuple[Any, Any], dict[str, Any]] = {}
+    counts: dict[tuple[Any, Any], dict[int, int]] = {}
+    for rank in run.ranks:
+        for e in run.of_kind("ddp-local-write", PROBE, rank):
+            site = e.get("site") or {}
+            key = (site.get("path"), site.get("line"))
+            firsts.setdefault(key, e)
+            counts.setdefault(key, {}).setdefault(rank, 1)
+        for e in run.of_kind("ddp-local-writes", PROBE, rank):
+            for site in e.get("sites") or []:
+                key = (site.get("path"), site.get("line"))
+                if key in counts:
+                    counts[key][rank] = int(site.get("count") or 1)
+    if not firsts:
+        return None
+    ranks = set(run.ranks)
+    order = sorted(firsts, key=lambda k: (firsts[k].get("at_step") or 0))
+    for key in order:
+        by_rank = counts.get(key, {})
+        if set(by_rank) != ranks or len(set(by_rank.values())) > 1:
+            return firsts[key], sorted(by_rank)
+    data = [k for k in order if firsts[k].get("part") != "grad"]
+    return (firsts[data[0]], None) if data else None
 
 
 def _expand(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:

@@ -13,6 +13,7 @@ from typing import Any
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.sites import latest, location, plural
+from torchdoctor.analysis.source import grad_off_line
 
 PROBE = "gradflow"
 
@@ -133,7 +134,28 @@ def _gradless(run: RunEvidence, rank: int, params: dict[str, Any], gradless: dic
                 "the graph is cut between them and the loss")
         values: dict[str, Any] = {"parameters": names, "count": len(names), "modules": [c["module"] for c in cut]}
         where = None
-        if call:
+        if call and call.get("how"):
+            # the parameters themselves were used where no graph records them, inside the model or its helper
+            values["op"] = call["op"]
+            site = dict(call.get("site") or {})
+            how = call["how"]
+            off = grad_off_line(site["path"], site.get("line")) if how == "no_grad" and site.get("path") else None
+            if off is not None:
+                site["line"] = off
+            where = location(run, site)
+            line = f" on line {where.line}" if where and where.line else ""
+            text = (f"{plural(len(names), 'trainable parameter')} of {modules} got no gradient in "
+                    f"{plural(checks, 'step')}")
+            if how == "no_grad":
+                text += (f": their values are read with autograd off (`{call['op']}`" + (
+                    f", under the `no_grad` of line {off}" if off is not None else line) + "), so the result is a "
+                    "constant")
+            elif how == "data":
+                text += f": they are read through `.data`{line}, which no graph records"
+            else:
+                text += (f": a value computed from them is written into a parameter's storage (`{call['op']}`{line}) "
+                         "through `.data` or under no_grad, where no graph records it")
+        elif call:
             values["op"] = call["op"]
             where = location(run, call.get("site"))
             text += f", at `{call['op']}`" + (f" on line {where.line}" if where and where.line else "")

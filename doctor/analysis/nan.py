@@ -16,7 +16,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.source import last_assignment_line, op_line
+from torchdoctor.analysis.source import last_assignment_line, op_line, static_callees
 from torchdoctor.model import Evidence, Location, Symptom
 
 PROBE = "nan"
@@ -98,6 +98,8 @@ def _nonfinite(run: RunEvidence, rank: int, out: Analysis, lim: dict[str, Any]) 
         elif what in ("grad", "parameters"):
             grad_symptom = _grad_symptom(run, rank, event)
             grad_step = step
+            if event.get("graph_backward") and grad_symptom.location is None:
+                _placed_by_graph(run, grad_symptom, event, lim)
             out.symptoms.append(grad_symptom)
         if event.get("unlocalised"):
             out.notes.append(f"nan probe: the non-finite {what} at step {step} was not localised: "
@@ -232,21 +234,31 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
     places = [tuple(c) for c in event.get("loss_code") or [] if isinstance(c, list) and len(c) == 3]
     if not op or not syntax or not places:
         return False
-    found = op_line(places, list(syntax))
+    operands = [o for name in event.get("graph_op_inputs") or [] for o in (lim.get("loss_op_syntax") or {}).get(
+        name, []) if o.isidentifier()]
+    found = op_line(places, list(syntax), operands=operands)
     callees = [tuple(c) for c in event.get("loss_callees") or [] if isinstance(c, list) and len(c) == 3]
     if found is None and callees:
         # not written in the loss code itself: in a helper it called (a loss object's masked mean), among the
         # lines that ran torch ops in the watched step (the branch taken, not its twin)
         ran = {(c[0], c[1]) for c in event.get("loss_lines") or [] if isinstance(c, list) and len(c) == 2}
-        found = op_line(places + callees, list(syntax), ran)
+        found = op_line(places + callees, list(syntax), ran, operands=operands)
         places = places + callees
+    if found is None and not callees:
+        # nothing ran under watch yet (the first step): the helpers and methods the loss code calls by name
+        statics = static_callees(places)
+        if statics:
+            found = op_line(places + statics, list(syntax), operands=operands)
+            places = places + statics
     if found is None:
         return False
     path, line = found
     function = next((c[2] for c in places if c[0] == path), None)
     _place(symptom, run.location(path, line, None if function == "<module>" else function),
-           f"; its autograd graph shows `{op}` making the non-finite value from the finite inputs it saved, and "
-           f"line {line} is the one line of the loss code that writes it", made_op=op)
+           (f"; the graph of that backward holds one op whose derivative is infinite at a finite point, `{op}`, and "
+            f"line {line} is the one line of the loss code that writes it" if event.get("graph_backward") else
+            f"; its autograd graph shows `{op}` making the non-finite value from the values it saved, and "
+            f"line {line} is the one line of the loss code that writes it"), made_op=op)
     return True
 
 

@@ -197,15 +197,16 @@ def sync_switch_line(path: str, function: str | None, backward_line: int | None)
 
 
 def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str],
-            ran: set[tuple[str, int]] | None = None) -> tuple[str, int] | None:
+            ran: set[tuple[str, int]] | None = None, operands: list[str] | None = None) -> tuple[str, int] | None:
     """The one line, across the script's loss code (`places`: file, first line, function), that writes an op
     spelled by `syntax`: "/" (a division), "**", or a call or method name (`log`, `cross_entropy`). `ran`: when
     given, only lines that ran a torch op in the watched step count. None when no line or several lines do: the
     analysis never picks between them."""
     lines: set[tuple[str, int]] = set()
     names = {s for s in syntax if s.isidentifier()}
-    binops = {"/": ast.Div, "//": ast.FloorDiv, "**": ast.Pow}
+    binops = {"/": ast.Div, "//": ast.FloorDiv, "**": ast.Pow, "*": ast.Mult}
     wanted = tuple(binops[s] for s in syntax if s in binops)
+    feeds: dict[tuple[str, int], set[str]] = {}  # line -> the calls written in the matched op's own operands
     for path, firstlineno, function in places:
         tree = _tree(path)
         if tree is None:
@@ -214,14 +215,71 @@ def op_line(places: list[tuple[str, int | None, str | None]], syntax: list[str],
         for node in _walk_scope(scope):
             if wanted and isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, wanted):
                 lines.add((path, node.lineno))
+                feeds.setdefault((path, node.lineno), set()).update(_called_names(node))
             elif isinstance(node, ast.Call):
                 func = node.func
                 name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
                 if name in names:
                     lines.add((path, node.lineno))
+                    feeds.setdefault((path, node.lineno), set()).update(_called_names(node) - {name})
     if ran is not None:
         lines &= ran
+    if len(lines) > 1 and operands:
+        # several lines write the op (`a * b` is everywhere): the one whose operands call what the graph shows
+        # making the op's inputs (`torch.exp(logps) * logps` for a Mul of an Exp)
+        fed = {line for line in lines if feeds.get(line, set()) & set(operands)}
+        lines = fed or lines
     return next(iter(lines)) if len(lines) == 1 else None
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    out = set()
+    for leaf in ast.walk(node):
+        if isinstance(leaf, ast.Call):
+            func = leaf.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name:
+                out.add(name)
+    return out
+
+
+def static_callees(places: list[tuple[str, int | None, str | None]], depth: int = 3,
+                   limit: int = 12) -> list[tuple[str, int, str]]:
+    """The functions of the same files that the loss code calls by name, to `depth` calls down: `helper(...)`
+    for a module-level `def helper`, `self.method(...)` for a method of the class around the caller. Where a
+    non-finite value is made in a helper of a trainer's loss code before anything ran it under watch (the first
+    step), these are the places its op may be written."""
+    out: list[tuple[str, int, str]] = []
+    seen = {(p, f) for p, _, f in places}
+    frontier = list(places)
+    for _ in range(depth):
+        nxt = []
+        for path, firstlineno, function in frontier:
+            tree = _tree(path)
+            if tree is None:
+                continue
+            scope = _scope(tree, firstlineno, function)
+            module_defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            owner = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and scope in c.body), None)
+            methods = {n.name: n for n in owner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
+                if owner is not None else {}
+            for node in _walk_scope(scope):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                target = None
+                if isinstance(func, ast.Name):
+                    target = module_defs.get(func.id)
+                elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                    target = methods.get(func.attr)
+                if target is None or (path, target.name) in seen or len(out) >= limit:
+                    continue
+                seen.add((path, target.name))
+                place = (path, target.lineno, target.name)
+                out.append(place)
+                nxt.append(place)
+        frontier = nxt
+    return out
 
 
 def config_key_line(path: str, line: int | None, keys: list[str]) -> int | None:
@@ -291,4 +349,42 @@ def _writes_infinity(node: ast.AST) -> bool:
             return True
         if isinstance(leaf, ast.Attribute) and leaf.attr == "inf" or isinstance(leaf, ast.Name) and leaf.id == "inf":
             return True
+    return False
+
+
+GRAD_OFF_CALLS = ("no_grad", "inference_mode")
+
+
+def grad_off_line(path: str, line: int | None) -> int | None:
+    """The line that turned autograd off around `line`: the innermost `with torch.no_grad():` (or
+    `inference_mode()`, `set_grad_enabled(False)`) whose body holds it, else the `@torch.no_grad()` decorator of the
+    innermost function that holds it. None when neither is written there (grad mode was turned off by a caller
+    elsewhere, or by a framework)."""
+    tree = _tree(path)
+    if tree is None or line is None:
+        return None
+    best: tuple[int, int] | None = None  # (span, line) of the innermost match
+    for node in ast.walk(tree):
+        end = getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+        if not hasattr(node, "lineno") or not node.lineno <= line <= end:
+            continue
+        found = None
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(_turns_grad_off(i.context_expr) for i in node.items):
+            if node.body and node.body[0].lineno <= line:
+                found = node.lineno
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found = next((d.lineno for d in node.decorator_list if _turns_grad_off(d)), None)
+        if found is not None and (best is None or end - node.lineno < best[0]):
+            best = (end - node.lineno, found)
+    return best[1] if best else None
+
+
+def _turns_grad_off(node: ast.AST) -> bool:
+    call = node.func if isinstance(node, ast.Call) else node
+    name = call.attr if isinstance(call, ast.Attribute) else call.id if isinstance(call, ast.Name) else None
+    if name in GRAD_OFF_CALLS:
+        return True
+    if name == "set_grad_enabled" and isinstance(node, ast.Call) and node.args:
+        arg = node.args[0]
+        return isinstance(arg, ast.Constant) and arg.value is False
     return False
