@@ -181,10 +181,14 @@ def _mode_of(index: Index, call: ast.Call) -> str | None:
     if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
         return None
     receiver = mode_receiver(call)
-    b = index.binding(receiver)
+    # `Generator(4).eval()`, `AutoModel.from_pretrained(p).eval()`: the switch is chained on the call that builds
+    # the model, before it is bound to a name, so the name's kind cannot vouch for it yet; a no-argument
+    # `.eval()`/`.train()` on a fresh call result is a module's (SRGAN's test scripts, mdlm's perplexity model)
+    built = isinstance(receiver, ast.Call)
+    b = None if built else index.binding(receiver)
     if b is not None and b.kind != "module":
         return None
-    if not index.is_model(receiver):
+    if not built and not index.is_model(receiver):
         return None
     if func.attr == "eval":
         return "eval" if not call.args and not call.keywords else None

@@ -125,12 +125,24 @@ def _rebound_in_place(index, name: ast.Name) -> bool:
                for n in ast.walk(scope))
 
 
+_GROWERS = frozenset({"append", "extend", "insert"})
+
+
+def _grown_with(index, name: ast.Name) -> list[ast.expr]:
+    """What `log_probs.append(dist.log_prob(a))` and the like put into a list the function filled by calls: the
+    assignment the definitions list is only its empty start (`log_probs = []`, A2C's rollout buffers)."""
+    scope = index.function_of(name) or index.tree
+    return [n.args[-1] for n in ast.walk(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _GROWERS and n.args and isinstance(n.func.value, ast.Name) and n.func.value.id == name.id]
+
+
 def _name(index, name: ast.Name, depth: int) -> Reach:
     values = index.definitions(name.id, name)
     if not values:
         return _NONE if _loop_target(index, name) else _UNKNOWN
     if _rebound_in_place(index, name):
         return _UNKNOWN
+    values = [*values, *_grown_with(index, name)]
     found = []
     for value in values:
         stmt = index.statement_of(value)
@@ -165,8 +177,11 @@ def _call(index, call: ast.Call, depth: int) -> Reach:
         if index.grad_disabled(call):
             return Reach(CUT, call, "no_grad")
         return _LIVE
-    if isinstance(func, ast.Attribute) and q is None:
-        # a method of a value (`x.abs().mean()`, `out.view(-1)`): the receiver's paths and the arguments'
+    if isinstance(func, ast.Attribute) and (q is None or isinstance(func.value, ast.Name) and index.definitions(
+            func.value.id, func.value)):
+        # a method of a value (`x.abs().mean()`, `out.view(-1)`): the receiver's paths and the arguments'. Also
+        # when the resolver reads a local variable's name as a module alias: after `dist, value = model(s)`,
+        # `dist.log_prob(a)` is the distribution's method, not torch.distributed's (A2C's actor loss)
         return join(reach(index, func.value, depth + 1), *(reach(index, a, depth + 1) for a in args))
     if q is not None and q.startswith("torch.") or _criterion(index, func):
         return join(*(reach(index, a, depth + 1) for a in args))  # a torch function or a loss: its inputs' paths
