@@ -1184,12 +1184,18 @@ def test_replicas_drifting_through_a_passed_module_or_a_local_update_are_named_t
                                                                                    validate_report, how, text):
     # "passed": the helper that runs the forward received the unwrapped module: the call that hands it down is named,
     # not the helper's forward; "local-rule": a parameter written in place inside the DDP forward from each rank's own
-    # batch (the written parameter joins the checksum, which covers the first and last ones only); the healthy twin
-    # passes the wrapper, all-reduces its local update and clamps in place, the same on every rank
+    # batch (the written parameter joins the checksum, which samples a few parameters across the model); the
+    # healthy twin passes the wrapper, all-reduces its local update and clamps in place, the same on every rank
     from tests.test_run_distributed import dist_run
 
     result = dist_run(tmp_path_factory, f"ddp-local-{how}", "-p", "distributed", "--nproc-per-node", "2",
                       "ddp_local_update.py", "--", how)
+    _assert_divergence_named_at(result, validate_report, "ddp_local_update.py", text)
+
+
+def _assert_divergence_named_at(result, validate_report, script: str, text: str | None) -> None:
+    """A 2-rank run of `script` completed its 10 steps; the replicas' drift is one error named at the line holding
+    `text`, or, for a healthy twin (`text` None), not reported at all."""
     assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
     validate_report(result.report)
     assert result.run["steps_completed"] == 10
@@ -1198,7 +1204,7 @@ def test_replicas_drifting_through_a_passed_module_or_a_local_update_are_named_t
         assert not found, result.report["symptoms"]
         return
     assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("ddp_local_update.py", text), found[0]
+    assert found[0]["location"]["line"] == line_of(script, text), found[0]
 
 
 @pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget
@@ -1453,15 +1459,7 @@ def test_an_in_place_write_outside_the_ddp_forward_that_drifts_the_replicas_is_n
 
     result = dist_run(tmp_path_factory, f"ddp-outside-write-{how}", "-p", "distributed", "--nproc-per-node", "2",
                       "ddp_outside_write.py", "--", how)
-    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
-    validate_report(result.report)
-    assert result.run["steps_completed"] == 10
-    found = result.symptoms("ddp-ranks-diverged")
-    if text is None:
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1 and found[0]["severity"] == "error", result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("ddp_outside_write.py", text), found[0]
+    _assert_divergence_named_at(result, validate_report, "ddp_outside_write.py", text)
 
 
 @pytest.mark.heavy  # a training run per case (~4 s each); the quick suite is at its 10-minute budget

@@ -23,10 +23,11 @@ _FLAG = re.compile(r"""(['"])(-{1,2}[\w-]+)\1""")
 _KEYWORD = re.compile(r"\b(default|dest)\s*=\s*")
 
 
-def _call_text(text: str, start: int) -> str:
-    """The argument text of a call from just after its `(` to its matching `)` (strings and brackets skipped)."""
-    depth, i, quote = 1, start, ""
-    while i < len(text) and depth:
+def _scan(text: str, start: int, depth: int) -> int:
+    """Where a scan from `start` stops, strings and brackets skipped: at the `)` that closes a call already open
+    (`depth` 1: the index after it), or at the first comma at the top level (`depth` 0: the comma's index)."""
+    opened, i, quote = depth, start, ""
+    while i < len(text):
         c = text[i]
         if quote:
             if c == "\\":
@@ -39,30 +40,23 @@ def _call_text(text: str, start: int) -> str:
             depth += 1
         elif c in ")]}":
             depth -= 1
+            if opened and not depth:
+                return i + 1
+        elif c == "," and not opened and not depth:
+            return i
         i += 1
-    return text[start:i - 1] if depth == 0 else ""
+    return -1 if opened else i
+
+
+def _call_text(text: str, start: int) -> str:
+    """The argument text of a call from just after its `(` to its matching `)`."""
+    end = _scan(text, start, 1)
+    return text[start:end - 1] if end > 0 else ""
 
 
 def _value_text(args: str, start: int) -> str:
     """The text of one argument value starting at `start`: up to the next comma at the top level."""
-    depth, i, quote = 0, start, ""
-    while i < len(args):
-        c = args[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "," and depth == 0:
-            break
-        i += 1
-    return args[start:i].strip()
+    return args[start:_scan(args, start, 0)].strip()
 
 
 def declared(texts: Iterable[str]) -> dict[str, str]:
