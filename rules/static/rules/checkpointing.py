@@ -21,7 +21,7 @@ from torchdoctor.rules.static.index import (
 from torchdoctor.rules.static.patterns import latest_value
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.mixed_precision import _exclusive
-from torchdoctor.rules.static.rules.profiling import GPU_SOURCE, snippet
+from torchdoctor.rules.static.rules.profiling import names_a_gpu, snippet
 from torchdoctor.rules.static.semantic import helperreturns
 from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import _position
@@ -1224,7 +1224,7 @@ def _may_change_device(ctx: Context) -> str | None:
     if index.uses_accelerate():
         return ("every process of this Accelerate script runs it: each first materialises the tensors on the GPU "
                 "that saved them (usually cuda:0), piling copies onto one GPU, or fails where that GPU is absent")
-    if GPU_SOURCE.search(ctx.source) is None:
+    if not names_a_gpu(ctx.source):
         return None
     if index.calls_to("torch.cuda.is_available"):
         return "the script picks its device at run time: a checkpoint saved from a GPU then fails to load on a machine without one"

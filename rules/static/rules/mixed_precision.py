@@ -1934,6 +1934,12 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
 # micro-step and which only every n-th; the project pass joins them by the class.
 
 
+def _text_of(ctx: Context, node: ast.AST) -> str:
+    """The source lines a node spans."""
+    lines = ctx.memo("mixed_precision:lines", lambda: ctx.source.splitlines())
+    return "\n".join(lines[node.lineno - 1:node.end_lineno])  # type: ignore[attr-defined]
+
+
 def _leave_update_helpers(ctx: Context) -> None:
     index = ctx.index
     source = ctx.source
@@ -1944,8 +1950,9 @@ def _leave_update_helpers(ctx: Context) -> None:
             zeroes: dict[str, tuple[int, str]] = {}  # method -> (line, receiver) of its zero_grad
             steps: list[str] = []
             for fn in cls.body:  # type: ignore[attr-defined]
-                if not isinstance(fn, FUNCTIONS):
-                    continue
+                if not isinstance(fn, FUNCTIONS) or "zero_grad" not in (text := _text_of(ctx, fn)) \
+                        and "step" not in text:
+                    continue  # neither call can be in it: no walk (torch's own optim classes are many and long)
                 for call in ast.walk(fn):
                     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
                         continue

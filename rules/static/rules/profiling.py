@@ -37,6 +37,14 @@ GPU_SOURCE = re.compile(
     r"""\.cuda\(|["']cuda(?::\d*)?["']|\bf["']cuda:\{|["']nccl["']"""
     r"""|\btorch\.cuda\.(?!(?:is_available|device_count|get_device_name|get_device_properties|is_bf16_supported)\b)"""
 )
+
+
+def names_a_gpu(source: str) -> bool:
+    """GPU_SOURCE in a file's text. Every one of its spellings holds "cuda" or "nccl": a substring test first spares
+    the regex (no literal prefix, so it tries every position) the many files that name neither."""
+    return ("cuda" in source or "nccl" in source) and GPU_SOURCE.search(source) is not None
+
+
 # Positional slots of torch.utils.data.DataLoader's arguments.
 _LOADER_POSITIONS = {"dataset": 0, "num_workers": 5, "pin_memory": 7}
 _SYNCHRONIZE = frozenset(
@@ -82,7 +90,7 @@ def trains_on_gpu(ctx: Context) -> bool:
     return ctx.memo(
         "profiling:trains-on-gpu",
         lambda: bool(ctx.index.training_loops())
-        and (GPU_SOURCE.search(ctx.source) is not None or ctx.index.uses_accelerate()),
+        and (names_a_gpu(ctx.source) or ctx.index.uses_accelerate()),
     )
 
 
@@ -649,7 +657,7 @@ def _non_blocking(call: ast.Call) -> bool:
 @rule("TD504", ast.Module)
 def blocking_copy_from_pinned_loader(node: ast.Module, ctx: Context) -> None:
     loader_loops = _loader_loops(ctx)
-    if not loader_loops or GPU_SOURCE.search(ctx.source) is None:
+    if not loader_loops or not names_a_gpu(ctx.source):
         return
     index = ctx.index
     for loop, loaders in loader_loops:
@@ -883,7 +891,7 @@ def _tensor_value(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> 
 @rule("TD507", ast.Module)
 def host_sync_every_step(node: ast.Module, ctx: Context) -> None:
     _leave_host_reads_of_parameters(ctx)
-    if GPU_SOURCE.search(ctx.source) is not None or ctx.index.uses_accelerate():
+    if names_a_gpu(ctx.source) or ctx.index.uses_accelerate():
         ctx.leave("gpu-source", True)
         leave_sites(ctx)  # what this file calls in other files runs on its GPU
     if not ctx.index.training_loops():

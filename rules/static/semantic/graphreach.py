@@ -118,11 +118,29 @@ def _loop_target(index, name: ast.Name) -> bool:
     return False
 
 
+def _scope_facts(index, name: ast.Name) -> tuple[set[str], dict[str, list[ast.expr]]]:
+    """For the scope of a name, one walk: the names an augmented assignment rebinds, and what `.append`/`.extend`/
+    `.insert` put into each list (kept on the index: every term of every loss asks, and a walk per question
+    was a large share of the rule's cost)."""
+    scope = index.function_of(name) or index.tree
+    memo = index.__dict__.setdefault("_graphreach_scopes", {})
+    facts = memo.get(id(scope))
+    if facts is None:
+        rebound: set[str] = set()
+        grown: dict[str, list[ast.expr]] = {}
+        for n in ast.walk(scope):
+            if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+                rebound.add(n.target.id)
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _GROWERS \
+                    and n.args and isinstance(n.func.value, ast.Name):
+                grown.setdefault(n.func.value.id, []).append(n.args[-1])
+        facts = memo[id(scope)] = (rebound, grown)
+    return facts
+
+
 def _rebound_in_place(index, name: ast.Name) -> bool:
     """`reg += p.norm()`: an augmented assignment the definitions do not list, which may add a live path."""
-    scope = index.function_of(name) or index.tree
-    return any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name.id
-               for n in ast.walk(scope))
+    return name.id in _scope_facts(index, name)[0]
 
 
 _GROWERS = frozenset({"append", "extend", "insert"})
@@ -131,9 +149,7 @@ _GROWERS = frozenset({"append", "extend", "insert"})
 def _grown_with(index, name: ast.Name) -> list[ast.expr]:
     """What `log_probs.append(dist.log_prob(a))` and the like put into a list the function filled by calls: the
     assignment the definitions list is only its empty start (`log_probs = []`, A2C's rollout buffers)."""
-    scope = index.function_of(name) or index.tree
-    return [n.args[-1] for n in ast.walk(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr in _GROWERS and n.args and isinstance(n.func.value, ast.Name) and n.func.value.id == name.id]
+    return _scope_facts(index, name)[1].get(name.id, [])
 
 
 def _name(index, name: ast.Name, depth: int) -> Reach:

@@ -195,11 +195,12 @@ def _mode_layer_classes(texts: dict[str, str], headers: dict[str, list[tuple[str
                         by_name: dict[str, list[tuple[str, str]]]) -> dict[str, frozenset[str]]:
     """Module classes whose body text names a mode layer, and their subclasses across files (by base name).
     The body is read from the class's header to the next line at column 0 (a nested class reads to the end of
-    its enclosing class: more text, never less). Only files that name such a layer are searched."""
+    its enclosing class: more text, never less). Only files that name such a layer are searched (a substring
+    test first: every spelling holds "ropout" or "BatchNorm")."""
     has: dict[tuple[str, str], bool] = {}
     for module, classes in headers.items():
         text = texts[module]
-        if not classes or not _MODE_LAYER.search(text):
+        if not classes or "ropout" not in text and "BatchNorm" not in text or not _MODE_LAYER.search(text):
             continue
         for name, _bases in classes:
             if not is_module.get((module, name)):
