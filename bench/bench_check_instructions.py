@@ -107,6 +107,19 @@ same seed). What is left, switched off at d6ef938 (16.53 G): the call sites 0.92
 0.46 G (the rest the loop over every call and its arguments). Those words are needed only for the functions the
 project pass settles (4 facts ask them on torch's tree), but a file cannot know which while its tree is alive:
 asking them on demand would mean the project pass reading the calling files again. Not done here.
+
+Then the recall branches of stop 32 were merged on top (check13a/b/c: helpers' returns, mode layers across files,
+graphreach, lossuse, schedule crossings, argparse defaults across files), none of which measured speed: main
+1aa92c8 11.19 G bare, **24.17 G** engine, **0.463**. cProfile against h-checkp13 showed the new cost as a few per-file
+questions asked of every file: the GPU-evidence regex (no literal prefix: tried at every character) moved before
+TD507's early return, so every file paid it (0.24 s of ~3.5); the update-helper facts walked every method of every
+class of a file that says `zero_grad` (torch's optim package: 0.18 s); graphreach walked the whole function for
+each loss term's name, twice (0.09 s); the mode-layer regex over every text of the project (0.11 s). Gated, findings
+unchanged (the same 120 captured files, `cmp`): a substring test ("cuda"/"nccl", "ropout"/"BatchNorm") before each
+regex, methods walked only when their text holds `zero_grad` or `step`, one walk per scope for graphreach's
+in-place rebinds and list growers. d52cf47: 11.20 G bare, 18.62 G engine, **0.601**; bench_check_cpu.py --rounds 3
+--no-torch at load 0.3: **0.52x**. What is left above h-checkp13 (cProfile, ~0.2 s of ~3.6, spread thin): lossuse's
+loss-code questions, TD205's factory facts, the schedule crossings, `names_a_gpu` on torch's cuda-heavy files.
 """
 
 from __future__ import annotations
