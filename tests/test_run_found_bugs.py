@@ -1302,6 +1302,21 @@ def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_
     assert found[0]["location"]["line"] == line_of(script, text), found[0]["location"]
 
 
+def _resume_warning(tmp_path_factory, validate_report, name: str, script: str, how: str,
+                    healthy: bool) -> dict | None:
+    """Run `script` (an earlier job, then the resume) with `how`; the one `resume-optimizer-state-missing` warning it
+    raised, or None for a healthy twin, which must raise none."""
+    result = shared_run(tmp_path_factory, f"{name}-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert f"resumed {how}" in result.stdout + result.stderr
+    found = result.symptoms("resume-optimizer-state-missing")
+    if healthy:
+        assert not found, result.report["symptoms"]
+        return None
+    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
+    return found[0]
+
+
 @pytest.mark.heavy  # a training run per case after an earlier job in its own process (~6 s each)
 @pytest.mark.parametrize(("how", "where"), [("optimizer", "if self.load_optimizer:"),
                                             ("scheduler", "if self.load_scheduler:"),
@@ -1309,17 +1324,12 @@ def test_an_incomplete_checkpoint_through_a_forwarding_helper_is_named_where_it_
 def test_a_restore_that_a_condition_skipped_is_named_at_the_condition(tmp_path_factory, validate_report, how, where):
     # verl #7953: the restore code reads the checkpoint and keeps a load_state_dict behind a flag that is off; the
     # line to change is that condition, not the weights' (or the optimizer's) restore a few lines above it
-    result = shared_run(tmp_path_factory, f"resume-skipped-{how}", "resume_skipped_restore.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert f"resumed {how}" in result.stdout + result.stderr
-    found = result.symptoms("resume-optimizer-state-missing")
-    if where is None:
-        assert not found, result.report["symptoms"]
+    found = _resume_warning(tmp_path_factory, validate_report, "resume-skipped", "resume_skipped_restore.py", how,
+                            healthy=where is None)
+    if found is None:
         return
-    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("resume_skipped_restore.py", where), found[0]
-    assert "was skipped" in found[0]["evidence"][0]["summary"], found[0]["evidence"][0]
+    assert found["location"]["line"] == line_of("resume_skipped_restore.py", where), found
+    assert "was skipped" in found["evidence"][0]["summary"], found["evidence"][0]
 
 
 @pytest.mark.heavy  # a training run per case after an earlier job in its own process (~6 s each)
@@ -1328,19 +1338,14 @@ def test_a_gradscaler_restored_and_then_replaced_is_named_where_the_new_one_is_b
                                                                                     validate_report, how):
     # the continued run starts again at the initial loss scale and skips the overflowing steps on the way down; a
     # scaler rebuilt in a run that restored nothing, or the restored one kept, stays silent
-    result = shared_run(tmp_path_factory, f"resume-scaler-{how}", "resume_scaler_replaced.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert f"resumed {how}" in result.stdout + result.stderr
-    found = result.symptoms("resume-optimizer-state-missing")
-    if how != "bug":
-        assert not found, result.report["symptoms"]
+    found = _resume_warning(tmp_path_factory, validate_report, "resume-scaler", "resume_scaler_replaced.py", how,
+                            healthy=how != "bug")
+    if found is None:
         return
-    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
-    lines = [e["location"]["line"] for e in found[0]["evidence"]]
+    lines = [e["location"]["line"] for e in found["evidence"]]
     built_again = line_of("resume_scaler_replaced.py", "            self.scaler = torch.amp.GradScaler")  # in train()
     assert lines == [built_again, line_of("resume_scaler_replaced.py", 'self.scaler.load_state_dict(state["scaler"])')]
-    assert found[0]["evidence"][0]["values"]["how"] == "scaler-replaced", found[0]["evidence"][0]
+    assert found["evidence"][0]["values"]["how"] == "scaler-replaced", found["evidence"][0]
 
 
 @pytest.mark.heavy  # a training run per case after an earlier job in its own process (~6 s each)
@@ -1350,17 +1355,12 @@ def test_a_resume_that_reads_its_own_checkpoint_and_restores_nothing_is_named_at
     # Flow-Factory #172 (accelerate's load_state before prepare): the state is read before the objects it fills
     # are registered, so only the step comes back; the run then writes the same file next to the optimizer's state.
     # A fresh run that reads a vocabulary from its output folder stays silent.
-    result = shared_run(tmp_path_factory, f"resume-unrestored-{how}", "resume_unrestored.py",
-                        "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert f"resumed {how}" in result.stdout + result.stderr
-    found = result.symptoms("resume-optimizer-state-missing")
-    if how != "bug":
-        assert not found, result.report["symptoms"]
+    found = _resume_warning(tmp_path_factory, validate_report, "resume-unrestored", "resume_unrestored.py", how,
+                            healthy=how != "bug")
+    if found is None:
         return
-    assert len(found) == 1 and found[0]["severity"] == "warning", result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of("resume_unrestored.py", 'self.step = torch.load(os.path.join('), found[0]
-    assert found[0]["evidence"][0]["values"]["how"] == "unrestored", found[0]["evidence"][0]
+    assert found["location"]["line"] == line_of("resume_unrestored.py", 'self.step = torch.load(os.path.join('), found
+    assert found["evidence"][0]["values"]["how"] == "unrestored", found["evidence"][0]
 
 
 @pytest.mark.parametrize("how", ["module", pytest.param("optimizer", marks=pytest.mark.heavy), "healthy",
