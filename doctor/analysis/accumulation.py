@@ -16,6 +16,7 @@ from typing import Any
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.sites import latest, location, plural
+from torchdoctor.analysis.source import accumulation_divisor_line
 
 PROBE = "accumulation"
 
@@ -37,6 +38,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _closure_never_zeroed(run, rank, state, lim, out)
         _left_across_steps(run, rank, state, lim, out)
         if k < 2:
+            _stepped_every_micro_step(run, rank, state, lim, out)
             continue
         if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
             if rank == 0:
@@ -310,3 +312,47 @@ def _measurements(hist: dict[int, int], k: int, state: dict[str, Any]) -> dict[s
     m["summary"] = f"backward passes per optimizer step: {shown}" + (
         f"; loss × {m['loss_factor']:.4g} on its way to backward" if factors and m["loss_factor"] != 1 else "")
     return m
+
+
+def _stepped_every_micro_step(run: RunEvidence, rank: int, state: dict[str, Any], lim: dict[str, Any],
+                              out: Analysis) -> None:
+    """The loss divided by k for gradient accumulation, and an optimizer step after every backward.
+
+    Measured: the constant on the loss's way to backward is 1/k (k >= 2) and (nearly) every optimizer step followed
+    one backward. That alone is also a mean of k loss terms (`(l1 + l2 + l3) / 3`) or `0.5 * mse`, so the intent
+    comes from the code: the function that calls backward divides by a count named for accumulation
+    (`loss / accum_steps`). Then nothing accumulates and every update is 1/k of what the learning rate was tuned
+    for (`check`'s TD415 reads the same mistake from the code alone).
+    """
+    if any(s.rank == run.rank_of(rank) and s.id in ("missing-zero-grad", "zero-grad-every-micro-step")
+           for s in out.symptoms):
+        return  # one cause, one finding: a zero_grad problem already explains these steps
+    factors = state.get("factors") or []
+    windows = {int(n): int(c) for n, c in (state.get("windows") or {}).items()}
+    steps = sum(windows.values())
+    if len(factors) < int(lim.get("min_factor_samples", 2)) or steps < int(lim.get("min_not_applied_steps", 4)):
+        return
+    if windows.get(1, 0) / steps < float(lim.get("not_applied_share", 0.9)):
+        return
+    if int(state.get("alternations") or 0) > int(lim.get("max_alternations", 1)):
+        return
+    factor = statistics.median(factors)
+    if not 0 < factor < 1:
+        return
+    k = round(1 / factor)
+    if k < 2 or abs(k * factor - 1) > float(lim.get("not_applied_tolerance", 0.02)):
+        return
+    site = state.get("factor_site") or {}
+    divisor = accumulation_divisor_line(site.get("path", ""), site.get("line")) if site.get("path") else None
+    if divisor is None:
+        return
+    line, name = divisor
+    values = {"micro_steps": k, "loss_factor": round(factor, 6), "steps": steps, "single_backward_steps": windows[1]}
+    text = (f"The loss reaching backward is divided by `{name}` ({k}: × {factor:.4g}), as for accumulating {k} "
+            f"micro-steps per optimizer step, but {windows[1]} of the {plural(steps, 'optimizer step')} followed a "
+            f"single backward: nothing accumulates, and every update is 1/{k} of the size the learning rate was "
+            f"set for")
+    out.symptoms.append(
+        run.symptom("accumulation-not-applied", probe=PROBE, summary=text, values=values,
+                    location=run.location(site["path"], line, site.get("function")), rank=rank)
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import re
 from functools import lru_cache
 
 GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"}
@@ -388,3 +389,43 @@ def _turns_grad_off(node: ast.AST) -> bool:
         arg = node.args[0]
         return isinstance(arg, ast.Constant) and arg.value is False
     return False
+
+
+# Names that say "micro-steps per optimizer step" (the same words TD415 reads in `check`).
+ACCUMULATION_NAME = re.compile(r"accum|micro|grad_acc|acc_steps|update_freq", re.I)
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        parts.append(str(node.slice.value))  # cfg["grad_accum_steps"]
+    return ".".join(reversed(parts))
+
+
+def accumulation_divisor_line(path: str, line: int | None) -> tuple[int, str] | None:
+    """In the function that holds `line` (a `backward()` call), the division of the loss by a count named for
+    gradient accumulation (`loss / accum_steps`, `loss /= args.gradient_accumulation_steps`), nearest before `line`:
+    its line and the divisor's text. None when that function divides by nothing so named."""
+    tree = _tree(path)
+    if tree is None or line is None:
+        return None
+    scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    scope = min(scopes, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if scopes else tree
+    found: list[tuple[int, str]] = []
+    for node in _walk_scope(scope):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div):
+            divisor = node.value
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            divisor = node.right
+        else:
+            continue
+        text = _dotted(divisor)
+        if text and ACCUMULATION_NAME.search(text) and node.lineno <= line:
+            found.append((node.lineno, text))
+    return max(found) if found else None
