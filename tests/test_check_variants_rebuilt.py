@@ -1,0 +1,57 @@
+"""An optimizer, GradScaler or LR scheduler built again after its state was loaded on the resume path (TD709), in
+the shapes real projects use: a plain script (a GradScaler built again at the top of every epoch), a trainer class
+(`self.resume()` then a method that sets `self.optimizer` again), train/evaluate functions called from main.py (a
+load helper of the same file, then the optimizer factory called again), the load helper in another file (a
+scheduler built again), names that say nothing. Each shape is a folder with a `bad` project (the line a diagnosis
+must name ends in `# variant: TD709`) and a `good` twin that builds the object once, before the load, and must stay
+silent. `check` runs on each folder as it would from the command line (the project pass included)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.check import CheckRequest, build_report, prepare
+
+FAMILY = Path(__file__).parent / "fixtures" / "check" / "variants" / "state_rebuilt_after_load"
+SHAPES = sorted(shape.name for shape in FAMILY.iterdir() if shape.is_dir())
+MARK = re.compile(r"#\s*variant:\s*TD709\s*$")
+
+
+def _findings(folder: Path, monkeypatch) -> list[tuple[str, int]]:
+    monkeypatch.chdir(folder)
+    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
+    return [(Path(f.path).name, f.line) for f in build_report(request, prepare(request)).findings if f.code == "TD709"]
+
+
+def _marked(folder: Path) -> set[tuple[str, int]]:
+    return {(p.name, n) for p in folder.glob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
+            if MARK.search(line)}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rebuilt_state_is_found_and_its_twin_stays_silent(shape: str, monkeypatch) -> None:
+    bad, good = FAMILY / shape / "bad", FAMILY / shape / "good"
+    marked = _marked(bad)
+    assert marked, "a bad variant marks its line with `# variant: TD709`"
+    assert set(_findings(bad, monkeypatch)) == marked
+    assert _findings(good, monkeypatch) == []
+
+
+def test_a_rebuild_on_the_other_branch_or_after_a_training_stage_is_not_reported(tmp_path, monkeypatch) -> None:
+    """The constructor on the `else` of the load, in the `except` of a failed load, after the loaded optimizer
+    stepped (a second stage), or a scheduler built with `last_epoch=`: none throws a resume away."""
+    (tmp_path / "stages.py").write_text(
+        "import torch\nfrom torch import nn\n\nmodel = nn.Linear(4, 2)\n"
+        "opt = torch.optim.Adam(model.parameters())\n"
+        "sched = torch.optim.lr_scheduler.StepLR(opt, 10)\n"
+        "try:\n    ck = torch.load('a.pt')\n    opt.load_state_dict(ck['opt'])\n    sched.load_state_dict(ck['s'])\n"
+        "except FileNotFoundError:\n    opt = torch.optim.Adam(model.parameters())\n"
+        "if ck:\n    opt.load_state_dict(ck['opt'])\nelse:\n    opt = torch.optim.Adam(model.parameters())\n"
+        "for _ in range(10):\n    opt.zero_grad()\n    model(torch.randn(2, 4)).sum().backward()\n    opt.step()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "sched = torch.optim.lr_scheduler.StepLR(opt, 10, last_epoch=ck['epoch'])\n"
+    )
+    assert _findings(tmp_path, monkeypatch) == []
