@@ -46,7 +46,8 @@ def state_rebuilt_after_load(node: ast.Module, ctx: Context) -> None:
                     reported.add(id(stmt))
                     ctx.report(stmt, variable=name, kind=_KIND_WORDS[binding.kind], line=load.lineno)
                     break
-        for stmt, load in _rebuilt_by_method(index, name, bindings, loads, calls[1]):
+        found = _rebuilt_by_method(index, name, bindings, loads, calls[1]) + _rebuilt_where_used(index, name, bindings, loads)
+        for stmt, load in found:
             if id(stmt) not in reported:
                 reported.add(id(stmt))
                 kind = next(b.kind for b in bindings if b.node is stmt)
@@ -190,3 +191,65 @@ def _rebuilt_by_method(index: Index, name: str, bindings: list, loads: list[ast.
                 out.append((by_method[target], load))
                 break
     return out
+
+
+def _rebuilt_where_used(index: Index, name: str, bindings: list, loads: list[ast.Call]) -> list[tuple[ast.AST, ast.Call]]:
+    """A class whose every method that works with `self.x` builds it afresh first (`def fit(self): self.scaler =
+    GradScaler(); for batch in ...: self.scaler.scale(loss)`), while another method loads state into it
+    (`def load_checkpoint(self, path): self.scaler.load_state_dict(...)`): whenever the load runs before the
+    training method, as a resume must, its state is replaced; run after, nothing reads it. composer's trainer
+    (#1376) built its GradScaler in `_train_loop` after `__init__` had loaded the checkpoint."""
+    if not name.startswith("self."):
+        return []
+    info = index.class_of(loads[0])
+    if info is None:
+        return []
+    # The methods that load themselves (not those that only call one: their own uses of the object count)
+    load_methods = {index.function_of(c) for c in loads if not _calls_own_method(c)}
+    rebuilt: dict[ast.AST, ast.AST] = {}
+    for b in bindings:
+        fn = index.function_of(b.node)
+        if fn is not None and fn.name != "__init__" and index.class_of(b.node) is not None \
+                and index.class_of(b.node).node is info.node and fn not in load_methods:  # type: ignore[union-attr]
+            rebuilt.setdefault(fn, b.node)
+    if not rebuilt:
+        return []
+    attr = name.split(".", 1)[1]
+    for method in info.methods.values():
+        if method in load_methods:
+            continue
+        uses = [n for n in ast.walk(method) if isinstance(n, ast.Attribute) and n.attr == attr
+                and isinstance(n.ctx, ast.Load) and dotted(n) == name and not _saved_only(index, n)]
+        if not uses:
+            continue
+        first = rebuilt.get(method)
+        if first is None or any((u.lineno, u.col_offset) < (first.lineno, first.col_offset) for u in uses):  # type: ignore[attr-defined]
+            return []  # a method works with whatever object is there, the loaded one included
+        if any(called in load_methods for called in _own_calls(method, info)):
+            return []  # the training method loads (or resumes) itself after building
+    load = loads[0]
+    return [(stmt, load) for stmt in rebuilt.values()]
+
+
+def _own_calls(fn: ast.AST, info) -> list[ast.AST]:
+    """The methods of the class that `fn` calls as `self.name(...)`."""
+    out = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id == "self":
+            target = info.method(n.func.attr)
+            if target is not None:
+                out.append(target)
+    return out
+
+
+def _saved_only(index: Index, node: ast.AST) -> bool:
+    """`self.scaler.state_dict()` (a checkpoint being written) reads the object without working with it."""
+    parent = index.parent(node)
+    return isinstance(parent, ast.Attribute) and parent.attr in ("state_dict", "load_state_dict")
+
+
+def _calls_own_method(call: ast.Call) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+        and "load_state_dict" != func.attr
