@@ -1,10 +1,14 @@
-"""An optimizer, GradScaler or LR scheduler built again after its state was loaded on the resume path (TD709), in
+"""Two resume claims (TD709, TD710) in the shapes real projects use. TD709: an optimizer, GradScaler or LR scheduler
+built again after its state was loaded on the resume path, in
 the shapes real projects use: a plain script (a GradScaler built again at the top of every epoch), a trainer class
 (`self.resume()` then a method that sets `self.optimizer` again), train/evaluate functions called from main.py (a
 load helper of the same file, then the optimizer factory called again), the load helper in another file (a
 scheduler built again), names that say nothing. Each shape is a folder with a `bad` project (the line a diagnosis
 must name ends in `# variant: TD709`) and a `good` twin that builds the object once, before the load, and must stay
-silent. `check` runs on each folder as it would from the command line (the project pass included)."""
+silent. TD710: a resume that restores the optimizer but never reads back the epoch/step counter the save writes (a
+plain script's epoch loop, a trainer's `self.step` with a warm-up keyed to it, a train() function, an iteration
+counter next to a model of another file, names that say nothing); its twin reads the counter back. `check` runs on
+each folder as it would from the command line (the project pass included)."""
 
 from __future__ import annotations
 
@@ -15,29 +19,31 @@ import pytest
 
 from torchdoctor.check import CheckRequest, build_report, prepare
 
-FAMILY = Path(__file__).parent / "fixtures" / "check" / "variants" / "state_rebuilt_after_load"
-SHAPES = sorted(shape.name for shape in FAMILY.iterdir() if shape.is_dir())
-MARK = re.compile(r"#\s*variant:\s*TD709\s*$")
+VARIANTS = Path(__file__).parent / "fixtures" / "check" / "variants"
+CODES = {"state_rebuilt_after_load": "TD709", "resume_counter_not_restored": "TD710"}
+SHAPES = sorted((family, shape.name) for family in CODES for shape in (VARIANTS / family).iterdir() if shape.is_dir())
 
 
-def _findings(folder: Path, monkeypatch) -> list[tuple[str, int]]:
+def _findings(folder: Path, monkeypatch, code: str = "TD709") -> list[tuple[str, int]]:
     monkeypatch.chdir(folder)
     request = CheckRequest(paths=["."], fmt="json", fail_on="never")
-    return [(Path(f.path).name, f.line) for f in build_report(request, prepare(request)).findings if f.code == "TD709"]
+    return [(Path(f.path).name, f.line) for f in build_report(request, prepare(request)).findings if f.code == code]
 
 
-def _marked(folder: Path) -> set[tuple[str, int]]:
+def _marked(folder: Path, code: str) -> set[tuple[str, int]]:
+    mark = re.compile(rf"#\s*variant:\s*{code}\s*$")
     return {(p.name, n) for p in folder.glob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
-            if MARK.search(line)}
+            if mark.search(line)}
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_rebuilt_state_is_found_and_its_twin_stays_silent(shape: str, monkeypatch) -> None:
-    bad, good = FAMILY / shape / "bad", FAMILY / shape / "good"
-    marked = _marked(bad)
-    assert marked, "a bad variant marks its line with `# variant: TD709`"
-    assert set(_findings(bad, monkeypatch)) == marked
-    assert _findings(good, monkeypatch) == []
+@pytest.mark.parametrize(("family", "shape"), SHAPES)
+def test_variant_is_found_and_its_twin_stays_silent(family: str, shape: str, monkeypatch) -> None:
+    code = CODES[family]
+    bad, good = VARIANTS / family / shape / "bad", VARIANTS / family / shape / "good"
+    marked = _marked(bad, code)
+    assert marked, f"a bad variant marks its line with `# variant: {code}`"
+    assert set(_findings(bad, monkeypatch, code)) == marked
+    assert _findings(good, monkeypatch, code) == []
 
 
 def test_a_rebuild_on_the_other_branch_or_after_a_training_stage_is_not_reported(tmp_path, monkeypatch) -> None:
