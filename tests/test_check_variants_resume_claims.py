@@ -61,3 +61,34 @@ def test_a_rebuild_on_the_other_branch_or_after_a_training_stage_is_not_reported
         "sched = torch.optim.lr_scheduler.StepLR(opt, 10, last_epoch=ck['epoch'])\n"
     )
     assert _findings(tmp_path, monkeypatch) == []
+
+
+def test_a_counter_read_elsewhere_or_started_from_a_value_is_not_reported(tmp_path, monkeypatch) -> None:
+    """TD710 stays silent where the counter may come back: the loaded dict handed to a helper, a loop started from
+    a value (`range(first, ...)` parsed from the file name), a weights-only load (fine-tuning), and a batch index
+    of `enumerate` saved as "iter" (not a counter that starts the run)."""
+    body = (
+        "import torch\nfrom torch import nn\n\nmodel = nn.Linear(4, 2)\n"
+        "opt = torch.optim.Adam(model.parameters())\n"
+    )
+    (tmp_path / "handed.py").write_text(
+        body + "ck = torch.load('a.pt')\nmodel.load_state_dict(ck['model'])\nopt.load_state_dict(ck['opt'])\n"
+        "report(ck)\nfor epoch in range(10):\n    opt.step()\n"
+        "    torch.save({'model': model.state_dict(), 'opt': opt.state_dict(), 'epoch': epoch}, 'a.pt')\n"
+    )
+    (tmp_path / "parsed.py").write_text(
+        body + "ck = torch.load('e_7.pt')\nopt.load_state_dict(ck['opt'])\nfirst = int('e_7.pt'[2:-3])\n"
+        "for epoch in range(first, 10):\n    opt.step()\n"
+        "    torch.save({'model': model.state_dict(), 'opt': opt.state_dict(), 'epoch': epoch}, 'e.pt')\n"
+    )
+    (tmp_path / "weights.py").write_text(
+        body + "ck = torch.load('a.pt')\nmodel.load_state_dict(ck['model'])\n"
+        "for epoch in range(10):\n    opt.step()\n"
+        "    torch.save({'model': model.state_dict(), 'opt': opt.state_dict(), 'epoch': epoch}, 'a.pt')\n"
+    )
+    (tmp_path / "batches.py").write_text(
+        body + "ck = torch.load('a.pt')\nopt.load_state_dict(ck['opt'])\n"
+        "for it, batch in enumerate(range(100)):\n    opt.step()\n    if it > 50:\n"
+        "        torch.save({'opt': opt.state_dict(), 'iter': it}, 'a.pt')\n"
+    )
+    assert _findings(tmp_path, monkeypatch, "TD710") == []
