@@ -16,22 +16,25 @@ import ast
 import re
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import Index, dotted
+from torchdoctor.rules.static.index import Index, dotted, last_name
+from torchdoctor.rules.static.rules.checkpointing import _value_used
 
 _COUNTER_KEY = re.compile(r"^(?:start_|last_|cur_|current_|global_|total_)?(?:epoch|step|iter|iteration|it|n_iter|"
                           r"num_steps|steps|epochs|iters|iterations)s?$", re.IGNORECASE)
+_ANY_COUNTER = re.compile(r"epoch|iter|step", re.IGNORECASE)
 _RESTORED_KINDS = ("optimizer", "scaler", "scheduler")
 
 
 @rule("TD710", ast.Module, reads=(ast.Call,))
 def counter_not_restored(node: ast.Module, ctx: Context) -> None:
     # Cheap gate: a file that both saves and loads with torch (most files do neither).
-    if "torch.save" not in ctx.source or "load_state_dict" not in ctx.source:
+    if "torch.load" not in ctx.source or "save" not in ctx.source or "load_state_dict" not in ctx.source:
         return
     index = ctx.index
     saved = _saved_counters(index)
     if not saved:
         return
+    every = saved.pop("__all__")
     for call in index.nodes(ast.Call):
         if index.callee(call) != "torch.load":  # type: ignore[arg-type]
             continue
@@ -39,15 +42,26 @@ def counter_not_restored(node: ast.Module, ctx: Context) -> None:
         if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name)):
             continue
-        keys = _keys_read(index, stmt.targets[0].id, stmt)
-        if keys is None or not _restores_optimizer(index, stmt.targets[0].id, stmt):
-            continue
+        reads = _keys_read(index, stmt.targets[0].id, stmt)
+        if reads is None or not (set(reads) & every):
+            continue  # handed on, or not the checkpoint this file writes
         for key, counter in saved.items():
-            if key in keys or not (keys & set(saved.get("__all__", {}))):
-                continue
-            if _restarts(index, counter):
-                ctx.report(stmt, variable=dotted(counter) or key, key=key, line=counter.lineno)  # type: ignore[attr-defined]
+            if any(_value_used(index, read) for read in reads.get(key, [])):
+                continue  # restored
+            if not (_restores_optimizer(index, stmt.targets[0].id, stmt) or _other_counter_restored(index, reads, key)):
+                continue  # a load of weights (fine-tuning, evaluation), not a resume
+            restart = _restarts(index, counter)
+            if restart is not None:
+                at = restart if isinstance(restart, ast.For) else stmt
+                ctx.report(at, variable=dotted(counter) or key, key=key, line=stmt.lineno)
                 return
+
+
+def _other_counter_restored(index: Index, reads: dict[str, list[ast.AST]], key: str) -> bool:
+    """Another counter of the checkpoint is read back and used (`model.Eiters = checkpoint["Eiters"]`): the load
+    continues a run, although the key asked about is not restored."""
+    return any(other != key and _ANY_COUNTER.search(other) and any(_value_used(index, r) for r in nodes)
+               for other, nodes in reads.items())
 
 
 def _saved_counters(index: Index) -> dict:
@@ -56,8 +70,8 @@ def _saved_counters(index: Index) -> dict:
     found: dict = {}
     every: set[str] = set()
     for call in index.nodes(ast.Call):
-        if index.callee(call) != "torch.save" or not call.args:  # type: ignore[arg-type, attr-defined]
-            continue
+        if not call.args or "save" not in (last_name(call.func) or "").lower():  # type: ignore[attr-defined]
+            continue  # torch.save, or a save helper handed the dict (`save_checkpoint({...}, is_best)`)
         obj = call.args[0]  # type: ignore[attr-defined]
         if isinstance(obj, ast.Name):
             values = index.definitions(obj.id, call)
@@ -75,12 +89,12 @@ def _saved_counters(index: Index) -> dict:
     return found
 
 
-def _keys_read(index: Index, name: str, stmt: ast.AST) -> set[str] | None:
-    """Every key read from the loaded dict, when each read is `ckpt["key"]`, `ckpt.get("key")` or `"key" in
-    ckpt`; None when the dict goes anywhere we cannot follow (handed to a function, returned, iterated, read by a
-    variable key, bound again)."""
+def _keys_read(index: Index, name: str, stmt: ast.AST) -> dict[str, list[ast.AST]] | None:
+    """Every key read from the loaded dict, with its reads, when each read is `ckpt["key"]`, `ckpt.get("key")` or
+    `"key" in ckpt`; None when the dict goes anywhere we cannot follow (handed to a function, returned,
+    iterated, read by a variable key, bound again)."""
     scope = index.function_of(stmt) or index.tree
-    keys: set[str] = set()
+    keys: dict[str, list[ast.AST]] = {}
     for sub in ast.walk(scope):
         if not (isinstance(sub, ast.Name) and sub.id == name) or sub is stmt.targets[0]:  # type: ignore[attr-defined]
             continue
@@ -90,16 +104,16 @@ def _keys_read(index: Index, name: str, stmt: ast.AST) -> set[str] | None:
         if isinstance(parent, ast.Subscript) and parent.value is sub:
             if not (isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, str)):
                 return None
-            keys.add(parent.slice.value)
+            keys.setdefault(parent.slice.value, []).append(parent)
         elif isinstance(parent, ast.Attribute) and parent.attr == "get":
             call = index.parent(parent)
             if not (isinstance(call, ast.Call) and call.args and isinstance(call.args[0], ast.Constant)
                     and isinstance(call.args[0].value, str)):
                 return None
-            keys.add(call.args[0].value)
+            keys.setdefault(call.args[0].value, []).append(call)
         elif isinstance(parent, ast.Compare) and sub in parent.comparators:
             if isinstance(parent.left, ast.Constant) and isinstance(parent.left.value, str):
-                keys.add(parent.left.value)
+                keys.setdefault(parent.left.value, [])
         else:
             return None
     return keys
@@ -120,33 +134,37 @@ def _restores_optimizer(index: Index, name: str, stmt: ast.AST) -> bool:
     return False
 
 
-def _restarts(index: Index, counter: ast.AST) -> bool:
-    """The counter starts from a constant on every run and bounds the training: a `for` variable over
-    `range(constant, ...)`, or a name / `self.x` only ever set to constants and stepped (`step += 1`), read in a
-    comparison or a `range()` (a stop condition, a loop bound)."""
+def _restarts(index: Index, counter: ast.AST) -> ast.AST | None:
+    """Where the counter starts from a constant on every run, when it bounds the training: the `for` over
+    `range(constant, ...)` it is the variable of, or (for a name / `self.x` only ever set to constants and stepped,
+    `step += 1`, read in a comparison or a `range()`: a stop condition, a loop bound) its first assignment."""
     name = dotted(counter)
     if name is None:
-        return False
+        return None
     assigned: list[ast.AST] = []
-    bounded = seen = False
+    loop: ast.AST | None = None
+    bounded = False
     for sub in ast.walk(index.tree):
         if isinstance(sub, ast.For) and dotted(sub.target) == name:
             it = sub.iter
             if not (isinstance(it, ast.Call) and dotted(it.func) == "range" and it.args):
-                return False
+                return None
             if len(it.args) > 1 and not isinstance(it.args[0], ast.Constant):
-                return False  # `range(start_epoch, epochs)`: started from something we do not follow
-            bounded = seen = True
+                return None  # `range(start_epoch, epochs)`: started from something we do not follow
+            bounded, loop = True, loop or sub
         elif isinstance(sub, ast.Assign | ast.AnnAssign):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             if any(dotted(t) == name for t in targets):
-                assigned.append(sub.value)  # type: ignore[arg-type]
+                assigned.append(sub)
             elif any(isinstance(t, ast.Tuple) and any(dotted(e) == name for e in t.elts) for t in targets):
-                return False  # `model, epoch = load(...)`: bound from something we do not follow
+                return None  # `model, epoch = load(...)`: bound from something we do not follow
         elif isinstance(sub, ast.Compare) and any(dotted(x) == name for x in (sub.left, *sub.comparators)):
             bounded = True
         elif isinstance(sub, ast.Call) and dotted(sub.func) == "range" and any(dotted(a) == name for a in sub.args):
             bounded = True
-    if any(not isinstance(v, ast.Constant) for v in assigned if v is not None):
-        return False
-    return bounded and (seen or bool(assigned))  # a counter we saw start (not `for i, batch in enumerate(...)`)
+    if any(not isinstance(a.value, ast.Constant) for a in assigned if a.value is not None):  # type: ignore[attr-defined]
+        return None
+    if not bounded:
+        return None
+    # a counter we saw start (not `for i, batch in enumerate(...)`)
+    return loop or (min(assigned, key=lambda a: (a.lineno, a.col_offset)) if assigned else None)  # type: ignore[attr-defined]
