@@ -43,12 +43,15 @@ def _binding_at(index: Index, expr: ast.AST | str | None, at: ast.AST) -> Bindin
 
 
 def _distributed_setup(ctx: Context) -> ast.AST | None:
-    """The call that makes this a multi-process script: init_process_group, DDP/FSDP, Accelerator()."""
+    """The call that makes this a multi-process script: init_process_group, DDP/FSDP, Accelerator(), DeepSpeed's
+    engine or process group (`deepspeed.initialize`, `deepspeed.init_distributed`: one process per GPU, each
+    running the whole script)."""
 
     def find() -> ast.AST | None:
         index = ctx.index
         names = sorted(
-            index.names["ddp"] | index.names["fsdp"] | {"torch.distributed.init_process_group", "accelerate.Accelerator"}
+            index.names["ddp"] | index.names["fsdp"] | {"torch.distributed.init_process_group", "accelerate.Accelerator",
+                                                        "deepspeed.initialize", "deepspeed.init_distributed"}
         )
         calls = index.calls_to(*names)
         return calls[0] if calls else None
