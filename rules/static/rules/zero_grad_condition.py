@@ -15,7 +15,7 @@ import ast
 
 from torchdoctor.rules.static.api import Context, rule
 from torchdoctor.rules.static.index import Index
-from torchdoctor.rules.static.rules.mixed_precision import _find_mod
+from torchdoctor.rules.static.rules.mixed_precision import _find_mod, is_engine_backward
 from torchdoctor.rules.static.semantic.periods import never_at_period_one
 
 # One condition a statement runs under: the `if` (or `try` handler) node, and which of its branches holds it.
@@ -93,6 +93,9 @@ def zero_grad_under_condition(node: ast.Module, ctx: Context) -> None:
         backs = [c for c in calls if c in backward]
         if not clears or not backs or _unread_clears(scope) or _helper_clears(index, calls):
             continue
+        if all(is_engine_backward(b) for b in backs):
+            continue  # `accelerator.backward(loss)`: a prepared optimizer's step and zero_grad skip the passes
+            # that do not sync, so a clear under `if accelerator.sync_gradients:` is every clear that counts
         skipped = _skipping_clear(index, clears, step_guards, scope)
         if skipped is None:
             continue
