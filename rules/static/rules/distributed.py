@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -42,12 +43,15 @@ def _binding_at(index: Index, expr: ast.AST | str | None, at: ast.AST) -> Bindin
 
 
 def _distributed_setup(ctx: Context) -> ast.AST | None:
-    """The call that makes this a multi-process script: init_process_group, DDP/FSDP, Accelerator()."""
+    """The call that makes this a multi-process script: init_process_group, DDP/FSDP, Accelerator(), DeepSpeed's
+    engine or process group (`deepspeed.initialize`, `deepspeed.init_distributed`: one process per GPU, each
+    running the whole script)."""
 
     def find() -> ast.AST | None:
         index = ctx.index
         names = sorted(
-            index.names["ddp"] | index.names["fsdp"] | {"torch.distributed.init_process_group", "accelerate.Accelerator"}
+            index.names["ddp"] | index.names["fsdp"] | {"torch.distributed.init_process_group", "accelerate.Accelerator",
+                                                        "deepspeed.initialize", "deepspeed.init_distributed"}
         )
         calls = index.calls_to(*names)
         return calls[0] if calls else None
@@ -406,6 +410,75 @@ def _check_sampler_options(node: ast.Call, ctx: Context) -> None:
 # -- TD303 ---------------------------------------------------------------------------------------
 
 _SAVES = ("torch.save",)
+# Other writers of one file from a whole model or its weights, with where their path and object sit:
+# (path keyword, path position, object keyword, object position).
+_OTHER_SAVES = {
+    "torch.jit.save": ("f", 1, "m", 0),
+    "numpy.save": ("file", 0, "arr", 1),
+    "numpy.savez": ("file", 0, None, 1),
+    "numpy.savez_compressed": ("file", 0, None, 1),
+}
+_JIT_BUILDERS = frozenset({"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.freeze"})
+# `save_pretrained` receivers that hold no weights: small text files, written the same by every rank.
+_NOT_WEIGHTS = re.compile(r"tokenizer|processor|config|feature_extractor|image_processor|vocab", re.I)
+
+
+@dataclass(frozen=True)
+class Save:
+    """One call that writes a model or its weights to a path."""
+
+    call: ast.Call
+    what: ast.expr | None  # what it writes
+    path: ast.expr | None  # where
+    api: str  # how the message spells the call: "torch.save", "torch.jit.save", "unwrapped.save_pretrained"
+
+
+def _saves(ctx: Context) -> list[Save]:
+    """torch.save, and the other ways a model reaches a file (memoised per file): `torch.jit.save`, a scripted or
+    traced module's own `.save(path)`, NumPy's `save`/`savez` of weights, and `save_pretrained` (Hugging Face
+    models, PEFT adapters, diffusers pipelines) with no `is_main_process=` or `save_function=` of its own.
+    `accelerator.save` is not one: accelerate writes from the main process only (accelerate.utils.save)."""
+
+    def find() -> list[Save]:
+        index = ctx.index
+        found = [Save(c, kwarg(c, "obj", 0), kwarg(c, "f", 1), "torch.save") for c in index.calls_to(*_SAVES)]
+        for c in index.calls_to(*_OTHER_SAVES):
+            path_key, path_at, what_key, what_at = _OTHER_SAVES[index.callee(c) or ""]
+            what = kwarg(c, what_key, what_at) if what_key else (c.args[what_at] if len(c.args) > what_at else None)
+            found.append(Save(c, what, kwarg(c, path_key, path_at), ctx.segment(c.func, 30)))
+        for c in index.method_calls("save"):
+            receiver = c.func.value  # type: ignore[attr-defined]
+            if _scripted(index, receiver, c):
+                found.append(Save(c, receiver, kwarg(c, "f", 0), ctx.segment(c.func, 40)))
+        for c in index.method_calls("save_pretrained"):
+            receiver = c.func.value  # type: ignore[attr-defined]
+            if any(k.arg in ("is_main_process", "save_function") for k in c.keywords):
+                continue  # the call says which process writes
+            if _NOT_WEIGHTS.search(dotted(receiver) or ctx.segment(receiver, 60)):
+                continue
+            found.append(Save(c, receiver, kwarg(c, "save_directory", 0), ctx.segment(c.func, 40)))
+        return found
+
+    return ctx.memo("TD303-saves", find)
+
+
+def _scripted(index: Index, receiver: ast.AST, at: ast.AST) -> bool:
+    """A TorchScript module: `torch.jit.script(model)` itself, or a name last assigned one."""
+    if isinstance(receiver, ast.Call):
+        return index.callee(receiver) in _JIT_BUILDERS
+    if isinstance(receiver, ast.Name):
+        values = index.definitions(receiver.id, at)
+        return bool(values) and isinstance(values[-1], ast.Call) and index.callee(values[-1]) in _JIT_BUILDERS
+    return False
+
+
+def _spelled(ctx: Context, save: Save) -> str:
+    what = ctx.segment(save.what, 40) if save.what is not None else "the checkpoint"
+    if save.call.func is not None and ctx.index.callee(save.call) in _OTHER_SAVES and save.api.startswith(("np", "numpy")):
+        return f"{save.api}(..., {what})"  # NumPy: the path first
+    if save.api in ("torch.save", "torch.jit.save") or ctx.index.callee(save.call) in _OTHER_SAVES:
+        return f"{save.api}({what}, ...)"
+    return f"{save.api}(...)"  # a method of what is written: `scripted.save(path)`, `model.save_pretrained(dir)`
 
 
 def _names_rank(index: Index, expr: ast.AST | None, _depth: int = 0) -> bool:
@@ -520,15 +593,15 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
     index = ctx.index
     _leave_call_guards(ctx)  # for saves in other files' functions that this file's training code calls
     leave_sites(ctx)  # every call of another file's function, with its rank guard (callcontext.py)
-    saves = index.calls_to(*_SAVES)
+    saves = _saves(ctx)
     if not saves:
         return
     setup = _distributed_setup(ctx)
     if setup is None:
         _leave_unguarded_helpers(ctx, saves)  # a helper module (checkpoint.py): its callers may run on every rank
         return
-    for call in saves:
-        path = kwarg(call, "f", 1)
+    for save in saves:
+        call, path = save.call, save.path
         if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
             continue
         runs_on = _EVERY_RANK
@@ -537,9 +610,10 @@ def save_on_all_ranks(node: ast.Module, ctx: Context) -> None:
                 if _main_process_only(index, call):
                     continue
             runs_on = _EVERY_NODE  # `if local_rank == 0:`: one writer per node, all on the same path
-        what = kwarg(call, "obj", 0)
+        what = save.what
         values = dict(
             variable=ctx.segment(what, 40) if what is not None else "the checkpoint",
+            call=_spelled(ctx, save),
             path=ctx.segment(path, 40) if path is not None else "",
             setup=ctx.segment(setup.func, 40),  # type: ignore[attr-defined]
             runs_on=runs_on,
@@ -579,35 +653,36 @@ def _unguarded_of_mixed_calls(index: Index, save: ast.Call) -> list[tuple[ast.Ca
     return [(c, guarded[0]) for c in callers if c not in guarded and isinstance(c, ast.Call)]
 
 
-def _leave_unguarded_helpers(ctx: Context, saves: list[ast.Call]) -> None:
+def _leave_unguarded_helpers(ctx: Context, saves: list[Save]) -> None:
     """For the project pass: the functions of a file with no distributed setup of its own that write a file with
     torch.save and no rank test (`def save_checkpoint(model, optimizer, ...): torch.save(to_save, path)` in
     efficient-video-recognition's checkpoint.py). The file that sets up the process group and calls them on every
     rank is where the finding goes."""
     index = ctx.index
-    for call in saves:
-        path = kwarg(call, "f", 1)
+    for save in saves:
+        call, path = save.call, save.path
         if _names_rank(index, path) or _in_memory(index, path, call) or _temporary(index, path, call):
             continue
         if _main_process_only(index, call):
             continue
         holder = index.function_of(call)
         if holder is not None and isinstance(index.parent(holder), ast.ClassDef):
-            _leave_method_helpers(ctx, holder, call)  # subclasses in other files call them through `self.`
+            _leave_method_helpers(ctx, holder, save)  # subclasses in other files call them through `self.`
             continue
         fn = _outermost_uncalled(index, call)
         if fn is None:
             continue
-        what = kwarg(call, "obj", 0)
-        ctx.leave("TD303-helper", {"function": fn.name,
+        what = save.what
+        ctx.leave("TD303-helper", {"function": fn.name, "call": _spelled(ctx, save),
                                    "variable": ctx.segment(what, 40) if what is not None else "the checkpoint"})
 
 
-def _leave_method_helpers(ctx: Context, method: ast.AST, save: ast.Call) -> None:
+def _leave_method_helpers(ctx: Context, method: ast.AST, found: Save) -> None:
     """For the project pass: the methods of a class that reach an unguarded torch.save through `self.` calls
     (scrl's `BYOLBasedTrainer.save_best_checkpoint` -> `self._save_checkpoint('best')` -> torch.save). A subclass in
     another file that calls one of them on every rank writes the file from every process."""
     index = ctx.index
+    save = found.call
     info = index.class_of(save)
     if info is None:
         return
@@ -622,8 +697,9 @@ def _leave_method_helpers(ctx: Context, method: ast.AST, save: ast.Call) -> None
                         not _main_process_only(index, caller):
                     reach.add(outer)
                     changed = True
-    what = kwarg(save, "obj", 0)
+    what = found.what
     ctx.leave("TD303-method-helper", {"class": info.node.name, "methods": sorted(f.name for f in reach),  # type: ignore[attr-defined]
+                                      "call": _spelled(ctx, found),
                                       "variable": ctx.segment(what, 40) if what is not None else "the checkpoint"})
 
 
@@ -755,7 +831,7 @@ def _unguarded_helper_calls(project: Project) -> list[ProjectHit]:
     call, where the guard belongs, when the call names a module of the project that defines the helper."""
     helpers: dict[tuple[str, str], str] = {}
     for f, fact in project.facts("TD303-helper"):
-        helpers.setdefault((f.module, fact["function"]), fact["variable"])
+        helpers.setdefault((f.module, fact["function"]), fact)
     if not helpers:
         return []
     hits: dict[tuple[str, int, int], ProjectHit] = {}  # a call is left once by method name, once by callee name
@@ -763,11 +839,12 @@ def _unguarded_helper_calls(project: Project) -> list[ProjectHit]:
         if fact.get("guarded") or not fact.get("setup") or "line" not in fact:
             continue
         owners = [(g.module, name) for g, name in project.defining(fact["callee"])] if "." in fact["callee"] else []
-        variable = next((helpers[o] for o in owners if o in helpers), None)
-        if variable is None:
+        helper = next((helpers[o] for o in owners if o in helpers), None)
+        if helper is None:
             continue
         hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
-            "variable": variable, "path": "", "setup": fact["setup"],
+            "variable": helper["variable"], "call": helper.get("call") or f"torch.save({helper['variable']}, ...)",
+            "path": "", "setup": fact["setup"],
             "runs_on": f"every rank (through `{fact['callee']}(...)`, which tests no rank itself)"}))
     return list(hits.values())
 
@@ -793,6 +870,7 @@ def _unguarded_inherited_helper_calls(project: Project) -> list[ProjectHit]:
                 continue
             hits.setdefault((f.path, fact["line"], fact["col"]), ProjectHit(f.path, fact["line"], fact["col"], {
                 "variable": helper["variable"], "path": "",
+                "call": helper.get("call") or f"torch.save({helper['variable']}, ...)",
                 "setup": fact.get("setup") or fact["rank_tested"],
                 "runs_on": f"every rank (through `{fact['callee']}()` of `{helper['class']}`, which tests no rank "
                            "itself, while this method tests the rank before other work)"}))

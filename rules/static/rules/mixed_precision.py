@@ -349,6 +349,7 @@ def _accumulations(index: Index, framework_backward: bool = False) -> list[Accum
     backward = set(index.backward_calls)
     steps = set(index.step_calls)
     helpers = _backward_helpers(index)
+    updaters = _update_helpers(index)
     for loop in index.loops.values():
         backs = [c for c in loop.calls
                  if c in backward and (not is_engine_backward(c)
@@ -356,12 +357,12 @@ def _accumulations(index: Index, framework_backward: bool = False) -> list[Accum
                  or index.local_target(c) in helpers]
         if not backs:
             continue
-        here = [c for c in loop.calls if c in steps]
+        here = [c for c in loop.calls if c in steps or (updaters and index.local_target(c) in updaters)]
         if here:
             mods = [_mod_guard(index, s, loop) for s in here]
             if any(m is None for m in mods):
                 continue  # an optimizer step on every iteration: no accumulation
-            free = tuple(b for b in backs if _mod_guard(index, b, loop) is None)
+            free = tuple(b for b in backs if _mod_guard(index, b, loop) is None) or _both_branches(index, backs, loop)
             if free:
                 found.append(Accumulation(loop, mods[0], free, tuple(here), "modulo"))  # type: ignore[arg-type]
             continue
@@ -376,13 +377,53 @@ def _accumulations(index: Index, framework_backward: bool = False) -> list[Accum
             count = _pieces_of_the_batch(index, loop)
             if count is None:
                 continue
-        elif not (_ACCUM_NAME.search(dotted(count) or "") or isinstance(count, ast.Constant)):
+        elif not (_ACCUM_NAME.search(dotted(count) or "") or isinstance(count, ast.Constant)
+                  or _named_constant(index, count, loop.node)):
             continue  # `for task in range(n_tasks)`: several losses on purpose, not micro-batches
         end = (getattr(loop.node, "end_lineno", 0) or 0, 1 << 30)
         after = tuple(c for c in parent.calls if c in steps and _position(c) > end)
         if after:
             found.append(Accumulation(loop, count, tuple(backs), after, "inner-loop"))
     return found
+
+
+def _update_helpers(index: Index) -> set[ast.AST]:
+    """This file's functions that step an optimizer and run no backward (a trainer's `optimizer_step()`: clip,
+    step, zero_grad): a loop that calls one under `if (i + 1) % n == 0` accumulates as if it stepped itself."""
+    stepping = {index.function_of(c) for c in index.step_calls}
+    if not stepping:
+        return set()
+    backing = {index.function_of(c) for c in index.backward_calls}
+    return {fn for fn in stepping if fn is not None and fn not in backing}
+
+
+def _both_branches(index: Index, backs: list[ast.Call], loop: Loop) -> tuple[ast.Call, ...]:
+    """The backward calls of a loop that runs one in each branch of its accumulation test (`if
+    is_accumulation_step: with model.no_sync(): loss.backward()` / `else: loss.backward(); opt.step()`): every
+    micro-step runs a backward, though each one sits under the test."""
+    if len(backs) < 2:
+        return ()
+    for b in backs:
+        for anc, child in _between(index, b, loop.node):
+            if isinstance(anc, ast.If) and anc.orelse and _find_mod(index, anc.test, anc) is not None:
+                side = anc.body if child in anc.body else anc.orelse
+                other = anc.orelse if side is anc.body else anc.body
+                if any(_inside_statements(index, o, other) for o in backs if o is not b):
+                    return tuple(backs)
+    return ()
+
+
+def _inside_statements(index: Index, node: ast.AST, body: list[ast.stmt]) -> bool:
+    wanted = set(map(id, body))
+    return any(id(anc) in wanted for anc in index.ancestors(node)) or id(node) in wanted
+
+
+def _named_constant(index: Index, count: ast.expr, at: ast.AST) -> bool:
+    """`k` for `for j in range(k)` where `k = 4`: a fixed count, read like the constant itself."""
+    if not isinstance(count, ast.Name):
+        return False
+    value = _value_of(index, count.id, at)
+    return isinstance(value, ast.Constant) and type(value.value) is int
 
 
 def _step_after_in_function(index: Index, loop: Loop, count: ast.expr | None,

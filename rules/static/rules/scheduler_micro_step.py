@@ -65,8 +65,11 @@ def _lr_steps(ctx: Context, calls: list[ast.Call]) -> list[ast.Call]:
         if call in optimizer_steps:
             continue
         name = dotted(func.value) or ""
-        if name in table or (_SCHED_NAME.search(name) and not _NOT_LR.search(name)):
+        if name in table:
             found.append(call)
+        elif not _NOT_LR.search(name) and (_SCHED_NAME.search(name)
+                                           or ctx.index.kind_of(func.value, guess=False) == "scheduler"):
+            found.append(call)  # the last: a scheduler another file's factory returned (`build_lr_policy(...)`)
     return found
 
 
