@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from operator import attrgetter
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name, vocabulary
@@ -705,7 +706,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
         # no name and no call handed over (the test of every call's arguments, run as a loop in C)
-        handed = [*map(type, call.args), *(type(k.value) for k in call.keywords)]  # type: ignore[attr-defined]
+        handed = [*map(type, call.args), *map(type, map(_VALUE, call.keywords))]  # type: ignore[attr-defined]
         if ast.Name not in handed and ast.Call not in handed:
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
@@ -919,6 +920,7 @@ def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> 
     return out
 
 
+_VALUE = attrgetter("value")
 _WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
                        "torch.nn.parallel.DataParallel", "torch.compile"})
 
@@ -1156,6 +1158,10 @@ def _leave_softmax_factories(ctx: Context) -> None:
     """For the project pass: a module-level function whose every `return` is an `nn.Sequential(...)` ending in
     `nn.Softmax` (built in the return or bound to a name it returns): the model it builds ends in a softmax."""
     index = ctx.index
+    if "torch.nn.Softmax" not in index.calls_by_name or "torch.nn.Sequential" not in index.calls_by_name:
+        # neither layer is called here (the calls index files each call under the name `resolve` gives it): no
+        # return can be one, and following every function's returned names would build the table of assignments
+        return
     for name, fn in index.functions.items():
         if not isinstance(index.parent(fn), ast.Module):
             continue
