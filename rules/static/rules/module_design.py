@@ -455,6 +455,9 @@ def _moved_through_local(index, read: ast.Attribute) -> bool:
 _LOSS_CLASSES = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}
 
 
+_FUNCTIONAL_LOSSES = frozenset({"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss"})
+
+
 def _loss_kind(index, node: ast.Call, bound: bool = True) -> str | None:
     """`bound`: some name of the file holds a cross-entropy or NLL loss module (else no call can be one)."""
     q = index.callee(node)
@@ -523,7 +526,10 @@ def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
         out: dict[ast.Call, str] = {}
         wrappers = _wrapped_loss_kinds(ctx)
         wrapping = any(k is not None for k in wrappers.values())  # else no call of a local class is a loss
-        for call in index.nodes(ast.Call):
+        # with neither, only the functional losses can be one: their calls, from the calls index (filed under
+        # `callee`, the name `_loss_kind` compares), in the walk's order, not every call of the file
+        calls = index.nodes(ast.Call) if bound or wrapping else index.calls_named(_FUNCTIONAL_LOSSES, frozenset())
+        for call in calls:
             kind = _loss_kind(index, call, bound)  # type: ignore[arg-type]
             if kind is None and wrapping:
                 cls = _local_class_called(index, call)  # type: ignore[arg-type]
