@@ -1382,7 +1382,12 @@ def _leave_schedule_crossings(ctx: Context) -> None:
             ctx.leave("schedule-stepped", {"line": call.lineno, "col": call.col_offset + 1, "variable": receiver,
                                            "per": where[0], "from": came})
     epochs, _ = _epoch_count(ctx)
-    for made in index.nodes(ast.Call):
+    # `_scheduler_call` accepts a call by the name `resolve` gives it, the name the calls index files it under:
+    # the calls of the names it could accept, in the walk's order, not every call of the file
+    n = index.names
+    prefixes = tuple(n["scheduler_prefixes"])
+    named = frozenset(q for q in index.calls_by_name if q in n["scheduler_factories"] or q.startswith(prefixes))
+    for made in index.calls_named(named, frozenset()) if named else ():
         q = _scheduler_call(index, made)
         if q is None:
             continue
@@ -1537,6 +1542,8 @@ def _imported_schedule_classes(index: Index) -> list[str]:
     (`WarmupCosineSchedule(optimizer, ...)` from `src.utils.schedulers`, V-JEPA's evals)."""
     local = {c.name for c in index.nodes(ast.ClassDef)}  # type: ignore[attr-defined]
     found: list[str] = []
+    if index.source.isascii() and "sched" not in index.lowered():
+        return found  # no name holds `_SCHED_NAME`'s word
     for call in index.nodes(ast.Call):
         func = call.func  # type: ignore[attr-defined]
         name = last_name(func) or ""

@@ -415,6 +415,9 @@ def _iterator_rebuilt_per_step(ctx: Context) -> None:
     each step makes a new iterator, so the loader starts its workers again and hands back its first batch (the
     same batch every step when it does not shuffle)."""
     index = ctx.index
+    text = ctx.source
+    if text.isascii() and ("next" not in text or "iter" not in text):
+        return  # `next(iter(...))` spells both names (the parser normalises identifiers: an ASCII text is sure to)
     for call in index.nodes(ast.Call):
         func = call.func  # type: ignore[attr-defined]
         if not (isinstance(func, ast.Name) and func.id == "next" and call.args):  # type: ignore[attr-defined]
