@@ -141,7 +141,10 @@ def _handed_to_a_registrar(index: Index, info: ClassInfo) -> set[str]:
     self._add_to_parameters(m.parameters(), ...)`: a registration helper of the project (kefirski/pytorch_RVAE
     patches one onto nn.Module) registers the list's parameters one by one."""
     out: set[str] = set()
-    for call in index.nodes(ast.Call):
+    # the method names a registrar may have, from the calls index's table of method calls (asked per class: the
+    # loop over every call of the file was made once per class)
+    methods = frozenset(m for m in index.calls_by_method if _REGISTRAR.search(m))
+    for call in index.calls_named(frozenset(), methods) if methods else ():
         func = call.func  # type: ignore[attr-defined]
         if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self" and _REGISTRAR.search(func.attr)):
             continue
