@@ -120,6 +120,38 @@ regex, methods walked only when their text holds `zero_grad` or `step`, one walk
 in-place rebinds and list growers. d52cf47: 11.20 G bare, 18.62 G engine, **0.601**; bench_check_cpu.py --rounds 3
 --no-torch at load 0.3: **0.52x**. What is left above h-checkp13 (cProfile, ~0.2 s of ~3.6, spread thin): lossuse's
 loss-code questions, TD205's factory facts, the schedule crossings, `names_a_gpu` on torch's cuda-heavy files.
+
+Then (checkp14), findings unchanged (the same sorted JSON, info and the pre-pass's tables included: torch's three
+trees as one project and file by file, every fixture folder, the same 30 extracted repositories; 334 files, `cmp`
+after every change): main 8e9e895 11.18 G bare, 18.70 G engine, **0.598**; h-checkp14 eb7ba95 11.24 G bare, 16.57 G
+engine, **0.678** (the engine 11.4 % fewer instructions). With the last change (0cb7b07): 11.23 G, 16.56 G,
+**0.678**. bench_check_cpu.py --rounds 3 --no-torch, alternated: at load 15-22 (other helpers' valgrind runs and
+probes on the 2 cores) main 0.50x, 0.52x and the branch 0.52x, 0.53x; at load 6-8 main 0.52x, 0.49x and the branch
+(0cb7b07) 0.57x, 0.55x. Scaled from stop 32's 0.601 = 0.52x at load 0.3, 0.678 would be about 0.58x idle: an
+estimate only (the regular expressions spared run at a higher rate per cycle than the Python spared), not measured
+here. What moved it: work every file paid for the few files that need it, now gated on a cheap test of the file or
+read from the calls index. `names_a_gpu` (TD507's and other rules' GPU evidence, asked of every file): its regex has
+no literal prefix, so searching a whole text tried it at every character of every file that says "cuda" anywhere
+(most of torch's); it is now tried only on the lines holding "cuda" or "nccl", with the line's bounds handed to
+`search` (no spelling spans a newline: the same answer on 15,296 files of torch and the extracted repositories),
+about 3 % of the engine's CPU time. `ClassInfo.methods` built its table at every `method(...)` question (every
+`self.x(...)` call the bindings and loops follow): once per class. Asked per function or per class, read once per
+file: lossuse's holders (names and tables holding a function), the update helpers' methods (from the
+`.zero_grad`/`.step` calls of the index, not a walk of every method whose text says "step": every optimizer of
+torch's), a registrar's calls (the method-calls index), debugging's calls by function (the index's `calls_in` table,
+built the same way), autograd's trainable attributes (one walk of the class for the numbers and the `self.x` names,
+not two). `name_kind` (four case-blind regex searches) answered once per spelling. Loops over every call of a file
+replaced by the calls index: the file's own functions and methods (`_local_function_calls`, from the names of its
+functions, nested functions and methods; every call only when an import claims one of those names), TD205's loss
+kinds when no loss module is bound and no local class wraps one (the functional losses' calls), TD406/TD407's
+scheduler constructions (the names `resolve` files under a scheduler prefix or factory). Skipped on a test of the
+text (ASCII texts only: the parser normalises identifiers): a bare `set_device(...)`, TD707's optimizer writes and
+reads ("save"; "load", "resume", "restore"), schedules of other modules ("sched"), `next(iter(loader))`; TD205's
+softmax factories in a file that calls no nn.Softmax and no nn.Sequential (each module-level function's returned
+names were followed, building the file's table of assignments). What is left (cProfile, shares of the engine):
+TD205's facts ~8 % (the loop over every call for models handed to other modules' functions and methods), the call
+sites ~7 %, TD608's scan of every name for imported roots ~3 %, the walk ~8 % (tried: no visit of nodes without
+children, 2 % of the walk: not kept), the bindings ~6 %.
 """
 
 from __future__ import annotations

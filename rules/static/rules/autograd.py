@@ -586,7 +586,7 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
     count too; buffers and plain tensors do not."""
     trainable: set[str] = set()
     plain: set[str] = set()
-    numbers = _numeric_attrs(info)
+    numbers, attrs = _numeric_attrs(info)
     for assign in index.self_assignments(info, None):
         value = assign.value
         q = index.resolve(value.func) if isinstance(value, ast.Call) else None
@@ -608,17 +608,14 @@ def _trainable_attrs(index: Index, info: ClassInfo) -> set[str]:
         for call in index.method_calls(method):
             if call.args and isinstance(call.args[0], ast.Constant) and index.class_of(call) is info:
                 trainable.add(str(call.args[0].value))
-    unknown = {
-        n.attr
-        for n in subtree(info.node)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
-    } - plain - trainable - _NO_GRAPH_ATTRS
+    unknown = attrs - plain - trainable - _NO_GRAPH_ATTRS
     return trainable | {a for a in unknown if a not in info.methods}
 
 
-def _numeric_attrs(info: ClassInfo) -> set[str]:
+def _numeric_attrs(info: ClassInfo) -> tuple[set[str], set[str]]:
     """`self.K` used as a number somewhere in the class (`self.K + 1`, `range(self.K)`): a count handed to
-    `__init__`, not a module (RepDistiller's ContrastMemory draws `batchSize * (self.K + 1)` negatives)."""
+    `__init__`, not a module (RepDistiller's ContrastMemory draws `batchSize * (self.K + 1)` negatives). With them,
+    every `self.x` the class reads or writes: one walk of the class for both (torch's module classes are long)."""
     def attr(n: ast.AST) -> str | None:
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
             return n.attr
@@ -628,15 +625,18 @@ def _numeric_attrs(info: ClassInfo) -> set[str]:
         return isinstance(n, ast.Constant) and type(n.value) in (int, float)
 
     out: set[str] = set()
+    attrs: set[str] = set()
     for n in subtree(info.node):
-        if isinstance(n, ast.BinOp):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self":
+            attrs.add(n.attr)
+        elif isinstance(n, ast.BinOp):
             for a, b in ((n.left, n.right), (n.right, n.left)):
                 name = attr(a)
                 if name is not None and number(b):
                     out.add(name)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "range":
             out.update(name for name in map(attr, n.args) if name is not None)
-    return out
+    return out, attrs
 
 
 def _uses_trainable(fn: ast.AST, trainable: set[str]) -> bool:

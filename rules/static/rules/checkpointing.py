@@ -2002,6 +2002,8 @@ def _writes_optimizer(ctx: Context) -> str | None:
     (`{"optimizer": optimizer.state_dict()}`), or handed to a save helper (`save_checkpoint(epoch, arch, model,
     optimizer, ...)`)."""
     index = ctx.index
+    if ctx.source.isascii() and "save" not in index.lowered():
+        return None  # no name of the file holds "save" (torch.save included): no call below is read
     for call in index.nodes(ast.Call):
         name = last_name(call.func) or ""  # type: ignore[attr-defined]
         if index.callee(call) == "torch.save":  # type: ignore[arg-type]
@@ -2028,7 +2030,12 @@ def _reads_optimizer_back(index: Index) -> bool:
         receiver = call.func.value  # type: ignore[attr-defined]
         if index.kind_of(receiver) == "optimizer" or "optim" in (dotted(receiver) or "").lower():
             return True
-    for call in index.nodes(ast.Call):
+    # a call below is named for loading, resuming or restoring: a file whose text has none of the three words (an
+    # ASCII text: the parser normalises identifiers) skips the loop over every call
+    lowered = index.lowered()
+    calls = index.nodes(ast.Call) if not index.source.isascii() or any(
+        w in lowered for w in ("load", "resume", "restore")) else ()
+    for call in calls:
         name = (last_name(call.func) or "").lower()  # type: ignore[attr-defined]
         if name == "load_state" or (("load" in name or "resume" in name or "restore" in name) and any(
             index.kind_of(a) == "optimizer" or "optim" in (dotted(a) or "").lower()

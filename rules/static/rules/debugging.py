@@ -220,18 +220,10 @@ def _model_key(expr: ast.AST) -> str | None:
     return name.rsplit(".", 1)[-1]
 
 
-def _calls_by_function(ctx: Context) -> dict[ast.AST | None, list[ast.Call]]:
-    index = ctx.index
-
-    def build() -> dict[ast.AST | None, list[ast.Call]]:
-        table: dict[ast.AST | None, list[ast.Call]] = {}
-        for call in index.nodes(ast.Call):
-            table.setdefault(index.function_of(call), []).append(call)
-        for calls in table.values():
-            calls.sort(key=lambda c: (c.lineno, c.col_offset))
-        return table
-
-    return ctx.memo("debugging:calls-by-function", build)
+def _calls_by_function(ctx: Context, fn: ast.AST | None) -> list[ast.Call]:
+    """The calls made in a function's own body, in source order: the index's table (`calls_in`), which the loops
+    already build, not a second one grouped the same way."""
+    return ctx.index.calls_in(fn)
 
 
 def _local_target(index: Index, call: ast.Call) -> ast.AST | None:
@@ -246,14 +238,14 @@ def _eval_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> bool:
     fn = index.function_of(anchor)
     position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
     last = None
-    for call in _calls_by_function(ctx).get(fn, []):
+    for call in _calls_by_function(ctx, fn):
         if (call.lineno, call.col_offset) >= position:
             break
         mode = _mode_of(index, call)
         if mode is None:
             target = _local_target(index, call)  # set_eval(model), self.prepare_eval()
             if target is not None and target is not fn:
-                modes = [m for m in map(lambda c: _mode_of(index, c), _calls_by_function(ctx).get(target, [])) if m]
+                modes = [m for m in map(lambda c: _mode_of(index, c), _calls_by_function(ctx, target)) if m]
                 mode = modes[-1] if modes else None
         if mode is not None:
             last = mode
@@ -275,7 +267,7 @@ def _train_set_before(ctx: Context, anchor: ast.AST, depth: int = 0) -> ast.Call
     fn = index.function_of(anchor)
     position = (anchor.lineno, anchor.col_offset)  # type: ignore[attr-defined]
     last: tuple[str, ast.Call] | None = None
-    for call in _calls_by_function(ctx).get(fn, []):
+    for call in _calls_by_function(ctx, fn):
         if (call.lineno, call.col_offset) >= position:
             break
         mode = _mode_of(index, call)
@@ -844,7 +836,7 @@ def _trained_models(index: Index, ctx: Context, step: ast.Call) -> frozenset[str
     loop = index.loop_of(step)
     # Outside a loop, the models the step trains ran before it: a model run after it in the same function (the
     # reconstructions muse-maskgit samples every N steps) is what the step's function evaluates, not what it trains.
-    calls = loop.calls if loop is not None else [c for c in _calls_by_function(ctx).get(index.function_of(step), [])
+    calls = loop.calls if loop is not None else [c for c in _calls_by_function(ctx, index.function_of(step))
                                                  if (c.lineno, c.col_offset) < (step.lineno, step.col_offset)]
     # `optimizer.step()`, or `scaler.step(optimizer)`; a bare `scaler.step()` names no optimizer (None: unknown)
     optimizers = [c.func.value if index.kind_of(c.func.value) == "optimizer" else kwarg(c, "optimizer", 0)  # type: ignore[attr-defined]
@@ -900,7 +892,7 @@ def _events(ctx: Context, calls: list[ast.Call], depth: int, stack: tuple[ast.AS
             continue
         if target is not None and depth < 3 and target not in stack:
             dead = _ruled_out(index, target, call)
-            inner_calls = [c for c in _calls_by_function(ctx).get(target, []) if c not in dead]
+            inner_calls = [c for c in _calls_by_function(ctx, target) if c not in dead]
             inner = _events(ctx, inner_calls, depth + 1, (*stack, target))
             if inner is None:
                 return None

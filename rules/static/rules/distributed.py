@@ -1086,7 +1086,10 @@ def _binds_device(ctx: Context) -> bool:
         return True
     if index.calls_to(*index.names["device_binding_calls"]):
         return True  # `self._device = utils.get_device(device=cfg.device)` in a torchtune recipe
-    if any(isinstance(c.func, ast.Name) and c.func.id in _DEVICE_BINDERS for c in index.nodes(ast.Call)):
+    # a bare `set_device(i)` spells the word in the text (the parser normalises identifiers: only an ASCII text
+    # is sure to), so most files skip the loop over every call
+    if ("set_device" in ctx.source or not ctx.source.isascii()) \
+            and any(isinstance(c.func, ast.Name) and c.func.id in _DEVICE_BINDERS for c in index.nodes(ast.Call)):
         return True
     return "CUDA_VISIBLE_DEVICES" in ctx.source
 

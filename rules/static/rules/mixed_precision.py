@@ -1423,7 +1423,12 @@ def _leave_schedule_crossings(ctx: Context) -> None:
             ctx.leave("schedule-stepped", {"line": call.lineno, "col": call.col_offset + 1, "variable": receiver,
                                            "per": where[0], "from": came})
     epochs, _ = _epoch_count(ctx)
-    for made in index.nodes(ast.Call):
+    # `_scheduler_call` accepts a call by the name `resolve` gives it, the name the calls index files it under:
+    # the calls of the names it could accept, in the walk's order, not every call of the file
+    n = index.names
+    prefixes = tuple(n["scheduler_prefixes"])
+    named = frozenset(q for q in index.calls_by_name if q in n["scheduler_factories"] or q.startswith(prefixes))
+    for made in index.calls_named(named, frozenset()) if named else ():
         q = _scheduler_call(index, made)
         if q is None:
             continue
@@ -1578,6 +1583,8 @@ def _imported_schedule_classes(index: Index) -> list[str]:
     (`WarmupCosineSchedule(optimizer, ...)` from `src.utils.schedulers`, V-JEPA's evals)."""
     local = {c.name for c in index.nodes(ast.ClassDef)}  # type: ignore[attr-defined]
     found: list[str] = []
+    if index.source.isascii() and "sched" not in index.lowered():
+        return found  # no name holds `_SCHED_NAME`'s word
     for call in index.nodes(ast.Call):
         func = call.func  # type: ignore[attr-defined]
         name = last_name(func) or ""
@@ -1975,25 +1982,43 @@ def zero_grad_every_micro_step(node: ast.Module, ctx: Context) -> None:
 # micro-step and which only every n-th; the project pass joins them by the class.
 
 
-def _text_of(ctx: Context, node: ast.AST) -> str:
-    """The source lines a node spans."""
-    lines = ctx.memo("mixed_precision:lines", lambda: ctx.source.splitlines())
-    return "\n".join(lines[node.lineno - 1:node.end_lineno])  # type: ignore[attr-defined]
+def _methods_holding(index: Index, calls: list[ast.Call]) -> dict[int, int]:
+    """The methods of module-level classes that hold one of these calls, at any depth inside them: the method's id
+    -> its class's id."""
+    found: dict[int, int] = {}
+    parents = index.parents
+    for call in calls:
+        node, parent = call, parents.get(call)
+        while parent is not None and not isinstance(parent, ast.Module):
+            node, parent = parent, parents.get(parent)
+        if not isinstance(node, ast.ClassDef):
+            continue  # not inside a module-level class
+        inner: ast.AST = call  # the statement of the class's body that holds the call
+        while parents.get(inner) is not node:
+            inner = parents[inner]
+        if isinstance(inner, FUNCTIONS):
+            found[id(inner)] = id(node)
+    return found
 
 
 def _leave_update_helpers(ctx: Context) -> None:
     index = ctx.index
     source = ctx.source
-    if "zero_grad" in source and "class " in source:
+    if "zero_grad" in source and "class " in source and index.method_calls("zero_grad"):
+        # Only a method holding a `.zero_grad(...)` or `.step(...)` call adds to the fact, and only a class with
+        # a `.zero_grad(...)` in one of its methods can leave it: those methods found from the calls index (going
+        # up from each call), not by walking every method whose text says "step" (every optimizer of torch's).
+        holding = _methods_holding(index, index.method_calls("zero_grad"))
+        classes = set(holding.values())
+        holding.update(_methods_holding(index, index.method_calls("step")))
         for cls in ctx.index.nodes(ast.ClassDef):
-            if not isinstance(index.parent(cls), ast.Module):
+            if id(cls) not in classes or not isinstance(index.parent(cls), ast.Module):
                 continue
             zeroes: dict[str, tuple[int, str]] = {}  # method -> (line, receiver) of its zero_grad
             steps: list[str] = []
             for fn in cls.body:  # type: ignore[attr-defined]
-                if not isinstance(fn, FUNCTIONS) or "zero_grad" not in (text := _text_of(ctx, fn)) \
-                        and "step" not in text:
-                    continue  # neither call can be in it: no walk (torch's own optim classes are many and long)
+                if id(fn) not in holding:
+                    continue  # neither call is in it: no walk (torch's own optim classes are many and long)
                 for call in ast.walk(fn):
                     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
                         continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from operator import attrgetter
 
 from torchdoctor.rules.static.api import Context, project, rule
 from torchdoctor.rules.static.index import ClassInfo, Index, dotted, is_constant, kwarg, last_name, vocabulary
@@ -140,7 +141,10 @@ def _handed_to_a_registrar(index: Index, info: ClassInfo) -> set[str]:
     self._add_to_parameters(m.parameters(), ...)`: a registration helper of the project (kefirski/pytorch_RVAE
     patches one onto nn.Module) registers the list's parameters one by one."""
     out: set[str] = set()
-    for call in index.nodes(ast.Call):
+    # the method names a registrar may have, from the calls index's table of method calls (asked per class: the
+    # loop over every call of the file was made once per class)
+    methods = frozenset(m for m in index.calls_by_method if _REGISTRAR.search(m))
+    for call in index.calls_named(frozenset(), methods) if methods else ():
         func = call.func  # type: ignore[attr-defined]
         if not (isinstance(func, ast.Attribute) and dotted(func.value) == "self" and _REGISTRAR.search(func.attr)):
             continue
@@ -454,6 +458,9 @@ def _moved_through_local(index, read: ast.Attribute) -> bool:
 _LOSS_CLASSES = {"torch.nn.CrossEntropyLoss": "cross_entropy", "torch.nn.NLLLoss": "nll"}
 
 
+_FUNCTIONAL_LOSSES = frozenset({"torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss"})
+
+
 def _loss_kind(index, node: ast.Call, bound: bool = True) -> str | None:
     """`bound`: some name of the file holds a cross-entropy or NLL loss module (else no call can be one)."""
     q = index.callee(node)
@@ -522,7 +529,10 @@ def _loss_kinds(ctx: Context) -> dict[ast.Call, str]:
         out: dict[ast.Call, str] = {}
         wrappers = _wrapped_loss_kinds(ctx)
         wrapping = any(k is not None for k in wrappers.values())  # else no call of a local class is a loss
-        for call in index.nodes(ast.Call):
+        # with neither, only the functional losses can be one: their calls, from the calls index (filed under
+        # `callee`, the name `_loss_kind` compares), in the walk's order, not every call of the file
+        calls = index.nodes(ast.Call) if bound or wrapping else index.calls_named(_FUNCTIONAL_LOSSES, frozenset())
+        for call in calls:
             kind = _loss_kind(index, call, bound)  # type: ignore[arg-type]
             if kind is None and wrapping:
                 cls = _local_class_called(index, call)  # type: ignore[arg-type]
@@ -705,7 +715,7 @@ def _leave_softmax_facts(ctx: Context) -> None:
                     ctx.leave("loss-on-class-output", {"cls": cls, "loss": ctx.segment(call.func, 40),
                                                        "line": call.lineno})
         # no name and no call handed over (the test of every call's arguments, run as a loop in C)
-        handed = [*map(type, call.args), *(type(k.value) for k in call.keywords)]  # type: ignore[attr-defined]
+        handed = [*map(type, call.args), *map(type, map(_VALUE, call.keywords))]  # type: ignore[attr-defined]
         if ast.Name not in handed and ast.Call not in handed:
             continue
         local = isinstance(call.func, ast.Name) and call.func.id in index.functions  # type: ignore[attr-defined]
@@ -919,6 +929,7 @@ def _fed_through_callers(index: Index, fed: dict[tuple[ast.AST, int], dict]) -> 
     return out
 
 
+_VALUE = attrgetter("value")
 _WRAPPERS = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel",
                        "torch.nn.parallel.DataParallel", "torch.compile"})
 
@@ -1156,6 +1167,10 @@ def _leave_softmax_factories(ctx: Context) -> None:
     """For the project pass: a module-level function whose every `return` is an `nn.Sequential(...)` ending in
     `nn.Softmax` (built in the return or bound to a name it returns): the model it builds ends in a softmax."""
     index = ctx.index
+    if "torch.nn.Softmax" not in index.calls_by_name or "torch.nn.Sequential" not in index.calls_by_name:
+        # neither layer is called here (the calls index files each call under the name `resolve` gives it): no
+        # return can be one, and following every function's returned names would build the table of assignments
+        return
     for name, fn in index.functions.items():
         if not isinstance(index.parent(fn), ast.Module):
             continue

@@ -80,9 +80,25 @@ def looks_like_loader(name: str | None) -> bool:
     return bool(name) and bool(_LOADER_NAME.search(name.rsplit(".", 1)[-1]))
 
 
+# name_kind's answers by the name's last part: a pure function of the text (four case-blind regex searches), asked
+# of every value a file hands its own functions and of many names more, most of them spelled alike (`x`, `batch`).
+_NAME_KINDS: dict[str, str | None] = {}
+
+
 def name_kind(name: str) -> str | None:
     """The kind a name says it holds (`train_loader`, `optimizer`, `model`), or None."""
     short = name.rsplit(".", 1)[-1]
+    try:
+        return _NAME_KINDS[short]
+    except KeyError:
+        pass
+    if len(_NAME_KINDS) > 50_000:
+        _NAME_KINDS.clear()  # bounded: a long-lived process checking many projects
+    found = _NAME_KINDS[short] = _name_kind(short)
+    return found
+
+
+def _name_kind(short: str) -> str | None:
     if looks_like_loader(short):
         return "dataloader"
     if _SCALER_NAME.search(short):

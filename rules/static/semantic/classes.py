@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
@@ -28,9 +28,17 @@ class ClassInfo:
     def name(self) -> str:
         return self.node.name
 
+    # the methods by name, read off the class body once: rules ask `method(...)` of every `self.x(...)` call, and
+    # building the table each time was about 1 % of `check` over torch's tree (the tree is never changed)
+    _methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] | None = field(
+        default=None, init=False, repr=False, compare=False)
+
     @property
     def methods(self) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-        return {s.name: s for s in self.node.body if isinstance(s, FUNCTIONS)}
+        found = self._methods
+        if found is None:
+            found = self._methods = {s.name: s for s in self.node.body if isinstance(s, FUNCTIONS)}
+        return found
 
     def method(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         return self.methods.get(name)

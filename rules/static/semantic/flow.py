@@ -109,7 +109,16 @@ class Flow:
             if isinstance(owner, FUNCTIONS):
                 nested.setdefault((owner, fn.name), fn)  # type: ignore[attr-defined]
         nested_names = {name for _, name in nested}  # a call by any other name finds no nested function
-        for call in self.nodes(ast.Call):
+        # Only a call by one of those names, of a module-level function or of a method name some class defines can
+        # make a pair: the calls index hands over those (in the walk's order, which the bindings' callers read in),
+        # not every call of the file. A plain name is filed under itself unless an import claims the same name:
+        # then every call is read.
+        names = nested_names | self.functions.keys()
+        methods = {fn.name for fn in self.nodes(ast.FunctionDef) + self.nodes(ast.AsyncFunctionDef)  # type: ignore[attr-defined]
+                   if self.parents.get(fn).__class__ is ast.ClassDef}
+        claimed = names & (self.aliases.keys() | self.vocab["conventional_aliases"].keys())
+        calls = self.nodes(ast.Call) if claimed else self.calls_named(frozenset(names), frozenset(methods))
+        for call in calls:
             func = call.func
             if isinstance(func, ast.Name) and func.id in nested_names:
                 target = self._nested_target(call, func.id, nested)

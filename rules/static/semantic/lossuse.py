@@ -23,23 +23,38 @@ from torchdoctor.rules.static.semantic.syntax import FUNCTIONS, dotted
 def _holders(index, fn: ast.AST) -> tuple[set[str], set[str]]:
     """(names bound to the function itself, names of tables holding it) among the file's assignments."""
     name = getattr(fn, "name", None)
-    aliases: set[str] = set()
-    tables: set[str] = set()
     if name is None:
-        return aliases, tables
-    for target, values in index.assigned_values().items():
-        for value in values:
-            if isinstance(value, ast.Name) and value.id == name:
-                aliases.add(target)
-            elif isinstance(value, ast.Dict) and any(isinstance(v, ast.Name) and v.id == name for v in value.values) \
-                    or isinstance(value, ast.List | ast.Tuple) and any(
-                        isinstance(v, ast.Name) and v.id == name for v in value.elts):
-                tables.add(target)
-    for target, values in index.assigned_values().items():  # `loss_fn = LOSSES[args.loss]`
-        if any(isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id in tables
-               for v in values):
-            aliases.add(target)
-    return aliases, tables
+        return set(), set()
+    named, held, picked = _holding_names(index)
+    aliases = set(named.get(name, ()))
+    tables = held.get(name, set())
+    for table in tables:  # `loss_fn = LOSSES[args.loss]`
+        aliases.update(picked.get(table, ()))
+    return aliases, set(tables)
+
+
+def _holding_names(index) -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
+    """One pass over the file's assignments for every function asked: (a name -> the names assigned it, a name
+    -> the tables (dict, list, tuple) assigned with it among their values, a table -> the names assigned one of its
+    items). Asked per function, the same pass cost a loop over all the file's assignments each time."""
+    cached = index.__dict__.get("_lossuse_holding")
+    if cached is None:
+        named: dict[str, set[str]] = {}
+        held: dict[str, set[str]] = {}
+        picked: dict[str, set[str]] = {}
+        name_cls = ast.Name
+        for target, values in index.assigned_values().items():
+            for value in values:
+                if isinstance(value, ast.Name):
+                    named.setdefault(value.id, set()).add(target)
+                elif isinstance(value, ast.Dict | ast.List | ast.Tuple):
+                    for v in value.values if isinstance(value, ast.Dict) else value.elts:
+                        if v.__class__ is name_cls:
+                            held.setdefault(v.id, set()).add(target)
+                elif isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+                    picked.setdefault(value.value.id, set()).add(target)
+        cached = index.__dict__["_lossuse_holding"] = (named, held, picked)
+    return cached
 
 
 def calls_of(index, fn: ast.AST) -> list[ast.Call]:
