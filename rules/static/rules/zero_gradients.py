@@ -1,9 +1,12 @@
-"""TD612: a square root of a sum of squares (a Euclidean length) with nothing added under the root.
+"""TD612: a square root of a value that reaches exactly 0, with nothing added under the root.
 
-d sqrt(x)/dx = 1 / (2 sqrt(x)) is infinite at x = 0, and a length is exactly 0 whenever the vector is (a flat
-image's gradient map, two coinciding points, an all-zero capsule). Backward then multiplies that inf by the 0
-of the inner derivative and every weight upstream gets NaN. torch.linalg.vector_norm / torch.norm define a 0
-subgradient there, a hand-written root does not.
+d sqrt(x)/dx = 1 / (2 sqrt(x)) is infinite at x = 0. Four values this code computes reach 0 exactly: a sum of
+squares (a length, 0 whenever the vector is: a flat image's gradient map, two coinciding points, an all-zero
+capsule), a variance (0 for a constant row or channel), a value clamped at 0 (`d.clamp(min=0)`: the clamp says it
+gets there, and at exactly 0 torch's clamp passes the gradient through), and `1 - cos**2` (0 where a feature lines
+up with its class weight). Backward then multiplies that inf by the 0 of the inner derivative and every weight
+upstream gets NaN. torch.linalg.vector_norm, torch.norm and torch.std define a 0 subgradient there, and F.relu
+masks its own, so those spellings are not claimed; an epsilon added after the root changes neither.
 """
 
 from __future__ import annotations
@@ -12,14 +15,15 @@ import ast
 import os
 
 from torchdoctor.rules.static.api import Context, rule
-from torchdoctor.rules.static.index import Index, is_constant, kwarg
+from torchdoctor.rules.static.index import Index, dotted, is_constant, kwarg
 from torchdoctor.rules.static.rules.debugging import _in_loss_code
 from torchdoctor.rules.static.rules.profiling import snippet
 
 _REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
 
 
-@rule("TD612", ast.Call, ast.Module, reads=(ast.BinOp,), callees=("torch.sqrt", "torch.pow"), methods=("sqrt", "pow"))
+@rule("TD612", ast.Call, ast.Module, reads=(ast.BinOp,), callees=("torch.sqrt", "torch.pow", "torch.rsqrt"),
+      methods=("sqrt", "pow", "rsqrt"))
 def sqrt_of_sum_of_squares(node: ast.Call | ast.Module, ctx: Context) -> None:
     if isinstance(node, ast.Module):
         # `x ** 0.5` after the calls, as the engine handed BinOps after them: one loop over the file's arithmetic
@@ -34,7 +38,10 @@ def sqrt_of_sum_of_squares(node: ast.Call | ast.Module, ctx: Context) -> None:
 def _sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
     index = ctx.index
     inner = _radicand(index, node)
-    if inner is None or not _differentiated_here(index, ctx, node) or not _sum_of_squares(index, inner, node, 0):
+    if inner is None:
+        return
+    reaches = _reaches_zero(index, inner, node, 0)
+    if reaches is None or not _differentiated_here(index, ctx, node):
         return
     if _read_on_host_only(index, node):
         return
@@ -44,17 +51,20 @@ def _sqrt_of_sum_of_squares(node: ast.Call | ast.BinOp, ctx: Context) -> None:
     if fn in reported:
         return
     reported.add(fn)
-    ctx.report(node, variable=snippet(ctx, node, 60))
+    after = " (the epsilon added after the root keeps the value off 0, not the gradient)" \
+        if _epsilon_after(index, node) else ""
+    ctx.report(node, variable=snippet(ctx, node, 60), radicand=reaches, after=after)
 
 
 def _radicand(index: Index, node: ast.AST) -> ast.expr | None:
-    """What is under the square root: `torch.sqrt(x)`, `x.sqrt()`, `torch.pow(x, 0.5)`, `x.pow(0.5)`, `x ** 0.5`."""
+    """What is under the square root: `torch.sqrt(x)`, `x.sqrt()`, `torch.pow(x, 0.5)`, `x.pow(0.5)`, `x ** 0.5`,
+    and the reciprocal root `torch.rsqrt(x)` / `x.rsqrt()` (infinite at 0 forward as well)."""
     if isinstance(node, ast.BinOp):
         return node.left if _is_half(node.right) else None
     if not isinstance(node, ast.Call):
         return None
     q = index.resolve(node.func)
-    if q == "torch.sqrt":
+    if q in ("torch.sqrt", "torch.rsqrt"):
         return kwarg(node, "input", 0)
     if q == "torch.pow":
         exponent = kwarg(node, "exponent", 1)
@@ -62,7 +72,7 @@ def _radicand(index: Index, node: ast.AST) -> ast.expr | None:
     func = node.func
     if q is not None or not isinstance(func, ast.Attribute) or node.keywords:
         return None
-    if func.attr == "sqrt" and not node.args:
+    if func.attr in ("sqrt", "rsqrt") and not node.args:
         return func.value
     if func.attr == "pow" and len(node.args) == 1 and _is_half(node.args[0]):
         return func.value
@@ -78,18 +88,125 @@ def _is_two(expr: ast.AST | None) -> bool:
 
 
 def _differentiated_here(index: Index, ctx: Context, node: ast.AST) -> bool:
-    """Where a gradient flows through the root: loss code (a function, class or file named for a loss) or a
-    method of an nn.Module subclass other than `__init__`, and not under no_grad. A metric or a plot helper
-    computes the same length with no backward through it."""
+    """Where a gradient flows through the root: loss code (a function, class or file named for a loss), a
+    method of an nn.Module subclass other than `__init__`, or a helper that such code of this file calls, and not
+    under no_grad. A metric or a plot helper computes the same length with no backward through it."""
     if index.grad_disabled(node):
         return False
     fn = index.function_of(node)
     if fn is not None and fn.name == "__init__":
         return False
-    if _in_loss_code(index, node) or "loss" in os.path.basename(ctx.path).lower():
+    if _differentiating(index, node) or "loss" in os.path.basename(ctx.path).lower():
+        return True
+    # A helper (`pair_distance`, a trainer's `variance_term`) is differentiated where its caller is: one level of
+    # this file's calls, so a helper only ever called for a metric or under no_grad stays quiet.
+    return fn is not None and any(not index.grad_disabled(call) and _differentiating(index, call)
+                                  for call in index.callers(fn))
+
+
+def _differentiating(index: Index, node: ast.AST) -> bool:
+    """`node` sits in loss code, in a method of an nn.Module subclass, or in a function that runs backward itself
+    (a training step: what it computes before `loss.backward()` is what backward runs through)."""
+    if _in_loss_code(index, node):
         return True
     info = index.class_of(node)
-    return info is not None and info.is_module
+    if info is not None and info.is_module:
+        return True
+    fn = index.function_of(node)  # None: a script's top level, which runs backward itself or not
+    return any(index.function_of(call) is fn for call in index.backward_calls)
+
+
+# What each value under the root is, for the message: why it reaches exactly 0.
+_SUM_OF_SQUARES = "a sum of squares, 0 wherever the vector is all zeros"
+_VARIANCE = "a variance, 0 wherever the values are all equal (a constant row, channel or padding)"
+_CLAMPED = "a value clamped at 0, which the clamp says it reaches (and at exactly 0 the clamp passes the gradient on)"
+_COSINE_COMPLEMENT = "1 - cos**2, 0 wherever a vector lines up with another (the cosine is exactly 1)"
+
+
+def _reaches_zero(index: Index, expr: ast.AST, at: ast.AST, depth: int) -> str | None:
+    """Why the value under the root can be exactly 0 (one of the texts above), or None when nothing says it can:
+    followed through the function's own names; anything added under the root keeps it off 0."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Name):
+        values = index.definitions(expr.id, at)
+        return _reaches_zero(index, values[-1], values[-1], depth + 1) if values else None
+    if _sum_of_squares(index, expr, at, depth):
+        return _SUM_OF_SQUARES
+    if _variance(index, expr):
+        return _VARIANCE
+    clamped = _clamped_at_zero(index, expr)
+    if clamped is not None:
+        return _CLAMPED if not _kept_off_zero(clamped) and _computed_base(index, clamped, expr) \
+            and not _data_only(clamped) else None
+    return _COSINE_COMPLEMENT if _cosine_complement(index, expr, at) else None
+
+
+def _variance(index: Index, expr: ast.AST) -> bool:
+    """`torch.var(x, ...)` or `x.var(...)` of a tensor the code computes or is handed: NaN backward through its
+    root for a constant input (torch.std itself defines that gradient as 0). The variance of an attribute (a
+    running statistic) or of targets carries no gradient."""
+    if not isinstance(expr, ast.Call):
+        return False
+    q = index.resolve(expr.func)
+    if q == "torch.var":
+        base = kwarg(expr, "input", 0)
+    elif _method(q, expr, ("var",)):
+        base = expr.func.value
+    else:
+        return False
+    return isinstance(base, ast.Name | ast.Call | ast.BinOp | ast.Subscript) and not _data_only(base)
+
+
+def _clamped_at_zero(index: Index, expr: ast.AST) -> ast.expr | None:
+    """The value of `torch.clamp(x, min=0)`, `x.clamp(0, 1)`, `x.clamp(min=0.0)`, `x.clamp_min(0)`: clamped at
+    exactly 0 from below. A clamp at a positive minimum keeps it off 0; F.relu masks the gradient at 0 itself."""
+    if not isinstance(expr, ast.Call):
+        return None
+    q = index.resolve(expr.func)
+    if q in ("torch.clamp", "torch.clip", "torch.clamp_min"):
+        value, low = kwarg(expr, "input", 0), kwarg(expr, "min", 1)
+    elif _method(q, expr, ("clamp", "clip", "clamp_min")):
+        value, low = expr.func.value, kwarg(expr, "min", 0)
+    else:
+        return None
+    return value if is_constant(low, 0) or is_constant(low, 0.0) else None
+
+
+def _method(q: str | None, call: ast.Call, names: tuple[str, ...]) -> bool:
+    """`x.<name>(...)` called on a tensor: not resolved to a function of torch's own namespace. (The index reads a
+    receiver named `dist` as torch.distributed, so `dist.clamp(min=0)` resolves to `torch.distributed.clamp`.)"""
+    return isinstance(call.func, ast.Attribute) and call.func.attr in names and (
+        q is None or q.rsplit(".", 1)[0] != "torch")
+
+
+def _kept_off_zero(expr: ast.AST) -> bool:
+    """`x + eps`, `x + 1e-12`: something added that keeps the value positive."""
+    return isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add) and any(
+        isinstance(side, ast.Constant) or "eps" in (dotted(side) or "").lower() for side in (expr.left, expr.right))
+
+
+def _cosine_complement(index: Index, expr: ast.AST, at: ast.AST) -> bool:
+    """`1 - cos ** 2`, `1.0 - torch.pow(cosine, 2)`, `1 - cos_theta_2` with `cos_theta_2 = cos_theta ** 2`: a
+    sine made from a cosine (ArcFace-style margins). Only a base named for a cosine: `1 - alpha ** 2` in a noise
+    schedule is a different, data-only quantity."""
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Sub)
+            and (is_constant(expr.left, 1) or is_constant(expr.left, 1.0))):
+        return False
+    square = expr.right
+    if isinstance(square, ast.Name):
+        values = index.definitions(square.id, at)
+        square = values[-1] if values else square
+    if not _square(index, square):
+        return False
+    name = dotted(_square_base(index, square)) or ""
+    return "cos" in name.rsplit(".", 1)[-1].lower()
+
+
+def _epsilon_after(index: Index, node: ast.AST) -> bool:
+    """The root is added to an epsilon (`torch.sqrt(v) + 1e-8`): the author saw the 0 and guarded the wrong side."""
+    parent = index.parent(node)
+    return isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and _kept_off_zero(parent)
 
 
 def _square(index: Index, expr: ast.AST) -> bool:
