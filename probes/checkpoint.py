@@ -118,6 +118,15 @@ class CheckpointProbe(Probe):
         # GradScalers restored before training: (weakref, the script's restore line)
         self.restored_scalers: list[tuple[weakref.ref, dict[str, Any] | None]] = []
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
+        # A resume inside the run (a later job in the same process, after a first one trained and saved): the loads
+        # read since the last optimizer step once training began, and the weights restore that follows them, judged
+        # at the next optimizer step of any optimizer through a one-shot global step hook
+        self.mid_loads: list[dict[str, Any]] = []
+        self.mid_resume: dict[str, Any] | None = None
+        self.mid_resumes = 0
+        self._mid_hook: Any = None
+        self.early_loads: list[dict[str, Any]] = []  # what each file read before training held
+        self.read_files: set[tuple[str | None, str]] = set()  # (folder, name) of the files torch.load read
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.events < self.max_events:
@@ -187,7 +196,8 @@ class CheckpointProbe(Probe):
     def _saved(self, obj: Any, f: Any) -> None:
         self.saves += 1
         described = self._describe(obj)
-        if isinstance(f, (str, os.PathLike)) and POSITION_IN_NAME.search(os.fspath(f)):
+        if isinstance(f, (str, os.PathLike)) and POSITION_IN_NAME.search(os.fspath(f)) and (
+                "step" not in described["holds"]):
             described["holds"].append("step")  # checkpoint-500/optimizer.pt: the path says where to resume
         described.update(
             file=_file_name(f) or _buffer_target(),
@@ -330,11 +340,23 @@ class CheckpointProbe(Probe):
         if folder is not None:
             described["dir"] = folder
         self._emit("load", **described)
+        if len(self.read_files) < 64:
+            self.read_files.add((folder, described["file"]))
+        if self.step:
+            # read after training began: kept until the next optimizer step, for a weights restore that follows it
+            self.mid_loads = [m for m in self.mid_loads if m["at"] == self.step][-7:]
+            self.mid_loads.append({"file": described["file"], "dir": folder, "site": described["site"],
+                                   "holds": list(described["holds"]), "at": self.step,
+                                   "entries": _optimizer_state_entries(result)})
+            if _holds_module(result, torch):
+                self._arm_mid_resume(described["site"], _user_stack())
         if self.model_restore_site is None and not self.step and _holds_module(result, torch):
             # a pickled nn.Module taken back whole (`model = torch.load(path)["model"]`) restores the weights as
             # load_state_dict does: the same resume judgements apply
             self.model_restore_site = described["site"]
             self.model_restore_stack = _user_stack()
+        if not self.step and len(self.early_loads) < 8:
+            self.early_loads.append({"holds": list(described["holds"])})
         if self.first_load is None and "optimizer" not in described["holds"] and not self.step:
             self.first_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                "holds": list(described["holds"])}
@@ -376,6 +398,8 @@ class CheckpointProbe(Probe):
         if self.model_restore_site is None and not self.step:
             self.model_restore_site = here()  # weights restored before training (the optimizer's file may come next)
             self.model_restore_stack = _user_stack()
+        elif self.step:
+            self._arm_mid_resume(here(), _user_stack())
         self._emit(
             "load-state-dict",
             what="model",
@@ -521,7 +545,9 @@ class CheckpointProbe(Probe):
             # the optimizer. The analysis tells them apart by the run's own saves (it writes that file again).
             self._emit("resume-optimizer-empty", how="not-saved", stepping_type=type(optimizer).__name__,
                        load_site=self.weights_load["site"], file=self.weights_load["file"],
-                       dir=self.weights_load["dir"], position=self.weights_load["position"],
+                       dir=self.weights_load["dir"], position=self.weights_load["position"] or any(
+                           {"epoch", "step"} & set(m["holds"]) for m in self.early_loads),
+                       unread_optimizer=_unread_optimizer_file(self.weights_load["dir"], self.read_files),
                        model_site=self.model_restore_site, at_step=step)
         elif self.first_load is not None and not self.optimizer_loads and self.loaded_optimizer_state is None:
             # something was read before training and no optimizer state came back from anywhere: a fresh start that
@@ -531,6 +557,54 @@ class CheckpointProbe(Probe):
             self._emit("resume-optimizer-empty", how="unrestored", stepping_type=type(optimizer).__name__,
                        load_site=load["site"], file=load["file"], dir=load["dir"], holds=load["holds"],
                        model_site=self.model_restore_site, at_step=step)
+
+    # -- a resume inside the run ---------------------------------------------------------------------
+
+    def _arm_mid_resume(self, site: dict[str, Any] | None, stack: list[Any]) -> None:
+        """Weights restored after training began from a file read since the last optimizer step (not a copy from
+        another model, as a DQN's target network takes): the next optimizer step is a resume's first."""
+        loads = [m for m in self.mid_loads if m["at"] == self.step]
+        if not loads or (self.mid_resume is not None and not self.mid_resume["judged"]) or self.mid_resumes >= 4:
+            return
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self.mid_resumes += 1
+        self.mid_resume = {"site": site, "stack": stack, "loads": loads, "at": self.step, "judged": False,
+                           "optimizer_loads": self.optimizer_loads, "saves": self.saves}
+        self._mid_hook = register_optimizer_step_pre_hook(self._mid_step)
+
+    def _mid_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        hook, self._mid_hook = self._mid_hook, None
+        if hook is not None:
+            hook.remove()
+        self._guard(self._judge_mid_resume, optimizer)
+
+    def _judge_mid_resume(self, optimizer: Any) -> None:
+        """The first optimizer step after a resume inside the run: the same judgements as at a run's first step,
+        on what that resume read (the optimizer state in its file, or none saved anywhere)."""
+        resume = self.mid_resume
+        if resume is None or resume["judged"]:
+            return
+        resume["judged"] = True
+        if getattr(optimizer, "state", None) or self.optimizer_loads > resume["optimizer_loads"]:
+            return  # it goes on with state (restored, or the one that trained before), or a restore ran
+        loads = resume["loads"]
+        common = {"stepping_type": type(optimizer).__name__, "model_site": resume["site"], "at_step": self.step,
+                  "mid_run": True, "saves_before": resume["saves"]}
+        with_state = [m for m in loads if "optimizer" in m["holds"]]
+        if with_state:
+            load = with_state[0]
+            if load.get("entries") == 0:
+                return  # written before its optimizer's first step: nothing to lose
+            built = _sibling_call(resume["stack"], self.built_after.get(optimizer))
+            self._emit("resume-optimizer-empty", how="never-loaded", load_site=load["site"], file=load["file"],
+                       built_site=_as_site(built or []), own_file="model" not in load["holds"], **common)
+            return
+        weights = [m for m in loads if "model" in m["holds"]] or loads
+        load = weights[-1]
+        self._emit("resume-optimizer-empty", how="not-saved", load_site=load["site"], file=load["file"],
+                   dir=load["dir"], position=any({"epoch", "step"} & set(m["holds"]) for m in loads),
+                   unread_optimizer=_unread_optimizer_file(load["dir"], self.read_files), **common)
 
     def _check_schedulers(self, optimizer: Any, restore_stack: list[Any], step: int) -> None:
         """After a resume whose optimizer state was restored: a scheduler on that optimizer that was restored
@@ -574,6 +648,27 @@ class CheckpointProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+OPTIMIZER_FILE = re.compile(r"optim", re.IGNORECASE)
+STATE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".safetensors")
+
+
+def _unread_optimizer_file(folder: str | None, read: set[tuple[str | None, str]]) -> str | None:
+    """A file beside the weights, named for the optimizer's state (optimizer.pt, optim_states.pth), that no
+    torch.load of this run read: a checkpoint folder whose optimizer part the resume left behind. One listing of
+    the folder, at most 200 names."""
+    if not folder:
+        return None
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for _, e in zip(range(200), entries, strict=False)]
+    except OSError:
+        return None
+    for name in sorted(names):
+        if OPTIMIZER_FILE.search(name) and name.lower().endswith(STATE_SUFFIXES) and (folder, name) not in read:
+            return name
+    return None
 
 
 def _library_caller(frame: Any) -> bool:
