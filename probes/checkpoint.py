@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.importwatch import when_imported
 from torchdoctor.probes.patches import subclasses_of
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.schedule import _outside_own_init
@@ -80,6 +81,9 @@ class CheckpointProbe(Probe):
         self._save, self._load = torch.save, torch.load
         torch.save = self._wrap_save(torch.save)
         torch.load = self._wrap_load(torch.load)
+        # safetensors' file functions (its save_model / load_model go through them): weights written and read
+        # without torch.save / torch.load are the same checkpoint facts
+        when_imported("safetensors.torch", self._wrap_safetensors)
         module = torch.nn.Module
         module.load_state_dict = self._wrap_module_load(module.load_state_dict)
         torch.optim.Optimizer.load_state_dict = self._wrap_restore(torch.optim.Optimizer.load_state_dict, "optimizer")
@@ -297,6 +301,36 @@ class CheckpointProbe(Probe):
                 if inner.get("prefix") and "prefix" not in out:
                     out["prefix"] = inner["prefix"]
         return out
+
+    def _wrap_safetensors(self, module: Any) -> None:
+        probe = self
+        save_file, load_file = getattr(module, "save_file", None), getattr(module, "load_file", None)
+        if not callable(save_file) or not callable(load_file):
+            return
+
+        def save(tensors: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
+            result = save_file(tensors, filename, *args, **kwargs)
+            if probe._inside == 0:
+                probe._guard(probe._saved, tensors, filename)
+            return result
+
+        def load(filename: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._inside += 1
+            try:
+                result = load_file(filename, *args, **kwargs)
+            finally:
+                probe._inside -= 1
+            if probe._inside == 0:
+                # a safetensors file holds tensors only: never an unpickling load
+                device = kwargs.get("device", args[0] if args else None)
+                probe._guard(probe._loaded, result, filename, (), {"weights_only": True, "map_location": device})
+            return result
+
+        for wrapper, original in ((save, save_file), (load, load_file)):
+            wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+            wrapper.__doc__ = original.__doc__
+            wrapper.__name__ = original.__name__
+        module.save_file, module.load_file = transparent(save), transparent(load)
 
     # -- torch.load --------------------------------------------------------------------------------
 

@@ -1529,12 +1529,14 @@ def test_a_resume_inside_the_run_is_judged_at_the_next_step(tmp_path_factory, va
 @pytest.mark.heavy  # a training run per case after an earlier job in its own process (~6 s each)
 @pytest.mark.parametrize(("how", "where"), [("epoch", '    model.load_state_dict(checkpoint["model"])'),
                                             ("folder", '    model.load_state_dict(torch.load(os.path.join(folder,'),
-                                            ("healthy", None), ("pretrained", None), ("hub", None)])
+                                            ("safetensors", '    model.load_state_dict(load_file(os.path.join('),
+                                            ("healthy", None), ("pretrained", None), ("hub", None), ("st-hub", None)])
 def test_a_resume_from_an_earlier_runs_file_without_optimizer_state_is_named(tmp_path_factory, validate_report, how,
                                                                              where):
     # run14a state 3: no save in the probed run, so "this run writes that checkpoint again" cannot tell a resume from
     # a fine-tune; the file's training position read as `args.resume`, or an optimizer file beside the weights that
-    # nobody read, can. A fine-tune from a pretrained file that holds an epoch, or from a model folder, stays silent.
+    # nobody read (a safetensors read counts as one), can. A fine-tune from a pretrained file that holds an epoch, or
+    # from a model folder, stays silent.
     found = _resume_warning(tmp_path_factory, validate_report, "resume-earlier", "resume_earlier_position.py", how,
                             healthy=where is None)
     if found is None:
