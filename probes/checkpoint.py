@@ -131,6 +131,9 @@ class CheckpointProbe(Probe):
         self._mid_hook: Any = None
         self.early_loads: list[dict[str, Any]] = []  # what each file read before training held
         self.read_files: set[tuple[str | None, str]] = set()  # (folder, name) of the files torch.load read
+        # the first weights read before training, as fingerprints (a few tensors' shape, sum and first value): weights
+        # that reached the model without nn.Module.load_state_dict are found in its parameters at the first step
+        self.early_weights: dict[str, Any] | None = None
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.events < self.max_events:
@@ -376,14 +379,19 @@ class CheckpointProbe(Probe):
         self._emit("load", **described)
         if len(self.read_files) < 64:
             self.read_files.add((folder, described["file"]))
+        prints = _fingerprints(result, torch) if "model" in described["holds"] else []
         if self.step:
             # read after training began: kept until the next optimizer step, for a weights restore that follows it
             self.mid_loads = [m for m in self.mid_loads if m["at"] == self.step][-7:]
             self.mid_loads.append({"file": described["file"], "dir": folder, "site": described["site"],
                                    "holds": list(described["holds"]), "at": self.step,
-                                   "entries": _optimizer_state_entries(result)})
+                                   "entries": _optimizer_state_entries(result), "prints": prints})
             if _holds_module(result, torch):
                 self._arm_mid_resume(described["site"], _user_stack())
+            elif prints:
+                # weights that may reach the model another way (copied into its parameters, a model class's own
+                # load_state_dict): judged at the next step only if the parameters then hold them
+                self._arm_mid_resume(described["site"], _user_stack(), copied=True)
         if self.model_restore_site is None and not self.step and _holds_module(result, torch):
             # a pickled nn.Module taken back whole (`model = torch.load(path)["model"]`) restores the weights as
             # load_state_dict does: the same resume judgements apply
@@ -391,6 +399,8 @@ class CheckpointProbe(Probe):
             self.model_restore_stack = _user_stack()
         if not self.step and len(self.early_loads) < 8:
             self.early_loads.append({"holds": list(described["holds"])})
+        if prints and not self.step and self.early_weights is None:
+            self.early_weights = {"site": described["site"], "prints": prints}
         if self.first_load is None and "optimizer" not in described["holds"] and not self.step:
             self.first_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                "holds": list(described["holds"])}
@@ -535,6 +545,10 @@ class CheckpointProbe(Probe):
         self.resume_checked = True
         self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
         self._check_scaler(step)
+        if self.model_restore_site is None and self.early_weights is not None and _holds_prints(
+                optimizer, self.early_weights["prints"], self.torch):
+            # the weights read before training are in the stepping parameters, put there without load_state_dict
+            self.model_restore_site = self.early_weights["site"]
         if getattr(optimizer, "state", None):
             # the stepping optimizer holds state: restored (a resume), or nothing to judge. After a resume, the
             # schedules that drive it must go on from where they were too
@@ -594,17 +608,22 @@ class CheckpointProbe(Probe):
 
     # -- a resume inside the run ---------------------------------------------------------------------
 
-    def _arm_mid_resume(self, site: dict[str, Any] | None, stack: list[Any]) -> None:
+    def _arm_mid_resume(self, site: dict[str, Any] | None, stack: list[Any], copied: bool = False) -> None:
         """Weights restored after training began from a file read since the last optimizer step (not a copy from
-        another model, as a DQN's target network takes): the next optimizer step is a resume's first."""
+        another model, as a DQN's target network takes): the next optimizer step is a resume's first. `copied`: only
+        weights read, no restore seen (yet): a resume only if the stepping parameters hold them then."""
         loads = [m for m in self.mid_loads if m["at"] == self.step]
-        if not loads or (self.mid_resume is not None and not self.mid_resume["judged"]) or self.mid_resumes >= 4:
+        pending = self.mid_resume is not None and not self.mid_resume["judged"]
+        if pending and not copied and self.mid_resume.get("copied") and self.mid_resume["at"] == self.step:
+            self.mid_resume.update(site=site, stack=stack, copied=False)  # the restore of the weights just read
+            return
+        if not loads or pending or self.mid_resumes >= 4:
             return
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self.mid_resumes += 1
         self.mid_resume = {"site": site, "stack": stack, "loads": loads, "at": self.step, "judged": False,
-                           "optimizer_loads": self.optimizer_loads, "saves": self.saves}
+                           "optimizer_loads": self.optimizer_loads, "saves": self.saves, "copied": copied}
         self._mid_hook = register_optimizer_step_pre_hook(self._mid_step)
 
     def _mid_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -622,7 +641,9 @@ class CheckpointProbe(Probe):
         resume["judged"] = True
         if getattr(optimizer, "state", None) or self.optimizer_loads > resume["optimizer_loads"]:
             return  # it goes on with state (restored, or the one that trained before), or a restore ran
-        loads = resume["loads"]
+        loads = [m for m in self.mid_loads if m["at"] == resume["at"]] or resume["loads"]
+        if resume["copied"] and not any(_holds_prints(optimizer, m.get("prints") or [], self.torch) for m in loads):
+            return  # the weights read went elsewhere (a teacher, an evaluation copy): no resume of this optimizer
         common = {"stepping_type": type(optimizer).__name__, "model_site": resume["site"], "at_step": self.step,
                   "mid_run": True, "saves_before": resume["saves"]}
         with_state = [m for m in loads if "optimizer" in m["holds"]]
@@ -703,6 +724,41 @@ def _unread_optimizer_file(folder: str | None, read: set[tuple[str | None, str]]
         if OPTIMIZER_FILE.search(name) and name.lower().endswith(STATE_SUFFIXES) and (folder, name) not in read:
             return name
     return None
+
+
+def _fingerprints(obj: Any, torch: Any, limit: int = 4) -> list[tuple[tuple[int, ...], float, float]]:
+    """(shape, sum, first value) of a few floating tensors of the weights a loaded object holds (itself, or a value
+    one level down): enough to find them again in a model's parameters without keeping them."""
+    candidates = [obj] + (list(obj.values())[:64] if isinstance(obj, Mapping) else [])
+    for value in candidates:
+        if not isinstance(value, Mapping):
+            continue
+        tensors = [v for v in list(value.values())[:64] if isinstance(v, torch.Tensor) and v.is_floating_point()
+                   and 2 <= v.numel() <= 4_000_000 and v.device.type != "meta"]
+        if len(tensors) < 2:
+            continue
+        with torch.no_grad():
+            return [(tuple(t.shape), float(t.double().sum()), float(t.reshape(-1)[0])) for t in tensors[:limit]]
+    return []
+
+
+def _holds_prints(optimizer: Any, prints: list[tuple[tuple[int, ...], float, float]], torch: Any) -> bool:
+    """Whether a parameter of the optimizer holds one of the fingerprinted tensors (the same shape, sum and first
+    value). Reads at most 64 parameters, only those of a fingerprinted shape; never fails."""
+    if not prints:
+        return False
+    shapes = {p[0] for p in prints}
+    try:
+        params = [p for g in optimizer.param_groups for p in g["params"]][:64]
+        with torch.no_grad():
+            for param in params:
+                if tuple(param.shape) in shapes and param.device.type != "meta":
+                    found = (tuple(param.shape), float(param.double().sum()), float(param.reshape(-1)[0]))
+                    if found in prints:
+                        return True
+    except Exception:  # noqa: BLE001 - a sharded or odd parameter: no match
+        return False
+    return False
 
 
 def _library_caller(frame: Any) -> bool:
