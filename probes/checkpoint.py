@@ -727,8 +727,8 @@ def _unread_optimizer_file(folder: str | None, read: set[tuple[str | None, str]]
 
 
 def _fingerprints(obj: Any, torch: Any, limit: int = 4) -> list[tuple[tuple[int, ...], float, float]]:
-    """(shape, sum, first value) of a few floating tensors of the weights a loaded object holds (itself, or a value
-    one level down): enough to find them again in a model's parameters without keeping them."""
+    """(shape, sum, first value) of a few floating, non-constant tensors of the weights a loaded object holds
+    (itself, or a value one level down): enough to find them again in a model's parameters without keeping them."""
     candidates = [obj] + (list(obj.values())[:64] if isinstance(obj, Mapping) else [])
     for value in candidates:
         if not isinstance(value, Mapping):
@@ -737,8 +737,16 @@ def _fingerprints(obj: Any, torch: Any, limit: int = 4) -> list[tuple[tuple[int,
                    and 2 <= v.numel() <= 4_000_000 and v.device.type != "meta"]
         if len(tensors) < 2:
             continue
+        prints = []
         with torch.no_grad():
-            return [(tuple(t.shape), float(t.double().sum()), float(t.reshape(-1)[0])) for t in tensors[:limit]]
+            for t in tensors:
+                total, first = float(t.double().sum()), float(t.reshape(-1)[0])
+                # a constant tensor (a LayerNorm's ones, a zero bias) is what any fresh model holds too: no print
+                if abs(total - first * t.numel()) > 1e-6 * t.numel():
+                    prints.append((tuple(t.shape), total, first))
+                if len(prints) >= limit:
+                    break
+        return prints
     return []
 
 
