@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchdoctor.probes.base import Probe
+from torchdoctor.probes.importwatch import when_imported
 from torchdoctor.probes.patches import subclasses_of
 from torchdoctor.probes.scalers import scaler_watch
 from torchdoctor.probes.schedule import _outside_own_init
@@ -80,6 +81,9 @@ class CheckpointProbe(Probe):
         self._save, self._load = torch.save, torch.load
         torch.save = self._wrap_save(torch.save)
         torch.load = self._wrap_load(torch.load)
+        # safetensors' file functions (its save_model / load_model go through them): weights written and read
+        # without torch.save / torch.load are the same checkpoint facts
+        when_imported("safetensors.torch", self._wrap_safetensors)
         module = torch.nn.Module
         module.load_state_dict = self._wrap_module_load(module.load_state_dict)
         torch.optim.Optimizer.load_state_dict = self._wrap_restore(torch.optim.Optimizer.load_state_dict, "optimizer")
@@ -118,6 +122,18 @@ class CheckpointProbe(Probe):
         # GradScalers restored before training: (weakref, the script's restore line)
         self.restored_scalers: list[tuple[weakref.ref, dict[str, Any] | None]] = []
         torch.optim.Optimizer.__init__ = self._wrap_optimizer_init(torch.optim.Optimizer.__init__)
+        # A resume inside the run (a later job in the same process, after a first one trained and saved): the loads
+        # read since the last optimizer step once training began, and the weights restore that follows them, judged
+        # at the next optimizer step of any optimizer through a one-shot global step hook
+        self.mid_loads: list[dict[str, Any]] = []
+        self.mid_resume: dict[str, Any] | None = None
+        self.mid_resumes = 0
+        self._mid_hook: Any = None
+        self.early_loads: list[dict[str, Any]] = []  # what each file read before training held
+        self.read_files: set[tuple[str | None, str]] = set()  # (folder, name) of the files torch.load read
+        # the first weights read before training, as fingerprints (a few tensors' shape, sum and first value): weights
+        # that reached the model without nn.Module.load_state_dict are found in its parameters at the first step
+        self.early_weights: dict[str, Any] | None = None
 
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.events < self.max_events:
@@ -187,7 +203,8 @@ class CheckpointProbe(Probe):
     def _saved(self, obj: Any, f: Any) -> None:
         self.saves += 1
         described = self._describe(obj)
-        if isinstance(f, (str, os.PathLike)) and POSITION_IN_NAME.search(os.fspath(f)):
+        if isinstance(f, (str, os.PathLike)) and POSITION_IN_NAME.search(os.fspath(f)) and (
+                "step" not in described["holds"]):
             described["holds"].append("step")  # checkpoint-500/optimizer.pt: the path says where to resume
         described.update(
             file=_file_name(f) or _buffer_target(),
@@ -288,6 +305,36 @@ class CheckpointProbe(Probe):
                     out["prefix"] = inner["prefix"]
         return out
 
+    def _wrap_safetensors(self, module: Any) -> None:
+        probe = self
+        save_file, load_file = getattr(module, "save_file", None), getattr(module, "load_file", None)
+        if not callable(save_file) or not callable(load_file):
+            return
+
+        def save(tensors: Any, filename: Any, *args: Any, **kwargs: Any) -> Any:
+            result = save_file(tensors, filename, *args, **kwargs)
+            if probe._inside == 0:
+                probe._guard(probe._saved, tensors, filename)
+            return result
+
+        def load(filename: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._inside += 1
+            try:
+                result = load_file(filename, *args, **kwargs)
+            finally:
+                probe._inside -= 1
+            if probe._inside == 0:
+                # a safetensors file holds tensors only: never an unpickling load
+                device = kwargs.get("device", args[0] if args else None)
+                probe._guard(probe._loaded, result, filename, (), {"weights_only": True, "map_location": device})
+            return result
+
+        for wrapper, original in ((save, save_file), (load, load_file)):
+            wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+            wrapper.__doc__ = original.__doc__
+            wrapper.__name__ = original.__name__
+        module.save_file, module.load_file = transparent(save), transparent(load)
+
     # -- torch.load --------------------------------------------------------------------------------
 
     def _wrap_load(self, original: Any) -> Any:
@@ -330,11 +377,30 @@ class CheckpointProbe(Probe):
         if folder is not None:
             described["dir"] = folder
         self._emit("load", **described)
+        if len(self.read_files) < 64:
+            self.read_files.add((folder, described["file"]))
+        prints = _fingerprints(result, torch) if "model" in described["holds"] else []
+        if self.step:
+            # read after training began: kept until the next optimizer step, for a weights restore that follows it
+            self.mid_loads = [m for m in self.mid_loads if m["at"] == self.step][-7:]
+            self.mid_loads.append({"file": described["file"], "dir": folder, "site": described["site"],
+                                   "holds": list(described["holds"]), "at": self.step,
+                                   "entries": _optimizer_state_entries(result), "prints": prints})
+            if _holds_module(result, torch):
+                self._arm_mid_resume(described["site"], _user_stack())
+            elif prints:
+                # weights that may reach the model another way (copied into its parameters, a model class's own
+                # load_state_dict): judged at the next step only if the parameters then hold them
+                self._arm_mid_resume(described["site"], _user_stack(), copied=True)
         if self.model_restore_site is None and not self.step and _holds_module(result, torch):
             # a pickled nn.Module taken back whole (`model = torch.load(path)["model"]`) restores the weights as
             # load_state_dict does: the same resume judgements apply
             self.model_restore_site = described["site"]
             self.model_restore_stack = _user_stack()
+        if not self.step and len(self.early_loads) < 8:
+            self.early_loads.append({"holds": list(described["holds"])})
+        if prints and not self.step and self.early_weights is None:
+            self.early_weights = {"site": described["site"], "prints": prints}
         if self.first_load is None and "optimizer" not in described["holds"] and not self.step:
             self.first_load = {"file": described["file"], "dir": folder, "site": described["site"],
                                "holds": list(described["holds"])}
@@ -376,6 +442,8 @@ class CheckpointProbe(Probe):
         if self.model_restore_site is None and not self.step:
             self.model_restore_site = here()  # weights restored before training (the optimizer's file may come next)
             self.model_restore_stack = _user_stack()
+        elif self.step:
+            self._arm_mid_resume(here(), _user_stack())
         self._emit(
             "load-state-dict",
             what="model",
@@ -477,6 +545,10 @@ class CheckpointProbe(Probe):
         self.resume_checked = True
         self.session.stop_calling(self, "before_step")  # the resume is judged at the first step only
         self._check_scaler(step)
+        if self.model_restore_site is None and self.early_weights is not None and _holds_prints(
+                optimizer, self.early_weights["prints"], self.torch):
+            # the weights read before training are in the stepping parameters, put there without load_state_dict
+            self.model_restore_site = self.early_weights["site"]
         if getattr(optimizer, "state", None):
             # the stepping optimizer holds state: restored (a resume), or nothing to judge. After a resume, the
             # schedules that drive it must go on from where they were too
@@ -521,7 +593,9 @@ class CheckpointProbe(Probe):
             # the optimizer. The analysis tells them apart by the run's own saves (it writes that file again).
             self._emit("resume-optimizer-empty", how="not-saved", stepping_type=type(optimizer).__name__,
                        load_site=self.weights_load["site"], file=self.weights_load["file"],
-                       dir=self.weights_load["dir"], position=self.weights_load["position"],
+                       dir=self.weights_load["dir"], position=self.weights_load["position"] or any(
+                           {"epoch", "step"} & set(m["holds"]) for m in self.early_loads),
+                       unread_optimizer=_unread_optimizer_file(self.weights_load["dir"], self.read_files),
                        model_site=self.model_restore_site, at_step=step)
         elif self.first_load is not None and not self.optimizer_loads and self.loaded_optimizer_state is None:
             # something was read before training and no optimizer state came back from anywhere: a fresh start that
@@ -531,6 +605,61 @@ class CheckpointProbe(Probe):
             self._emit("resume-optimizer-empty", how="unrestored", stepping_type=type(optimizer).__name__,
                        load_site=load["site"], file=load["file"], dir=load["dir"], holds=load["holds"],
                        model_site=self.model_restore_site, at_step=step)
+
+    # -- a resume inside the run ---------------------------------------------------------------------
+
+    def _arm_mid_resume(self, site: dict[str, Any] | None, stack: list[Any], copied: bool = False) -> None:
+        """Weights restored after training began from a file read since the last optimizer step (not a copy from
+        another model, as a DQN's target network takes): the next optimizer step is a resume's first. `copied`: only
+        weights read, no restore seen (yet): a resume only if the stepping parameters hold them then."""
+        loads = [m for m in self.mid_loads if m["at"] == self.step]
+        pending = self.mid_resume is not None and not self.mid_resume["judged"]
+        if pending and not copied and self.mid_resume.get("copied") and self.mid_resume["at"] == self.step:
+            self.mid_resume.update(site=site, stack=stack, copied=False)  # the restore of the weights just read
+            return
+        if not loads or pending or self.mid_resumes >= 4:
+            return
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        self.mid_resumes += 1
+        self.mid_resume = {"site": site, "stack": stack, "loads": loads, "at": self.step, "judged": False,
+                           "optimizer_loads": self.optimizer_loads, "saves": self.saves, "copied": copied}
+        self._mid_hook = register_optimizer_step_pre_hook(self._mid_step)
+
+    def _mid_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        hook, self._mid_hook = self._mid_hook, None
+        if hook is not None:
+            hook.remove()
+        self._guard(self._judge_mid_resume, optimizer)
+
+    def _judge_mid_resume(self, optimizer: Any) -> None:
+        """The first optimizer step after a resume inside the run: the same judgements as at a run's first step,
+        on what that resume read (the optimizer state in its file, or none saved anywhere)."""
+        resume = self.mid_resume
+        if resume is None or resume["judged"]:
+            return
+        resume["judged"] = True
+        if getattr(optimizer, "state", None) or self.optimizer_loads > resume["optimizer_loads"]:
+            return  # it goes on with state (restored, or the one that trained before), or a restore ran
+        loads = [m for m in self.mid_loads if m["at"] == resume["at"]] or resume["loads"]
+        if resume["copied"] and not any(_holds_prints(optimizer, m.get("prints") or [], self.torch) for m in loads):
+            return  # the weights read went elsewhere (a teacher, an evaluation copy): no resume of this optimizer
+        common = {"stepping_type": type(optimizer).__name__, "model_site": resume["site"], "at_step": self.step,
+                  "mid_run": True, "saves_before": resume["saves"]}
+        with_state = [m for m in loads if "optimizer" in m["holds"]]
+        if with_state:
+            load = with_state[0]
+            if load.get("entries") == 0:
+                return  # written before its optimizer's first step: nothing to lose
+            built = _sibling_call(resume["stack"], self.built_after.get(optimizer))
+            self._emit("resume-optimizer-empty", how="never-loaded", load_site=load["site"], file=load["file"],
+                       built_site=_as_site(built or []), own_file="model" not in load["holds"], **common)
+            return
+        weights = [m for m in loads if "model" in m["holds"]] or loads
+        load = weights[-1]
+        self._emit("resume-optimizer-empty", how="not-saved", load_site=load["site"], file=load["file"],
+                   dir=load["dir"], position=any({"epoch", "step"} & set(m["holds"]) for m in loads),
+                   unread_optimizer=_unread_optimizer_file(load["dir"], self.read_files), **common)
 
     def _check_schedulers(self, optimizer: Any, restore_stack: list[Any], step: int) -> None:
         """After a resume whose optimizer state was restored: a scheduler on that optimizer that was restored
@@ -574,6 +703,70 @@ class CheckpointProbe(Probe):
 
     def finish(self, reason: str) -> None:
         self.emit("checkpoint-summary", saves=self.saves, loads=self.loads, needed=self._needed())
+
+
+OPTIMIZER_FILE = re.compile(r"optim", re.IGNORECASE)
+STATE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".safetensors")
+
+
+def _unread_optimizer_file(folder: str | None, read: set[tuple[str | None, str]]) -> str | None:
+    """A file beside the weights, named for the optimizer's state (optimizer.pt, optim_states.pth), that no
+    torch.load of this run read: a checkpoint folder whose optimizer part the resume left behind. One listing of
+    the folder, at most 200 names."""
+    if not folder:
+        return None
+    try:
+        with os.scandir(folder) as entries:
+            names = [e.name for _, e in zip(range(200), entries, strict=False)]
+    except OSError:
+        return None
+    for name in sorted(names):
+        if OPTIMIZER_FILE.search(name) and name.lower().endswith(STATE_SUFFIXES) and (folder, name) not in read:
+            return name
+    return None
+
+
+def _fingerprints(obj: Any, torch: Any, limit: int = 4) -> list[tuple[tuple[int, ...], float, float]]:
+    """(shape, sum, first value) of a few floating, non-constant tensors of the weights a loaded object holds
+    (itself, or a value one level down): enough to find them again in a model's parameters without keeping them."""
+    candidates = [obj] + (list(obj.values())[:64] if isinstance(obj, Mapping) else [])
+    for value in candidates:
+        if not isinstance(value, Mapping):
+            continue
+        tensors = [v for v in list(value.values())[:64] if isinstance(v, torch.Tensor) and v.is_floating_point()
+                   and 2 <= v.numel() <= 4_000_000 and v.device.type != "meta"]
+        if len(tensors) < 2:
+            continue
+        prints = []
+        with torch.no_grad():
+            for t in tensors:
+                total, first = float(t.double().sum()), float(t.reshape(-1)[0])
+                # a constant tensor (a LayerNorm's ones, a zero bias) is what any fresh model holds too: no print
+                if abs(total - first * t.numel()) > 1e-6 * t.numel():
+                    prints.append((tuple(t.shape), total, first))
+                if len(prints) >= limit:
+                    break
+        return prints
+    return []
+
+
+def _holds_prints(optimizer: Any, prints: list[tuple[tuple[int, ...], float, float]], torch: Any) -> bool:
+    """Whether a parameter of the optimizer holds one of the fingerprinted tensors (the same shape, sum and first
+    value). Reads at most 64 parameters, only those of a fingerprinted shape; never fails."""
+    if not prints:
+        return False
+    shapes = {p[0] for p in prints}
+    try:
+        params = [p for g in optimizer.param_groups for p in g["params"]][:64]
+        with torch.no_grad():
+            for param in params:
+                if tuple(param.shape) in shapes and param.device.type != "meta":
+                    found = (tuple(param.shape), float(param.double().sum()), float(param.reshape(-1)[0]))
+                    if found in prints:
+                        return True
+    except Exception:  # noqa: BLE001 - a sharded or odd parameter: no match
+        return False
+    return False
 
 
 def _library_caller(frame: Any) -> bool:

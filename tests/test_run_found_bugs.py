@@ -1507,3 +1507,42 @@ def test_a_nonfinite_value_made_in_a_helper_of_the_loss_code_is_named_there(tmp_
     found = result.symptoms(symptom)
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_helper_first_step.py", text), found[0]
+
+
+@pytest.mark.heavy  # two jobs in one training run per case (~5 s each)
+@pytest.mark.parametrize(("how", "where"), [("full", '    if how.endswith("healthy"):'),
+                                            ("series", '        model.load_state_dict(torch.load(os.path.join('),
+                                            ("copied", '    if how.endswith("healthy"):'),
+                                            ("healthy", None), ("finetune", None), ("target", None), ("best", None),
+                                            ("copied-healthy", None), ("teacher", None)])
+def test_a_resume_inside_the_run_is_judged_at_the_next_step(tmp_path_factory, validate_report, how, where):
+    # run14a states 1 and 2: a first job writes its checkpoint and a later job in the same process reads it back into
+    # a new model and optimizer; the resume was judged only at the run's first step, long gone. A fine-tune from the
+    # run's own pretraining, a target network's copy and the best weights read back into the training model stay
+    # silent. Weights copied into the parameters (no load_state_dict, state 4) are found there at the next step; a
+    # teacher that took them is not the model that steps. (The optimizer restore sits behind the healthy twins' switch: named at that condition.)
+    found = _resume_warning(tmp_path_factory, validate_report, "resume-midrun", "resume_midrun.py", how,
+                            healthy=where is None)
+    if found is None:
+        return
+    assert found["location"]["line"] == line_of("resume_midrun.py", where), found
+    assert found["evidence"][0]["values"]["how"] == ("not-saved" if how == "series" else "never-loaded"), found
+
+
+@pytest.mark.heavy  # a training run per case after an earlier job in its own process (~6 s each)
+@pytest.mark.parametrize(("how", "where"), [("epoch", '    model.load_state_dict(checkpoint["model"])'),
+                                            ("folder", '    model.load_state_dict(torch.load(os.path.join(folder,'),
+                                            ("safetensors", '    model.load_state_dict(load_file(os.path.join('),
+                                            ("healthy", None), ("pretrained", None), ("hub", None), ("st-hub", None)])
+def test_a_resume_from_an_earlier_runs_file_without_optimizer_state_is_named(tmp_path_factory, validate_report, how,
+                                                                             where):
+    # run14a state 3: no save in the probed run, so "this run writes that checkpoint again" cannot tell a resume from
+    # a fine-tune; the file's training position read as `args.resume`, or an optimizer file beside the weights that
+    # nobody read (a safetensors read counts as one), can. A fine-tune from a pretrained file that holds an epoch, or
+    # from a model folder, stays silent.
+    found = _resume_warning(tmp_path_factory, validate_report, "resume-earlier", "resume_earlier_position.py", how,
+                            healthy=where is None)
+    if found is None:
+        return
+    assert found["location"]["line"] == line_of("resume_earlier_position.py", where), found
+    assert found["evidence"][0]["values"]["how"] == "not-saved", found

@@ -24,7 +24,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.analysis.resume import can_resume
+from torchdoctor.analysis.resume import RESUME_WORDS, can_resume
 from torchdoctor.analysis.sites import location, plural
 from torchdoctor.model import Evidence
 
@@ -55,31 +55,26 @@ def analyse(run: RunEvidence) -> Analysis:
 def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     """A resume whose optimizer starts empty: the restored optimizer is not the one that steps (a new one was
     built after the restore), or the checkpoint's optimizer state was never loaded while its weights were."""
-    events = run.of_kind("resume-optimizer-empty", PROBE, rank)
-    if not events:
-        return
-    e = events[0]
+    # the first judgement that holds: a run's own first step, then any resume inside the run (a later job in the
+    # same process), in the order they came
+    for e in run.of_kind("resume-optimizer-empty", PROBE, rank):
+        if _report_resume_empty(run, rank, e, out):
+            return
+
+
+def _report_resume_empty(run: RunEvidence, rank: int, e: dict[str, Any], out: Analysis) -> bool:
     also: tuple[dict[str, Any] | None, str] = (None, "")
     if e.get("how") == "not-saved":
-        # weights from a file that holds no optimizer state: a resume only when this run writes that checkpoint
-        # again (the same file, or the next of its numbered series in the same folder); a fine-tune from
-        # pretrained weights reads a file the run never writes
-        if not any(_same_checkpoint(s, e) for s in run.of_kind("save", PROBE, rank)):
-            return
-        restore = e.get("model_site") or {}
-        text = (f"the weights were restored from {e.get('file') or 'a checkpoint'}"
-                + (f" (line {restore.get('line')}, in {restore.get('function')})" if restore.get("line") else "")
-                + ", a checkpoint this run writes again while it trains, but that checkpoint holds no optimizer "
-                f"state and none was loaded from anywhere: the {e.get('stepping_type')} took its first step with "
-                "empty state, so every continued run restarts its optimizer from scratch (save "
-                "optimizer.state_dict() in the checkpoint and load it after the weights)")
+        text = _not_saved(run, rank, e)
+        if text is None:
+            return False
         where = e.get("model_site") or e.get("load_site")
     elif e.get("how") == "unrestored":
         # read before training from a checkpoint of the layout this run writes (the same file again, next to
         # optimizer state, in that folder or the next of its numbered series), with no optimizer state restored
         written = _written_again(e, run.of_kind("save", PROBE, rank))
         if written is None:
-            return
+            return False
         load = e.get("load_site") or {}
         text = (f"the run read {e.get('file')} from {os.path.basename(str(e.get('dir') or '')) or 'a checkpoint'} "
                 f"before training"
@@ -156,6 +151,49 @@ def _resume_empty(run: RunEvidence, rank: int, out: Analysis) -> None:
     out.symptoms.append(run.symptom("resume-optimizer-state-missing", probe=PROBE, summary=text, values=values,
                                     location=location(run, where), step=e.get("at_step"), rank=rank,
                                     severity=severity, evidence=second))
+    return True
+
+
+def _not_saved(run: RunEvidence, rank: int, e: dict[str, Any]) -> str | None:
+    """Weights restored from a file that holds no optimizer state, and none loaded from anywhere: a fine-tune from
+    pretrained weights, or a resume from a checkpoint that left the optimizer out. A resume when the run writes that
+    checkpoint again after the restore (the same file, or the next of its numbered series in the same folder), when
+    the folder the weights came from holds an optimizer file nobody read (checkpoint-40/optimizer.pt), or when the
+    file holds a training position and the script names the read a resume (`torch.load(args.resume)`); None
+    otherwise (the text of the finding when it is one)."""
+    restore = e.get("model_site") or {}
+    restored = (f"the weights were restored from {e.get('file') or 'a checkpoint'}"
+                + (f" (line {restore.get('line')}, in {restore.get('function')})" if restore.get("line") else ""))
+    empty = (f"the {e.get('stepping_type')} took its first step{' after that restore' if e.get('mid_run') else ''} "
+             "with empty state")
+    after = [s for s in run.of_kind("save", PROBE, rank) if (s.get("index") or 0) > (e.get("saves_before") or 0)]
+    if any(_same_checkpoint(s, e) for s in after):
+        return (f"{restored}, a checkpoint this run writes again while it trains, but that checkpoint holds no "
+                f"optimizer state and none was loaded from anywhere: {empty}, so every continued run restarts its "
+                "optimizer from scratch (save optimizer.state_dict() in the checkpoint and load it after the weights)")
+    if e.get("unread_optimizer"):
+        return (f"{restored}; the optimizer state saved beside it ({e['unread_optimizer']} in "
+                f"{os.path.basename(str(e.get('dir') or '')) or 'the same folder'}) was never read: {empty}, so the "
+                "continued run restarts its optimizer from scratch (load that file into the optimizer after the "
+                "weights)")
+    if e.get("position") and _named_resume([e.get("load_site"), e.get("model_site")]):
+        return (f"{restored}, a checkpoint that holds the training position (its epoch or step) and that the script "
+                f"reads as a resume, but it holds no optimizer state and none was loaded from anywhere: {empty}, so "
+                "the continued run restarts its optimizer from scratch (save optimizer.state_dict() with the weights "
+                "and load it on resume)")
+    return None
+
+
+def _named_resume(sites: list[dict[str, Any] | None]) -> bool:
+    """Whether the source line of a site, or the function it is in, names a resume (`torch.load(args.resume)`,
+    `def resume_from(...)`)."""
+    for site in sites:
+        if not site or not site.get("path") or not isinstance(site.get("line"), int):
+            continue
+        text = linecache.getline(site["path"], site["line"]) + " " + str(site.get("function") or "")
+        if RESUME_WORDS.search(text):
+            return True
+    return False
 
 
 def _resume_scheduler(run: RunEvidence, rank: int, out: Analysis) -> None:
