@@ -763,15 +763,42 @@ def _unpack(t: Any) -> Any:
     return t
 
 
-def _graph_outputs(output: Any, tensor_type: type, limit: int = 4) -> list[Any]:
-    """Output tensors that carry a graph: the output itself, or in a tuple/list/dict (one level)."""
+def _graph_outputs(output: Any, tensor_type: type, limit: int = 4, depth: int = 3, budget: int = 32) -> list[Any]:
+    """Output tensors that carry a graph: the output itself, or inside what the model returned — tuples, lists,
+    dicts (a ModelOutput is one) and plain objects with attributes (a dataclass), nested up to `depth` levels
+    (`((logits, aux), hidden)`, `{"out": {"logits": ...}}`). A model whose outputs are all out of reach would
+    have none of its forwards classified. At most `budget` items are looked at; a plain tensor output costs one
+    isinstance check, as before."""
     if isinstance(output, tensor_type):
-        items = [output]
-    elif isinstance(output, (tuple, list)):
-        items = list(output[:limit])
-    elif isinstance(output, dict):
-        items = list(output.values())[:limit]
-    else:
-        items = []
-    return [t for t in items if isinstance(t, tensor_type) and t.grad_fn is not None][:limit]
-
+        return [output] if output.grad_fn is not None else []
+    found: list[Any] = []
+    level = [output]
+    for _ in range(depth):
+        nxt: list[Any] = []
+        for item in level:
+            if isinstance(item, (tuple, list)):
+                children = list(item[:limit])
+            elif isinstance(item, dict):
+                children = list(item.values())[:limit]
+            elif hasattr(item, "__dict__") and not isinstance(item, type) and type(item).__module__ != "builtins":
+                try:
+                    children = [v for v in vars(item).values() if isinstance(v, (tensor_type, tuple, list, dict))][:limit]
+                except TypeError:
+                    continue
+            else:
+                continue
+            for child in children:
+                budget -= 1
+                if budget < 0:
+                    return found
+                if isinstance(child, tensor_type):
+                    if child.grad_fn is not None:
+                        found.append(child)
+                        if len(found) >= limit:
+                            return found
+                else:
+                    nxt.append(child)
+        if not nxt:
+            break
+        level = nxt
+    return found

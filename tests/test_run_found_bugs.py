@@ -1507,3 +1507,25 @@ def test_a_nonfinite_value_made_in_a_helper_of_the_loss_code_is_named_there(tmp_
     found = result.symptoms(symptom)
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of("nan_helper_first_step.py", text), found[0]
+
+
+@pytest.mark.parametrize("how", ["dataclass", "nested", "healthy"])
+def test_forwards_whose_outputs_are_nested_or_a_dataclass_are_classified(tmp_path_factory, validate_report, how):
+    # the output's tensors sit in a dataclass or a tuple inside a tuple: the forwards were classified as none of
+    # trained / evaluation with grad / without grad, so neither evaluation mistake could be judged
+    result = shared_run(tmp_path_factory, f"eval-nested-outputs-{how}", "eval_nested_outputs.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "nested outputs done" in result.stdout + result.stderr
+    measured = result.report["run"]["measurements"]["validation"]
+    assert measured["trained"] == 32, measured
+    with_grad, left = result.symptoms("eval-without-no-grad"), result.symptoms("eval-mode-missing")
+    if how == "healthy":
+        assert not with_grad and not left, result.report["symptoms"]
+        return
+    if how == "dataclass":
+        assert len(with_grad) == 1 and not left, result.report["symptoms"]
+        assert with_grad[0]["location"]["line"] == line_of("eval_nested_outputs.py", "            out = model(x)")
+        return
+    assert len(left) == 1 and not with_grad, result.report["symptoms"]
+    assert left[0]["location"]["line"] == line_of("eval_nested_outputs.py", "    score = validate(model, val)")

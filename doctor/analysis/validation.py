@@ -241,11 +241,16 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
 def _measurements(summary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> dict[str, Any]:
     if summary is None:
         return {}
-    m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "us_per_forward", "models")}
+    m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "other", "undecided", "us_per_forward",
+                                      "models")}
     models = summary.get("models") or 0  # 0 when the run died inside its first forward (a CUDA OOM)
     m["summary"] = (f"{plural(summary.get('forwards', 0), 'top-level forward')}"
                     + (f" of {plural(models, 'model')}" if models else "") + ": "
                     f"{summary.get('trained', 0)} trained, {summary.get('eval_no_grad', 0)} evaluation without grad, "
-                    f"{summary.get('eval_grad', 0)} evaluation with grad; {summary.get('us_per_forward', 0):.1f} µs "
-                    "per forward")
+                    f"{summary.get('eval_grad', 0)} evaluation with grad"
+                    # forwards none of the three: no output tensor with a graph although autograd recorded (a frozen
+                    # model), or cut off by the end of the run before a backward could reach them
+                    + (f", {summary.get('other')} with no output that carries a graph" if summary.get("other") else "")
+                    + (f", {summary.get('undecided')} undecided at the end" if summary.get("undecided") else "")
+                    + f"; {summary.get('us_per_forward', 0):.1f} µs per forward")
     return {k: v for k, v in m.items() if v is not None}
