@@ -155,6 +155,10 @@ class ValidationProbe(Probe):
         self.watch = forward_watch(torch, self)
         self.watch.subscribe(self, self._start, self._end)
         backward_watch(torch).subscribe(self, self._backward)
+        # torch.autograd.grad is a backward too (training by `p.grad = g` from it, MAML's inner loop, a saliency map
+        # of the inputs): the latest forward's graph gets its pre-hook before that pass, so a forward it reaches is
+        # not an evaluation that built a graph for nothing. One attribute check per call, nothing per step.
+        torch.autograd.grad = self._wrap_grad(torch.autograd.grad)
         # Where each model was last put in eval mode: when evaluation runs inline in the training loop, that
         # model.eval() is the line a model left in eval mode comes from. Module.eval is called once per phase
         # (not recursively: it calls train(False)), so wrapping it costs nothing per step.
@@ -186,6 +190,22 @@ class ValidationProbe(Probe):
         # a zero_grad() after an evaluation's backward discards its gradients: no step applies them
         torch.optim.Optimizer.zero_grad = self._wrap_zero_grad(torch.optim.Optimizer.zero_grad)
         torch.nn.Module.zero_grad = self._wrap_zero_grad(torch.nn.Module.zero_grad)
+
+    def _wrap_grad(self, original: Any) -> Any:
+        probe = self
+
+        def grad(*args: Any, **kwargs: Any) -> Any:
+            if probe.last is not None and probe.enabled:
+                try:
+                    probe._settle_last()
+                except Exception as exc:  # noqa: BLE001 - a probe's bug never reaches the script
+                    probe.enabled = False
+                    probe.emit("probe-error", where="autograd.grad", error=f"{type(exc).__name__}: {exc}"[:500])
+            return original(*args, **kwargs)
+
+        grad.__wrapped__ = original  # type: ignore[attr-defined]
+        grad.__doc__ = original.__doc__
+        return transparent(grad)
 
     def _wrap_zero_grad(self, original: Any) -> Any:
         probe = self

@@ -1529,3 +1529,22 @@ def test_forwards_whose_outputs_are_nested_or_a_dataclass_are_classified(tmp_pat
         return
     assert len(left) == 1 and not with_grad, result.report["symptoms"]
     assert left[0]["location"]["line"] == line_of("eval_nested_outputs.py", "    score = validate(model, val)")
+
+
+@pytest.mark.parametrize("how", ["manual", "saliency", "bug"])
+def test_forwards_reached_by_torch_autograd_grad_are_not_evaluations_with_grad(tmp_path_factory, validate_report, how):
+    # torch.autograd.grad is a backward the backward watch does not see: training by `p.grad = g` and saliency maps
+    # of the inputs were evaluations that built a graph for nothing (eval-without-no-grad on a healthy script)
+    result = shared_run(tmp_path_factory, f"grads-by-autograd-grad-{how}", "grads_by_autograd_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "gradients done" in result.stdout + result.stderr
+    found = result.symptoms("eval-without-no-grad")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        assert result.report["run"]["measurements"]["validation"]["eval_grad"] == 0
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("grads_by_autograd_grad.py",
+                                                   "            accuracy = (net(torch.randn(16, 8))")
+    assert result.report["run"]["measurements"]["validation"]["eval_grad"] == 9
