@@ -146,6 +146,12 @@ class ValidationProbe(Probe):
         self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
         self.memory_reported = False
         self.counts = {"trained": 0, "eval_grad": 0, "eval_no_grad": 0, "other": 0}
+        # Optimizer steps that no backward came before since the previous step, right after forwards no backward
+        # reached (an evaluation loop that kept the training loop's optimizer.step()): each re-applies the
+        # gradients the last training batch left (and Adam's or momentum's state moves the weights again).
+        self.backwards_since_step = 0
+        self.stepped_with_backward = 0
+        self.blind: dict[str, Any] | None = None
         self.events = 0
         self.cost_s = 0.0
         self.forwards = 0
@@ -195,6 +201,7 @@ class ValidationProbe(Probe):
         probe = self
 
         def grad(*args: Any, **kwargs: Any) -> Any:
+            probe.backwards_since_step += 1
             if probe.last is not None and probe.enabled:
                 try:
                     probe._settle_last()
@@ -455,6 +462,7 @@ class ValidationProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         """A backward right after a forward trains it (the usual loop: forward, loss, backward)."""
+        self.backwards_since_step += 1
         if self.last is not None:
             self.last[0].trained = True
             self.last = None
@@ -506,6 +514,11 @@ class ValidationProbe(Probe):
     # -- classification --------------------------------------------------------------------------
 
     def before_step(self, step: int, optimizer: Any) -> None:
+        if self.backwards_since_step:
+            self.backwards_since_step = 0
+            self.stepped_with_backward += 1
+        elif self.pending:
+            self._blind_step(optimizer)
         if self.last is not None:
             self._settle_last()
         if self.pending:
@@ -522,6 +535,28 @@ class ValidationProbe(Probe):
                 rec.waited = True
             self._classify(ready)
             self.pending = waiting
+
+    def _blind_step(self, optimizer: Any) -> None:
+        """An optimizer step with no backward since the previous one, after forwards of this step that no backward
+        reached: with gradients left in the parameters, it applies them again. Only on such steps (rare): a stack
+        walk for the step's line and a look at the optimizer's first parameters' gradients."""
+        window = [r for r in self.pending if r.step == self.step]
+        if not window or any(r.trained for r in window) or not self.stepped_with_backward:
+            return
+        try:
+            left = any(p.grad is not None for g in optimizer.param_groups for p in g["params"][:4])
+        except Exception:  # noqa: BLE001 - an optimizer of the script's own making
+            return
+        if not left:
+            return  # nothing to apply: the step leaves the weights as they are (plain SGD, gradients set to None)
+        found = self.blind
+        if found is None:
+            first = window[0]
+            found = self.blind = {"steps": 0, "first_step": self.step, "site": as_dict(self._site(sys._getframe(1))),
+                                  "forward_site": as_dict(first.site), "model": first.name,
+                                  "eval_mode": not first.mode, "grad": first.grad}
+        found["steps"] += 1
+        found["last_step"] = self.step
 
     def _mode_of_step(self, rec: _Forward, optimizer: Any) -> None:
         """A trained forward at an optimizer step: in train mode, or in eval mode for parameters this step updates."""
@@ -717,6 +752,8 @@ class ValidationProbe(Probe):
                 self.pending = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             self._classify(self.pending)
             self.pending = []
+        if self.blind is not None:
+            self._emit("blind-steps", **self.blind, steps_with_backward=self.stepped_with_backward)
         for phase in self.eval_steps.values():
             if phase["returned"]:
                 self._emit("eval-mode-steps", **phase)  # the final counts

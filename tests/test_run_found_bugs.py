@@ -1548,3 +1548,20 @@ def test_forwards_reached_by_torch_autograd_grad_are_not_evaluations_with_grad(t
     assert found[0]["location"]["line"] == line_of("grads_by_autograd_grad.py",
                                                    "            accuracy = (net(torch.randn(16, 8))")
     assert result.report["run"]["measurements"]["validation"]["eval_grad"] == 9
+
+
+@pytest.mark.parametrize("how", ["bug", "cleared", "healthy"])
+def test_optimizer_steps_in_an_evaluation_loop_without_backward_are_backward_in_validation(tmp_path_factory,
+                                                                                          validate_report, how):
+    # the forwards of the evaluation are reached by no backward, yet the optimizer steps after each: it re-applies
+    # the gradients the last training batch left (no forward was trained in eval mode, so nothing else judged it)
+    result = shared_run(tmp_path_factory, f"eval-steps-without-backward-{how}", "eval_steps_without_backward.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "steps without backward done" in result.stdout + result.stderr
+    stepped = result.symptoms("backward-in-validation")
+    if how != "bug":
+        assert not stepped, result.report["symptoms"]
+        return
+    assert len(stepped) == 1, result.report["symptoms"]
+    assert stepped[0]["location"]["line"] == line_of("eval_steps_without_backward.py", "optimizer.step()  # kept")

@@ -30,6 +30,7 @@ def analyse(run: RunEvidence) -> Analysis:
         trained_in_eval = _eval_phase_steps(run, rank, lim, out)
         if not trained_in_eval and not _backward_in_phase(run, rank, lim, out):
             _backward_elsewhere(run, rank, lim, out)
+        _blind_steps(run, rank, lim, out)
         _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
             out.measurements = _measurements(summary, groups)
@@ -147,6 +148,33 @@ def _backward_elsewhere(run: RunEvidence, rank: int, lim: dict[str, Any], out: A
     values = {"windows": windows, "usual_micro_steps": k, "steps": steps, "function": at.get("function")}
     out.symptoms.append(
         run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, at),
+                    step=e.get("first_step"), rank=rank)
+    )
+
+
+def _blind_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
+    """Optimizer steps with no backward since the previous step, right after forwards no backward reached (an
+    evaluation loop that kept the training loop's `optimizer.step()`), while gradients were left in the parameters:
+    each re-applies the last training batch's gradients. Judged on `min_blind_steps` such steps, fewer than the
+    steps that followed a backward (a script whose every step is fed some other way is not judged)."""
+    found = run.of_kind("blind-steps", PROBE, rank)
+    if not found:
+        return
+    e = found[-1]
+    steps, trained = int(e.get("steps") or 0), int(e.get("steps_with_backward") or 0)
+    if steps < int(lim.get("min_blind_steps", 2)) or steps >= trained or not e.get("site"):
+        return
+    site, forward = e["site"], e.get("forward_site") or {}
+    text = (f"{plural(steps, 'optimizer step')} (first at step {int(e.get('first_step') or 0) + 1}) came with no "
+            f"backward since the previous step, right after forward passes of {e.get('model')} that no backward "
+            f"reached ({'in eval mode, ' if e.get('eval_mode') else ''}line {forward.get('line')}): "
+            f"optimizer.step() on line {site.get('line')} runs in the evaluation loop and applies the gradients the "
+            "last training batch left again, so the weights move on validation batches (drop the step from the "
+            "evaluation, and evaluate under torch.no_grad())")
+    values = {"blind_steps": steps, "steps_with_backward": trained, "model": e.get("model"),
+              "forward_line": forward.get("line")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, site),
                     step=e.get("first_step"), rank=rank)
     )
 
