@@ -791,10 +791,14 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
     if not evaluation or not training:
         return None
     shared = -1
-    for i, ((code, _), (other, _)) in enumerate(zip(evaluation, training, strict=False)):
+    for i, ((code, line), (other, other_line)) in enumerate(zip(evaluation, training, strict=False)):
         if code is not other:
             break
         shared = i
+        if line != other_line:
+            # the two paths part here: deeper frames of one function are two calls of it (one `run(loader,
+            # training)` for both phases, a timing decorator's wrapper), not a frame they share
+            break
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]

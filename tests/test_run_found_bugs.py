@@ -1565,3 +1565,23 @@ def test_optimizer_steps_in_an_evaluation_loop_without_backward_are_backward_in_
         return
     assert len(stepped) == 1, result.report["symptoms"]
     assert stepped[0]["location"]["line"] == line_of("eval_steps_without_backward.py", "optimizer.step()  # kept")
+
+
+@pytest.mark.parametrize(("how", "call"), [("phase", "        val_loss = runner.run(val, training=False)"),
+                                           ("decorated", "        val_loss = runner.evaluate(val)"),
+                                           ("healthy", None)])
+def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evaluation_call(
+        tmp_path_factory, validate_report, how, call):
+    # the training and the evaluation forwards both pass through one function (a run() for both phases, a
+    # decorator's wrapper): the paths part where their lines differ, so the evaluation's call is named, not the
+    # model.eval() inside the routine
+    result = shared_run(tmp_path_factory, f"eval-left-by-shared-function-{how}", "eval_left_by_shared_function.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "shared function done" in result.stdout + result.stderr
+    left = result.symptoms("eval-mode-missing")
+    if call is None:
+        assert not left, result.report["symptoms"]
+        return
+    assert len(left) == 1, result.report["symptoms"]
+    assert left[0]["location"]["line"] == line_of("eval_left_by_shared_function.py", call), left[0]["location"]
