@@ -671,7 +671,7 @@ class ValidationProbe(Probe):
             at_step=rec.step,
             site=as_dict(rec.site),
             eval_site=as_dict(self.last_eval_site.get(rec.model)),
-            call_site=as_dict(_evaluation_call(eval_stack, rec.stack)),
+            call_site=as_dict(_evaluation_call(eval_stack, rec.stack, self.eval_calls.get(rec.model))),
             eval_call_site=as_dict(self.eval_calls.get(rec.model)),
             **extra,
             modules=names[:8],
@@ -780,13 +780,17 @@ class _Mark:
         self.rec.trained = True
 
 
-def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | None:
+def _evaluation_call(evaluation: Any, training: Any,
+                     eval_call: tuple[str, int, str] | None = None) -> tuple[str, int, str] | None:
     """The call in the training code that ran the evaluation: where model.train() belongs after it.
 
     The deepest frame the evaluation forward's stack shares (by function) with the training forward's that
     then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
     when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown, and when
     both leave that frame through the same line (a framework's fit() ran the step and the callback that evaluated).
+    The paths part at the first shared frame whose lines differ; when both then call the same function (a loss
+    helper both use) and the model.eval() (`eval_call`) was made in the frame where they part, the evaluation is
+    inline there: None, and that model.eval() is the line.
     """
     if not evaluation or not training:
         return None
@@ -802,6 +806,9 @@ def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | N
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]
+    if (eval_call is not None and shared + 1 < len(training) and evaluation[shared + 1][0] is training[shared + 1][0]
+            and eval_call[0] == code.co_filename and eval_call[2] == code.co_name):
+        return None  # `model.eval()` inline, then the training's own helper (its loss function) on a test batch
     if shared < len(training) and training[shared][1] == line:
         # both paths leave the user's code through the same call (a framework's `trainer.fit(...)` runs the
         # training step and the callback that evaluated): no call of the user's own ran the evaluation alone

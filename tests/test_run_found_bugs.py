@@ -1569,12 +1569,13 @@ def test_optimizer_steps_in_an_evaluation_loop_without_backward_are_backward_in_
 
 @pytest.mark.parametrize(("how", "call"), [("phase", "        val_loss = runner.run(val, training=False)"),
                                            ("decorated", "        val_loss = runner.evaluate(val)"),
+                                           ("inline", "        runner.model.eval()"),
                                            ("healthy", None)])
 def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evaluation_call(
         tmp_path_factory, validate_report, how, call):
     # the training and the evaluation forwards both pass through one function (a run() for both phases, a
     # decorator's wrapper): the paths part where their lines differ, so the evaluation's call is named, not the
-    # model.eval() inside the routine
+    # model.eval() inside the routine; an inline model.eval() before the training's own loss helper is named itself
     result = shared_run(tmp_path_factory, f"eval-left-by-shared-function-{how}", "eval_left_by_shared_function.py",
                         "--fail-on", "never", "--", how)
     assert_sound(result, validate_report, exitcodes.OK)
