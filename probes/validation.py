@@ -146,6 +146,12 @@ class ValidationProbe(Probe):
         self.measure_sites: set[tuple[str, int]] = set()  # lines that ran evaluation forwards with grad
         self.memory_reported = False
         self.counts = {"trained": 0, "eval_grad": 0, "eval_no_grad": 0, "other": 0}
+        # Optimizer steps that no backward came before since the previous step, right after forwards no backward
+        # reached (an evaluation loop that kept the training loop's optimizer.step()): each re-applies the
+        # gradients the last training batch left (and Adam's or momentum's state moves the weights again).
+        self.backwards_since_step = 0
+        self.stepped_with_backward = 0
+        self.blind: dict[str, Any] | None = None
         self.events = 0
         self.cost_s = 0.0
         self.forwards = 0
@@ -155,6 +161,10 @@ class ValidationProbe(Probe):
         self.watch = forward_watch(torch, self)
         self.watch.subscribe(self, self._start, self._end)
         backward_watch(torch).subscribe(self, self._backward)
+        # torch.autograd.grad is a backward too (training by `p.grad = g` from it, MAML's inner loop, a saliency map
+        # of the inputs): the latest forward's graph gets its pre-hook before that pass, so a forward it reaches is
+        # not an evaluation that built a graph for nothing. One attribute check per call, nothing per step.
+        torch.autograd.grad = self._wrap_grad(torch.autograd.grad)
         # Where each model was last put in eval mode: when evaluation runs inline in the training loop, that
         # model.eval() is the line a model left in eval mode comes from. Module.eval is called once per phase
         # (not recursively: it calls train(False)), so wrapping it costs nothing per step.
@@ -186,6 +196,23 @@ class ValidationProbe(Probe):
         # a zero_grad() after an evaluation's backward discards its gradients: no step applies them
         torch.optim.Optimizer.zero_grad = self._wrap_zero_grad(torch.optim.Optimizer.zero_grad)
         torch.nn.Module.zero_grad = self._wrap_zero_grad(torch.nn.Module.zero_grad)
+
+    def _wrap_grad(self, original: Any) -> Any:
+        probe = self
+
+        def grad(*args: Any, **kwargs: Any) -> Any:
+            probe.backwards_since_step += 1
+            if probe.last is not None and probe.enabled:
+                try:
+                    probe._settle_last()
+                except Exception as exc:  # noqa: BLE001 - a probe's bug never reaches the script
+                    probe.enabled = False
+                    probe.emit("probe-error", where="autograd.grad", error=f"{type(exc).__name__}: {exc}"[:500])
+            return original(*args, **kwargs)
+
+        grad.__wrapped__ = original  # type: ignore[attr-defined]
+        grad.__doc__ = original.__doc__
+        return transparent(grad)
 
     def _wrap_zero_grad(self, original: Any) -> Any:
         probe = self
@@ -435,6 +462,7 @@ class ValidationProbe(Probe):
 
     def _backward(self, tensors: Any) -> None:
         """A backward right after a forward trains it (the usual loop: forward, loss, backward)."""
+        self.backwards_since_step += 1
         if self.last is not None:
             self.last[0].trained = True
             self.last = None
@@ -486,6 +514,11 @@ class ValidationProbe(Probe):
     # -- classification --------------------------------------------------------------------------
 
     def before_step(self, step: int, optimizer: Any) -> None:
+        if self.backwards_since_step:
+            self.backwards_since_step = 0
+            self.stepped_with_backward += 1
+        elif self.pending:
+            self._blind_step(optimizer)
         if self.last is not None:
             self._settle_last()
         if self.pending:
@@ -502,6 +535,28 @@ class ValidationProbe(Probe):
                 rec.waited = True
             self._classify(ready)
             self.pending = waiting
+
+    def _blind_step(self, optimizer: Any) -> None:
+        """An optimizer step with no backward since the previous one, after forwards of this step that no backward
+        reached: with gradients left in the parameters, it applies them again. Only on such steps (rare): a stack
+        walk for the step's line and a look at the optimizer's first parameters' gradients."""
+        window = [r for r in self.pending if r.step == self.step]
+        if not window or any(r.trained for r in window) or not self.stepped_with_backward:
+            return
+        try:
+            left = any(p.grad is not None for g in optimizer.param_groups for p in g["params"][:4])
+        except Exception:  # noqa: BLE001 - an optimizer of the script's own making
+            return
+        if not left:
+            return  # nothing to apply: the step leaves the weights as they are (plain SGD, gradients set to None)
+        found = self.blind
+        if found is None:
+            first = window[0]
+            found = self.blind = {"steps": 0, "first_step": self.step, "site": as_dict(self._site(sys._getframe(1))),
+                                  "forward_site": as_dict(first.site), "model": first.name,
+                                  "eval_mode": not first.mode, "grad": first.grad}
+        found["steps"] += 1
+        found["last_step"] = self.step
 
     def _mode_of_step(self, rec: _Forward, optimizer: Any) -> None:
         """A trained forward at an optimizer step: in train mode, or in eval mode for parameters this step updates."""
@@ -616,7 +671,7 @@ class ValidationProbe(Probe):
             at_step=rec.step,
             site=as_dict(rec.site),
             eval_site=as_dict(self.last_eval_site.get(rec.model)),
-            call_site=as_dict(_evaluation_call(eval_stack, rec.stack)),
+            call_site=as_dict(_evaluation_call(eval_stack, rec.stack, self.eval_calls.get(rec.model))),
             eval_call_site=as_dict(self.eval_calls.get(rec.model)),
             **extra,
             modules=names[:8],
@@ -697,6 +752,8 @@ class ValidationProbe(Probe):
                 self.pending = [r for r in self.pending if r.trained or r.waited or not (r.grad and r.graph)]
             self._classify(self.pending)
             self.pending = []
+        if self.blind is not None:
+            self._emit("blind-steps", **self.blind, steps_with_backward=self.stepped_with_backward)
         for phase in self.eval_steps.values():
             if phase["returned"]:
                 self._emit("eval-mode-steps", **phase)  # the final counts
@@ -723,24 +780,35 @@ class _Mark:
         self.rec.trained = True
 
 
-def _evaluation_call(evaluation: Any, training: Any) -> tuple[str, int, str] | None:
+def _evaluation_call(evaluation: Any, training: Any,
+                     eval_call: tuple[str, int, str] | None = None) -> tuple[str, int, str] | None:
     """The call in the training code that ran the evaluation: where model.train() belongs after it.
 
     The deepest frame the evaluation forward's stack shares (by function) with the training forward's that
     then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
     when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown, and when
     both leave that frame through the same line (a framework's fit() ran the step and the callback that evaluated).
+    The paths part at the first shared frame whose lines differ; when both then call the same function (a loss
+    helper both use) and the model.eval() (`eval_call`) was made in the frame where they part, the evaluation is
+    inline there: None, and that model.eval() is the line.
     """
     if not evaluation or not training:
         return None
     shared = -1
-    for i, ((code, _), (other, _)) in enumerate(zip(evaluation, training, strict=False)):
+    for i, ((code, line), (other, other_line)) in enumerate(zip(evaluation, training, strict=False)):
         if code is not other:
             break
         shared = i
+        if line != other_line:
+            # the two paths part here: deeper frames of one function are two calls of it (one `run(loader,
+            # training)` for both phases, a timing decorator's wrapper), not a frame they share
+            break
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]
+    if (eval_call is not None and shared + 1 < len(training) and evaluation[shared + 1][0] is training[shared + 1][0]
+            and eval_call[0] == code.co_filename and eval_call[2] == code.co_name):
+        return None  # `model.eval()` inline, then the training's own helper (its loss function) on a test batch
     if shared < len(training) and training[shared][1] == line:
         # both paths leave the user's code through the same call (a framework's `trainer.fit(...)` runs the
         # training step and the callback that evaluated): no call of the user's own ran the evaluation alone
@@ -763,15 +831,42 @@ def _unpack(t: Any) -> Any:
     return t
 
 
-def _graph_outputs(output: Any, tensor_type: type, limit: int = 4) -> list[Any]:
-    """Output tensors that carry a graph: the output itself, or in a tuple/list/dict (one level)."""
+def _graph_outputs(output: Any, tensor_type: type, limit: int = 4, depth: int = 3, budget: int = 32) -> list[Any]:
+    """Output tensors that carry a graph: the output itself, or inside what the model returned — tuples, lists,
+    dicts (a ModelOutput is one) and plain objects with attributes (a dataclass), nested up to `depth` levels
+    (`((logits, aux), hidden)`, `{"out": {"logits": ...}}`). A model whose outputs are all out of reach would
+    have none of its forwards classified. At most `budget` items are looked at; a plain tensor output costs one
+    isinstance check, as before."""
     if isinstance(output, tensor_type):
-        items = [output]
-    elif isinstance(output, (tuple, list)):
-        items = list(output[:limit])
-    elif isinstance(output, dict):
-        items = list(output.values())[:limit]
-    else:
-        items = []
-    return [t for t in items if isinstance(t, tensor_type) and t.grad_fn is not None][:limit]
-
+        return [output] if output.grad_fn is not None else []
+    found: list[Any] = []
+    level = [output]
+    for _ in range(depth):
+        nxt: list[Any] = []
+        for item in level:
+            if isinstance(item, (tuple, list)):
+                children = list(item[:limit])
+            elif isinstance(item, dict):
+                children = list(item.values())[:limit]
+            elif hasattr(item, "__dict__") and not isinstance(item, type) and type(item).__module__ != "builtins":
+                try:
+                    children = [v for v in vars(item).values() if isinstance(v, (tensor_type, tuple, list, dict))][:limit]
+                except TypeError:
+                    continue
+            else:
+                continue
+            for child in children:
+                budget -= 1
+                if budget < 0:
+                    return found
+                if isinstance(child, tensor_type):
+                    if child.grad_fn is not None:
+                        found.append(child)
+                        if len(found) >= limit:
+                            return found
+                else:
+                    nxt.append(child)
+        if not nxt:
+            break
+        level = nxt
+    return found

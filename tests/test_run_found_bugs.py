@@ -1546,3 +1546,82 @@ def test_a_resume_from_an_earlier_runs_file_without_optimizer_state_is_named(tmp
         return
     assert found["location"]["line"] == line_of("resume_earlier_position.py", where), found
     assert found["evidence"][0]["values"]["how"] == "not-saved", found
+
+
+@pytest.mark.parametrize("how", ["dataclass", "nested", "healthy"])
+def test_forwards_whose_outputs_are_nested_or_a_dataclass_are_classified(tmp_path_factory, validate_report, how):
+    # the output's tensors sit in a dataclass or a tuple inside a tuple: the forwards were classified as none of
+    # trained / evaluation with grad / without grad, so neither evaluation mistake could be judged
+    result = shared_run(tmp_path_factory, f"eval-nested-outputs-{how}", "eval_nested_outputs.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "nested outputs done" in result.stdout + result.stderr
+    measured = result.report["run"]["measurements"]["validation"]
+    assert measured["trained"] == 32, measured
+    with_grad, left = result.symptoms("eval-without-no-grad"), result.symptoms("eval-mode-missing")
+    if how == "healthy":
+        assert not with_grad and not left, result.report["symptoms"]
+        return
+    if how == "dataclass":
+        assert len(with_grad) == 1 and not left, result.report["symptoms"]
+        assert with_grad[0]["location"]["line"] == line_of("eval_nested_outputs.py", "            out = model(x)")
+        return
+    assert len(left) == 1 and not with_grad, result.report["symptoms"]
+    assert left[0]["location"]["line"] == line_of("eval_nested_outputs.py", "    score = validate(model, val)")
+
+
+@pytest.mark.parametrize("how", ["manual", "saliency", "bug"])
+def test_forwards_reached_by_torch_autograd_grad_are_not_evaluations_with_grad(tmp_path_factory, validate_report, how):
+    # torch.autograd.grad is a backward the backward watch does not see: training by `p.grad = g` and saliency maps
+    # of the inputs were evaluations that built a graph for nothing (eval-without-no-grad on a healthy script)
+    result = shared_run(tmp_path_factory, f"grads-by-autograd-grad-{how}", "grads_by_autograd_grad.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "gradients done" in result.stdout + result.stderr
+    found = result.symptoms("eval-without-no-grad")
+    if how != "bug":
+        assert not found, result.report["symptoms"]
+        assert result.report["run"]["measurements"]["validation"]["eval_grad"] == 0
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("grads_by_autograd_grad.py",
+                                                   "            accuracy = (net(torch.randn(16, 8))")
+    assert result.report["run"]["measurements"]["validation"]["eval_grad"] == 9
+
+
+@pytest.mark.parametrize("how", ["bug", "cleared", "healthy"])
+def test_optimizer_steps_in_an_evaluation_loop_without_backward_are_backward_in_validation(tmp_path_factory,
+                                                                                          validate_report, how):
+    # the forwards of the evaluation are reached by no backward, yet the optimizer steps after each: it re-applies
+    # the gradients the last training batch left (no forward was trained in eval mode, so nothing else judged it)
+    result = shared_run(tmp_path_factory, f"eval-steps-without-backward-{how}", "eval_steps_without_backward.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "steps without backward done" in result.stdout + result.stderr
+    stepped = result.symptoms("backward-in-validation")
+    if how != "bug":
+        assert not stepped, result.report["symptoms"]
+        return
+    assert len(stepped) == 1, result.report["symptoms"]
+    assert stepped[0]["location"]["line"] == line_of("eval_steps_without_backward.py", "optimizer.step()  # kept")
+
+
+@pytest.mark.parametrize(("how", "call"), [("phase", "        val_loss = runner.run(val, training=False)"),
+                                           ("decorated", "        val_loss = runner.evaluate(val)"),
+                                           ("inline", "        runner.model.eval()"),
+                                           ("healthy", None)])
+def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evaluation_call(
+        tmp_path_factory, validate_report, how, call):
+    # the training and the evaluation forwards both pass through one function (a run() for both phases, a
+    # decorator's wrapper): the paths part where their lines differ, so the evaluation's call is named, not the
+    # model.eval() inside the routine; an inline model.eval() before the training's own loss helper is named itself
+    result = shared_run(tmp_path_factory, f"eval-left-by-shared-function-{how}", "eval_left_by_shared_function.py",
+                        "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "shared function done" in result.stdout + result.stderr
+    left = result.symptoms("eval-mode-missing")
+    if call is None:
+        assert not left, result.report["symptoms"]
+        return
+    assert len(left) == 1, result.report["symptoms"]
+    assert left[0]["location"]["line"] == line_of("eval_left_by_shared_function.py", call), left[0]["location"]

@@ -30,6 +30,7 @@ def analyse(run: RunEvidence) -> Analysis:
         trained_in_eval = _eval_phase_steps(run, rank, lim, out)
         if not trained_in_eval and not _backward_in_phase(run, rank, lim, out):
             _backward_elsewhere(run, rank, lim, out)
+        _blind_steps(run, rank, lim, out)
         _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
             out.measurements = _measurements(summary, groups)
@@ -151,6 +152,33 @@ def _backward_elsewhere(run: RunEvidence, rank: int, lim: dict[str, Any], out: A
     )
 
 
+def _blind_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
+    """Optimizer steps with no backward since the previous step, right after forwards no backward reached (an
+    evaluation loop that kept the training loop's `optimizer.step()`), while gradients were left in the parameters:
+    each re-applies the last training batch's gradients. Judged on `min_blind_steps` such steps, fewer than the
+    steps that followed a backward (a script whose every step is fed some other way is not judged)."""
+    found = run.of_kind("blind-steps", PROBE, rank)
+    if not found:
+        return
+    e = found[-1]
+    steps, trained = int(e.get("steps") or 0), int(e.get("steps_with_backward") or 0)
+    if steps < int(lim.get("min_blind_steps", 2)) or steps >= trained or not e.get("site"):
+        return
+    site, forward = e["site"], e.get("forward_site") or {}
+    text = (f"{plural(steps, 'optimizer step')} (first at step {int(e.get('first_step') or 0) + 1}) came with no "
+            f"backward since the previous step, right after forward passes of {e.get('model')} that no backward "
+            f"reached ({'in eval mode, ' if e.get('eval_mode') else ''}line {forward.get('line')}): "
+            f"optimizer.step() on line {site.get('line')} runs in the evaluation loop and applies the gradients the "
+            "last training batch left again, so the weights move on validation batches (drop the step from the "
+            "evaluation, and evaluate under torch.no_grad())")
+    values = {"blind_steps": steps, "steps_with_backward": trained, "model": e.get("model"),
+              "forward_line": forward.get("line")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, site),
+                    step=e.get("first_step"), rank=rank)
+    )
+
+
 def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: Analysis,
                 trained_in_eval: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     training = [g for g in groups if g.get("training_count")]
@@ -241,11 +269,16 @@ def _train_mode(run: RunEvidence, rank: int, groups: list[dict[str, Any]], out: 
 def _measurements(summary: dict[str, Any] | None, groups: list[dict[str, Any]]) -> dict[str, Any]:
     if summary is None:
         return {}
-    m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "us_per_forward", "models")}
+    m = {k: summary.get(k) for k in ("forwards", "trained", "eval_grad", "eval_no_grad", "other", "undecided", "us_per_forward",
+                                      "models")}
     models = summary.get("models") or 0  # 0 when the run died inside its first forward (a CUDA OOM)
     m["summary"] = (f"{plural(summary.get('forwards', 0), 'top-level forward')}"
                     + (f" of {plural(models, 'model')}" if models else "") + ": "
                     f"{summary.get('trained', 0)} trained, {summary.get('eval_no_grad', 0)} evaluation without grad, "
-                    f"{summary.get('eval_grad', 0)} evaluation with grad; {summary.get('us_per_forward', 0):.1f} µs "
-                    "per forward")
+                    f"{summary.get('eval_grad', 0)} evaluation with grad"
+                    # forwards none of the three: no output tensor with a graph although autograd recorded (a frozen
+                    # model), or cut off by the end of the run before a backward could reach them
+                    + (f", {summary.get('other')} with no output that carries a graph" if summary.get("other") else "")
+                    + (f", {summary.get('undecided')} undecided at the end" if summary.get("undecided") else "")
+                    + f"; {summary.get('us_per_forward', 0):.1f} µs per forward")
     return {k: v for k, v in m.items() if v is not None}
