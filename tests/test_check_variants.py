@@ -9,14 +9,10 @@ lines of the `# BUG` line (the slack the realcode eval allows), the good one mus
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import FIXTURES
-from torchdoctor.check import CheckRequest, build_report, prepare
+from tests.check_variants_support import VARIANTS, findings, marked, near, shapes
 
-VARIANTS = FIXTURES / "check" / "variants"
 # The codes that make each family's claim.
 CODES = {
     "softmax_into_cross_entropy": {"TD205", "TD604"},
@@ -29,21 +25,7 @@ MISSED = {
     ("loss_on_detached", "other_file"): "a model class of another file returns `h.detach()` in a tuple",
 }
 # Only this module's families: other variant modules keep their own folders (and markers) next to these.
-SHAPES = sorted((family, shape.name) for family in CODES for shape in (VARIANTS / family).iterdir() if shape.is_dir())
-
-
-def _findings(folder: Path, monkeypatch, codes: set[str]) -> list[tuple[str, int, str]]:
-    monkeypatch.chdir(folder)
-    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
-    return [(Path(f.path).name, f.line, f.code) for f in build_report(request, prepare(request)).findings
-            if f.code in codes]
-
-
-def _bug_line(folder: Path) -> tuple[str, int]:
-    found = [(p.name, i) for p in sorted(folder.glob("*.py"))
-             for i, line in enumerate(p.read_text().splitlines(), 1) if "# BUG" in line]
-    assert len(found) == 1, f"{folder}: one `# BUG` line expected, found {found}"
-    return found[0]
+SHAPES = shapes(CODES)
 
 
 def test_every_family_has_its_shapes():
@@ -57,12 +39,13 @@ def test_the_bad_project_is_found(family, shape, monkeypatch):
     if (family, shape) in MISSED:
         pytest.xfail(MISSED[(family, shape)])
     folder = VARIANTS / family / shape / "bad"
-    name, line = _bug_line(folder)
-    found = _findings(folder, monkeypatch, CODES[family])
-    assert any(f == name and abs(at - line) <= 3 for f, at, _code in found), (name, line, found)
+    lines = marked(folder)
+    assert len(lines) == 1, f"{folder}: one `# BUG` line expected, found {lines}"
+    found = findings(folder, monkeypatch, CODES[family])
+    assert near(found, lines), (lines, found)
 
 
 @pytest.mark.parametrize(("family", "shape"), SHAPES, ids=[f"{f}/{s}" for f, s in SHAPES])
 def test_the_healthy_twin_is_silent(family, shape, monkeypatch):
     folder = VARIANTS / family / shape / "good"
-    assert not list(folder.rglob("*.py")) or _findings(folder, monkeypatch, CODES[family]) == []
+    assert not list(folder.rglob("*.py")) or findings(folder, monkeypatch, CODES[family]) == []

@@ -17,23 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from torchdoctor.check import CheckRequest, build_report, prepare
+from tests.check_variants_support import VARIANTS, findings, marked, shapes
 
-VARIANTS = Path(__file__).parent / "fixtures" / "check" / "variants"
 CODES = {"state_rebuilt_after_load": "TD709", "resume_counter_not_restored": "TD710"}
-SHAPES = sorted((family, shape.name) for family in CODES for shape in (VARIANTS / family).iterdir() if shape.is_dir())
+SHAPES = shapes(CODES)
 
 
 def _findings(folder: Path, monkeypatch, code: str = "TD709") -> list[tuple[str, int]]:
-    monkeypatch.chdir(folder)
-    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
-    return [(Path(f.path).name, f.line) for f in build_report(request, prepare(request)).findings if f.code == code]
+    return [(name, line) for name, line, _code in findings(folder, monkeypatch, {code})]
 
 
 def _marked(folder: Path, code: str) -> set[tuple[str, int]]:
-    mark = re.compile(rf"#\s*variant:\s*{code}\s*$")
-    return {(p.name, n) for p in folder.glob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
-            if mark.search(line)}
+    return marked(folder, re.compile(rf"#\s*variant:\s*{code}\s*$"))
 
 
 @pytest.mark.parametrize(("family", "shape"), SHAPES)

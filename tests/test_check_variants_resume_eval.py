@@ -9,40 +9,27 @@ project (the line a diagnosis must name ends in `# variant: TDxxx`) and a `good`
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from torchdoctor.check import CheckRequest, build_report, prepare
+from tests.check_variants_support import VARIANTS, findings, marked, near, shapes
 
-VARIANTS = Path(__file__).parent / "fixtures" / "check" / "variants"
 CODES = {  # the rules that speak for each family
     "resume_missing_state": {"TD701", "TD707"},
     "validation_in_train_mode": {"TD601"},
 }
-SHAPES = sorted((family, shape.name) for family in CODES for shape in (VARIANTS / family).iterdir() if shape.is_dir())
+SHAPES = shapes(CODES)
 MARK = re.compile(r"#\s*variant:\s*TD\d{3}\s*$")
-
-
-def _findings(folder: Path, monkeypatch) -> list[tuple[str, int, str]]:
-    monkeypatch.chdir(folder)
-    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
-    return [(Path(f.path).name, f.line, f.code) for f in build_report(request, prepare(request)).findings]
-
-
-def _marked(folder: Path) -> set[tuple[str, int]]:
-    return {(p.name, n) for p in folder.glob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
-            if MARK.search(line)}
 
 
 @pytest.mark.parametrize(("family", "shape"), SHAPES)
 def test_variant_is_found_and_its_twin_stays_silent(family: str, shape: str, monkeypatch) -> None:
     bad, good = VARIANTS / family / shape / "bad", VARIANTS / family / shape / "good"
-    marked = _marked(bad)
-    assert marked, "a bad variant marks its line with `# variant: TDxxx`"
-    hits = [f for f in _findings(bad, monkeypatch) if f[2] in CODES[family]]
-    assert any((name, line + d) in marked for name, line, _ in hits for d in range(-3, 4)), hits
-    assert not [f for f in _findings(good, monkeypatch) if f[2] in CODES[family]]
+    lines = marked(bad, MARK)
+    assert lines, "a bad variant marks its line with `# variant: TDxxx`"
+    hits = findings(bad, monkeypatch, CODES[family])
+    assert near(hits, lines), hits
+    assert not findings(good, monkeypatch, CODES[family])
 
 
 def test_the_pre_pass_knows_which_project_classes_carry_mode_layers() -> None:

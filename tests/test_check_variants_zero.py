@@ -11,14 +11,11 @@ eval's slack), the good one none.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.conftest import FIXTURES
-from torchdoctor.check import CheckRequest, build_report, prepare
+from tests.check_variants_support import VARIANTS, findings, marked, near
 
-FAMILY = FIXTURES / "check" / "variants" / "zero_values"
+FAMILY = VARIANTS / "zero_values"
 CODES = {"TD604", "TD609", "TD611", "TD612", "TD613"}
 # Cells no capability reaches yet.
 MISSED = {
@@ -26,20 +23,6 @@ MISSED = {
                          "TD612 follows a helper's callers within its own file only",
 }
 SHAPES = sorted(p.name for p in FAMILY.iterdir() if p.is_dir())
-
-
-def _findings(folder: Path, monkeypatch) -> list[tuple[str, int, str]]:
-    monkeypatch.chdir(folder)
-    request = CheckRequest(paths=["."], fmt="json", fail_on="never")
-    return [(Path(f.path).name, f.line, f.code) for f in build_report(request, prepare(request)).findings
-            if f.code in CODES]
-
-
-def _bug_line(folder: Path) -> tuple[str, int]:
-    found = [(p.name, i) for p in sorted(folder.glob("*.py"))
-             for i, line in enumerate(p.read_text().splitlines(), 1) if "# BUG" in line]
-    assert len(found) == 1, f"{folder}: one `# BUG` line expected, found {found}"
-    return found[0]
 
 
 def test_the_family_has_the_common_shapes():
@@ -51,11 +34,12 @@ def test_the_bad_project_is_found(shape, monkeypatch):
     if shape in MISSED:
         pytest.xfail(MISSED[shape])
     folder = FAMILY / shape / "bad"
-    name, line = _bug_line(folder)
-    found = _findings(folder, monkeypatch)
-    assert any(f == name and abs(at - line) <= 3 for f, at, _code in found), (name, line, found)
+    lines = marked(folder)
+    assert len(lines) == 1, f"{folder}: one `# BUG` line expected, found {lines}"
+    found = findings(folder, monkeypatch, CODES)
+    assert near(found, lines), (lines, found)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_healthy_twin_is_silent(shape, monkeypatch):
-    assert _findings(FAMILY / shape / "good", monkeypatch) == []
+    assert findings(FAMILY / shape / "good", monkeypatch, CODES) == []
