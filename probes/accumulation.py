@@ -192,6 +192,9 @@ class AccumulationProbe(Probe):
         self.dropped_total = 0
         self.steps = 0  # optimizer steps of any optimizer that ended a window of micro-steps
         self.last_optimizer: weakref.ref | None = None
+        # The class of the first optimizer that stepped: whether the loss's scale reaches the update depends on it
+        # (SGD's step is proportional to the gradient, Adam's normalises it away)
+        self.optimizer_class: str | None = None
         self.alternations = 0
         self.scalers = scaler_watch(torch)
         self.scalers.subscribe(self, self._scaler_stepped)
@@ -226,6 +229,8 @@ class AccumulationProbe(Probe):
             self.alternations += 1  # another live optimizer stepped since: a GAN-like loop, or a second phase
         if last is not optimizer:
             self.last_optimizer = weakref.ref(optimizer)
+        if self.optimizer_class is None:
+            self.optimizer_class = type(optimizer).__name__
         if not self.stepping:
             self._cross_note(optimizer)
         k, forwards = self.micro, self.forwards
@@ -672,6 +677,7 @@ class AccumulationProbe(Probe):
             reason=reason,
             factors=[float(f"{f:.6g}") for f in self.factors[:64]],
             factor_site=self.factor_site,
+            optimizer_class=self.optimizer_class,
             norms=self.norms,
             dropped_total=self.dropped_total,
             skipped_by_scaler=self.skipped_by_scaler,

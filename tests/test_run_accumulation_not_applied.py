@@ -31,6 +31,8 @@ def test_a_divided_loss_stepped_on_every_batch_is_named_at_the_division(tmp_path
     assert values["micro_steps"] == 4 and values["loss_factor"] == 0.25, values
     assert values["steps"] == values["single_backward_steps"] == 48, values
     assert "grad_accum_steps" in measured[0]["summary"]
+    # SGD's step is proportional to the gradient: the division shrinks every update (Adam's would not)
+    assert "1/4 of the size" in measured[0]["summary"] and "optimizer" not in values, measured[0]
 
 
 # the half squared error (× 0.5 read as 2 micro-steps) is the rarer shape: kept with the heavy tests

@@ -347,11 +347,16 @@ def _stepped_every_micro_step(run: RunEvidence, rank: int, state: dict[str, Any]
     if divisor is None:
         return
     line, name = divisor
+    optimizer = state.get("optimizer_class")
     values = {"micro_steps": k, "loss_factor": round(factor, 6), "steps": steps, "single_backward_steps": windows[1]}
     text = (f"The loss reaching backward is divided by `{name}` ({k}: × {factor:.4g}), as for accumulating {k} "
             f"micro-steps per optimizer step, but {windows[1]} of the {plural(steps, 'optimizer step')} followed a "
-            f"single backward: nothing accumulates, and every update is 1/{k} of the size the learning rate was "
-            f"set for")
+            f"single backward: nothing accumulates, each update sees one micro-batch (1/{k} of the batch meant)")
+    if optimizer in set(lim.get("scale_invariant_optimizers", ())):
+        values["optimizer"] = optimizer
+        text += f"; {optimizer} normalises the gradient's scale, so the division itself changes its steps little"
+    else:
+        text += f", and every update is 1/{k} of the size the learning rate was set for"
     out.symptoms.append(
         run.symptom("accumulation-not-applied", probe=PROBE, summary=text, values=values,
                     location=run.location(site["path"], line, site.get("function")), rank=rank)
