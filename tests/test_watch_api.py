@@ -207,7 +207,14 @@ def test_the_process_is_as_before_after_the_block_and_a_second_block_counts_afre
         "warn": warnings.warn, "step_lr_init": torch.optim.lr_scheduler.StepLR.__init__,
         "loader_init": torch.utils.data.DataLoader.__init__, "getstate": torch.nn.Module.__getstate__,
     }
-    assert {k: v is before[k] for k, v in after.items()} == dict.fromkeys(before, True)
+    from torchdoctor.probes import transparent
+
+    # An earlier in-process test of this worker may have left transparent.py's `warnings.warn` installed (seen only
+    # in some xdist orders): the block then restores the original, which is what "nothing of ours" means.
+    leaked = before["warn"] is transparent.warn
+    expected = dict.fromkeys(before, True) | ({"warn": False} if leaked else {})
+    assert {k: v is before[k] for k, v in after.items()} == expected, (leaked, after["warn"])
+    assert after["warn"] is not transparent.warn
     assert _global_hooks() == hooks
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert first.report().run.steps_completed == 6
