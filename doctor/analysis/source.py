@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import linecache
-import re
 from functools import lru_cache
+
+from torchdoctor.rules.static.semantic.syntax import ACCUMULATION_NAME, dotted
 
 GROWING_METHODS = {"append", "extend", "insert", "appendleft", "extendleft", "add", "update", "setdefault"}
 # in-place tensor ops that chain a graph-holding argument onto the tensor they modify (`total.add_(loss)`)
@@ -391,20 +392,11 @@ def _turns_grad_off(node: ast.AST) -> bool:
     return False
 
 
-# Names that say "micro-steps per optimizer step" (the same words TD415 reads in `check`).
-ACCUMULATION_NAME = re.compile(r"accum|micro|grad_acc|acc_steps|update_freq", re.I)
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        parts.append(str(node.slice.value))  # cfg["grad_accum_steps"]
-    return ".".join(reversed(parts))
+def _divisor_name(node: ast.AST) -> str | None:
+    """`accum_steps`, `args.grad_accum`, or the key of `cfg["grad_accum_steps"]`."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    return dotted(node)
 
 
 def accumulation_divisor_line(path: str, line: int | None) -> tuple[int, str] | None:
@@ -425,7 +417,7 @@ def accumulation_divisor_line(path: str, line: int | None) -> tuple[int, str] | 
             divisor = node.right
         else:
             continue
-        text = _dotted(divisor)
+        text = _divisor_name(divisor)
         if text and ACCUMULATION_NAME.search(text) and node.lineno <= line:
             found.append((node.lineno, text))
     return max(found) if found else None

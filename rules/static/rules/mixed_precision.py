@@ -27,6 +27,7 @@ from torchdoctor.rules.static.index import (
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic import crossings
 from torchdoctor.rules.static.semantic.options import option_defaults
+from torchdoctor.rules.static.semantic.syntax import ACCUMULATION_NAME
 
 # -- small expression helpers ----------------------------------------------------------------------
 
@@ -238,7 +239,7 @@ class Accumulation:
     style: str  # "modulo": step under `if (i + 1) % n == 0`; "inner-loop": `for _ in range(n): backward()`
 
 
-_ACCUM_NAME = re.compile(r"accum|micro|grad_acc|acc_steps|update_freq", re.I)
+_ACCUM_NAME = ACCUMULATION_NAME
 
 
 def _find_mod(index: Index, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.expr | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
@@ -11,6 +12,9 @@ SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.M
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 WITHS = (ast.With, ast.AsyncWith)
+# A name that says "micro-steps per optimizer step" (`accum_steps`, `args.gradient_accumulation_steps`): read by
+# check's accumulation rules and by run's accumulation analysis, so both doors recognise the same divisors.
+ACCUMULATION_NAME = re.compile(r"accum|micro|grad_acc|acc_steps|update_freq", re.I)
 
 
 
