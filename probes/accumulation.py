@@ -79,7 +79,7 @@ from torchdoctor.probes.base import Probe
 from torchdoctor.probes.forwards import forward_watch
 from torchdoctor.probes.patches import backward_watch
 from torchdoctor.probes.scalers import scaler_watch
-from torchdoctor.probes.sites import here
+from torchdoctor.probes.sites import call_site, here
 from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import is_library_file
 
@@ -305,7 +305,8 @@ class AccumulationProbe(Probe):
     def _dropped(self, count: int, how: str) -> dict[str, Any] | None:
         self.dropped_total += count
         if len(self.dropped) < 20:
-            self.dropped.append({"micro_steps": count, "how": how, "at_step": self.step, "site": here()})
+            self.dropped.append({"micro_steps": count, "how": how, "at_step": self.step,
+                                 "site": call_site("zero_grad")})
             self.emit("accumulation-dropped", **self.dropped[-1])
             return self.dropped[-1]["site"]
         return self.zero_site
@@ -460,7 +461,7 @@ class AccumulationProbe(Probe):
         self.closure_stale = True
         self.closure_stale_steps += 1
         if self.closure_site is None:
-            self.closure_site = here()
+            self.closure_site = call_site("backward")
 
     def _param_version(self) -> int | None:
         """The version counter of the primary optimizer's first parameter: every in-place update bumps it."""
@@ -484,7 +485,7 @@ class AccumulationProbe(Probe):
                 self.stale_watch, self.stale_pending = [], None
                 return
         if self.stale_watch:
-            self.stale_pending = here() or {}
+            self.stale_pending = call_site("backward") or {}
 
     def _stale_added(self) -> bool:
         """Whether the backward noted as pending added into the watched gradients (the same tensors, a version
@@ -572,7 +573,7 @@ class AccumulationProbe(Probe):
                 entry["candidate"] = entry["pending"]
             elif state == "kept":
                 if site is None:
-                    site = here() or {}
+                    site = call_site("backward") or {}
                 entry["pending"] = site
             else:
                 del self.cross_watch[key]

@@ -49,8 +49,7 @@ from torchdoctor.probes.base import Probe
 from torchdoctor.probes.importwatch import when_imported
 from torchdoctor.probes.patches import subclasses_of
 from torchdoctor.probes.scalers import scaler_watch
-from torchdoctor.probes.schedule import _outside_own_init
-from torchdoctor.probes.sites import here
+from torchdoctor.probes.sites import here, outside_own_init
 from torchdoctor.probes.transparent import transparent
 from torchdoctor.probes.userframes import in_torchdoctor, is_library_file
 
@@ -160,7 +159,7 @@ class CheckpointProbe(Probe):
             try:
                 into.add(obj)
                 if obj not in probe.scheduler_sites:  # the outermost construction: the script's line
-                    probe.scheduler_sites[obj] = here(_outside_own_init(sys._getframe(1), obj))
+                    probe.scheduler_sites[obj] = here(outside_own_init(sys._getframe(1), obj))
             except Exception:  # noqa: BLE001 - an unhashable scheduler, an odd frame: never the script's problem
                 pass
 

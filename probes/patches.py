@@ -67,6 +67,19 @@ def user_site(start: Any = None) -> tuple[str, int, str] | None:
     return None
 
 
+def outside_own_init(frame: Any, obj: Any, depth: int = 8) -> Any:
+    """The frame that constructs `obj`: above the `__init__`s of the script's own subclass (its
+    `super().__init__(...)` is not where the object is made; `NoamLR(optimizer, ...)`, `MyLoader(dataset)` are)."""
+    found, current = frame, frame
+    for _ in range(depth):
+        if current is None:
+            break
+        if current.f_code.co_name == "__init__" and current.f_locals.get("self") is obj:
+            found = current.f_back
+        current = current.f_back
+    return found
+
+
 # -- backward ---------------------------------------------------------------------------------
 
 
@@ -302,7 +315,7 @@ class DataWatch:
         dl._BaseDataLoaderIter._next_index = _next_index
 
     def _constructed(self, loader: Any) -> None:
-        info = LoaderInfo(index=len(self.loaders) + 1, settings=loader_settings(loader), site=user_site(sys._getframe(2)))
+        info = LoaderInfo(index=len(self.loaders) + 1, settings=loader_settings(loader), site=user_site(outside_own_init(sys._getframe(2), loader)))
         self.loaders.append(info)
         try:
             loader._torchdoctor_info = info

@@ -64,7 +64,7 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.patches import subclasses_of, user_site
 from torchdoctor.probes.scalers import scaler_watch
-from torchdoctor.probes.sites import as_dict, here
+from torchdoctor.probes.sites import above_wrappers, as_dict, here, outside_own_init
 from torchdoctor.probes.transparent import transparent
 
 # Attributes that say how long a scheduler's plan is, by kind (MultiStepLR's milestones are in `config`).
@@ -233,7 +233,7 @@ class ScheduleProbe(Probe):
                 found.child = True
         rec.clone, why_not = self._clone(sched, optimizer)
         self.records[id(sched)] = rec
-        site = site if site is not None else user_site(_outside_own_init(sys._getframe(1), sched))
+        site = site if site is not None else user_site(outside_own_init(sys._getframe(1), sched))
         self.emit(
             "scheduler",
             index=rec.index,
@@ -276,7 +276,7 @@ class ScheduleProbe(Probe):
         now = self.opt_steps.get(rec.opt, 0)
         if rec.steps == 1:
             rec.first_opt = now
-            rec.step_site = user_site(sys._getframe(1))
+            rec.step_site = user_site(above_wrappers("step", sys._getframe(1)))
             rec.step_by_library = _called_by_library(sys._getframe(1))
             # step(epoch) sets the schedule's value at that epoch (its closed form): nothing is skipped before the
             # optimizer's first step. A GradScaler that skipped the first steps makes an early call harmless too.
@@ -358,19 +358,6 @@ class ScheduleProbe(Probe):
         if wanted > count and note is None:
             note = f"replayed the first {count - 1} of {wanted - 1} steps"
         return [_round(v) for v in curve], note
-
-
-def _outside_own_init(frame: Any, sched: Any, depth: int = 8) -> Any:
-    """The frame that constructs `sched`: above the `__init__`s of the script's own scheduler class (its
-    `super().__init__(optimizer)` is not where the scheduler is made; `NoamLR(optimizer, ...)` is)."""
-    found, current = frame, frame
-    for _ in range(depth):
-        if current is None:
-            break
-        if current.f_code.co_name == "__init__" and current.f_locals.get("self") is sched:
-            found = current.f_back
-        current = current.f_back
-    return found
 
 
 def _stepping(optimizer: Any, base: type) -> Any:

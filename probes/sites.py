@@ -5,7 +5,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from torchdoctor.probes.patches import user_site
+from torchdoctor.probes.patches import outside_own_init, user_site
+from torchdoctor.probes.userframes import is_library_file
+
+# A user function no longer than this (its `def` line to its last line) that bears the name of the torch call it
+# makes is a pass-through wrapper of that call (an optimizer wrapper's zero_grad(), a scheduler wrapper's step(),
+# a trainer's backward(loss) that also clips): the line a user changes is where the wrapper is called.
+WRAPPER_MAX_LINES = 8
+_SPANS: dict[Any, int] = {}
+__all__ = ["above_wrappers", "as_dict", "call_site", "here", "outside_own_init", "user_stack"]
 
 
 def here(start: Any = None) -> dict[str, Any] | None:
@@ -17,3 +25,47 @@ def as_dict(site: tuple[str, int, str] | None) -> dict[str, Any] | None:
     if site is None:
         return None
     return {"path": site[0], "line": site[1], "function": site[2]}
+
+
+def call_site(name: str, start: Any = None) -> dict[str, Any] | None:
+    """`here()`, but above the user's thin wrappers of the torch call `name` (see WRAPPER_MAX_LINES): the line
+    that called the wrapper. A longer function of that name (a trainer's step(batch) that trains) is the line."""
+    return as_dict(user_site(above_wrappers(name, start or sys._getframe(1))))
+
+
+def above_wrappers(name: str, frame: Any) -> Any:
+    """The innermost user frame from `frame` outwards, or, when that is a thin wrapper named `name`, its caller's."""
+    while frame is not None and is_library_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    for _ in range(4):  # wrappers of wrappers, bounded
+        if frame is None:
+            break
+        code, back = frame.f_code, frame.f_back
+        if (code.co_name.lstrip("_") != name or _span(code) > WRAPPER_MAX_LINES or back is None
+                or is_library_file(back.f_code.co_filename)):
+            break
+        frame = back
+    return frame
+
+
+def _span(code: Any) -> int:
+    """Lines from a function's `def` to its last line (cached per code object)."""
+    span = _SPANS.get(code)
+    if span is None:
+        lines = [line for _, _, line in code.co_lines() if line is not None]
+        span = (max(lines) - code.co_firstlineno + 1) if lines else 0
+        if len(_SPANS) < 1024:
+            _SPANS[code] = span
+    return span
+
+
+def user_stack(frame: Any, limit: int = 24) -> list[tuple[int, Any, int]]:
+    """The user's frames from `frame` outwards, outermost first, as (id(frame), code object, current line): kept
+    (not the frames) to find, later, the frame a second stack shares with this one."""
+    out = []
+    while frame is not None and len(out) < limit:
+        if not is_library_file(frame.f_code.co_filename):
+            out.append((id(frame), frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    out.reverse()
+    return out
