@@ -26,10 +26,12 @@ doctor/analysis/data.py)
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.patches import LoaderInfo, data_watch
+from torchdoctor.probes.sites import user_stack
 
 
 class DataProbe(Probe):
@@ -43,14 +45,40 @@ class DataProbe(Probe):
         self._wait_s = self.watch.wait_s
         self._batches = self.watch.batches
         self._loader_wait: dict[int, float] = {}
+        # Loaders with workers built since the last step, with the user's stack that built them: at the next step,
+        # the frame both stacks share (the training loop's) tells which of its lines built the loader.
+        self._built: list[tuple[LoaderInfo, list[tuple[int, Any, int]]]] = []
+        self._callers_left = 16
 
     def _constructed(self, loader: Any, info: LoaderInfo) -> None:
         event: dict[str, Any] = {"index": info.index, **info.settings}
         if info.site is not None:
             event["path"], event["line"], event["function"] = info.site
         self.emit("dataloader", **event)
+        if info.site is not None and int(info.settings.get("num_workers") or 0) > 0 and self._callers_left > 0 \
+                and len(self._built) < 8:
+            self._built.append((info, user_stack(sys._getframe(1))))
+
+    def _loop_callers(self) -> None:
+        """For loaders built since the last step: when the training loop's frame (the deepest frame the building
+        stack shares with this step's) built the loader through a call of its own (a `get_loader()` factory, a
+        data module's method), that call's line, where the construction is repeated every epoch."""
+        built, self._built = self._built, []
+        stepping = {(key, code) for key, code, _ in user_stack(sys._getframe(2), limit=64)}
+        for info, stack in built:
+            shared = [(code, line) for key, code, line in stack if (key, code) in stepping]
+            if not shared or info.site is None:
+                continue
+            code, line = shared[-1]
+            if (code.co_filename, line) == tuple(info.site[:2]):
+                continue  # built inline in the loop
+            self._callers_left -= 1
+            self.emit("dataloader-caller", index=info.index, path=code.co_filename, line=line,
+                      function=code.co_name)
 
     def after_step(self, step: int, optimizer: Any) -> dict[str, Any] | None:
+        if self._built:
+            self._loop_callers()
         watch = self.watch
         if watch.batches == self._batches and not watch.loaders:
             return None

@@ -788,9 +788,9 @@ def _evaluation_call(evaluation: Any, training: Any,
     then ran in eval mode; its line on the evaluation's path is the `validate()` / `eval_net(...)` call. None
     when the evaluation ran inline in that function (its own forward is the line) or a stack is unknown, and when
     both leave that frame through the same line (a framework's fit() ran the step and the callback that evaluated).
-    The paths part at the first shared frame whose lines differ; when both then call the same function (a loss
-    helper both use) and the model.eval() (`eval_call`) was made in the frame where they part, the evaluation is
-    inline there: None, and that model.eval() is the line.
+    The paths part at the first shared frame whose lines differ; when the model.eval() (`eval_call`) was made in
+    the frame where they part, the evaluation is inline there, whatever helper then ran its forwards: None, and
+    that model.eval() is the line.
     """
     if not evaluation or not training:
         return None
@@ -806,9 +806,10 @@ def _evaluation_call(evaluation: Any, training: Any,
     if shared < 0 or shared == len(evaluation) - 1:
         return None
     code, line = evaluation[shared]
-    if (eval_call is not None and shared + 1 < len(training) and evaluation[shared + 1][0] is training[shared + 1][0]
-            and eval_call[0] == code.co_filename and eval_call[2] == code.co_name):
-        return None  # `model.eval()` inline, then the training's own helper (its loss function) on a test batch
+    if eval_call is not None and eval_call[0] == code.co_filename and eval_call[2] == code.co_name:
+        # `model.eval()` inline in the frame where the paths part, then a helper on the test batches (the training's
+        # own loss function, a predict() of the evaluation's): the evaluation is inline, that model.eval() the line
+        return None
     if shared < len(training) and training[shared][1] == line:
         # both paths leave the user's code through the same call (a framework's `trainer.fit(...)` runs the
         # training step and the callback that evaluated): no call of the user's own ran the evaluation alone

@@ -16,7 +16,7 @@ from typing import Any
 
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
-from torchdoctor.model import Location, Symptom
+from torchdoctor.model import Evidence, Location, Symptom
 
 PROBE = "data"
 
@@ -153,6 +153,7 @@ def _rebuilt(run: RunEvidence, rank: int, found: dict[int, dict[str, Any]], lim:
         if loader.get("path") and loader.get("line") and int(loader.get("num_workers") or 0) > 0:
             sites.setdefault((loader["path"], int(loader["line"])), []).append(loader)
     totals = {int(e["index"]): e for e in run.of_kind("dataloader-total", PROBE, rank) if "index" in e}
+    callers = {int(e["index"]): e for e in run.of_kind("dataloader-caller", PROBE, rank) if e.get("line")}
     for built in sites.values():
         points = sorted({int(b.get("step") or 0) for b in built})
         if len(built) < int(lim.get("min_rebuilds", 3)) or len(points) < int(lim.get("min_rebuild_points", 2)):
@@ -170,9 +171,20 @@ def _rebuilt(run: RunEvidence, rank: int, found: dict[int, dict[str, Any]], lim:
             values["first_batch_ms_total"] = round(sum(starts), 3)
             summary += (f"; their first batch waited {statistics.median(starts):.1f} ms (median; "
                         f"{sum(starts):.0f} ms in all) for the workers to start")
-        summary += "; build the loader once before the epoch loop (with persistent_workers=True)"
+        caller = next((callers[int(b["index"])] for b in built if int(b.get("index") or 0) in callers), None)
+        evidence = None
+        if caller is not None:
+            # built inside a factory or a data module's method: the training loop's call of it, the line to move
+            values["loop_call_line"] = int(caller["line"])
+            summary += (f"; the training loop builds it through the call on line {caller['line']} (in "
+                        f"{caller.get('function')}): make that call once, before the epoch loop")
+            evidence = [Evidence(kind="probe", source=PROBE, location=loader_location(run, caller),
+                                 summary="the call in the training loop that builds a new DataLoader every epoch")]
+        else:
+            summary += "; build the loader once before the epoch loop"
+        summary += " (with persistent_workers=True)"
         out.symptoms.append(run.symptom("dataloader-rebuilt", probe=PROBE, summary=summary, values=values,
-                                        location=loader_location(run, built[0]), rank=rank))
+                                        location=loader_location(run, built[0]), rank=rank, evidence=evidence))
 
 
 def _measurements(run: RunEvidence, lim: dict[str, Any]) -> dict[str, Any]:
