@@ -585,7 +585,8 @@ class CheckpointProbe(Probe):
             self._emit("resume-optimizer-empty", how="never-loaded", stepping_type=type(optimizer).__name__,
                        load_site=self.loaded_optimizer_state.get("site"), file=self.loaded_optimizer_state.get("file"),
                        model_site=self.model_restore_site, at_step=step, built_site=built_site,
-                       own_file=not self.loaded_optimizer_state.get("with_model"))
+                       own_file=not self.loaded_optimizer_state.get("with_model"),
+                       model_caller_site=_as_site(self.model_restore_stack[:-1]))
         elif self.weights_load is not None and self.model_restore_site is not None and not self.optimizer_loads:
             # the weights came back from a file that holds no optimizer state, and no optimizer's state was loaded
             # from anywhere: a fine-tune from pretrained weights, or a resume from a checkpoint that never saved
@@ -644,7 +645,8 @@ class CheckpointProbe(Probe):
         if resume["copied"] and not any(_holds_prints(optimizer, m.get("prints") or [], self.torch) for m in loads):
             return  # the weights read went elsewhere (a teacher, an evaluation copy): no resume of this optimizer
         common = {"stepping_type": type(optimizer).__name__, "model_site": resume["site"], "at_step": self.step,
-                  "mid_run": True, "saves_before": resume["saves"]}
+                  "mid_run": True, "saves_before": resume["saves"],
+                  "model_caller_site": _as_site((resume["stack"] or [])[:-1])}
         with_state = [m for m in loads if "optimizer" in m["holds"]]
         if with_state:
             load = with_state[0]

@@ -140,6 +140,15 @@ def _report_resume_empty(run: RunEvidence, rank: int, e: dict[str, Any], out: An
         if skipped:
             also = (where, "the weights restored here; the optimizer state next to them was not loaded")
             where = skipped
+            caller = e.get("model_caller_site") or {}
+            parameter = _guard_parameter(skipped["path"], skipped["line"]) if caller.get("line") else None
+            if parameter is not None:
+                # the condition tests an argument of the restore function (`if optimizer is not None:`): the call
+                # that left that argument out is the line to change; the skipped restore is the second place
+                text += (f"; the condition tests its argument `{parameter}`, which the call on line {caller['line']} "
+                         f"(in {caller.get('function')}) did not give")
+                also = (skipped, f"the optimizer's restore, skipped because `{parameter}` was not given")
+                where = caller
     values = {"how": e.get("how"), "stepping_optimizer": e.get("stepping_type"), "step": e.get("at_step")}
     site, note = also
     second = None
@@ -311,6 +320,32 @@ def _unrun_loads(path: str, line: int, ran: frozenset[int], words: tuple[str, ..
         return None
     call, guard = calls[0]
     return (guard or call), around.name
+
+
+@lru_cache(maxsize=64)
+def _guard_parameter(path: str, line: int) -> str | None:
+    """The parameter of the function around `line` that the `if` on that line tests (`if optimizer is not None:`,
+    `if load_optim:`), when it has a default value (a caller may leave it out); None otherwise."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(path)), filename=path)
+    except (SyntaxError, ValueError):
+        return None
+    around = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or 0):
+            if around is None or node.lineno > around.lineno:
+                around = node
+    if around is None:
+        return None
+    args = around.args
+    positional = [*args.posonlyargs, *args.args]
+    defaulted = {a.arg for a in positional[len(positional) - len(args.defaults):]} if args.defaults else set()
+    defaulted |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
+    for node in ast.walk(around):
+        if isinstance(node, ast.If) and node.lineno == line:
+            names = [n.id for n in ast.walk(node.test) if isinstance(n, ast.Name) and n.id in defaulted]
+            return names[0] if len(set(names)) == 1 else None
+    return None
 
 
 def _resume_scaler(run: RunEvidence, rank: int, out: Analysis) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.sites import location, plural
-from torchdoctor.analysis.source import config_key_line
+from torchdoctor.analysis.source import config_key_line, unrun_call_line
 from torchdoctor.model import Evidence
 from torchdoctor.probes.userframes import display_path
 
@@ -93,13 +93,24 @@ def _never_stepped(run: RunEvidence, rank: int, created: dict[str, Any], state: 
               if e.get("index") != created.get("index") and e.get("steps")]
     if any(_optimizer_of(run, rank, e.get("index")) == created.get("optimizer") for e in others):
         return
-    text = (f"{created['scheduler']} built at line {(created.get('site') or {}).get('line')} for the "
+    site = created.get("site") or {}
+    text = (f"{created['scheduler']} built at line {site.get('line')} for the "
             f"{created.get('optimizer')} was never stepped while the optimizer took {plural(steps, 'step')}: the "
             f"learning rate stayed at {created.get('lr')} for the whole run")
     values = {"scheduler": created["scheduler"], "optimizer_steps": steps, "lr": created.get("lr")}
+    where, evidence = location(run, site), None
+    # the script's own step() call of that scheduler, which never ran (a condition that never held, a function
+    # never called): the line to change; the construction stays as the second place
+    unrun = unrun_call_line(site["path"], site.get("line"), "step") if site.get("path") else None
+    if unrun is not None:
+        values["unrun_step_line"] = unrun
+        text += (f"; its step() on line {unrun} never ran: the condition or the code path around it never held in "
+                 "this run")
+        evidence = [Evidence(kind="probe", source=PROBE, location=where,
+                             summary=f"the {created['scheduler']} that was never stepped, built here")]
+        where = run.location(site["path"], unrun, None)
     out.symptoms.append(run.symptom("scheduler-never-stepped", probe=PROBE, summary=text, values=values,
-                                    location=location(run, created.get("site")), step=run.steps_completed(rank),
-                                    rank=rank))
+                                    location=where, step=run.steps_completed(rank), rank=rank, evidence=evidence))
 
 
 def _optimizer_of(run: RunEvidence, rank: int, index: Any) -> str | None:

@@ -421,3 +421,26 @@ def accumulation_divisor_line(path: str, line: int | None) -> tuple[int, str] | 
         if text and ACCUMULATION_NAME.search(text) and node.lineno <= line:
             found.append((node.lineno, text))
     return max(found) if found else None
+
+
+def unrun_call_line(path: str, line: int | None, method: str) -> int | None:
+    """The one `<name>.<method>(…)` call in the file, where `<name>` (a plain name or `self.attr`) is what the
+    assignment holding `line` (an object's construction) binds: for an object whose method never ran, the call
+    the script wrote that never ran (behind a condition that never held, in a function never called). None when
+    the construction is no plain assignment, or the file calls that method of the name on no line or on several."""
+    tree = _tree(path)
+    if tree is None or line is None:
+        return None
+    assigns = [n for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+               and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if not assigns:
+        return None
+    statement = min(assigns, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+    names = [dotted(t) for t in targets if isinstance(t, (ast.Name, ast.Attribute))]
+    if len(names) != 1 or not names[0]:
+        return None
+    name = names[0]
+    calls = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == method and _matches(n.func.value, name)}
+    return next(iter(calls)) if len(calls) == 1 else None
