@@ -9,10 +9,12 @@ from torchdoctor.probes.patches import outside_own_init, user_site
 from torchdoctor.probes.userframes import is_library_file
 
 # A user function no longer than this (its `def` line to its last line) that bears the name of the torch call it
-# makes is a pass-through wrapper of that call (an optimizer wrapper's zero_grad(), a scheduler wrapper's step(),
-# a trainer's backward(loss) that also clips): the line a user changes is where the wrapper is called.
-WRAPPER_MAX_LINES = 8
-_SPANS: dict[Any, int] = {}
+# makes, and makes none of the other calls of a training step, is a pass-through wrapper of that call (an optimizer
+# wrapper's zero_grad(), a scheduler wrapper's step(), a trainer's backward(loss) that also clips): the line a user
+# changes is where the wrapper is called. A trainer's step(batch) calls backward: it trains, it wraps nothing.
+WRAPPER_MAX_LINES = 10
+TRAINING_CALLS = frozenset({"backward", "step", "zero_grad"})
+_WRAPPERS: dict[tuple[Any, str], bool] = {}
 __all__ = ["above_wrappers", "as_dict", "call_site", "here", "outside_own_init", "user_stack"]
 
 
@@ -41,22 +43,24 @@ def above_wrappers(name: str, frame: Any) -> Any:
         if frame is None:
             break
         code, back = frame.f_code, frame.f_back
-        if (code.co_name.lstrip("_") != name or _span(code) > WRAPPER_MAX_LINES or back is None
-                or is_library_file(back.f_code.co_filename)):
+        if back is None or is_library_file(back.f_code.co_filename) or not _thin_wrapper(code, name):
             break
         frame = back
     return frame
 
 
-def _span(code: Any) -> int:
-    """Lines from a function's `def` to its last line (cached per code object)."""
-    span = _SPANS.get(code)
-    if span is None:
+def _thin_wrapper(code: Any, name: str) -> bool:
+    """Whether a function is a thin wrapper of the torch call `name` (see WRAPPER_MAX_LINES; cached per code)."""
+    key = (code, name)
+    found = _WRAPPERS.get(key)
+    if found is None:
         lines = [line for _, _, line in code.co_lines() if line is not None]
         span = (max(lines) - code.co_firstlineno + 1) if lines else 0
-        if len(_SPANS) < 1024:
-            _SPANS[code] = span
-    return span
+        found = (code.co_name.lstrip("_") == name and span <= WRAPPER_MAX_LINES
+                 and not (TRAINING_CALLS - {name}) & set(code.co_names))
+        if len(_WRAPPERS) < 1024:
+            _WRAPPERS[key] = found
+    return found
 
 
 def user_stack(frame: Any, limit: int = 24) -> list[tuple[int, Any, int]]:
