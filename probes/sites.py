@@ -12,6 +12,7 @@ from torchdoctor.probes.userframes import is_library_file
 # makes, and makes none of the other calls of a training step, is a pass-through wrapper of that call (an optimizer
 # wrapper's zero_grad(), a scheduler wrapper's step(), a trainer's backward(loss) that also clips): the line a user
 # changes is where the wrapper is called. A trainer's step(batch) calls backward: it trains, it wraps nothing.
+# It calls `name` once: a step() that steps the optimizer and the scheduler orders them, and that order is the line.
 WRAPPER_MAX_LINES = 10
 TRAINING_CALLS = frozenset({"backward", "step", "zero_grad"})
 _WRAPPERS: dict[tuple[Any, str], bool] = {}
@@ -57,10 +58,20 @@ def _thin_wrapper(code: Any, name: str) -> bool:
         lines = [line for _, _, line in code.co_lines() if line is not None]
         span = (max(lines) - code.co_firstlineno + 1) if lines else 0
         found = (code.co_name.lstrip("_") == name and span <= WRAPPER_MAX_LINES
-                 and not (TRAINING_CALLS - {name}) & set(code.co_names))
+                 and not (TRAINING_CALLS - {name}) & set(code.co_names) and _calls_of(code, name) == 1)
         if len(_WRAPPERS) < 1024:
             _WRAPPERS[key] = found
     return found
+
+
+def _calls_of(code: Any, name: str) -> int:
+    """How many times a function's code reads the attribute `name` (its `.step(` calls): a wrapper makes one; one
+    that steps the optimizer and the scheduler (jiant's OptimizerScheduler.step) orders two, and that order is the
+    line."""
+    import dis
+
+    return sum(1 for ins in dis.get_instructions(code)
+               if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval == name)
 
 
 def user_stack(frame: Any, limit: int = 24) -> list[tuple[int, Any, int]]:

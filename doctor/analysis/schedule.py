@@ -102,7 +102,9 @@ def _never_stepped(run: RunEvidence, rank: int, created: dict[str, Any], state: 
     # the script's own step() call of that scheduler, which never ran (a condition that never held, a function
     # never called): the line to change; the construction stays as the second place
     unrun = unrun_call_line(site["path"], site.get("line"), "step") if site.get("path") else None
-    if unrun is not None:
+    ran = {(e.get("step_site") or {}).get("line") for kind in ("scheduler-steps", "scheduler-end")
+           for e in run.of_kind(kind, PROBE, rank) if (e.get("step_site") or {}).get("path") == site.get("path")}
+    if unrun is not None and unrun not in ran:  # a line that stepped another scheduler bound to that name did run
         values["unrun_step_line"] = unrun
         text += (f"; its step() on line {unrun} never ran: the condition or the code path around it never held in "
                  "this run")
