@@ -30,6 +30,7 @@ def _lines(symptom: dict) -> list[int | None]:
     ("backward", "missing-zero-grad", "        self.backward(loss)"),  # train_step's call of the trainer's backward()
     ("sched", "scheduler-granularity", "                sched.step()"),  # the batch loop's call of the wrapper
     ("trainstep", "scheduler-granularity", "self.sched.step()"),  # inside a step(x, y) that trains: no wrapper
+    ("both", "scheduler-order", "self.lr_scheduler.step()"),  # a step() that orders two steps: no wrapper
 ])
 def test_a_thin_wrapper_of_the_call_is_named_where_it_is_called(tmp_path_factory, validate_report, mode, symptom,
                                                                 text):
