@@ -15,7 +15,10 @@ existing = [json.loads(l) for l in open(path)] if glob.glob(path) else []
 assert row["id"] not in {e["id"] for e in existing}
 assert sum(e["repo"] == repo for e in existing) < 2
 assert sum(e["family"] == row["family"] for e in existing) < 3, "family full"
-assert row["source"] not in open("/work/notes/used_sources.tsv").read()
+used_tsv = open("/work/notes/used_sources.tsv").read()
+assert row["source"] not in used_tsv
+other_lines = [l for l in used_tsv.lower().splitlines() if "\tbugs_hf.jsonl\t" not in l]
+assert not any(f"github.com/{repo.lower()}/" in l or f"github.com/{repo.lower()}\t" in l for l in other_lines), "repo used elsewhere"
 order = ["id","repo","commit","path","line","family","codes","source","fix_commit","project","reason","split"]
 row.setdefault("codes", []); row.setdefault("project", ["."]); row["split"] = "heldout"
 out = {k: row[k] for k in order}
