@@ -4,6 +4,8 @@ row = json.loads(sys.argv[1])
 repo = row["repo"]
 assert int(hashlib.sha256(("realcode-2:" + repo).encode()).hexdigest(), 16) % 3 == 0, "not heldout"
 gd = f"/work/.mirror/{repo.replace('/', '+', 1)}/repo"
+import os
+if os.path.isdir(gd + "/.git"): gd += "/.git"
 def git(*a): return subprocess.run(["git", "--git-dir", gd, *a], capture_output=True, text=True, check=True).stdout
 if row.get("fix_commit"):
     parents = git("rev-list", "--parents", "-n1", row["fix_commit"]).split()[1:]
