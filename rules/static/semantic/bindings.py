@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     dotted,
     element_container,
@@ -661,7 +662,7 @@ class Bindings:
             block = getattr(parent, field, None)
             if isinstance(block, list) and stmt in block:
                 before = block[:block.index(stmt)]
-                return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) for s in before for n in ast.walk(s))
+                return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) for s in before for n in subtree(s))
         return False
 
     def _bound_at(self, name: str, fallback: ast.AST) -> ast.AST:
@@ -669,7 +670,7 @@ class Bindings:
         parameter of, else the statement of its first use."""
         for stmt in self.nodes(ast.Assign):
             for target in stmt.targets:  # type: ignore[attr-defined]
-                if any(dotted(t) == name for t in ast.walk(target) if isinstance(t, ast.Name | ast.Attribute)):
+                if any(dotted(t) == name for t in subtree(target) if isinstance(t, ast.Name | ast.Attribute)):
                     return stmt
         fn = self.function_of(fallback)
         if fn is not None and name in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     dotted,
@@ -148,7 +149,7 @@ class Classes:
         for name, fn in info.methods.items():
             if name in skip:
                 continue
-            for node in ast.walk(fn):
+            for node in subtree(fn):
                 if (
                     isinstance(node, ast.Attribute)
                     and isinstance(node.ctx, ast.Load)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     _pairs,
@@ -294,7 +295,7 @@ class Flow:
         target = self.local_target(expr)  # type: ignore[attr-defined]
         if target is None:
             return None
-        for node in ast.walk(target):
+        for node in subtree(target):
             if isinstance(node, ast.Attribute) and node.attr == "require_backward_grad_sync" \
                     and isinstance(node.ctx, ast.Store) or isinstance(node, ast.Call) \
                     and isinstance(node.func, ast.Attribute) and node.func.attr == "no_sync":
