@@ -150,6 +150,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._samplers_in_text: bool | None = None  # bindings.py
         self._assigned_names: frozenset[str] | None = None  # flow.py
         self._values: dict[str, list[ast.expr]] | None = None  # flow.py
+        self._in_order: list[ast.stmt] | None = None  # the file's assignments in source order (flow.py)
         self._contexts: frozenset[str] | None = None  # contexts.py
         self._lowered: str | None = None  # the source in lower case (`lowered`)
         self._build()

@@ -1404,7 +1404,7 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
 def _leave_schedule_crossings(ctx: Context) -> None:
     index = ctx.index
     source = ctx.source
-    if "sched" not in source.lower() and "LR(" not in source:
+    if "sched" not in index.lowered() and "LR(" not in source:  # the file's text lowered once for every rule
         return
     stepped: set[ast.Call] = {call for call, _ in _scheduler_steps(ctx)}
     optimizer_steps = set(index.step_calls)

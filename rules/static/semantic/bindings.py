@@ -15,7 +15,6 @@ from torchdoctor.rules.static.semantic.syntax import (
     keyed_name,
     kwarg,
     last_name,
-    stmt_position,
 )
 from torchdoctor.rules.static.semantic.vocabulary import canonical
 
@@ -607,7 +606,7 @@ class Bindings:
         """A copy written before its source is bound in the file (`self.loader = loader` in `__init__`, with
         `loader = DataLoader(...)` further down in `main`, or a parameter bound from its call sites): once every
         binding is known, plain copies take the kind (and keyed entries) of what they copy."""
-        assigns = sorted(self.nodes(ast.Assign), key=stmt_position)
+        assigns = [a for a in self.assignments_in_order() if a.__class__ is ast.Assign]  # type: ignore[attr-defined]
         unwrapped = {(dotted(t), dotted(a.value.value)) for a in assigns for t in a.targets  # type: ignore[attr-defined]
                      if isinstance(a.value, ast.Attribute) and a.value.attr == "module"}  # type: ignore[attr-defined]
         for stmt in assigns:
@@ -870,9 +869,7 @@ class Bindings:
 
     def _build_bindings(self) -> None:
         """Every assignment in source order, so a name's latest binding wins."""
-        statements = self.nodes(ast.Assign) + self.nodes(ast.AnnAssign)
-        statements.sort(key=stmt_position)
-        for stmt in statements:
+        for stmt in self.assignments_in_order():  # type: ignore[attr-defined]
             if isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     self._bind_target(target, stmt.value, stmt)

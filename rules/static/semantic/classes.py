@@ -124,7 +124,7 @@ class Classes:
         """`self.x = value` statements in a class's methods (one method, or all with None)."""
         if self._self_assigns is None:
             table: dict[ast.ClassDef, list[SelfAssign]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
+            for stmt in self.assignments_in_order():  # type: ignore[attr-defined]
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if stmt.value is None:
                     continue

@@ -21,11 +21,19 @@ if TYPE_CHECKING:
 class Flow:
     """Assignments by scope, definitions before a point, callers of local functions and methods."""
 
+    def assignments_in_order(self) -> list[ast.stmt]:
+        """Every `=` and annotated assignment of the file in source order, sorted once per file: the bindings, the
+        scoped table (`defs`), the classes' `self.x = ...` and the late copies all read them in this order. Not to
+        be changed by a caller."""
+        if self._in_order is None:
+            self._in_order = sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position)
+        return self._in_order
+
     def defs(self, scope: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.expr]]]:
         """Assignments `name = value` in a scope, by name, in source order (tuple targets unpacked)."""
         if self._defs is None:
             table: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
+            for stmt in self.assignments_in_order():
                 if stmt.value is None:
                     continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
