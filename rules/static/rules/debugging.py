@@ -1004,14 +1004,12 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
             _leave_loop(ctx, loop, events)
         if not events or not any(kind == "eval" for kind, _, _ in events):
             continue
-        found = _stale_eval(events)
-        if found is None or found in reported:
-            continue
-        if _frozen_mode_training(index, found):
-            continue
-        if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
-            continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
-        if _frozen_with_the_switch(index, found):
+        # The first stale `.eval()` that matters: several models may be left in eval mode, and one that holds no
+        # dropout or batch norm must not hide another that does.
+        found = next((c for c in _stale_evals(events) if c not in reported and not _frozen_mode_training(index, c)
+                      and model_mode_layers(index, c.func.value) is not False  # type: ignore[attr-defined]
+                      and not _frozen_with_the_switch(index, c)), None)
+        if found is None:
             continue
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
@@ -1235,8 +1233,16 @@ _LIBRARIES = frozenset("torch torchvision numpy np tqdm os sys math random time 
 
 
 def _stale_eval(events: list[Event]) -> ast.Call | None:
-    """Run the loop body twice: the `.eval()` still in force when a training step runs, if any."""
+    """Run the loop body twice: the first `.eval()` still in force when a training step runs, if any."""
+    stale = _stale_evals(events)
+    return stale[0] if stale else None
+
+
+def _stale_evals(events: list[Event]) -> list[ast.Call]:
+    """Every `.eval()` still in force when a training step runs, in the order the steps meet them (models of one
+    step in name order: a step's keys are a set, and the finding must not depend on the hash seed)."""
     state: dict[str, ast.Call | None] = {}
+    found: list[ast.Call] = []
     for _ in range(2):
         for kind, call, keys in events:
             if kind == "eval":
@@ -1246,10 +1252,13 @@ def _stale_eval(events: list[Event]) -> ast.Call | None:
                 for k in keys:
                     state[k] = None
             elif kind == "step":
-                for k in keys:
-                    if state.get(k) is not None:
-                        return state[k]
-    return None
+                for k in sorted(keys):
+                    stale = state.get(k)
+                    if stale is not None and stale not in found:
+                        found.append(stale)
+        if found:
+            return found
+    return found
 
 
 # -- anomaly detection -----------------------------------------------------------------------
