@@ -1627,3 +1627,23 @@ def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evalu
         return
     assert len(left) == 1, result.report["symptoms"]
     assert left[0]["location"]["line"] == line_of("eval_left_by_shared_function.py", call), left[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["submodule", "grad-list", "unused-ends", "second-optimizer", "whole", "parts",
+                                 "second-optimizer-zeroed", "accumulate"])
+def test_a_zero_grad_that_misses_some_stepped_gradients_is_missing_zero_grad(tmp_path_factory, validate_report, how):
+    # run15miss state 1: each watched gradient is judged on its own (a submodule's zero_grad, a grad = None list
+    # without the head), watched gradients are spread over the optimizer's parameters (its ends get none), and a
+    # second optimizer stepping right after the first is checked only after a backward; twins clear it all
+    script = "zero_grad_elsewhere.py"
+    bug = how in ("submodule", "grad-list", "unused-ends", "second-optimizer")
+    result = shared_run(tmp_path_factory, f"zero-grad-elsewhere-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if not bug:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "loss.backward()  # the backward"), found[0]["location"]
