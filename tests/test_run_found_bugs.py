@@ -1647,3 +1647,23 @@ def test_a_zero_grad_that_misses_some_stepped_gradients_is_missing_zero_grad(tmp
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of(script, "loss.backward()  # the backward"), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["shared", "flag", "nograd", "zip", "saliency"])
+def test_optimizer_steps_on_a_validation_loaders_batches_are_backward_in_validation(tmp_path_factory,
+                                                                                     validate_report, how):
+    # run15miss state 2: the data probe counts, per loader, the optimizer steps that followed a backward on its
+    # latest batch; a loader holding a validation/test split (train=False; the names it is built from) stepped on
+    # while another loader is trained on is backward-in-validation, named at the evaluation's own line
+    script = "steps_on_eval_loader.py"
+    result = shared_run(tmp_path_factory, f"eval-loader-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how not in ("shared", "flag"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = "# the evaluation's call" if how == "shared" else "# the test backward"
+    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
