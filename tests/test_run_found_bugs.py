@@ -1667,3 +1667,22 @@ def test_optimizer_steps_on_a_validation_loaders_batches_are_backward_in_validat
     assert len(found) == 1, result.report["symptoms"]
     line = "# the evaluation's call" if how == "shared" else "# the test backward"
     assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["periodic", "short", "detached", "window", "bounded"])
+def test_graphs_kept_across_steps_at_a_slow_pace_or_in_a_short_run_are_memory_growth(tmp_path_factory,
+                                                                                    validate_report, how):
+    # run15miss state 3: a container's tensors that carry a graph are counted from the second step and judged at
+    # one every 20 steps (3 at least), not at the 0.5 a step of detached values; twins: detached outputs, a
+    # window of micro-batch losses dropped at each step, a bounded deque
+    script = "graphs_kept_slowly.py"
+    result = shared_run(tmp_path_factory, f"graphs-kept-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("memory-growth")
+    if how not in ("periodic", "short"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "# the kept graph"), found[0]["location"]
