@@ -1686,3 +1686,22 @@ def test_graphs_kept_across_steps_at_a_slow_pace_or_in_a_short_run_are_memory_gr
         return
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["line"] == line_of(script, "# the kept graph"), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["with", "decorated", "target", "logging", "baseline", "selfdistill"])
+def test_a_loss_term_computed_under_no_grad_is_a_cut_off_summand(tmp_path_factory, validate_report, how):
+    # run15miss state 4: an op under torch.no_grad() on a tensor with a graph cuts its result from that graph as
+    # detach() does; added to the loss as a constant it is named at the no_grad that turned autograd off; twins:
+    # no_grad values used as targets, logged, in a product, as soft labels
+    script = "loss_term_under_no_grad.py"
+    result = shared_run(tmp_path_factory, f"no-grad-term-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if how not in ("with", "decorated"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = "# the no_grad block" if how == "with" else "# the decorator"
+    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
