@@ -17,7 +17,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
-from torchdoctor.rules.static.semantic import lossuse
+from torchdoctor.rules.static.semantic import lossuse, practice
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 from torchdoctor.rules.static.semantic.subtree import subtree
 
@@ -336,6 +336,8 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     _phase_loops(ctx)
     _phase_step_functions(ctx)
     _leave_modes_at_calls(ctx)
+    practice.leave_evaluations(ctx)
+    practice.note_covered(ctx, "TD601")
 
 
 def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) -> None:
@@ -414,6 +416,15 @@ def _leave_kept_mode_calls(ctx: Context, switches: bool) -> None:
                                           "switch": explicit.lineno if explicit is not None else None,
                                           "shown": ctx.segment(explicit, 40) if explicit is not None else "",
                                           "line": call.lineno})
+
+
+@project("TD601")
+def evaluation_mode_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
+    """An evaluation function that runs the model under no_grad without `.eval()` where the project's other
+    evaluation functions call it (semantic/practice.py)."""
+    return practice.hits(project, "eval", lambda site, text: {
+        "variable": site["variable"], "loader": site["loader"],
+        "cause": f"nothing in `{site['function']}` calls `.eval()`, while {text}"})
 
 
 @project("TD601")
