@@ -74,6 +74,8 @@ def _leave(ctx: Context) -> bool:
 def _evaluation(ctx: Context, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, Any] | None:
     """The function's answers, or None when it is no evaluation function (no model run in a loop, or it trains)."""
     index = ctx.index
+    if index.framework_context(fn):
+        return None  # a Lightning evaluation hook: the framework sets grad and mode, not the project's practice
     calls = index.calls_in(fn)
     receivers: set[str] = set()
     switched = False
@@ -151,8 +153,9 @@ def _runs_model(index, call: ast.Call, receivers: set[str]) -> bool:
     name = dotted(func.value) if forward else dotted(func)  # type: ignore[union-attr]
     if receivers and name:
         return name in receivers
-    # `self.model.forward(batch)` in a function named like an evaluation: an explicit forward runs a module
-    return forward and name is not None or index.call_runs_model(call)
+    # `self.model.forward(batch)` in a function named like an evaluation: an explicit forward runs a module. A
+    # helper of this file that runs the model (`eval_epoch(loader, model)`) is not the run: it answers for itself
+    return forward and name is not None or index.local_target(call) is None and index.call_runs_model(call)
 
 
 def deviants(project: Project, answer: str) -> list[tuple[Any, dict[str, Any], str]]:
