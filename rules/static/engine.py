@@ -550,6 +550,7 @@ def project_findings(units: dict[str, Unit | None], results: list[FileResult], c
             found = finding_at(unit, code, hit.line, hit.col, hit.values, hit.severity)
             if found is not None:
                 out.append(found)
+                seen.add((hit.path, code, hit.line))  # two passes of one rule at one line: the first says it
     return out
 
 

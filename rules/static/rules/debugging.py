@@ -419,15 +419,6 @@ def _leave_kept_mode_calls(ctx: Context, switches: bool) -> None:
 
 
 @project("TD601")
-def evaluation_mode_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
-    """An evaluation function that runs the model under no_grad without `.eval()` where the project's other
-    evaluation functions call it (semantic/practice.py)."""
-    return practice.hits(project, "eval", lambda site, text: {
-        "variable": site["variable"], "loader": site["loader"],
-        "cause": f"nothing in `{site['function']}` calls `.eval()`, while {text}"})
-
-
-@project("TD601")
 def validation_in_train_mode_of_kept_models(project: Project) -> list[ProjectHit]:
     """main.py builds `Evaluator(model, val_loader)`, then calls `model.train()` and trains, then `evaluator.run()`;
     evaluator.py's `run` runs `self.model` over its loader with no `.eval()`: it runs in training mode. Reported when
@@ -1923,3 +1914,13 @@ def division_by_empty_count(node: ast.BinOp, ctx: Context) -> None:
     if _tested(index, node, counts, masks - {"torch"}):
         return
     ctx.report(node, variable=snippet(ctx, node, 50), why=why)
+
+
+@project("TD601")
+def evaluation_mode_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
+    """An evaluation function that runs the model under no_grad without `.eval()` where the project's other
+    evaluation functions call it (semantic/practice.py)."""
+    return practice.hits(project, "eval", lambda site, text: {
+        "variable": site["variable"], "loader": site["loader"],
+        "cause": f"nothing in `{site['function']}` calls `.eval()`, so it keeps the mode its caller left (training, "
+                 f"after a training loop), while {text}"})

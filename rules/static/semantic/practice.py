@@ -47,10 +47,9 @@ def leave_evaluations(ctx: Context) -> None:
 
 
 def note_covered(ctx: Context, code: str) -> None:
-    """The lines the file's own analysis reported (or deferred) for `code`: a deviant there is not said twice."""
-    lines = sorted({getattr(h.node, "lineno", 0) for h in ctx.hits if h.rule.doc.code == code}
-                   | {v["line"] for key, values in ctx.facts.items() if key.startswith(code)
-                      for v in values if isinstance(v, dict) and isinstance(v.get("line"), int)})
+    """The lines the file's own analysis reported for `code`: a deviant there is not said twice. (A finding it
+    deferred to the project pass is said once by the engine, which keeps the first project finding of a line.)"""
+    lines = sorted({getattr(h.node, "lineno", 0) for h in ctx.hits if h.rule.doc.code == code})
     if lines:
         ctx.leave(COVERED, {"code": code, "lines": lines})
 
