@@ -24,6 +24,7 @@ from torchdoctor.rules.static.api import Context
 from torchdoctor.rules.static.callcontext import call_context, leave_sites
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic.callsites import function_identity
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import dotted
 
 SITES = "practice-evaluation"
@@ -60,8 +61,11 @@ def _leave(ctx: Context) -> bool:
     index = ctx.index
     # the cheap gate: only functions with an evaluation name, or one that calls `.eval()`
     switched = {index.function_of(c) for c in index.method_calls("eval") if not c.args and not c.keywords}
-    for fn in index.nodes(ast.FunctionDef) + index.nodes(ast.AsyncFunctionDef):
-        if fn not in switched and not _EVAL_NAME.search(fn.name):  # type: ignore[attr-defined]
+    looping = {index.function_of(lp.node) for lp in index.loops.values()}  # the run is in a loop: no loop, no site
+    # `def` only: an `async def` evaluation is rare in training code, and asking for that node kind alone would
+    # cost the engine another walk of every file
+    for fn in index.nodes(ast.FunctionDef):
+        if fn not in looping or fn not in switched and not _EVAL_NAME.search(fn.name):  # type: ignore[attr-defined]
             continue
         site = _evaluation(ctx, fn)  # type: ignore[arg-type]
         if site is not None:
@@ -75,7 +79,9 @@ def _evaluation(ctx: Context, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dic
     index = ctx.index
     if index.framework_context(fn):
         return None  # a Lightning evaluation hook: the framework sets grad and mode, not the project's practice
-    calls = index.calls_in(fn)
+    # the function's own calls, read from its subtree: the file's table of calls by function (index.calls_in)
+    # costs a pass over every call of the file, where most files have no evaluation function at all
+    calls = sorted((n for n in subtree(fn) if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset))
     receivers: set[str] = set()
     switched = False
     for c in calls:
