@@ -17,7 +17,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
-from torchdoctor.rules.static.semantic import lossuse
+from torchdoctor.rules.static.semantic import lossuse, practice
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 from torchdoctor.rules.static.semantic.subtree import subtree
 
@@ -336,6 +336,8 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     _phase_loops(ctx)
     _phase_step_functions(ctx)
     _leave_modes_at_calls(ctx)
+    practice.leave_evaluations(ctx)
+    practice.note_covered(ctx, "TD601")
 
 
 def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) -> None:
@@ -1921,3 +1923,13 @@ def division_by_empty_count(node: ast.BinOp, ctx: Context) -> None:
     if _tested(index, node, counts, masks - {"torch"}):
         return
     ctx.report(node, variable=snippet(ctx, node, 50), why=why)
+
+
+@project("TD601")
+def evaluation_mode_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
+    """An evaluation function that runs the model under no_grad without `.eval()` where the project's other
+    evaluation functions call it (semantic/practice.py)."""
+    return practice.hits(project, "eval", lambda site, text: {
+        "variable": site["variable"], "loader": site["loader"],
+        "cause": f"nothing in `{site['function']}` calls `.eval()`, so it keeps the mode its caller left (training, "
+                 f"after a training loop), while {text}"})
