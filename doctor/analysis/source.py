@@ -162,6 +162,9 @@ def in_place_line(path: str, head: str, current_line: int | None = None, firstli
         return min(n.lineno for n in found)
     # The object was found in a helper the loop handed it to (`take_optimizer_step(optimizer, model, stats)`):
     # the call may be in the loop's code, anywhere in the file, under the same name; only when there is one.
+    # Not for `self`: in another function it is another object (a meter's own `self.n += n`).
+    if head in ("self", "cls"):
+        return None
     found = _in_place_calls(ast.walk(tree), head)
     return found[0].lineno if len(found) == 1 else None
 
