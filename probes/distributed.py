@@ -415,9 +415,24 @@ class DistributedProbe(Probe):
                 probe.nosync_site = probe._site()
             return original_no_sync(ddp, *args, **kwargs)
 
+        owned_setattr = "__setattr__" in vars(DistributedDataParallel)
+        original_setattr = DistributedDataParallel.__setattr__
+
+        def __setattr__(ddp, name, value):  # noqa: N807 - the method it wraps
+            if name == "require_backward_grad_sync" and not value and probe.unsynced_sent < probe.max_unsynced:
+                # the script's own `model.require_backward_grad_sync = ...` (no_sync() sets it from torch's
+                # file, and its call was noted above): a helper may assign it, far from the backward
+                frame = sys._getframe(1)
+                if not is_library_file(frame.f_code.co_filename):
+                    probe.nosync_site = {"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                                         "function": frame.f_code.co_name, "flag": True}
+            original_setattr(ddp, name, value)
+
         DistributedDataParallel.__init__ = transparent(__init__)
         DistributedDataParallel.forward = transparent(forward)
         DistributedDataParallel.no_sync = transparent(no_sync)
+        if not owned_setattr:
+            DistributedDataParallel.__setattr__ = transparent(__setattr__)
         transparent(type(self)._watched_forward)  # it calls the original forward for the first few
 
     def _ddp_created(self, ddp: Any) -> None:

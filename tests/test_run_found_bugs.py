@@ -1635,6 +1635,7 @@ def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evalu
     ("data-rank0", "                p.data.mul_(0.999)", "through `.data` on rank 0 only"),
     ("sched-rank0", "            scheduler.step()", "scheduler stepped a different number of times"),
     ("nosync-helper", "        return model.no_sync()", "calls `no_sync()`"),
+    ("flag-helper", "    model.require_backward_grad_sync = micro ==", "turns `require_backward_grad_sync` off"),
     ("healthy", None, None)])
 def test_ddp_replicas_drifting_through_a_rank_local_change_are_named_at_its_line(tmp_path_factory, validate_report,
                                                                                   how, text, said):

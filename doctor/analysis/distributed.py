@@ -643,8 +643,8 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                 event = {**event, "site": {**backward, "line": switch}}
             elif entered.get("line"):
                 # the context was chosen where `no_sync()` was called (a helper may pick it): the toggle to fix
-                how += (f"; line {entered.get('line')} (in {entered.get('function')}) calls `no_sync()`, the last time "
-                        "before that step")
+                did = "turns `require_backward_grad_sync` off" if entered.get("flag") else "calls `no_sync()`"
+                how += f"; line {entered.get('line')} (in {entered.get('function')}) {did}, the last time before that step"
                 event = {**event, "site": entered}
         text += (f": optimizer step {event.get('at_step')} applied a gradient no all-reduce had reached ({how}), so "
                  "each rank stepped on its own gradient")
