@@ -412,7 +412,7 @@ class DistributedProbe(Probe):
             # where the script turns synchronisation off (a helper may choose the context): named when a step's
             # last micro-step ran without an all-reduce; a dict of the user's line per call, nothing more
             if probe.unsynced_sent < probe.max_unsynced:
-                probe.nosync_site = probe._site()
+                probe.nosync_site = _caller_site(sys._getframe(1))
             return original_no_sync(ddp, *args, **kwargs)
 
         owned_setattr = "__setattr__" in vars(DistributedDataParallel)
@@ -747,6 +747,18 @@ class DistributedProbe(Probe):
             return {}
         frame = frames[0]
         return {"path": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
+
+
+def _caller_site(frame: Any, depth: int = 8) -> dict[str, Any] | None:
+    """The first user frame among the `depth` nearest callers (a wrapper such as accelerate's no_sync sits between):
+    a bounded walk, cheap enough for a call made every micro-step."""
+    while frame is not None and depth > 0:
+        path = frame.f_code.co_filename
+        if not is_library_file(path):
+            return {"path": path, "line": frame.f_lineno, "function": frame.f_code.co_name}
+        frame = frame.f_back
+        depth -= 1
+    return None
 
 
 def _owner_forward(module: Any, parameter: str) -> dict[str, Any]:

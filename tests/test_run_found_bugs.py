@@ -1687,3 +1687,22 @@ def test_a_meter_attribute_that_chains_graphs_is_named_at_its_own_line(tmp_path_
     # `self.count += 1` (another object's self) before the meter's own growing line
     _bug_or_twin(tmp_path_factory, validate_report, "meter-graph", "meter_graph.py", how, "done", "memory-growth",
                  "        self.total = self.total + value * n")
+
+
+@pytest.mark.heavy  # a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["imported", "healthy"])
+def test_log_of_zero_in_a_loss_helper_imported_from_the_project_is_named_there(tmp_path_factory, validate_report,
+                                                                               how):
+    # non-finite at step 1 only (the weights are NaN after it): the graph shows a Log, and the helper that writes
+    # it is in the project's own module, not the script: the search follows `from nan_losses_pkg.dice import ...`
+    result = shared_run(tmp_path_factory, f"nan-imported-loss-{how}", "nan_imported_loss.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["path"].endswith("dice.py"), found[0]["location"]
+    assert found[0]["location"]["line"] == line_of("nan_losses_pkg/dice.py", "return -torch.log("), found[0]

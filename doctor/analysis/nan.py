@@ -245,11 +245,15 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
         found = op_line(places + callees, list(syntax), ran, operands=operands)
         places = places + callees
     if found is None and not callees:
-        # nothing ran under watch yet (the first step): the helpers and methods the loss code calls by name
-        statics = static_callees(places)
-        if statics:
-            found = op_line(places + statics, list(syntax), operands=operands)
-            places = places + statics
+        # nothing ran under watch yet (the first step): the helpers and methods the loss code calls by name, in
+        # its own file first, then also those it imports from the project's other files (a losses.py)
+        for imports in (False, True):
+            statics = static_callees(places, imports=imports)
+            if statics:
+                found = op_line(places + statics, list(syntax), operands=operands)
+                if found is not None:
+                    places = places + statics
+                    break
     if found is None:
         return False
     path, line = found
