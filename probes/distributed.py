@@ -218,6 +218,9 @@ class DistributedProbe(Probe):
         owned = "__getattr__" in vars(ddp_class)
         original = ddp_class.__getattr__
         left = [int(self.options.get("unwrap_watch_reads", 256))]
+        # every distinct user line that reads `.module` (up to 4), not only the first: a parameter count or a
+        # print before the loop reads it harmlessly, and the read that trains around the wrapper comes later
+        sites: set[tuple[str, int]] = set()
 
         def stop() -> None:
             if owned:
@@ -229,16 +232,20 @@ class DistributedProbe(Probe):
             if name == "module":
                 left[0] -= 1
                 frame = sys._getframe(1)
-                if not is_library_file(frame.f_code.co_filename):
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                if key not in sites and not is_library_file(key[0]):
                     # and the user line that called the reading function: a getter (`self._get_model()`) hands
                     # the inner model to the line that trains with it, which the analysis may name instead
+                    sites.add(key)
                     back = frame.f_back
                     caller = ({"path": back.f_code.co_filename, "line": back.f_lineno,
                                "function": back.f_code.co_name}
                               if back is not None and not is_library_file(back.f_code.co_filename) else None)
-                    probe.emit("ddp-unwrapped", site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
-                                                      "function": frame.f_code.co_name}, caller=caller)
-                    left[0] = 0
+                    probe.emit("ddp-unwrapped", site={"path": key[0], "line": key[1],
+                                                      "function": frame.f_code.co_name}, caller=caller,
+                               at_step=probe.session.step + 1)
+                    if len(sites) >= 4:
+                        left[0] = 0
                 if left[0] <= 0:
                     stop()
             return original(ddp, name)

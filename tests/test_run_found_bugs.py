@@ -1706,3 +1706,24 @@ def test_log_of_zero_in_a_loss_helper_imported_from_the_project_is_named_there(t
     assert len(found) == 1, result.report["symptoms"]
     assert found[0]["location"]["path"].endswith("dice.py"), found[0]["location"]
     assert found[0]["location"]["line"] == line_of("nan_losses_pkg/dice.py", "return -torch.log("), found[0]
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~10 s each under load); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["late", "healthy"])
+def test_a_harmless_first_module_read_is_not_named_for_the_forward_that_bypasses_ddp(tmp_path_factory,
+                                                                                     validate_report, how):
+    # `.module` is read first for a parameter count, then the step helper calls `model.module(x)`: the read on
+    # the bypassing call's line is named, not the first read
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"unwrap-late-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_unwrap_late.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_unwrap_late.py", "out = model.module(x) if"), found[0]

@@ -607,7 +607,9 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         if not event.get("micro"):
             how = "no forward through the DDP wrapper at all (the model used unwrapped)"
             if unwrapped:
-                taken = unwrapped[0]["site"]
+                chosen = _unwrap_read(unwrapped, event)
+                unwrapped = [chosen]
+                taken = chosen["site"]
                 how += f"; the script takes `.module` at line {taken.get('line')} (in {taken.get('function')})"
                 caller = unwrapped[0].get("caller") or {}
                 backward = event.get("site") or {}
@@ -707,6 +709,31 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         text += "update outside the optimizer, buffers, or a different initialisation)"
     return [run.symptom("ddp-ranks-diverged", probe=PROBE, rank=rank, values=values, location=where,
                         step=first_step, summary=text)]
+
+
+def _unwrap_read(reads: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, Any]:
+    """Of the script's `.module` reads (each distinct line, in order), the one that trained around the wrapper:
+    the read on the very line that called the inner model (`model.module(x)`), else the last read in the
+    function of that call or of the unsynchronised backward before that step, else the first read. A read made
+    elsewhere first (a parameter count, a print) is not the one."""
+    step = event.get("at_step")
+    before = [r for r in reads if r.get("at_step") is None or step is None or r["at_step"] <= step] or reads
+    bypass = event.get("bypass") or {}
+    backward = event.get("site") or {}
+    for r in before:
+        site = r.get("site") or {}
+        if bypass.get("line") and (site.get("path"), site.get("line")) == (bypass.get("path"), bypass.get("line")):
+            return r
+    for anchor in (bypass, backward):
+        if not anchor.get("function"):
+            continue
+        same = [r for r in before if ((r.get("site") or {}).get("path"), (r.get("site") or {}).get("function"))
+                == (anchor.get("path"), anchor.get("function"))
+                or ((r.get("caller") or {}).get("path"), (r.get("caller") or {}).get("function"))
+                == (anchor.get("path"), anchor.get("function"))]
+        if same:
+            return same[-1]
+    return before[0]
 
 
 def _scheduler_ranks(run: RunEvidence) -> tuple[dict[int, int], dict[str, Any]] | None:
