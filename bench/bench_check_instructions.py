@@ -152,6 +152,40 @@ names were followed, building the file's table of assignments). What is left (cP
 TD205's facts ~8 % (the loop over every call for models handed to other modules' functions and methods), the call
 sites ~7 %, TD608's scan of every name for imported roots ~3 %, the walk ~8 % (tried: no visit of nodes without
 children, 2 % of the walk: not kept), the bindings ~6 %.
+
+Then (checkp15), findings unchanged (the same sorted JSON, info and the pre-pass's tables included: torch's three
+trees as one project and file by file, every fixture folder, the same 30 extracted repositories; 454 files, `cmp`
+after every change, both sides with PYTHONHASHSEED=0: TD602 on tests/fixtures/run/eval_steps_without_backward.py
+comes and goes with the hash seed on main itself, see below): main ddf73ef 11.22 G bare, 16.56 G engine, **0.678**,
+and again, run beside the branch, 11.21 G, 16.60 G, **0.675**; h-checkp15 eed9f2a 11.18 G bare, 16.17 G engine,
+**0.692** (the engine 2.5 % fewer instructions). bench_check_cpu.py --rounds 3 --no-torch, alternated at load
+7.5-8: main 0.53x, 0.53x and the branch 0.54x, 0.52x (at load 15-19: 0.51x, 0.50x and 0.49x, 0.50x): inside the
+load's noise, and short of 0.6x. What moved it: work asked once per file or per spelling instead of once per
+question, and lookups a cheap test answers first. `uses(prefix)` (the router's contexts, the framework lookups, the
+Lightning tests) built a set of every dotted prefix of every name imported or called; it is now one sorted list
+and a binary search (a prefix is used when some name is it or starts with it and a dot). `framework_call`, asked of
+every assignment of a call's value by the bindings, looks up the receiver's framework only for a method some
+framework lists under the role (`setup`: one name). The calls index qualifies each spelling once per file
+(`torch.cat`, `self.conv` are called hundreds of times). The call sites' handed references (`register(self.x)`)
+resolve nothing for an attribute of a root no import names, without the lookup. The semantic model and the rules
+outside the project-consistency helper's files (checkpointing, debugging, distributed, memory) walk subtrees
+with `subtree()` (ast.walk's nodes in ast.walk's order, about two thirds of its cost). The file's assignments are
+sorted into source order once (`assignments_in_order`), not by each of the bindings, the scoped table `defs`, the
+classes' `self.x = ...` and the late copies; the schedule crossings read the text lowered once per file
+(`index.lowered()`) instead of lowering it again. What is left, by the same shares as checkp14's: TD205's facts
+~6 %, the call sites ~6 % (of 38,332 calls in the corpus, 31,260 have arguments read for handed references and
+6,563 reach the context questions, 3,331 distinct callees), TD608 ~3 % (26,190 names of an imported root, whose
+attribute chains are climbed: 13,623 steps; inverting it over the 3,800 attributes with a deprecated last name
+would spare little once the Attribute nodes are collected by the walk: not done), the walk ~9 %, the index ~14 %.
+Tried and dropped: the walk with per-class generated code for each node type's children (0.174-0.180 s against
+0.180-0.182 s per round: no gain); the parent kept on each node instead of a table (each child then refers to its
+parent: the tree is freed only by the cyclic collector). Seen, not explained: the per-rule CPU timing puts ~0.15 s
+more on TD101 when it runs first than its own ~0.06 s when it runs last, and the total of all rules ~0.1 s lower
+with TD101 last, yet valgrind counts the same instructions in both orders (19.146 G and 19.143 G): a cache or
+timing effect, not work that could be skipped. TD602's hash-seed dependence: `_stale_eval` (debugging.py) returns
+the first model of a step's key set (a frozenset) whose `.eval()` is still in force; with two stale models
+(`encoder`, `head`) the set's order picks one, and `head` (a plain Linear: `model_mode_layers` is False) drops the
+finding that `encoder` (with Dropout) keeps. Not changed here (the findings must not change): for the rule's owner.
 """
 
 from __future__ import annotations

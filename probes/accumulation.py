@@ -119,6 +119,11 @@ class AccumulationProbe(Probe):
         # before the next backward (with several optimizers, the next backward may not reach them: a GAN's D loss)
         self.stale_pending: dict[str, Any] | None = None
         self.zeroed_since_step: list[Any] = []  # zero_grad owners since the primary optimizer's last step
+        self.zeroed_count = 0  # zero_grad calls since that step (the list keeps the first 8)
+        self.stale_pending_zeroed = 0  # zeroed_count when the pending backward ran
+        self.stale_candidate_zeroed = 0  # ... and for the candidate: only later zero_grad calls clear what it added
+        self.stale_added_params: list[weakref.ref] = []  # the watched parameters that backward added into
+        self.stale_params = int(opt.get("stale_params", 4))
         self.stale_steps = 0
         self.stale_checked = 0
         self.stale_sampled = False  # the last step noted gradients for the next one to check
@@ -280,6 +285,7 @@ class AccumulationProbe(Probe):
         probe = self
 
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> None:
+            probe.zeroed_count += 1
             if len(probe.zeroed_since_step) < 8:
                 probe.zeroed_since_step.append(owner)
             if probe.cross_watch and not probe.stepping:
@@ -470,52 +476,69 @@ class AccumulationProbe(Probe):
 
     def _stale_at_backward(self) -> None:
         """A backward since the primary step, while the gradients that step applied are watched: did the backward
-        before this one add into them? Else, are they still there, untouched, for this one to add into?"""
+        before this one add into them? Else, which of them are still there, untouched, for this one to add into?
+        Each watched gradient is judged on its own: zeroing a submodule, or setting `grad = None` on a list that
+        misses some of the optimizer's parameters, clears only those, and the others still sum across steps."""
         if self._stale_added():
             return
-        for ref, grad_ref, version in self.stale_watch:
-            param, grad = ref(), grad_ref()
+        kept = []
+        for entry in self.stale_watch:
+            param, grad = entry[0](), entry[1]()
             current = getattr(param, "grad", None) if param is not None else None
             # The same tensor, untouched since the step (zero_() bumps the version; grad = None replaces it),
             # and not zero (`p.grad.data.zero_()` bypasses the version counter): this backward may add into it.
-            if current is None or current is not grad or current._version != version:
-                self.stale_watch, self.stale_pending = [], None
-                return
-            if not bool(current.detach().reshape(-1)[:256].any()):
-                self.stale_watch, self.stale_pending = [], None
-                return
-        if self.stale_watch:
+            if current is None or current is not grad or current._version != entry[2]:
+                continue
+            if bool(current.detach().reshape(-1)[:256].any()):
+                kept.append(entry)
+        self.stale_watch = kept
+        if kept:
             self.stale_pending = call_site("backward") or {}
+            self.stale_pending_zeroed = self.zeroed_count
+        else:
+            self.stale_pending = None
 
     def _stale_added(self) -> bool:
         """Whether the backward noted as pending added into the watched gradients (the same tensors, a version
         moved): that backward is the one a zero_grad() should have preceded."""
         if self.stale_pending is None:
             return False
+        added = []
         for ref, grad_ref, version in self.stale_watch:
             param, grad = ref(), grad_ref()
             current = getattr(param, "grad", None) if param is not None else None
             if current is not None and current is grad and current._version != version:
-                self.stale_candidate, self.stale_pending, self.stale_watch = self.stale_pending, None, []
-                return True
-        return False
+                added.append(ref)
+        if not added:
+            return False
+        self.stale_candidate, self.stale_pending, self.stale_watch = self.stale_pending, None, []
+        self.stale_added_params, self.stale_candidate_zeroed = added, self.stale_pending_zeroed
+        return True
 
     def _note_gradients(self, optimizer: Any) -> None:
-        """After a primary step: the grad tensors (and versions) of a few of its parameters, for the next backward."""
+        """After a primary step: the grad tensors (and versions) of a few of its parameters, for the next backward.
+        Up to `stale_params` parameters spread over all groups (the first non-zero gradient at or after each of a
+        few evenly spaced positions): the first and last parameters alone may get no gradient (a frozen embedding,
+        an unused head) or be the only ones a partial zero_grad() clears."""
         self.stale_candidate = None
         self.stale_pending = None
         self.zeroed_since_step = []
+        self.zeroed_count = 0
         if self.stale_steps >= self.stale_limit or (self.step > self.stale_dense and self.step % self.stale_every):
             return  # a missing zero_grad() repeats every step: a sample of the steps finds it
-        picked = []
-        for group in optimizer.param_groups:
-            params = group["params"]
-            for param in (params[0], params[-1]) if params else ():
-                grad = param.grad
-                if grad is not None:
-                    # weak: a gradient the script drops (zero_grad's set_to_none) must be freed, not kept by us
-                    picked.append((weakref.ref(param), weakref.ref(grad), grad._version))
-            if len(picked) >= 2:
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        n, want = len(params), self.stale_params
+        picked: list[tuple[weakref.ref, weakref.ref, int]] = []
+        taken: set[int] = set()
+        for slot in range(want):
+            start = (slot * (n - 1)) // max(want - 1, 1) if n else 0
+            for index in range(start, min(start + 8, n)):
+                grad = params[index].grad
+                if index in taken or grad is None or not bool(grad.detach().reshape(-1)[:256].any()):
+                    continue
+                taken.add(index)
+                # weak: a gradient the script drops (zero_grad's set_to_none) must be freed, not kept by us
+                picked.append((weakref.ref(params[index]), weakref.ref(grad), grad._version))
                 break
         self.stale_watch = picked
         self.stale_sampled = bool(picked)
@@ -531,8 +554,12 @@ class AccumulationProbe(Probe):
         self.stale_checked += 1
         if candidate is None:
             return
-        if any(o is optimizer or _covers(o, optimizer) for o in self.zeroed_since_step):
-            return  # zeroed after that backward (a GAN's other loss came first): not stale
+        # zeroed after that backward, where it added (a GAN's other loss came first): not stale; a zero_grad() before
+        # it, or of other parameters (a submodule's), does not clear what it added into
+        later = self.zeroed_since_step[self.stale_candidate_zeroed:]
+        if self.zeroed_count > len(self.zeroed_since_step) or any(
+                _holds_any(o, self.stale_added_params) for o in later):
+            return
         self.stale_steps += 1
         if self.stale_site is None:
             self.stale_site = candidate or None
@@ -593,6 +620,8 @@ class AccumulationProbe(Probe):
         candidate = entry["candidate"]
         if candidate is None and entry["pending"] is not None and _grads_state(entry["picked"]) == "added":
             candidate = entry["pending"]  # the last backward before this step
+        if candidate is None and entry["pending"] is None:
+            return  # no backward since the watch began (two optimizers stepping one after the other): nothing checked
         self.cross_checked += 1
         if candidate is not None:
             self.cross_steps += 1
@@ -766,6 +795,19 @@ def _covers(owner: Any, optimizer: Any) -> bool:
         stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
         return any(id(p) in stepped for g in groups for p in g["params"])
     except Exception:  # noqa: BLE001
+        return False
+
+
+def _holds_any(owner: Any, refs: list[weakref.ref]) -> bool:
+    """Whether a zero_grad() owner (an optimizer or a model) holds any of these parameters."""
+    wanted = {id(p) for p in (r() for r in refs) if p is not None}
+    try:
+        groups = getattr(owner, "param_groups", None)
+        if groups is not None:
+            return any(id(p) in wanted for g in groups for p in g["params"])
+        parameters = getattr(owner, "parameters", None)
+        return parameters is not None and any(id(p) in wanted for p in parameters())
+    except Exception:  # noqa: BLE001 - a half-built module
         return False
 
 

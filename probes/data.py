@@ -12,8 +12,17 @@ Measures
   per loader: total wait, batches, epochs, and the first batch's wait
   (worker start-up, kept apart from the steady state).
 
+- which loader each optimizer step trained on: at a primary optimizer step
+  that followed a backward since the latest batch, that batch's loader
+  counts one stepped batch; the user's call stack of the first backward on each
+  loader's batches. With the dataset's own split (`train` flag, `split`
+  string) and the loader's construction line, the analysis tells a
+  validation/test loader the optimizer steps on (backward-in-validation,
+  doctor/analysis/validation.py).
+
 Cost: one wrapper call per batch (~1 µs: two `perf_counter` reads) and a
-dictionary per step; nothing per sample.
+dictionary per step; an integer store per backward, a stack walk for the
+first backward of each loader; nothing per sample.
 
 Symptom (thresholds in rules/data/thresholds.toml, [data]; classified in
 doctor/analysis/data.py)
@@ -30,8 +39,9 @@ import sys
 from typing import Any
 
 from torchdoctor.probes.base import Probe
-from torchdoctor.probes.patches import LoaderInfo, data_watch
+from torchdoctor.probes.patches import LoaderInfo, backward_watch, data_watch
 from torchdoctor.probes.sites import user_stack
+from torchdoctor.probes.userframes import is_library_file
 
 
 class DataProbe(Probe):
@@ -45,15 +55,28 @@ class DataProbe(Probe):
         self._wait_s = self.watch.wait_s
         self._batches = self.watch.batches
         self._loader_wait: dict[int, float] = {}
+        # the batch count at the latest backward, and at the latest step counted for a loader (one per batch)
+        self._backward_at = -1
+        self._stepped_at = -1
         # Loaders with workers built since the last step, with the user's stack that built them: at the next step,
         # the frame both stacks share (the training loop's) tells which of its lines built the loader.
         self._built: list[tuple[LoaderInfo, list[tuple[int, Any, int]]]] = []
         self._callers_left = 16
+        backward_watch(torch).subscribe(self, self._backward)
+
+    def _backward(self, tensors: Any) -> None:
+        watch = self.watch
+        self._backward_at = watch.batches
+        info = watch.latest
+        if info is not None and "backward_stack" not in info.extra:
+            info.extra["backward_stack"] = _user_stack(sys._getframe(1))
 
     def _constructed(self, loader: Any, info: LoaderInfo) -> None:
         event: dict[str, Any] = {"index": info.index, **info.settings}
         if info.site is not None:
             event["path"], event["line"], event["function"] = info.site
+            # a loader built in a factory function is named by its caller (`val_dl = make_loader(...)`)
+            event["callers"] = _user_stack(sys._getframe(1))[-3:-1]
         self.emit("dataloader", **event)
         if info.site is not None and int(info.settings.get("num_workers") or 0) > 0 and self._callers_left > 0 \
                 and len(self._built) < 8:
@@ -80,6 +103,10 @@ class DataProbe(Probe):
         if self._built:
             self._loop_callers()
         watch = self.watch
+        latest = watch.latest
+        if latest is not None and self._backward_at == watch.batches and self._stepped_at != watch.batches:
+            self._stepped_at = watch.batches
+            latest.extra["stepped"] = latest.extra.get("stepped", 0) + 1
         if watch.batches == self._batches and not watch.loaders:
             return None
         waited = watch.wait_s - self._wait_s
@@ -107,4 +134,20 @@ class DataProbe(Probe):
                 batches=info.batches,
                 epochs=info.epochs,
                 first_wait_ms=None if info.first_wait_s is None else round(info.first_wait_s * 1e3, 3),
+                stepped=info.extra.get("stepped", 0),
+                backward_stack=info.extra.get("backward_stack"),
             )
+
+
+def _user_stack(frame: Any) -> list[dict[str, Any]]:
+    """The user's frames (outermost first, at most 16) of a backward: where the analysis tells the evaluation's
+    call from the training's when both reach one shared backward line."""
+    stack = []
+    while frame is not None and len(stack) < 16:
+        code = frame.f_code
+        if not is_library_file(code.co_filename):
+            stack.append({"path": code.co_filename, "line": frame.f_lineno, "function": code.co_name})
+        frame = frame.f_back
+    stack.reverse()
+    return stack
+

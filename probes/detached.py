@@ -37,6 +37,7 @@ from typing import Any
 
 from torchdoctor.probes.heartbeat import beat
 from torchdoctor.probes.sites import here
+from torchdoctor.probes.userframes import is_library_file
 
 ADDITIONS = {"add", "add_", "__add__", "__radd__", "__iadd__", "sub", "sub_", "__sub__", "__rsub__", "__isub__"}
 JOINS = {"cat", "concat", "concatenate", "stack", "hstack", "vstack"}  # a detached part joined to live ones
@@ -169,6 +170,19 @@ class DetachedSummands:
             if kept is not None and kept[0] is args[0]:
                 self.marks[out] = kept[1]
             return out
+        if isinstance(out, tensor) and not out.requires_grad and len(self.origins) < MAX_ORIGINS \
+                and not self.torch.is_grad_enabled():
+            # An op under torch.no_grad() (a `with` block, a decorated loss function) on a tensor that has a graph:
+            # its result is as cut from that graph as a detach() (a generator's adversarial term through D(fake)
+            # computed with autograd off, then added to the loss)
+            flat = [item for arg in args[:2] for item in (arg[:8] if isinstance(arg, (list, tuple)) else (arg,))]
+            source = next((a for a in flat if isinstance(a, tensor) and a.grad_fn is not None
+                           and self.marks.get(a) is None), None)
+            if source is not None:
+                site, stack = _caller_site()
+                self.origins.append({"site": site, "node": source.grad_fn, "how": "no_grad", "stack": stack})
+                self.marks[out] = ("const", frozenset([len(self.origins) - 1]))
+                return out
         if name in ("detach", "__get__") and args and isinstance(args[0], tensor) and isinstance(out, tensor):
             # Tensor.detach() or the .data getter of a tensor with a graph (not a leaf's: p.data is an update)
             source = args[0]
@@ -337,10 +351,34 @@ class DetachedSummands:
             if reached:
                 self.reported.add(key)
                 extra = {"cut": origin["how"]} if origin.get("how") else {}
+                if origin.get("stack"):
+                    extra["stack"] = origin["stack"]
                 if index in self.rebuilt:
                     extra["rebuilt_leaf"] = True
                 self.emit("detached-summand", site=site, at_step=step, parameters_reached=reached,
                           optimizer_parameters=len(params), node=origin["node"].name(), **extra)
+
+
+def _caller_site() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The user's line that ran an op, outside the forward of the script's own modules (`d_out = D(fake)`, not
+    `return self.net(x)` inside D), and the user's frames around it (innermost first, at most 8: the analysis
+    looks there for the `with torch.no_grad():` that turned autograd off, when a shared helper ran the op)."""
+    import sys
+
+    frame = sys._getframe(2)
+    site, stack = None, []
+    for _ in range(48):
+        if frame is None or len(stack) >= 8:
+            break
+        code = frame.f_code
+        if not is_library_file(code.co_filename):
+            here_ = {"path": code.co_filename, "line": frame.f_lineno, "function": code.co_name}
+            stack.append(here_)
+            owner = frame.f_locals.get("self") if code.co_name == "forward" else None
+            if site is None and (owner is None or not hasattr(owner, "_forward_hooks")):
+                site = here_
+        frame = frame.f_back
+    return site or (stack[0] if stack else None), stack
 
 
 _ARMED = [False]  # read by CutFloat's arithmetic: marks are kept only during the watched step

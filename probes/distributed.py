@@ -139,6 +139,11 @@ class DistributedProbe(Probe):
         self.local_patched: list[tuple[Any, str, bool, Any]] = []
         self.local_params: dict[int, tuple[str, Any]] = {}
         self.local_sites: dict[tuple[str, int], dict[str, Any]] = {}
+        # `p.data.mul_(…)`: `.data` is a plain tensor sharing the parameter's storage, so the Parameter method
+        # wrappers never see the write. During the same steps the `data` property of nn.Parameter notes each alias
+        # the script takes of a DDP model's parameter with its version counter; at the step's end an alias whose
+        # version moved was written in place (a read, `p.data.norm()`, is not a write).
+        self.data_reads: list[tuple[Any, int, Any, dict[str, Any]]] = []
         self._reset_step()
         from torchdoctor.probes.patches import backward_watch
         backward_watch(torch).subscribe(self, self._backward)
@@ -153,6 +158,7 @@ class DistributedProbe(Probe):
         self.syncs = 0
         self.tail_unsynced = False  # a DDP forward with sync off came after the step's last synchronised one
         self.backward_site: dict[str, Any] | None = None
+        self.nosync_site: dict[str, Any] | None = None  # the user's line of this step's last `no_sync()` call
         self.outside: list[dict[str, Any]] = []  # this step's outermost forwards outside every DDP wrapper
         self.local_s: float | None = None
         self.step_end = time.perf_counter()
@@ -181,6 +187,8 @@ class DistributedProbe(Probe):
                 # A step whose gradients no DDP all-reduce touched: this rank applies its own gradient only.
                 self.unsynced_sent += 1
                 extra = {"bypass": bypass["site"], "bypass_module": bypass["module"]} if bypass else {}
+                if self.micro and self.nosync_site:
+                    extra["no_sync"] = self.nosync_site
                 self.emit("ddp-unsynced-step", at_step=step, micro=self.micro, syncs=self.syncs,
                           site=self.backward_site, **extra)
             self._foreign(optimizer, step)
@@ -188,6 +196,8 @@ class DistributedProbe(Probe):
                 self._stop_bypass_watch()
             if self.local_patched and self.session.step >= self.local_steps:
                 self._stop_local_watch()
+        if self.data_reads:
+            self._check_data_writes()
         if step == self.next_checksum:
             self.next_checksum = step * 2 if step < 64 else step + 64
             checksum = _checksum(optimizer, self.foreign_ids | self.written_ids)
@@ -208,6 +218,9 @@ class DistributedProbe(Probe):
         owned = "__getattr__" in vars(ddp_class)
         original = ddp_class.__getattr__
         left = [int(self.options.get("unwrap_watch_reads", 256))]
+        # every distinct user line that reads `.module` (up to 4), not only the first: a parameter count or a
+        # print before the loop reads it harmlessly, and the read that trains around the wrapper comes later
+        sites: set[tuple[str, int]] = set()
 
         def stop() -> None:
             if owned:
@@ -219,16 +232,20 @@ class DistributedProbe(Probe):
             if name == "module":
                 left[0] -= 1
                 frame = sys._getframe(1)
-                if not is_library_file(frame.f_code.co_filename):
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                if key not in sites and not is_library_file(key[0]):
                     # and the user line that called the reading function: a getter (`self._get_model()`) hands
                     # the inner model to the line that trains with it, which the analysis may name instead
+                    sites.add(key)
                     back = frame.f_back
                     caller = ({"path": back.f_code.co_filename, "line": back.f_lineno,
                                "function": back.f_code.co_name}
                               if back is not None and not is_library_file(back.f_code.co_filename) else None)
-                    probe.emit("ddp-unwrapped", site={"path": frame.f_code.co_filename, "line": frame.f_lineno,
-                                                      "function": frame.f_code.co_name}, caller=caller)
-                    left[0] = 0
+                    probe.emit("ddp-unwrapped", site={"path": key[0], "line": key[1],
+                                                      "function": frame.f_code.co_name}, caller=caller,
+                               at_step=probe.session.step + 1)
+                    if len(sites) >= 4:
+                        left[0] = 0
                 if left[0] <= 0:
                     stop()
             return original(ddp, name)
@@ -395,8 +412,34 @@ class DistributedProbe(Probe):
                 probe.local_s = time.perf_counter() - probe.step_end
             return out
 
+        original_no_sync = DistributedDataParallel.no_sync
+
+        @functools.wraps(original_no_sync)
+        def no_sync(ddp, *args, **kwargs):
+            # where the script turns synchronisation off (a helper may choose the context): named when a step's
+            # last micro-step ran without an all-reduce; a dict of the user's line per call, nothing more
+            if probe.unsynced_sent < probe.max_unsynced:
+                probe.nosync_site = _caller_site(sys._getframe(1))
+            return original_no_sync(ddp, *args, **kwargs)
+
+        owned_setattr = "__setattr__" in vars(DistributedDataParallel)
+        original_setattr = DistributedDataParallel.__setattr__
+
+        def __setattr__(ddp, name, value):  # noqa: N807 - the method it wraps
+            if name == "require_backward_grad_sync" and not value and probe.unsynced_sent < probe.max_unsynced:
+                # the script's own `model.require_backward_grad_sync = ...` (no_sync() sets it from torch's
+                # file, and its call was noted above): a helper may assign it, far from the backward
+                frame = sys._getframe(1)
+                if not is_library_file(frame.f_code.co_filename):
+                    probe.nosync_site = {"path": frame.f_code.co_filename, "line": frame.f_lineno,
+                                         "function": frame.f_code.co_name, "flag": True}
+            original_setattr(ddp, name, value)
+
         DistributedDataParallel.__init__ = transparent(__init__)
         DistributedDataParallel.forward = transparent(forward)
+        DistributedDataParallel.no_sync = transparent(no_sync)
+        if not owned_setattr:
+            DistributedDataParallel.__setattr__ = transparent(__setattr__)
         transparent(type(self)._watched_forward)  # it calls the original forward for the first few
 
     def _ddp_created(self, ddp: Any) -> None:
@@ -559,6 +602,23 @@ class DistributedProbe(Probe):
             return transparent(wrapper)
 
         parameter = torch.nn.Parameter
+        base = torch._C.TensorBase.__dict__.get("data")
+        if base is not None and "data" not in parameter.__dict__:
+            def get_data(param: Any) -> Any:
+                alias = base.__get__(param)
+                if id(param) in probe.local_params and not probe.ddp_depth:
+                    probe._data_read(param, alias, sys._getframe(1))
+                return alias
+
+            def set_data(param: Any, value: Any) -> None:
+                base.__set__(param, value)
+                if id(param) in probe.local_params and not probe.ddp_depth:
+                    frame = sys._getframe(1)
+                    if not _optimizer_code(frame):
+                        probe._local_write(param, None, "data =", frame)
+
+            self.local_patched.append((parameter, "data", False, None))
+            parameter.data = property(transparent(get_data), transparent(set_data))
         for name in LOCAL_WRITE_METHODS:
             original = getattr(torch.Tensor, name, None)
             if original is None:
@@ -574,6 +634,7 @@ class DistributedProbe(Probe):
             setattr(torch, name, foreach(name, original))
 
     def _stop_local_watch(self) -> None:
+        self._check_data_writes()
         for owner, name, own, original in reversed(self.local_patched):
             if own:
                 setattr(owner, name, original)
@@ -584,6 +645,24 @@ class DistributedProbe(Probe):
         if self.local_sites:
             self.emit("ddp-local-writes", steps=self.session.step,
                       sites=[{**v["site"], "count": v["count"]} for v in self.local_sites.values()])
+
+    def _data_read(self, param: Any, alias: Any, frame: Any) -> None:
+        """An alias `p.data` taken by the script outside the optimizer and the DDP forward: kept until the step's
+        end with its version counter (at most 64 a step; the write, if any, is seen then)."""
+        if len(self.data_reads) >= 64 or _optimizer_code(frame):
+            return
+        frames = self.user_frames(frame)
+        if not frames:
+            return
+        user = frames[0]
+        site = {"path": user.f_code.co_filename, "line": user.f_lineno, "function": user.f_code.co_name}
+        self.data_reads.append((alias, alias._version, param, site))
+
+    def _check_data_writes(self) -> None:
+        reads, self.data_reads = self.data_reads, []
+        for alias, version, param, site in reads:
+            if alias._version != version:
+                self._note_write(param, None, "data", site)
 
     def _local_foreach(self, tensors: Any, op: str, frame: Any) -> None:
         if not isinstance(tensors, (list, tuple)) or not tensors or _optimizer_code(frame):
@@ -608,7 +687,11 @@ class DistributedProbe(Probe):
         if not frames:
             return
         user = frames[0]
-        key = (user.f_code.co_filename, user.f_lineno)
+        self._note_write(param, part, op, {"path": user.f_code.co_filename, "line": user.f_lineno,
+                                           "function": user.f_code.co_name})
+
+    def _note_write(self, param: Any, part: str | None, op: str, site: dict[str, Any]) -> None:
+        key = (site["path"], site["line"])
         seen = self.local_sites.get(key)
         if seen is not None:
             seen["count"] += 1
@@ -616,7 +699,6 @@ class DistributedProbe(Probe):
         if len(self.local_sites) >= 16:
             return
         name = self.local_params.get(id(param), (None,))[0]
-        site = {"path": key[0], "line": key[1], "function": user.f_code.co_name}
         self.local_sites[key] = {"site": site, "count": 1}
         if part is None:
             self.written_ids.add(id(param))  # the written parameter joins the checksum
@@ -672,6 +754,18 @@ class DistributedProbe(Probe):
             return {}
         frame = frames[0]
         return {"path": frame.f_code.co_filename, "line": frame.f_lineno, "function": frame.f_code.co_name}
+
+
+def _caller_site(frame: Any, depth: int = 8) -> dict[str, Any] | None:
+    """The first user frame among the `depth` nearest callers (a wrapper such as accelerate's no_sync sits between):
+    a bounded walk, cheap enough for a call made every micro-step."""
+    while frame is not None and depth > 0:
+        path = frame.f_code.co_filename
+        if not is_library_file(path):
+            return {"path": path, "line": frame.f_lineno, "function": frame.f_code.co_name}
+        frame = frame.f_back
+        depth -= 1
+    return None
 
 
 def _owner_forward(module: Any, parameter: str) -> dict[str, Any]:

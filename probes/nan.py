@@ -678,7 +678,7 @@ class NanProbe(Probe):
         frames = [f for f in self.user_frames(sys._getframe(1)) if not in_torchdoctor(f.f_code.co_filename)][:2]
         if op is None or not frames:
             return {}
-        return {"graph_op": op, "graph_backward": True,
+        return {"graph_op": op[0], "graph_backward": True, "graph_masked": op[1],
                 "loss_code": [[f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name] for f in frames]}
 
     def _check_params(self, step: int) -> None:

@@ -154,24 +154,39 @@ def _name(node: Any) -> str:
 # Ops whose derivative is infinite at a finite input: at that point their backward turns a finite gradient into
 # inf/NaN while the forward stayed finite (sqrt(0) = 0, but d/dx sqrt at 0 is inf)
 SINGULAR = ("Sqrt", "Rsqrt", "Pow", "Norm", "LinalgVectorNorm", "Acos", "Asin", "Cdist")
+# Below a `torch.where` the forward may compute log(0) or x / 0 in the branch it then discards: the loss stays
+# finite, but the discarded branch's backward multiplies a zero gradient by an infinite derivative (0 * inf = NaN).
+# Those ops count there only (a log or a division elsewhere in a graph is everywhere and usually harmless).
+MASKED = (*SINGULAR, "Log", "Log2", "Log10", "Log1p", "Div", "Reciprocal")
+_WHERE_REACH = 4  # graph nodes below a Where still counted as its branch
 
 
-def singular_op(graph: Any, limit: int = 400) -> str | None:
+def singular_op(graph: Any, limit: int = 400) -> tuple[str, bool] | None:
     """The one kind of op with a singular derivative in a graph after its backward (the saved tensors are gone,
     the node types and saved numbers stay): None when there is none or more than one kind. A power counts only
-    with an exponent below 1 (x ** 2 is smooth)."""
+    with an exponent below 1 (x ** 2 is smooth). An op inside a branch of a `torch.where` (a few nodes below it)
+    comes first: that is the shape in which the forward stays finite and only the gradient is NaN. With whether it
+    was one (True)."""
     kinds: set[str] = set()
+    masked: set[str] = set()
     seen: set[int] = set()
-    todo = [graph]
+    todo: list[tuple[Any, int]] = [(graph, 0)]
     while todo and len(seen) < limit:
-        node = todo.pop()
+        node, reach = todo.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
         name = _name(node)
-        if name in SINGULAR:
+        if name in MASKED:
             exponent = getattr(node, "_saved_exponent", None) if name == "Pow" else None
             if name != "Pow" or (isinstance(exponent, (int, float)) and 0 < exponent < 1):
-                kinds.add(name)
-        todo.extend(n for n, _ in node.next_functions if n is not None and type(n).__name__ != "AccumulateGrad")
-    return next(iter(kinds)) if len(kinds) == 1 else None
+                if name in SINGULAR:
+                    kinds.add(name)
+                if reach:
+                    masked.add(name)
+        below = _WHERE_REACH if name == "Where" else max(reach - 1, 0)
+        todo.extend((n, below) for n, _ in node.next_functions
+                    if n is not None and type(n).__name__ != "AccumulateGrad")
+    if len(masked) == 1:
+        return next(iter(masked)), True
+    return (next(iter(kinds)), False) if len(kinds) == 1 else None

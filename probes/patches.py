@@ -223,10 +223,31 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         "batch_sampler": type(batch_sampler).__name__ if batch_sampler is not None else None,
         "dataset": type(dataset).__name__ if dataset is not None else None,
         "dataset_len": length,
+        **_dataset_split(dataset),
         "timeout_s": float(getattr(loader, "timeout", 0) or 0),
         "collate_fn": getattr(getattr(loader, "collate_fn", None), "__name__", None),
         "cpu_count": _cpu_count(),
     }
+
+
+def _dataset_split(dataset: Any) -> dict[str, Any]:
+    """Which split the dataset says it is: a `train` flag (torchvision's `MNIST(train=False)`) or a `split` string
+    (`split="val"`), on the dataset or on the one a Subset wraps."""
+    found: dict[str, Any] = {}
+    for _ in range(2):
+        if dataset is None:
+            break
+        try:
+            flag = vars(dataset).get("train") if hasattr(dataset, "__dict__") else None
+            split = vars(dataset).get("split") if hasattr(dataset, "__dict__") else None
+        except TypeError:
+            break
+        if isinstance(flag, bool) and "dataset_train" not in found:
+            found["dataset_train"] = flag
+        if isinstance(split, str) and "dataset_split" not in found:
+            found["dataset_split"] = split[:20]
+        dataset = getattr(dataset, "dataset", None) if not found else None
+    return found
 
 
 def _cpu_count() -> int | None:
@@ -252,6 +273,7 @@ class DataWatch:
         self.last_index: int | None = None  # the batch's index within its epoch
         self.last_indices: Any = None  # the dataset indices the sampler gave for that batch (map-style datasets)
         self.last_dataset: Any = None  # a weak reference to the dataset the batch came from
+        self.latest: LoaderInfo | None = None  # the loader of the batch handed out last (always kept: one store)
         self._orig_init = dl.DataLoader.__init__
         self._orig_iter = dl.DataLoader.__iter__
         self._orig_next = dl._BaseDataLoaderIter.__next__
@@ -281,6 +303,7 @@ class DataWatch:
             info = getattr(iterator, "_torchdoctor_loader", None)
             watch.wait_s += waited
             watch.batches += 1
+            watch.latest = info
             if info is not None:
                 info.wait_s += waited
                 info.batches += 1

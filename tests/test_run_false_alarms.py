@@ -356,3 +356,25 @@ def test_a_scheduler_placed_with_step_epoch_every_iteration_is_not_counted_in_ca
         assert not found & {"scheduler-granularity", "scheduler-order"}, result.report["symptoms"]
     else:
         assert "scheduler-granularity" in found, result.report["symptoms"]
+
+
+# -- load_state_dict(strict=False): a replaced head is a partial load on purpose, a prefix is not ------------
+
+
+def test_a_fine_tune_that_replaced_its_head_is_an_info_level_partial_load(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "finetune-head", "finetune_partial_load.py", "--fail-on", "warning",
+                        "--", "head")
+    assert_sound(result, validate_report, exitcodes.OK)
+    mismatch = result.symptoms("state-dict-mismatch")
+    assert [s["severity"] for s in mismatch] == ["info"], result.report["symptoms"]
+    assert "6 of 8 keys loaded" in mismatch[0]["evidence"][0]["summary"]
+
+
+@pytest.mark.heavy  # one more run (~4-8 s); the same fine-tune whose file carries `module.` on every key
+def test_a_fine_tune_whose_keys_all_carry_a_prefix_is_an_error(tmp_path_factory, validate_report):
+    result = shared_run(tmp_path_factory, "finetune-prefix", "finetune_partial_load.py", "--fail-on", "error",
+                        "--", "prefix")
+    assert_sound(result, validate_report, exitcodes.FINDINGS)
+    mismatch = result.symptoms("state-dict-mismatch")
+    assert [s["severity"] for s in mismatch] == ["error"], result.report["symptoms"]
+    assert "nothing was loaded" in mismatch[0]["evidence"][0]["summary"]

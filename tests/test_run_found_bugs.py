@@ -1627,3 +1627,180 @@ def test_eval_mode_left_through_a_function_both_paths_call_is_named_at_the_evalu
         return
     assert len(left) == 1, result.report["symptoms"]
     assert left[0]["location"]["line"] == line_of("eval_left_by_shared_function.py", call), left[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["submodule", "grad-list", "unused-ends", "second-optimizer", "whole", "parts",
+                                 "second-optimizer-zeroed", "accumulate"])
+def test_a_zero_grad_that_misses_some_stepped_gradients_is_missing_zero_grad(tmp_path_factory, validate_report, how):
+    # run15miss state 1: each watched gradient is judged on its own (a submodule's zero_grad, a grad = None list
+    # without the head), watched gradients are spread over the optimizer's parameters (its ends get none), and a
+    # second optimizer stepping right after the first is checked only after a backward; twins clear it all
+    script = "zero_grad_elsewhere.py"
+    bug = how in ("submodule", "grad-list", "unused-ends", "second-optimizer")
+    result = shared_run(tmp_path_factory, f"zero-grad-elsewhere-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("missing-zero-grad")
+    if not bug:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "loss.backward()  # the backward"), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["shared", "flag", "nograd", "zip", "saliency"])
+def test_optimizer_steps_on_a_validation_loaders_batches_are_backward_in_validation(tmp_path_factory,
+                                                                                     validate_report, how):
+    # run15miss state 2: the data probe counts, per loader, the optimizer steps that followed a backward on its
+    # latest batch; a loader holding a validation/test split (train=False; the names it is built from) stepped on
+    # while another loader is trained on is backward-in-validation, named at the evaluation's own line
+    script = "steps_on_eval_loader.py"
+    result = shared_run(tmp_path_factory, f"eval-loader-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("backward-in-validation")
+    if how not in ("shared", "flag"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = "# the evaluation's call" if how == "shared" else "# the test backward"
+    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["periodic", "short", "detached", "window", "bounded"])
+def test_graphs_kept_across_steps_at_a_slow_pace_or_in_a_short_run_are_memory_growth(tmp_path_factory,
+                                                                                    validate_report, how):
+    # run15miss state 3: a container's tensors that carry a graph are counted from the second step and judged at
+    # one every 20 steps (3 at least), not at the 0.5 a step of detached values; twins: detached outputs, a
+    # window of micro-batch losses dropped at each step, a bounded deque
+    script = "graphs_kept_slowly.py"
+    result = shared_run(tmp_path_factory, f"graphs-kept-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("memory-growth")
+    if how not in ("periodic", "short"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of(script, "# the kept graph"), found[0]["location"]
+
+
+@pytest.mark.heavy  # a training run per case (~4 s each)
+@pytest.mark.parametrize("how", ["with", "decorated", "target", "logging", "baseline", "selfdistill"])
+def test_a_loss_term_computed_under_no_grad_is_a_cut_off_summand(tmp_path_factory, validate_report, how):
+    # run15miss state 4: an op under torch.no_grad() on a tensor with a graph cuts its result from that graph as
+    # detach() does; added to the loss as a constant it is named at the no_grad that turned autograd off; twins:
+    # no_grad values used as targets, logged, in a product, as soft labels
+    script = "loss_term_under_no_grad.py"
+    result = shared_run(tmp_path_factory, f"no-grad-term-{how}", script, "--fail-on", "never", "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("non-differentiable")
+    if how not in ("with", "decorated"):
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    line = "# the no_grad block" if how == "with" else "# the decorator"
+    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~10 s each under load); the quick suite is at its budget
+@pytest.mark.parametrize(("how", "text", "said"), [
+    ("data-rank0", "                p.data.mul_(0.999)", "through `.data` on rank 0 only"),
+    ("sched-rank0", "            scheduler.step()", "scheduler stepped a different number of times"),
+    ("nosync-helper", "        return model.no_sync()", "calls `no_sync()`"),
+    ("flag-helper", "    model.require_backward_grad_sync = micro ==", "turns `require_backward_grad_sync` off"),
+    ("healthy", None, None)])
+def test_ddp_replicas_drifting_through_a_rank_local_change_are_named_at_its_line(tmp_path_factory, validate_report,
+                                                                                  how, text, said):
+    # DDP all-reduces gradients only: a `.data` write on rank 0, a scheduler stepped on rank 0 and a `no_sync()`
+    # chosen for every micro-batch leave the replicas apart; the line named is the rank-local change, not the
+    # backward or "something else" with no line
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"rank-local-{how}", "-p", "distributed,schedule", "--nproc-per-node", "2",
+                      "ddp_rank_local.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    if text is None:
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert said in found[0]["evidence"][0]["summary"], found[0]["evidence"][0]["summary"]
+    assert found[0]["location"]["line"] == line_of("ddp_rank_local.py", text), found[0]["location"]
+
+
+@pytest.mark.heavy  # a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["where", "healthy"])
+def test_nan_gradient_from_a_discarded_where_branch_is_named_at_the_op(tmp_path_factory, validate_report, how):
+    # the loss is finite (torch.where dropped the branch's -inf) and only the gradient is NaN: no replay reproduces
+    # it, so the last backward's graph names the log below the where, found in the loss helper by name
+    _, found = _bug_or_twin(tmp_path_factory, validate_report, "nan-masked-branch", "nan_masked_branch.py", how,
+                            "done", "nonfinite-grad",
+                            "    plogp = torch.where(mask, probs * torch.log(safe), torch.zeros_like(probs))")
+    if found is not None:
+        assert "in a branch of a `torch.where`" in found["evidence"][0]["summary"]
+
+
+@pytest.mark.heavy  # a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["inf", "healthy"])
+def test_a_loss_that_stays_inf_is_diagnosed_without_an_internal_error(tmp_path_factory, validate_report, how):
+    # a constant +inf loss also reads as "not decreasing", whose advice computed exp(loss) and raised OverflowError:
+    # the whole report fell back to "torchdoctor failed to diagnose this run"
+    result, found = _bug_or_twin(tmp_path_factory, validate_report, "inf-loss-constant", "inf_loss_constant.py", how,
+                                 "done", "nan-loss", "        -(target * torch.log(p)).mean()")
+    assert "internal error" not in result.stderr
+    assert not any("failed to diagnose" in n for n in result.report.get("notes", []))
+
+
+@pytest.mark.heavy  # a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["leak", "healthy"])
+def test_a_meter_attribute_that_chains_graphs_is_named_at_its_own_line(tmp_path_factory, validate_report, how):
+    # the holder is `self.meter.total`; the in-place search through the file for `self` found the meter's unrelated
+    # `self.count += 1` (another object's self) before the meter's own growing line
+    _bug_or_twin(tmp_path_factory, validate_report, "meter-graph", "meter_graph.py", how, "done", "memory-growth",
+                 "        self.total = self.total + value * n")
+
+
+@pytest.mark.heavy  # a torchdoctor run of a training script per case (~4-8 s); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["imported", "healthy"])
+def test_log_of_zero_in_a_loss_helper_imported_from_the_project_is_named_there(tmp_path_factory, validate_report,
+                                                                               how):
+    # non-finite at step 1 only (the weights are NaN after it): the graph shows a Log, and the helper that writes
+    # it is in the project's own module, not the script: the search follows `from nan_losses_pkg.dice import ...`
+    result = shared_run(tmp_path_factory, f"nan-imported-loss-{how}", "nan_imported_loss.py", "--fail-on", "never",
+                        "--", how)
+    assert_sound(result, validate_report, exitcodes.OK)
+    assert "done" in result.stdout + result.stderr
+    found = result.symptoms("nan-loss")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["path"].endswith("dice.py"), found[0]["location"]
+    assert found[0]["location"]["line"] == line_of("nan_losses_pkg/dice.py", "return -torch.log("), found[0]
+
+
+@pytest.mark.distributed
+@pytest.mark.heavy  # a 2-rank torchrun per case (~10 s each under load); the quick suite is at its budget
+@pytest.mark.parametrize("how", ["late", "healthy"])
+def test_a_harmless_first_module_read_is_not_named_for_the_forward_that_bypasses_ddp(tmp_path_factory,
+                                                                                     validate_report, how):
+    # `.module` is read first for a parameter count, then the step helper calls `model.module(x)`: the read on
+    # the bypassing call's line is named, not the first read
+    from tests.test_run_distributed import dist_run
+
+    result = dist_run(tmp_path_factory, f"unwrap-late-{how}", "-p", "distributed", "--nproc-per-node", "2",
+                      "ddp_unwrap_late.py", "--", how)
+    assert result.returncode in (exitcodes.OK, exitcodes.FINDINGS), result.stderr[-2000:]
+    validate_report(result.report)
+    found = result.symptoms("ddp-ranks-diverged")
+    if how == "healthy":
+        assert not found, result.report["symptoms"]
+        return
+    assert len(found) == 1, result.report["symptoms"]
+    assert found[0]["location"]["line"] == line_of("ddp_unwrap_late.py", "out = model.module(x) if"), found[0]

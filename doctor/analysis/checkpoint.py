@@ -43,7 +43,7 @@ def analyse(run: RunEvidence) -> Analysis:
         _whole_modules(run, rank, saves, out)
         _prefixed(run, rank, saves, out)
         _unsafe(run, rank, loads, {s.get("file") for s in saves}, out)
-        _mismatch(run, rank, restores, out)
+        _mismatch(run, rank, restores, lim, out)
         _resume_empty(run, rank, out)
         _resume_scheduler(run, rank, out)
         _resume_scaler(run, rank, out)
@@ -550,17 +550,27 @@ def _unsafe(run: RunEvidence, rank: int, loads: list[dict[str, Any]], written: s
         )
 
 
-def _mismatch(run: RunEvidence, rank: int, restores: list[dict[str, Any]], out: Analysis) -> None:
+def _mismatch(run: RunEvidence, rank: int, restores: list[dict[str, Any]], lim: dict[str, Any],
+              out: Analysis) -> None:
     for e in restores:
         if e.get("what") != "model" or e.get("strict") or not (e.get("missing") or e.get("unexpected")):
             continue
         missing, unexpected = int(e.get("missing") or 0), int(e.get("unexpected") or 0)
+        model_keys = int(e.get("model_keys") or 0)
         text = (f"load_state_dict(strict=False) into {e.get('model')} skipped {plural(missing, 'missing key')} and "
                 f"{plural(unexpected, 'unexpected key')}")
+        severity = None  # the catalogue's: a load that silently left the model (mostly) untrained
         if e.get("prefix"):
             text += f": they differ only by the `{e['prefix']}` prefix"
-        if missing and e.get("model_keys") and missing >= int(e["model_keys"]):
+        if missing and model_keys and missing >= model_keys:
             text += " — nothing was loaded, the model keeps its initial weights"
+        elif not e.get("prefix") and model_keys and (model_keys - missing) / model_keys >= float(
+                lim.get("partial_load_min_loaded", 0.5)):
+            # Most keys loaded: the shape of a deliberate partial load (a replaced classifier head, a new layer
+            # fine-tuned from a backbone), which strict=False exists for. Still listed, so an accidental one shows.
+            text += (f" — {model_keys - missing} of {model_keys} keys loaded; the skipped ones keep their initial "
+                     "weights, as intended when a head or layer was replaced on purpose")
+            severity = "info"
         out.symptoms.append(
             run.symptom(
                 "state-dict-mismatch",
@@ -572,6 +582,7 @@ def _mismatch(run: RunEvidence, rank: int, restores: list[dict[str, Any]], out: 
                 location=location(run, e.get("site")),
                 step=e.get("at_step"),
                 rank=rank,
+                severity=severity,
             )
         )
 

@@ -587,6 +587,8 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
     where = None
     rank = min(run.ranks)
     replaced = next((e for r in run.ranks for e in run.of_kind("ddp-replaced-parameter", PROBE, r)), None)
+    local = _local_write(run)
+    stepped = _scheduler_ranks(run)
     if replaced is not None:
         names = replaced.get("parameters") or []
         values.update(replaced_parameters=names)
@@ -605,7 +607,9 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         if not event.get("micro"):
             how = "no forward through the DDP wrapper at all (the model used unwrapped)"
             if unwrapped:
-                taken = unwrapped[0]["site"]
+                chosen = _unwrap_read(unwrapped, event)
+                unwrapped = [chosen]
+                taken = chosen["site"]
                 how += f"; the script takes `.module` at line {taken.get('line')} (in {taken.get('function')})"
                 caller = unwrapped[0].get("caller") or {}
                 backward = event.get("site") or {}
@@ -635,9 +639,15 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
         if event.get("micro") and backward.get("path"):
             # DDP forwards ran with sync off: the line that switched it off is the fix, not the backward
             switch = sync_switch_line(backward["path"], backward.get("function"), backward.get("line"))
+            entered = event.get("no_sync") or {}
             if switch is not None:
                 how += f"; line {switch} turns `require_backward_grad_sync` off"
                 event = {**event, "site": {**backward, "line": switch}}
+            elif entered.get("line"):
+                # the context was chosen where `no_sync()` was called (a helper may pick it): the toggle to fix
+                did = "turns `require_backward_grad_sync` off" if entered.get("flag") else "calls `no_sync()`"
+                how += f"; line {entered.get('line')} (in {entered.get('function')}) {did}, the last time before that step"
+                event = {**event, "site": entered}
         text += (f": optimizer step {event.get('at_step')} applied a gradient no all-reduce had reached ({how}), so "
                  "each rank stepped on its own gradient")
         where = _site(run, event["site"]) if event.get("site") else None
@@ -661,31 +671,85 @@ def _diverged(run: RunEvidence, facts: dict[str, Any]) -> list[Symptom]:
                  + "), from each rank's own batch: DDP averages gradients only, so that update stays local "
                  "(all-reduce the update, or express it as a gradient)")
         where = _site(run, site) if site else None
-    elif local := _local_write(run):
+    elif local and (local[1] is not None or not stepped):
         # the gradients were all-reduced, but the script wrote a parameter (or its gradient) in place outside the
         # forward and the optimizer's update: on one rank only, or from values each rank computed on its own
         event, only = local
         site = event.get("site") or {}
         part = "gradient of " if event.get("part") == "grad" else ""
+        op = "through `.data`" if event.get("op") == "data" else f"(`{event.get('op')}`)"
         values.update(written_parameter=event.get("parameter"), written_part=event.get("part"),
                       written_on_ranks=only)
         where_text = f"line {site.get('line')}" + (f" (in {site.get('function')})" if site.get("function") else "")
         if only is not None:
             text += (f": the gradients were synchronised, but {where_text} writes the {part}parameter "
-                     f"{event.get('parameter')} in place (`{event.get('op')}`) on rank {_listing(only)} only, or "
+                     f"{event.get('parameter')} in place {op} on rank {_listing(only)} only, or "
                      "a different number of times there: a rank-dependent update the other replicas never make")
         else:
             text += (f": the gradients were synchronised, but {where_text} writes the {part}parameter "
-                     f"{event.get('parameter')} in place (`{event.get('op')}`) outside the forward and the "
+                     f"{event.get('parameter')} in place {op} outside the forward and the "
                      "optimizer's update, from values each rank computes on its own (its batch, its random "
                      "generator): DDP averages gradients only, so that write stays local (all-reduce what it "
                      "uses, or broadcast the result)")
         where = _site(run, site) if site else None
+    elif stepped:
+        # the gradients were all-reduced, but a learning-rate scheduler stepped on some ranks only (or a different
+        # number of times): the same gradient, a different step size on each rank
+        counts, site = stepped
+        values.update(scheduler_steps_by_rank=[counts.get(r, 0) for r in sorted(run.ranks)])
+        said = ", ".join(f"{counts.get(r, 0)} on rank {r}" for r in sorted(run.ranks))
+        text += (": the gradients were synchronised, but the learning-rate scheduler stepped a different number of "
+                 f"times on each rank ({said}"
+                 + (f"; line {site.get('line')}, in {site.get('function')}" if site.get("line") else "")
+                 + "): the ranks apply the same gradient with different learning rates (step the scheduler on "
+                 "every rank, outside the branch that logs on the main process)")
+        where = _site(run, site) if site.get("path") else None
     else:
         text += ": the gradients were synchronised, so something else made the replicas differ (a rank-dependent "
         text += "update outside the optimizer, buffers, or a different initialisation)"
     return [run.symptom("ddp-ranks-diverged", probe=PROBE, rank=rank, values=values, location=where,
                         step=first_step, summary=text)]
+
+
+def _unwrap_read(reads: list[dict[str, Any]], event: dict[str, Any]) -> dict[str, Any]:
+    """Of the script's `.module` reads (each distinct line, in order), the one that trained around the wrapper:
+    the read on the very line that called the inner model (`model.module(x)`), else the last read in the
+    function of that call or of the unsynchronised backward before that step, else the first read. A read made
+    elsewhere first (a parameter count, a print) is not the one."""
+    step = event.get("at_step")
+    before = [r for r in reads if r.get("at_step") is None or step is None or r["at_step"] <= step] or reads
+    bypass = event.get("bypass") or {}
+    backward = event.get("site") or {}
+    for r in before:
+        site = r.get("site") or {}
+        if bypass.get("line") and (site.get("path"), site.get("line")) == (bypass.get("path"), bypass.get("line")):
+            return r
+    for anchor in (bypass, backward):
+        if not anchor.get("function"):
+            continue
+        same = [r for r in before if ((r.get("site") or {}).get("path"), (r.get("site") or {}).get("function"))
+                == (anchor.get("path"), anchor.get("function"))
+                or ((r.get("caller") or {}).get("path"), (r.get("caller") or {}).get("function"))
+                == (anchor.get("path"), anchor.get("function"))]
+        if same:
+            return same[-1]
+    return before[0]
+
+
+def _scheduler_ranks(run: RunEvidence) -> tuple[dict[int, int], dict[str, Any]] | None:
+    """A scheduler (the schedule probe's `scheduler-end`, per index) stepped a different number of times on the
+    ranks: the counts by rank, and the line of the rank that stepped most (the branch that runs it)."""
+    by_index: dict[Any, dict[int, dict[str, Any]]] = {}
+    for rank in run.ranks:
+        for e in run.of_kind("scheduler-end", "schedule", rank):
+            by_index.setdefault(e.get("index"), {})[rank] = e
+    for ends in by_index.values():
+        counts = {rank: int(e.get("steps") or 0) for rank, e in ends.items()}
+        if len(ends) < 2 or len(set(counts.values())) < 2:
+            continue
+        most = max(counts, key=lambda r: counts[r])
+        return counts, ends[most].get("step_site") or {}
+    return None
 
 
 def _local_write(run: RunEvidence) -> tuple[dict[str, Any], list[int] | None] | None:

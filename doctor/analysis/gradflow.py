@@ -74,9 +74,19 @@ def _detached_summand(run: RunEvidence, rank: int, out: Analysis) -> None:
     if not events:
         return
     event = events[0]
-    where = location(run, event.get("site"))
+    site = dict(event.get("site") or {})
+    if event.get("cut") == "no_grad" and site.get("path"):
+        # computed with autograd off: the `with torch.no_grad():` (or decorator) around the op, or around the call
+        # of the helper that ran it, when written there
+        for frame in event.get("stack") or [site]:
+            off = grad_off_line(frame.get("path") or "", frame.get("line"))
+            if off is not None:
+                site = {**frame, "line": off}
+                break
+    where = location(run, site or None)
     # the op that cut it: detach()/.data, or an integer copy / argmax() of a value with a graph (`cut`)
-    by = f"`{event['cut']}`" if event.get("cut") else "detach()/.data"
+    by = ("an op under `torch.no_grad()`" if event.get("cut") == "no_grad" else f"`{event['cut']}`"
+          if event.get("cut") else "detach()/.data")
     cut = f"({by}{f' on line {where.line}' if where and where.line else ''})"
     reached = plural(event.get("parameters_reached", 0), "parameter")
     if event.get("through"):

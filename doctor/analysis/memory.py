@@ -162,6 +162,18 @@ def _holder_growth(run: RunEvidence, rank: int, lim: dict[str, Any]) -> list[Hol
                 if growth is not None:
                     break
             what = "graph"
+        if growth is None and kind != "tensor" and any(h.get("graph_tensors") for _, h in points):
+            # Tensors that carry a graph, kept across optimizer steps in a container that only grows: each keeps a
+            # forward's activations alive, so one every few steps (an evaluation output appended every 5th step)
+            # is a leak, and no allocator warm-up blurs a count (a short run is judged from its second step).
+            growth = sustained_growth(
+                [s for s, _ in points], [float(h.get("graph_tensors") or 0) for _, h in points],
+                after=float(lim.get("graph_warmup_steps", 1)), min_points=int(lim.get("graph_min_points", 5)),
+                min_slope=float(lim.get("min_container_graph_tensors_per_step", 0.05)),
+                min_total=float(lim.get("min_container_graph_tensors", 3)),
+                sustained_fraction=args["sustained_fraction"],
+            )
+            what = "tensors"
         if growth is None and kind != "tensor":
             growth = sustained_growth(
                 [s for s, _ in points], [float(h.get("tensors", 0)) for _, h in points],

@@ -245,17 +245,25 @@ def _placed_by_graph(run: RunEvidence, symptom: Symptom, event: dict[str, Any], 
         found = op_line(places + callees, list(syntax), ran, operands=operands)
         places = places + callees
     if found is None and not callees:
-        # nothing ran under watch yet (the first step): the helpers and methods the loss code calls by name
-        statics = static_callees(places)
-        if statics:
-            found = op_line(places + statics, list(syntax), operands=operands)
-            places = places + statics
+        # nothing ran under watch yet (the first step): the helpers and methods the loss code calls by name, in
+        # its own file first, then also those it imports from the project's other files (a losses.py)
+        for imports in (False, True):
+            statics = static_callees(places, imports=imports)
+            if statics:
+                found = op_line(places + statics, list(syntax), operands=operands)
+                if found is not None:
+                    places = places + statics
+                    break
     if found is None:
         return False
     path, line = found
     function = next((c[2] for c in places if c[0] == path), None)
     _place(symptom, run.location(path, line, None if function == "<module>" else function),
-           (f"; the graph of that backward holds one op whose derivative is infinite at a finite point, `{op}`, and "
+           (f"; the graph of that backward holds `{op}` in a branch of a `torch.where`: the forward discarded its "
+            "inf/NaN, but the backward multiplies the zero gradient of that branch by its infinite derivative "
+            f"(0 * inf = NaN); line {line} is the one line of the loss code that writes it (make the op's input safe "
+            "before the where, not only its output)" if event.get("graph_masked") else
+            f"; the graph of that backward holds one op whose derivative is infinite at a finite point, `{op}`, and "
             f"line {line} is the one line of the loss code that writes it" if event.get("graph_backward") else
             f"; its autograd graph shows `{op}` making the non-finite value from the values it saved, and "
             f"line {line} is the one line of the loss code that writes it"), made_op=op)

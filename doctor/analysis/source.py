@@ -162,6 +162,9 @@ def in_place_line(path: str, head: str, current_line: int | None = None, firstli
         return min(n.lineno for n in found)
     # The object was found in a helper the loop handed it to (`take_optimizer_step(optimizer, model, stats)`):
     # the call may be in the loop's code, anywhere in the file, under the same name; only when there is one.
+    # Not for `self`: in another function it is another object (a meter's own `self.n += n`).
+    if head in ("self", "cls"):
+        return None
     found = _in_place_calls(ast.walk(tree), head)
     return found[0].lineno if len(found) == 1 else None
 
@@ -246,11 +249,13 @@ def _called_names(node: ast.AST) -> set[str]:
 
 
 def static_callees(places: list[tuple[str, int | None, str | None]], depth: int = 3,
-                   limit: int = 12) -> list[tuple[str, int, str]]:
+                   limit: int = 12, imports: bool = False) -> list[tuple[str, int, str]]:
     """The functions of the same files that the loss code calls by name, to `depth` calls down: `helper(...)`
     for a module-level `def helper`, `self.method(...)` for a method of the class around the caller. Where a
     non-finite value is made in a helper of a trainer's loss code before anything ran it under watch (the first
-    step), these are the places its op may be written."""
+    step), these are the places its op may be written. With `imports`, also the module-level functions a file
+    imports from the project's own files beside it (`from losses import dice_loss`, `import utils as U;
+    U.dice_loss(...)`): a loss helper usually lives in a module of its own."""
     out: list[tuple[str, int, str]] = []
     seen = {(p, f) for p, _, f in places}
     frontier = list(places)
@@ -265,23 +270,79 @@ def static_callees(places: list[tuple[str, int | None, str | None]], depth: int 
             owner = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and scope in c.body), None)
             methods = {n.name: n for n in owner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} \
                 if owner is not None else {}
+            names, modules = _project_imports(path, tree) if imports else ({}, {})
             for node in _walk_scope(scope):
                 if not isinstance(node, ast.Call):
                     continue
                 func = node.func
                 target = None
+                where = path
                 if isinstance(func, ast.Name):
                     target = module_defs.get(func.id)
+                    if target is None and func.id in names:
+                        where, target = names[func.id]
                 elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
                     target = methods.get(func.attr)
-                if target is None or (path, target.name) in seen or len(out) >= limit:
+                elif isinstance(func, ast.Attribute) and dotted(func.value) in modules:
+                    where = modules[dotted(func.value)]
+                    target = _module_functions(where).get(func.attr)
+                if target is None or (where, target.name) in seen or len(out) >= limit:
                     continue
-                seen.add((path, target.name))
-                place = (path, target.lineno, target.name)
+                seen.add((where, target.name))
+                place = (where, target.lineno, target.name)
                 out.append(place)
                 nxt.append(place)
         frontier = nxt
     return out
+
+
+def _module_functions(path: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = _tree(path)
+    return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))} if tree else {}
+
+
+def _project_file(base: str, module: str | None, level: int) -> str | None:
+    """The file of an imported module when it is one of the project's own (beside the importing file, or up
+    `level - 1` folders for a relative import); None for anything installed or not found."""
+    import os
+
+    from torchdoctor.probes.userframes import is_library_file
+
+    root = base
+    for _ in range(max(level - 1, 0)):
+        root = os.path.dirname(root)
+    parts = module.split(".") if module else []
+    for candidate in (os.path.join(root, *parts) + ".py", os.path.join(root, *parts, "__init__.py")):
+        if parts and os.path.isfile(candidate) and not is_library_file(candidate):
+            return candidate
+    return None
+
+
+def _project_imports(path: str, tree: ast.Module) -> tuple[dict[str, tuple[str, ast.AST]], dict[str, str]]:
+    """What a file imports from the project's own modules at its top level: {local name: (file, def)} for
+    `from m import f`, {local name: file} for `import m as M` / `import m`."""
+    import os
+
+    base = os.path.dirname(os.path.realpath(path)) if not path.startswith("<") else ""
+    names: dict[str, tuple[str, ast.AST]] = {}
+    modules: dict[str, str] = {}
+    if not base:
+        return names, modules
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            found = _project_file(base, node.module, node.level)
+            if found is None:
+                continue
+            defs = _module_functions(found)
+            for alias in node.names:
+                if alias.name in defs:
+                    names[alias.asname or alias.name] = (found, defs[alias.name])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                found = _project_file(base, alias.name, 0)
+                if found is not None:
+                    modules[alias.asname or alias.name] = found
+    return names, modules
 
 
 def config_key_line(path: str, line: int | None, keys: list[str]) -> int | None:

@@ -13,6 +13,7 @@ from typing import Any
 from torchdoctor.analysis import Analysis
 from torchdoctor.analysis.evidence import RunEvidence
 from torchdoctor.analysis.sites import latest, location, plural
+from torchdoctor.analysis.splits import split_of
 from torchdoctor.model import Evidence
 
 PROBE = "validation"
@@ -30,6 +31,7 @@ def analyse(run: RunEvidence) -> Analysis:
         trained_in_eval = _eval_phase_steps(run, rank, lim, out)
         if not trained_in_eval and not _backward_in_phase(run, rank, lim, out):
             _backward_elsewhere(run, rank, lim, out)
+        _stepped_on_eval_loader(run, rank, lim, out)
         _blind_steps(run, rank, lim, out)
         _train_mode(run, rank, groups, out, trained_in_eval)
         if rank == 0:
@@ -150,6 +152,61 @@ def _backward_elsewhere(run: RunEvidence, rank: int, lim: dict[str, Any], out: A
         run.symptom("backward-in-validation", probe=PROBE, summary=text, values=values, location=location(run, at),
                     step=e.get("first_step"), rank=rank)
     )
+
+
+def _stepped_on_eval_loader(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:
+    """Optimizer steps on batches of a loader that holds a validation/test split (its dataset's `train=False` or
+    `split`, or the names it is built from), while another loader, not such a split, is trained on too: the
+    evaluation pass backpropagates and steps like the training pass (probes/data.py `stepped`). A loader trained
+    on alone is not judged (test-time adaptation); nor one whose batches are taken together with another loader's
+    (zip: the step counts only the latest batch's loader)."""
+    if any(s.id == "backward-in-validation" and s.rank == run.rank_of(rank) for s in out.symptoms):
+        return
+    built = {int(e["index"]): e for e in run.of_kind("dataloader", "data", rank) if "index" in e}
+    least = int(lim.get("min_loader_steps", 2))
+    stepped = [(e, built.get(int(e.get("index") or 0), {})) for e in run.of_kind("dataloader-total", "data", rank)
+               if int(e.get("stepped") or 0) >= least]
+    if len(stepped) < 2:
+        return
+    splits = [(total, loader, split_of(loader)) for total, loader in stepped]
+    trained = [t for t, _, split in splits if split != "eval"]
+    evaluated = [(t, loader) for t, loader, split in splits if split == "eval"]
+    if not trained or not evaluated:
+        return
+    total, loader = max(evaluated, key=lambda tl: int(tl[0].get("stepped") or 0))
+    steps = int(total.get("stepped") or 0)
+    train_steps = sum(int(t.get("stepped") or 0) for t in trained)
+    site = _parting_frame(total.get("backward_stack") or [], [t.get("backward_stack") or [] for t in trained])
+    said = ("train=False" if loader.get("dataset_train") is False else f"split={loader.get('dataset_split')!r}"
+            if loader.get("dataset_split") else "its name")
+    text = (f"{plural(steps, 'optimizer step')} applied the gradients of batches from the DataLoader built at line "
+            f"{loader.get('line')} ({said}: a validation/test split), next to {train_steps} on the training "
+            "loader: the evaluation pass runs backward and optimizer.step() on its batches, so the model trains "
+            "on the data it is measured on (evaluate under torch.no_grad(), without backward or step)")
+    values = {"eval_loader_steps": steps, "train_loader_steps": train_steps, "loader_line": loader.get("line")}
+    out.symptoms.append(
+        run.symptom("backward-in-validation", probe="data", summary=text, values=values,
+                    location=location(run, site) or location(run, loader), rank=rank)
+    )
+
+
+def _parting_frame(stack: list[dict[str, Any]], others: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The evaluation backward's own line; when a training loader's first backward ran the very same line (one
+    shared step helper), the innermost frame of the evaluation's stack that differs from that training stack (the
+    evaluation's call of the helper)."""
+    if not stack:
+        return None
+    key = [(f.get("path"), f.get("function"), f.get("line")) for f in stack]
+    for other in others:
+        theirs = [(f.get("path"), f.get("function"), f.get("line")) for f in other]
+        if not theirs or theirs[-1] != key[-1]:
+            continue
+        i, j = len(key) - 1, len(theirs) - 1
+        while i >= 0 and j >= 0 and key[i] == theirs[j]:
+            i, j = i - 1, j - 1
+        if i >= 0:
+            return stack[i]
+    return stack[-1]
 
 
 def _blind_steps(run: RunEvidence, rank: int, lim: dict[str, Any], out: Analysis) -> None:

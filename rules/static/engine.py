@@ -512,14 +512,14 @@ def analyse_file(path: str, display: str, options: Options, data: bytes | None =
     return result
 
 
-def finding_at(unit: Unit, code: str, line: int, col: int, values: dict) -> Result | None:
+def finding_at(unit: Unit, code: str, line: int, col: int, values: dict, severity: str | None = None) -> Result | None:
     """A finding a project pass made (rules/static/project.py), with its code frame, as `_finding` makes one;
     None when the line carries a suppression for the code."""
     rule = registry.rules()[code]
     node = ast.Pass(lineno=line, col_offset=max(col - 1, 0), end_lineno=line, end_col_offset=max(col - 1, 0))
     kept = {k: v if isinstance(v, str | bool | int | float) else str(v) for k, v in values.items()}
     ctx = Context(unit.path, unit.text, ast.Module(body=[], type_ignores=[]), _NoIndex(), None)
-    found = list(_finding(unit, Hit(rule, node, kept), ctx.lines, suppressions(unit.text), set(), ctx))
+    found = list(_finding(unit, Hit(rule, node, kept, severity), ctx.lines, suppressions(unit.text), set(), ctx))
     return found[0] if found else None
 
 
@@ -547,9 +547,10 @@ def project_findings(units: dict[str, Unit | None], results: list[FileResult], c
                     unit = units[hit.path] = read_unit(where.get(hit.path, hit.path), hit.path, MAX_BYTES * 8)
                 except UnreadableSource:
                     continue
-            found = finding_at(unit, code, hit.line, hit.col, hit.values)
+            found = finding_at(unit, code, hit.line, hit.col, hit.values, hit.severity)
             if found is not None:
                 out.append(found)
+                seen.add((hit.path, code, hit.line))  # two passes of one rule at one line: the first says it
     return out
 
 

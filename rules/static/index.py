@@ -125,8 +125,8 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._call_order: dict[ast.Call, int] | None = None  # call -> its place in the walk (names.py)
         self._resolved: dict[ast.AST | None, str | None] = {}  # names.py
         self._scope: dict[ast.AST, ast.AST] = {}
-        self._binops: dict[type, list[ast.AST]] | None = None
-        self._used_prefixes: frozenset[str] | None = None  # names imported or called and their prefixes (names.py)  # operator -> the file's BinOps of it (tree.py)
+        self._binops: dict[type, list[ast.AST]] | None = None  # operator -> the file's BinOps of it (tree.py)
+        self._used_prefixes: tuple[frozenset[str], list[str]] | None = None  # names imported or called (names.py)
         self._loop_of: dict[ast.AST, Loop | None] = {}
         self._assigned: dict[ast.AST, frozenset[str]] = {}  # names a loop rebinds (loops.py)
         self._local_target_map: dict[ast.Call, ast.AST] | None = None  # call -> local function it calls
@@ -150,6 +150,7 @@ class Index(Tree, Names, Bindings, Classes, Flow, Loops, Phases, Regions, Guards
         self._samplers_in_text: bool | None = None  # bindings.py
         self._assigned_names: frozenset[str] | None = None  # flow.py
         self._values: dict[str, list[ast.expr]] | None = None  # flow.py
+        self._in_order: list[ast.stmt] | None = None  # the file's assignments in source order (flow.py)
         self._contexts: frozenset[str] | None = None  # contexts.py
         self._lowered: str | None = None  # the source in lower case (`lowered`)
         self._build()

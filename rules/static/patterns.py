@@ -11,6 +11,7 @@ import ast
 
 from torchdoctor.rules.static.index import Index, dotted, kwarg, last_name
 from torchdoctor.rules.static.semantic.layerstack import last_layer
+from torchdoctor.rules.static.semantic.subtree import subtree
 
 DEPTH = 12
 
@@ -244,7 +245,7 @@ def backward_names(index: Index, scope: ast.AST | None = None) -> set[str]:
         if isinstance(call.func, ast.Attribute):
             parts.append(call.func.value)
         for part in parts:
-            for node in ast.walk(part):
+            for node in subtree(part):
                 if isinstance(node, ast.Name):
                     names.add(node.id)
                 elif isinstance(node, ast.Attribute):
@@ -400,13 +401,13 @@ def _keyed_output(index: Index, expr: ast.Subscript, depth: int, kinds: frozense
     if forward is None:
         return None
     origins = []
-    for r in (n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None):
+    for r in (n.value for n in subtree(forward) if isinstance(n, ast.Return) and n.value is not None):
         value = None
         if isinstance(r, ast.Dict):
             value = next((v for k, v in zip(r.keys, r.values, strict=True)
                           if isinstance(k, ast.Constant) and k.value == key), None)
         elif isinstance(r, ast.Name):
-            for node in ast.walk(forward):
+            for node in subtree(forward):
                 if isinstance(node, ast.Assign) and node.lineno < r.lineno and any(
                         isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == r.id
                         and isinstance(t.slice, ast.Constant) and t.slice.value == key for t in node.targets):
@@ -535,7 +536,7 @@ def _forward_softmax(index: Index, info, position: int | None, depth: int,
     forward = info.method("forward")
     if forward is None:
         return None
-    returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None]
+    returns = [n.value for n in subtree(forward) if isinstance(n, ast.Return) and n.value is not None]
     origins = [probabilities_origin(index, r, r, depth + 1, position, kinds) for r in returns]
     return origins[0] if origins and all(o is not None for o in origins) else None
 
@@ -710,13 +711,13 @@ def latest_self_value(index: Index, attr: ast.Attribute, at: ast.AST) -> ast.exp
     name, line = dotted(attr), getattr(at, "lineno", 0)
     value: ast.expr | None = None
     assigned = 0
-    for node in ast.walk(fn):
+    for node in subtree(fn):
         if isinstance(node, ast.Assign) and node.lineno < line and node.lineno >= assigned and any(
                 dotted(t) == name for t in node.targets):
             value, assigned = node.value, node.lineno
     if value is None:
         return None
-    for node in ast.walk(fn):
+    for node in subtree(fn):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
                 and assigned < node.lineno <= line and _receiver_is(node.func.value, name):
             return None  # changed in place after the assignment (add_, clamp_, mul_): not followed

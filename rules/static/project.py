@@ -27,6 +27,7 @@ class ProjectHit:
     line: int
     col: int
     values: dict[str, Any] = field(default_factory=dict)
+    severity: str | None = None  # lower than the rule's own for a milder shape (Hit.severity); None: the rule's
 
 
 @dataclass

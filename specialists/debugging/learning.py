@@ -14,8 +14,8 @@ from torchdoctor.specialists.units import count, listing
 
 def _uniform_classes(loss: float) -> int | None:
     """The n for which loss == ln(n): a classifier predicting a uniform distribution."""
-    if loss <= 0.5:
-        return None
+    if not math.isfinite(loss) or not 0.5 < loss < 12:
+        return None  # ln(100 000) is 11.5; an inf loss (log of 0) has no n and must not raise
     n = round(math.exp(loss))
     return n if 2 <= n <= 100_000 and abs(math.log(n) - loss) < 2e-3 else None
 

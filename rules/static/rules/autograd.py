@@ -70,7 +70,7 @@ def _outputs_all_non_differentiable(info: ClassInfo) -> bool:
     if forward is None:
         return False
     marked: set[str] = set()
-    for node in ast.walk(forward):
+    for node in subtree(forward):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "mark_non_differentiable"):
             marked.update(a.id for a in node.args if isinstance(a, ast.Name))
@@ -148,7 +148,7 @@ def _falls_off_end(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
     if not body or all(isinstance(st, ast.Pass) for st in body):
         return False
-    return not any(isinstance(n, ast.Raise) for n in ast.walk(fn))
+    return not any(isinstance(n, ast.Raise) for n in subtree(fn))
 
 
 def _implicit_return(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Return:
@@ -256,7 +256,7 @@ def _outputs(fn: ast.AST) -> set[str]:
 def _ctx_stores(fn: ast.AST, ctx_name: str) -> list[tuple[ast.stmt, str, ast.expr]]:
     """(statement, attribute, value) for `ctx.attr = value` (and `ctx.a, ctx.b = a, b`)."""
     out = []
-    for stmt in ast.walk(fn):
+    for stmt in subtree(fn):
         if not isinstance(stmt, ast.Assign):
             continue
         for target in stmt.targets:
@@ -312,7 +312,7 @@ def tensor_stored_on_ctx(node: ast.ClassDef, ctx: Context) -> None:
 
 def _unpacked(fn: ast.AST, name: str) -> list[str]:
     """`x, w = inputs` -> ["x", "w"]."""
-    for stmt in ast.walk(fn):
+    for stmt in subtree(fn):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id == name:
             target = stmt.targets[0]
             if isinstance(target, ast.Tuple | ast.List):
@@ -443,7 +443,7 @@ class _Forward:
         self.block(self.fn.body, conditional=False, grad_off=False, guarded=False)
 
     def bind(self, target: ast.AST, val: _Val, conditional: bool) -> None:
-        for n in ast.walk(target):
+        for n in subtree(target):
             if isinstance(n, ast.Name):
                 self.env[n.id] = _join(self.env[n.id], val) if conditional and n.id in self.env else val
 
@@ -642,7 +642,7 @@ def _numeric_attrs(info: ClassInfo) -> tuple[set[str], set[str]]:
 def _uses_trainable(fn: ast.AST, trainable: set[str]) -> bool:
     return any(
         isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr in trainable
-        for n in ast.walk(fn)
+        for n in subtree(fn)
     )
 
 
@@ -661,7 +661,7 @@ def _back_to_tensor(val: _Val) -> _Val:
 
 
 def _mentions_training(test: ast.AST) -> bool:
-    for n in ast.walk(test):
+    for n in subtree(test):
         if isinstance(n, ast.Attribute) and n.attr == "training":
             return True
         if isinstance(n, ast.Call) and dotted(n.func) in ("torch.is_grad_enabled", "torch.jit.is_scripting"):
@@ -731,7 +731,7 @@ def _plain_attribute(index, info, node: ast.AST) -> bool:
     if not sets:
         return False
     for a in sets:
-        for sub in ast.walk(a.value):
+        for sub in subtree(a.value):
             if isinstance(sub, ast.keyword) and sub.arg == "requires_grad":
                 return False
             if isinstance(sub, ast.Call):
@@ -762,7 +762,7 @@ def _frozen_table(index, info, node: ast.AST) -> bool:
     init = info.method("__init__")
     if not built or init is None:
         return False
-    for sub in ast.walk(init):
+    for sub in subtree(init):
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
             target = dotted(sub.targets[0]) or ""
             if target == f"self.{attr}.weight" and isinstance(sub.value, ast.Call) and \
@@ -799,7 +799,7 @@ def backward_ignores_grad_output(node: ast.ClassDef, ctx: Context) -> None:
     grads = [a.arg for a in _positional(backward)[1:]]  # after ctx
     if not grads:
         return
-    read = {n.id for n in ast.walk(backward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    read = {n.id for n in subtree(backward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     if read & set(grads):
         return  # the incoming gradient reaches the result (or at least is read)
     if any(not _all_none(r.value) for r in _returns(backward)):
@@ -899,7 +899,7 @@ def _tainted_generator_loss(index: Index, fn: ast.AST, start: ast.stmt) -> str |
     tainted: set[str] = set()
     here = (start.lineno, start.col_offset)
     statements = sorted(
-        (s for s in ast.walk(fn) if isinstance(s, ast.Assign | ast.AugAssign | ast.AnnAssign) and s.value is not None
+        (s for s in subtree(fn) if isinstance(s, ast.Assign | ast.AugAssign | ast.AnnAssign) and s.value is not None
          and (s.lineno, s.col_offset) >= here),
         key=lambda s: (s.lineno, s.col_offset),
     )
@@ -910,7 +910,7 @@ def _tainted_generator_loss(index: Index, fn: ast.AST, start: ast.stmt) -> str |
             reads = True
         else:
             reads = any(isinstance(n, ast.Name | ast.Attribute) and dotted(n) in tainted
-                        for n in ast.walk(stmt.value))  # type: ignore[arg-type]
+                        for n in subtree(stmt.value))  # type: ignore[arg-type]
         for name in names:
             if name is None:
                 continue
@@ -1112,7 +1112,7 @@ def _backpropagated(index: Index) -> set[str]:
     for call in index.backward_calls:
         target = _backward_target(call)
         if target is not None:
-            out.update(d for n in ast.walk(target) if (d := dotted(n)))
+            out.update(d for n in subtree(target) if (d := dotted(n)))
     return out
 
 

@@ -17,7 +17,7 @@ from torchdoctor.rules.static.patterns import (
 )
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.rules.profiling import snippet
-from torchdoctor.rules.static.semantic import lossuse
+from torchdoctor.rules.static.semantic import lossuse, practice
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 from torchdoctor.rules.static.semantic.subtree import subtree
 
@@ -336,6 +336,8 @@ def validation_in_train_mode(node: ast.Module, ctx: Context) -> None:
     _phase_loops(ctx)
     _phase_step_functions(ctx)
     _leave_modes_at_calls(ctx)
+    practice.leave_evaluations(ctx)
+    practice.note_covered(ctx, "TD601")
 
 
 def _leave_param_run(ctx: Context, loop: Loop, call: ast.Call, model: ast.expr) -> None:
@@ -1004,14 +1006,12 @@ def train_mode_not_restored(node: ast.Module, ctx: Context) -> None:
             _leave_loop(ctx, loop, events)
         if not events or not any(kind == "eval" for kind, _, _ in events):
             continue
-        found = _stale_eval(events)
-        if found is None or found in reported:
-            continue
-        if _frozen_mode_training(index, found):
-            continue
-        if model_mode_layers(index, found.func.value) is False:  # type: ignore[attr-defined]
-            continue  # a model known to hold no dropout or batch norm: eval() changes nothing in it
-        if _frozen_with_the_switch(index, found):
+        # The first stale `.eval()` that matters: several models may be left in eval mode, and one that holds no
+        # dropout or batch norm must not hide another that does.
+        found = next((c for c in _stale_evals(events) if c not in reported and not _frozen_mode_training(index, c)
+                      and model_mode_layers(index, c.func.value) is not False  # type: ignore[attr-defined]
+                      and not _frozen_with_the_switch(index, c)), None)
+        if found is None:
             continue
         reported.add(found)
         where = f"the loop over `{loop.source}`" if loop.source else f"the training loop at line {loop.line}"
@@ -1235,8 +1235,16 @@ _LIBRARIES = frozenset("torch torchvision numpy np tqdm os sys math random time 
 
 
 def _stale_eval(events: list[Event]) -> ast.Call | None:
-    """Run the loop body twice: the `.eval()` still in force when a training step runs, if any."""
+    """Run the loop body twice: the first `.eval()` still in force when a training step runs, if any."""
+    stale = _stale_evals(events)
+    return stale[0] if stale else None
+
+
+def _stale_evals(events: list[Event]) -> list[ast.Call]:
+    """Every `.eval()` still in force when a training step runs, in the order the steps meet them (models of one
+    step in name order: a step's keys are a set, and the finding must not depend on the hash seed)."""
     state: dict[str, ast.Call | None] = {}
+    found: list[ast.Call] = []
     for _ in range(2):
         for kind, call, keys in events:
             if kind == "eval":
@@ -1246,10 +1254,13 @@ def _stale_eval(events: list[Event]) -> ast.Call | None:
                 for k in keys:
                     state[k] = None
             elif kind == "step":
-                for k in keys:
-                    if state.get(k) is not None:
-                        return state[k]
-    return None
+                for k in sorted(keys):
+                    stale = state.get(k)
+                    if stale is not None and stale not in found:
+                        found.append(stale)
+        if found:
+            return found
+    return found
 
 
 # -- anomaly detection -----------------------------------------------------------------------
@@ -1912,3 +1923,13 @@ def division_by_empty_count(node: ast.BinOp, ctx: Context) -> None:
     if _tested(index, node, counts, masks - {"torch"}):
         return
     ctx.report(node, variable=snippet(ctx, node, 50), why=why)
+
+
+@project("TD601")
+def evaluation_mode_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
+    """An evaluation function that runs the model under no_grad without `.eval()` where the project's other
+    evaluation functions call it (semantic/practice.py)."""
+    return practice.hits(project, "eval", lambda site, text: {
+        "variable": site["variable"], "loader": site["loader"],
+        "cause": f"nothing in `{site['function']}` calls `.eval()`, so it keeps the mode its caller left (training, "
+                 f"after a training loop), while {text}"})

@@ -10,6 +10,7 @@ from torchdoctor.rules.static.callcontext import defer, leave_sites, settle
 from torchdoctor.rules.static.index import WITHS, Index, dotted, is_constant, kwarg, looks_like_loader
 from torchdoctor.rules.static.patterns import backward_names, holds_graph, latest_value
 from torchdoctor.rules.static.project import Project, ProjectFile, ProjectHit
+from torchdoctor.rules.static.semantic import practice
 from torchdoctor.rules.static.semantic.callsites import outermost_uncalled
 from torchdoctor.rules.static.semantic.flow import one_constructor
 from torchdoctor.rules.static.semantic.subtree import subtree
@@ -467,7 +468,7 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
                     or dotted(model_call.func if model_call is not None else call.func) in frozen:
                 break
             shown = dotted(call.func) or ctx.segment(call.func, 40) or "model"
-            values = {"variable": shown, "loader": loop.source or "the validation data"}
+            values = {"variable": shown, "loader": loop.source or "the validation data", "practice": ""}
             fn = outermost_uncalled(index, call)
             if fn is not None:
                 # `def evaluate(model, loader)` that no call in this file runs: another file may call it inside
@@ -478,12 +479,22 @@ def validation_without_no_grad(node: ast.Module, ctx: Context) -> None:
             break
     leave_sites(ctx)
     _flag_shared_loops(ctx, {id(lp) for lp in validation})
+    practice.leave_evaluations(ctx)
+    practice.note_covered(ctx, "TD102")
 
 
 @project("TD102")
 def validation_without_no_grad_across_files(project: Project) -> list[ProjectHit]:
     """An evaluation function of one file that every call in the project runs under no_grad records no graph."""
     return settle(project, "TD102-deferred")
+
+
+@project("TD102")
+def evaluation_unlike_the_projects_others(project: Project) -> list[ProjectHit]:
+    """An evaluation function that runs the model with autograd on where the project's other evaluation functions
+    turn it off (semantic/practice.py): whatever its shape, the project's own practice says it is an oversight."""
+    return practice.hits(project, "grad_off", lambda site, text: {
+        "variable": site["variable"], "loader": site["loader"], "practice": f", while {text}"})
 
 
 def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
@@ -524,7 +535,7 @@ def _flag_shared_loops(ctx: Context, reported: set[int]) -> None:
                     source = _argument_for(index, fn, origin, loop.source) or next(
                         (dotted(a) for a in origin.args if looks_like_loader(dotted(a))), None)
                 iterated = loop.source or ctx.segment(getattr(loop.node, "iter", loop.node), 40)
-                values = {"variable": shown, "loader": source or iterated or "the evaluation data"}
+                values = {"variable": shown, "loader": source or iterated or "the evaluation data", "practice": ""}
                 # `def val(self, loader): return self.run_epoch('val', ...)` that no call of this file runs: the
                 # other files' calls of it say whether it runs under no_grad (the project pass asks them)
                 callers = {id(c): outermost_uncalled(index, c) for c in phase.origins}

@@ -27,6 +27,7 @@ from torchdoctor.rules.static.index import (
 from torchdoctor.rules.static.project import Project, ProjectHit
 from torchdoctor.rules.static.semantic import crossings
 from torchdoctor.rules.static.semantic.options import option_defaults
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import ACCUMULATION_NAME
 
 # -- small expression helpers ----------------------------------------------------------------------
@@ -192,7 +193,7 @@ def units(index: Index, expr: ast.AST | None, at: ast.AST, depth: int = 0) -> se
     found: set[str] = set()
     if expr is None or depth > 2:
         return found
-    for node in ast.walk(expr):
+    for node in subtree(expr):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
             found.add("len")
         elif isinstance(node, ast.Name | ast.Attribute) and not isinstance(getattr(node, "ctx", None), ast.Store):
@@ -245,14 +246,14 @@ _ACCUM_NAME = ACCUMULATION_NAME
 def _find_mod(index: Index, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.expr | None:
     """The modulus in a test like `(i + 1) % accum == 0`, also through a name assigned one
     (`last_micro = (i + 1) % accum == 0; if last_micro:`)."""
-    for node in ast.walk(expr):
+    for node in subtree(expr):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
                 continue  # "%d" % x: string formatting
             return node.right
     if depth >= 2:
         return None
-    for node in ast.walk(expr):
+    for node in subtree(expr):
         if isinstance(node, ast.Name):
             value = _value_of(index, node.id, at)
             if value is not None:
@@ -313,9 +314,9 @@ def _pieces_of_the_batch(index: Index, loop: Loop) -> ast.expr | None:
     start, end = parent.node.lineno, loop.node.lineno
     for name, bindings in scope.items():  # names unpacked from the batch inside the parent loop, before this one
         for stmt, value in bindings:
-            if start < stmt.lineno < end and any(isinstance(n, ast.Name) and n.id in batch for n in ast.walk(value)):
+            if start < stmt.lineno < end and any(isinstance(n, ast.Name) and n.id in batch for n in subtree(value)):
                 batch.add(name)
-    read = {n.id for n in ast.walk(source) if isinstance(n, ast.Name)}
+    read = {n.id for n in subtree(source) if isinstance(n, ast.Name)}
     return source if read & batch else None
 
 
@@ -555,7 +556,7 @@ def _flag_values(index: Index, value: ast.AST) -> set[str] | None:
         dest = kwarg(call, "dest")
         names = {f.lstrip("-").replace("-", "_") for f in flags}
         if attr in names or (isinstance(dest, ast.Constant) and dest.value == attr):
-            return {n.value for n in ast.walk(call) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+            return {n.value for n in subtree(call) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     return None
 
 
@@ -575,7 +576,7 @@ def _runner_float16(index: Index, ctx: Context) -> list[tuple[ast.Call, str, str
                 continue
             offered = _flag_values(index, value)
             if offered is None:  # a config value: any float16 spelling the script holds
-                offered = {n.value for n in ast.walk(index.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+                offered = {n.value for n in subtree(index.tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
             if offered & set(facts["float16_values"]):
                 shown = ctx.segment(value, 40)
                 values = " / ".join(f'"{v}"' for v in facts["float16_values"] if v in offered)
@@ -695,16 +696,16 @@ def clip_before_unscale(node: ast.Module, ctx: Context) -> None:
 def _clips_in_grad_hook(fn: ast.AST) -> bool:
     """`p.register_hook(lambda grad: clamp(grad, -c, c))`: a hook that clips each gradient as backward
     produces it, before any GradScaler.unscale_ can run."""
-    for call in ast.walk(fn):
+    for call in subtree(fn):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "register_hook"):
             continue
         hook = call.args[0] if call.args else None
         body = hook.body if isinstance(hook, ast.Lambda) else None
         if body is None and isinstance(hook, ast.Name):
-            local = [d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef) and d.name == hook.id]
+            local = [d for d in subtree(fn) if isinstance(d, ast.FunctionDef) and d.name == hook.id]
             body = local[0] if local else None
         if body is not None and any(
-            isinstance(n, ast.Call) and re.search(r"clamp|clip", last_name(n.func) or "", re.I) for n in ast.walk(body)
+            isinstance(n, ast.Call) and re.search(r"clamp|clip", last_name(n.func) or "", re.I) for n in subtree(body)
         ):
             return True
     return False
@@ -816,7 +817,7 @@ def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: 
     # Names the iteration binds (`skip_step = ...`, `a, b = ...`), not the objects whose attributes it sets:
     # `self.state.global_step += 1` does not make a test on `self.deepspeed` an in-iteration decision.
     assigned = {
-        t.id for n in ast.walk(loop.node) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        t.id for n in subtree(loop.node) if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign)
         for t in _bound_names(n.targets if isinstance(n, ast.Assign) else [n.target])
     }
     scaler = dotted(unscale.func.value)  # type: ignore[attr-defined]
@@ -828,8 +829,8 @@ def _update_decided_after(index: Index, unscale: ast.Call, loop: Loop, updates: 
                 return None
             if not isinstance(anc, ast.If) or id(anc) in around or _position(anc) < _position(unscale):
                 continue
-            names = {n.id for n in ast.walk(anc.test) if isinstance(n, ast.Name)}
-            if ast.dump(anc.test) in guards or any(dotted(n) == scaler for n in ast.walk(anc.test)):
+            names = {n.id for n in subtree(anc.test) if isinstance(n, ast.Name)}
+            if ast.dump(anc.test) in guards or any(dotted(n) == scaler for n in subtree(anc.test)):
                 continue
             if names & assigned:
                 deciding = anc
@@ -970,7 +971,7 @@ def _schedules(index: Index) -> dict[str, list[tuple[ast.AST, Schedule]]]:
         if fn.name not in built:
             returned = [
                 n.value
-                for n in ast.walk(fn)
+                for n in subtree(fn)
                 if isinstance(n, ast.Return) and n.value is not None and index.function_of(n) is fn
             ]
             kinds = [(_scheduler_call(index, r), r) for r in returned]
@@ -1222,7 +1223,7 @@ def _epoch_set_each_step(node: ast.Module, ctx: Context) -> None:
         hook, configure = methods.get("lr_scheduler_step"), methods.get("configure_optimizers")
         if hook is None or configure is None or not _registers_step_interval(configure):
             continue
-        for call in ast.walk(hook):
+        for call in subtree(hook):
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"):
                 continue
             epoch = kwarg(call, "epoch", 0)
@@ -1236,12 +1237,12 @@ def _epoch_set_each_step(node: ast.Module, ctx: Context) -> None:
 
 def _registers_step_interval(configure: ast.FunctionDef) -> bool:
     """`"interval": "step"` (or a choice that can be "step") in the dict configure_optimizers returns."""
-    for d in ast.walk(configure):
+    for d in subtree(configure):
         if not isinstance(d, ast.Dict):
             continue
         for k, v in zip(d.keys, d.values, strict=True):
             if isinstance(k, ast.Constant) and k.value == "interval" and v is not None:
-                if any(isinstance(c, ast.Constant) and c.value == "step" for c in ast.walk(v)):
+                if any(isinstance(c, ast.Constant) and c.value == "step" for c in subtree(v)):
                     return True
     return False
 
@@ -1350,7 +1351,7 @@ def _every_update_in(index: Index, call: ast.Call, fn: ast.AST, steps: set[ast.C
         if isinstance(anc, ast.If) and _updates_either_way(anc, steps):
             continue
         if isinstance(anc, ast.If):
-            if _find_mod(index, anc.test, anc) is None or not any(n in steps for n in ast.walk(anc)):
+            if _find_mod(index, anc.test, anc) is None or not any(n in steps for n in subtree(anc)):
                 return False
         elif isinstance(anc, ast.ExceptHandler | ast.Try):
             return False
@@ -1361,7 +1362,7 @@ def _updates_either_way(branch: ast.If, steps: set[ast.Call]) -> bool:
     """Both arms of the `if` take an optimizer step: the test picks the way of updating (a scaler or not, one
     library or another), and a scheduler step in either arm runs on every update all the same."""
     def steps_in(body: list[ast.stmt]) -> bool:
-        return any(node in steps for stmt in body for node in ast.walk(stmt))
+        return any(node in steps for stmt in body for node in subtree(stmt))
     return bool(branch.orelse) and steps_in(branch.body) and steps_in(branch.orelse)
 
 
@@ -1403,7 +1404,7 @@ def per_epoch_scheduler_stepped_per_batch(node: ast.Module, ctx: Context) -> Non
 def _leave_schedule_crossings(ctx: Context) -> None:
     index = ctx.index
     source = ctx.source
-    if "sched" not in source.lower() and "LR(" not in source:
+    if "sched" not in index.lowered() and "LR(" not in source:  # the file's text lowered once for every rule
         return
     stepped: set[ast.Call] = {call for call, _ in _scheduler_steps(ctx)}
     optimizer_steps = set(index.step_calls)
@@ -1657,7 +1658,7 @@ def _divides_by(node: ast.AST, count: ast.expr) -> bool:
     target = dotted(count) or (repr(count.value) if isinstance(count, ast.Constant) else None)
     if target is None:
         return False
-    for sub in ast.walk(node):
+    for sub in subtree(node):
         right = None
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Div | ast.FloorDiv):
             right = sub.right
@@ -1667,7 +1668,7 @@ def _divides_by(node: ast.AST, count: ast.expr) -> bool:
             right = sub.args[-1]
         if right is None:
             continue
-        for part in ast.walk(right):
+        for part in subtree(right):
             text = dotted(part) or (repr(part.value) if isinstance(part, ast.Constant) else None)
             if text == target:
                 return True
@@ -1679,18 +1680,18 @@ def _loss_divided(index: Index, acc: Accumulation, call: ast.Call) -> bool:
     receiver: list[ast.AST] = list(call.args)
     if isinstance(call.func, ast.Attribute):
         receiver.append(call.func.value)
-    names = {n.id for r in receiver for n in ast.walk(r) if isinstance(n, ast.Name)}
+    names = {n.id for r in receiver for n in subtree(r) if isinstance(n, ast.Name)}
     for r in receiver:
-        if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.FloorDiv | ast.Mult) for n in ast.walk(r)):
+        if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.FloorDiv | ast.Mult) for n in subtree(r)):
             return True
-    for sub in ast.walk(acc.loop.node):
+    for sub in subtree(acc.loop.node):
         if isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id in names:
             if isinstance(sub.op, ast.Div | ast.Mult):
                 return True
         elif isinstance(sub, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id in names for target in sub.targets for t in ast.walk(target)
+            isinstance(t, ast.Name) and t.id in names for target in sub.targets for t in subtree(target)
         ):
-            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.Mult) for n in ast.walk(sub.value)):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div | ast.Mult) for n in subtree(sub.value)):
                 return True
     return False
 
@@ -1753,7 +1754,7 @@ def _clears_gradients(ctx: Context, nodes: list[ast.AST], depth: int = 0) -> boo
         if depth >= 3:
             continue
         called: list[ast.AST] = []
-        for sub in ast.walk(node):
+        for sub in subtree(node):
             if isinstance(sub, ast.Call):
                 target = ctx.index.local_target(sub)
                 if target is not None:
@@ -1783,7 +1784,7 @@ def _optimizer_left_uncleared(index: Index, loop: Loop, steps: list[ast.Call]) -
             if receiver not in stepped:
                 return None  # `D.zero_grad()` on a model, or a name we cannot tie: it may clear any of them
             cleared.add(receiver)
-    if not cleared or any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(loop.node)):
+    if not cleared or any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in subtree(loop.node)):
         return None  # gradients also handled by hand (`p.grad = None`)
     missing = [name for name in stepped if name not in cleared]
     return stepped[missing[0]] if len(missing) == 1 else None
@@ -1879,7 +1880,7 @@ def _transformer_style(ctx: Context, cls: str | None, depth: int = 0) -> bool:
     if info is None:
         short = cls.rsplit(".", 1)[-1]
         return cls.startswith("transformers.") or (cls.startswith("torch.nn.") and bool(_NORM_LAYERS.search(short)))
-    for sub in ast.walk(info.node):
+    for sub in subtree(info.node):
         if isinstance(sub, ast.Call):
             q = index.resolve(sub.func) or dotted(sub.func) or ""
             if _NORM_LAYERS.search(q.rsplit(".", 1)[-1]):
@@ -2020,7 +2021,7 @@ def _leave_update_helpers(ctx: Context) -> None:
             for fn in cls.body:  # type: ignore[attr-defined]
                 if id(fn) not in holding:
                     continue  # neither call is in it: no walk (torch's own optim classes are many and long)
-                for call in ast.walk(fn):
+                for call in subtree(fn):
                     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
                         continue
                     if call.func.attr == "zero_grad" and not any(isinstance(a, ast.If | ast.For | ast.While)
@@ -2083,9 +2084,9 @@ def _zero_grad_in_helpers(index: Index, loop: Loop) -> list[ast.Call]:
         if any(isinstance(a, ast.If) for a, _ in _between(index, call, loop.node)):
             continue
         target = index.local_target(call)
-        if not isinstance(target, FUNCTIONS) or any(n in steps for n in ast.walk(target)):
+        if not isinstance(target, FUNCTIONS) or any(n in steps for n in subtree(target)):
             continue
-        found += [n for n in ast.walk(target) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        found += [n for n in subtree(target) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                   and n.func.attr == "zero_grad" and index.function_of(n) is target
                   and not any(isinstance(a, ast.If | ast.For | ast.While) for a, _ in _between(index, n, target))]
     return found
@@ -2102,7 +2103,7 @@ def _zero_grad_inside_accumulate(ctx: Context) -> None:
         with_stmt = index.parent(block) if isinstance(block, ast.withitem) else None
         if not isinstance(with_stmt, ast.With) or acc is not block.context_expr:  # type: ignore[union-attr]
             continue
-        calls = sorted((c for c in ast.walk(with_stmt) if isinstance(c, ast.Call)
+        calls = sorted((c for c in subtree(with_stmt) if isinstance(c, ast.Call)
                         and index.function_of(c) is index.function_of(with_stmt)), key=lambda c: (c.lineno, c.col_offset))
         backs = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "backward"]
         steps = [c for c in calls if c in set(index.step_calls)]
@@ -2125,7 +2126,7 @@ def _zero_grad_every_call(ctx: Context) -> None:
     # only functions that step an optimizer outside any loop of theirs
     candidates = {index.function_of(c) for c in steps if index.loop_of(c) is None} - {None}
     for fn in candidates:
-        calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and index.function_of(c) is fn
+        calls = [c for c in subtree(fn) if isinstance(c, ast.Call) and index.function_of(c) is fn
                  and index.loop_of(c) is None]
         mine = [c for c in calls if c in steps]
         backs = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "manual_backward")]
@@ -2240,7 +2241,7 @@ def accumulation_not_applied(node: ast.Module, ctx: Context) -> None:
             continue  # the step runs under some condition we do not read
         if any(c in backward and is_engine_backward(c) for c in loop.calls):
             continue  # accelerator.backward / engine.backward: the framework accumulates
-        for stmt in ast.walk(loop.node):
+        for stmt in subtree(loop.node):
             divisor = _divided_for_accumulation(stmt)
             if divisor is not None and index.loop_of(stmt) is loop:
                 ctx.report(stmt, accum_expr=ctx.segment(divisor, 40), step_call=ctx.segment(here[0], 40))

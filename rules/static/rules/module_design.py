@@ -160,7 +160,7 @@ def _handed_to_a_registrar(index: Index, info: ClassInfo) -> set[str]:
             if not isinstance(base, ast.Name):
                 continue
             for anc in index.ancestors(call):
-                if isinstance(anc, ast.For) and base.id in {n.id for n in ast.walk(anc.target) if isinstance(n, ast.Name)}:
+                if isinstance(anc, ast.For) and base.id in {n.id for n in subtree(anc.target) if isinstance(n, ast.Name)}:
                     it = anc.iter.args[0] if isinstance(anc.iter, ast.Call) and dotted(anc.iter.func) == "enumerate" \
                         and anc.iter.args else anc.iter
                     if (dotted(it) or "").startswith("self."):
@@ -298,7 +298,7 @@ def missing_super_init(node: ast.ClassDef, ctx: Context) -> None:
     init = info.method("__init__")
     if init is None:
         return
-    for sub in ast.walk(init):
+    for sub in subtree(init):
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "__init__":
             return  # super().__init__(...), super(Net, self).__init__(), nn.Module.__init__(self)
     ctx.report(init, variable=node.name)
@@ -446,7 +446,7 @@ def _moved_through_local(index, read: ast.Attribute) -> bool:
     name, fn = parent.targets[0].id, index.function_of(read)
     if fn is None:
         return False
-    after = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+    after = sorted((n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                     and (n.lineno, n.col_offset) >= (parent.end_lineno, parent.end_col_offset)),
                    key=lambda n: (n.lineno, n.col_offset))
     if not after:
@@ -645,12 +645,12 @@ def _only_feeds_losses(index, origin: ast.AST, loss_call: ast.Call) -> bool:
     fn = index.function_of(loss_call)
     if fn is None or index.function_of(origin) is not fn:
         return False
-    reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    reads = [n for n in subtree(fn) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     for read in reads:
         anc = index.parent(read)
         if isinstance(anc, ast.For) and read is anc.iter:
             continue  # `for out in outputs:` whose body computes the loss
-        if not any(a is loss_call for a in index.ancestors(read)) and read not in ast.walk(loss_call):
+        if not any(a is loss_call for a in index.ancestors(read)) and read not in subtree(loss_call):
             return False
     return bool(reads)
 
@@ -1496,9 +1496,9 @@ def _calls_sdpa(index: Index, fn: ast.AST) -> bool:
 
 def _weights_needed(fn: ast.AST, name: str) -> bool:
     """The attention weights are returned, stored or collected: SDPA does not return them."""
-    for sub in ast.walk(fn):
+    for sub in subtree(fn):
         if isinstance(sub, ast.Return) and sub.value is not None:
-            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(sub.value)):
+            if any(isinstance(n, ast.Name) and n.id == name for n in subtree(sub.value)):
                 return True
         elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Name) and sub.value.id == name:
             if any(isinstance(t, ast.Attribute) for t in sub.targets):
@@ -1562,7 +1562,7 @@ def functional_dropout_ignores_eval(node: ast.Call, ctx: Context) -> None:
         if anc is fn:
             break
         if isinstance(anc, ast.If | ast.IfExp) and any(
-                isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(anc.test)):
+                isinstance(n, ast.Attribute) and n.attr == "training" for n in subtree(anc.test)):
             return  # `if self.training and rate > 0: x = F.dropout(x, rate)`: runs in training mode only
     if _rate_follows_mode(index, fn, kwarg(node, "p", 1)):
         return
@@ -1586,7 +1586,7 @@ def _rate_from_unseen_callers(index: Index, info, fn: ast.AST, rate: ast.AST | N
     defaults.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d})
     if rate.id not in [a.arg for a in args + fn.args.kwonlyargs]:
         return False
-    if any(isinstance(n, ast.Name) and n.id == rate.id and isinstance(n.ctx, ast.Store) for n in ast.walk(fn)):
+    if any(isinstance(n, ast.Name) and n.id == rate.id and isinstance(n.ctx, ast.Store) for n in subtree(fn)):
         return False  # rebound inside the method: not simply the caller's value
     default = defaults.get(rate.id)
     if default is not None and not (isinstance(default, ast.Constant) and default.value in (0, 0.0)):
@@ -1681,6 +1681,6 @@ def _rate_follows_mode(index: Index, fn: ast.AST, rate: ast.AST | None) -> bool:
         return False
     for call in callers:
         passed = kwarg(call, rate.id, position)
-        if passed is None or not any(isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(passed)):
+        if passed is None or not any(isinstance(n, ast.Attribute) and n.attr == "training" for n in subtree(passed)):
             return False
     return True

@@ -218,7 +218,7 @@ def _comprehension_targets(index: Index, node: ast.AST, names: set[str]) -> set[
         if isinstance(anc, ast.ListComp | ast.DictComp | ast.SetComp | ast.GeneratorExp):
             for gen in anc.generators:
                 if _mentions(gen.iter, names):
-                    found |= {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+                    found |= {n.id for n in subtree(gen.target) if isinstance(n, ast.Name)}
         elif isinstance(anc, ast.stmt):
             break
     return found
@@ -230,7 +230,7 @@ def _on_device_dataset(index: Index, expr: ast.AST | None, depth: int = 0) -> bo
         return False
     if isinstance(expr, ast.Name):
         return _on_device_dataset(index, latest_value(index, expr.id, expr), depth + 1)
-    for node in ast.walk(expr):
+    for node in subtree(expr):
         if isinstance(node, ast.Call):
             if isinstance(node.func, ast.Attribute) and node.func.attr in ("cuda", "to"):
                 return True
@@ -333,7 +333,7 @@ def _heavy_getitem(info) -> bool:
     getitem = info.method("__getitem__")
     if getitem is None:
         return False
-    for node in ast.walk(getitem):
+    for node in subtree(getitem):
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name in _SAMPLE_WORK:
@@ -471,11 +471,11 @@ def _params_shaping(index: Index, fn: ast.FunctionDef | ast.AsyncFunctionDef, ca
     each as its position ("0") and its name: WaveRNN's `get_tts_datasets(path, batch_size, r)` sizes the batches
     and the collate function from its arguments."""
     params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-    names = {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
+    names = {n.id for n in subtree(call) if isinstance(n, ast.Name)}
     for name in list(names):
         value = latest_value(index, name, call)
         if value is not None and index.function_of(value) is fn:
-            names |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+            names |= {n.id for n in subtree(value) if isinstance(n, ast.Name)}
     out = []
     for i, p in enumerate(params):
         if p in names:
@@ -488,9 +488,9 @@ def _varying_arguments(call: ast.Call, loop: Loop) -> list[str]:
     """Which arguments of a call in `loop` change from pass to pass (built from the loop's targets): positions as
     "0", "1", ..., keywords by name."""
     varying = _varying_names(loop)
-    out = [str(i) for i, a in enumerate(call.args) if any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(a))]
+    out = [str(i) for i, a in enumerate(call.args) if any(isinstance(n, ast.Name) and n.id in varying for n in subtree(a))]
     return out + [k.arg for k in call.keywords
-                  if k.arg and any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(k.value))]
+                  if k.arg and any(isinstance(n, ast.Name) and n.id in varying for n in subtree(k.value))]
 
 
 def _loader_name(index: Index, call: ast.Call) -> str:
@@ -529,7 +529,7 @@ def _reused_within(index: Index, call: ast.Call, loop: Loop) -> bool:
     (`for train_set in folds: loader = DataLoader(train_set); for epoch ...: for x in loader`), or it is built
     from what the loop hands out (the fold's dataset): a new loader is the point."""
     varying = _varying_names(loop)
-    if varying and any(isinstance(n, ast.Name) and n.id in varying for n in ast.walk(call)):
+    if varying and any(isinstance(n, ast.Name) and n.id in varying for n in subtree(call)):
         return True
     name = _loader_name(index, call)
     todo = list(loop.children)
@@ -561,7 +561,7 @@ def _varying_names(loop: Loop) -> set[str]:
             if not (used & varying or fresh):
                 continue
             for target in stmt.targets:
-                for n in ast.walk(target):
+                for n in subtree(target):
                     if isinstance(n, ast.Name) and n.id not in varying:
                         varying.add(n.id)
                         changed = True
@@ -721,7 +721,7 @@ def _under_diagnostics_flag(index: Index, node: ast.AST, loop: Loop) -> bool:
             return False
         if isinstance(anc, ast.If) and any(
             isinstance(n, ast.Name | ast.Attribute) and _DIAGNOSTICS_FLAG.search(n.id if isinstance(n, ast.Name) else n.attr)
-            for n in ast.walk(anc.test)
+            for n in subtree(anc.test)
         ):
             return True
     return False
@@ -829,9 +829,9 @@ def _accumulated(index: Index, node: ast.AST, loop: Loop) -> bool:
             return True
         if isinstance(anc, ast.Assign):
             targets = {dotted(t) for t in anc.targets}
-            if any(dotted(n) in targets for n in ast.walk(anc.value) if isinstance(n, ast.Name | ast.Attribute)):
+            if any(dotted(n) in targets for n in subtree(anc.value) if isinstance(n, ast.Name | ast.Attribute)):
                 return True  # total = total + loss.item()
-            names = {n.id for t in anc.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            names = {n.id for t in anc.targets for n in subtree(t) if isinstance(n, ast.Name)}
             return bool(names) and _collected_later(loop, names)  # preds = out.cpu(); all_preds.append(preds)
         if isinstance(anc, ast.Call) and isinstance(anc.func, ast.Attribute) and anc.func.attr in _ACCUMULATE:
             return True
@@ -861,7 +861,7 @@ def _feeds_a_branch(index: Index, node: ast.AST, loop: Loop) -> bool:
     stmt = index.statement_of(node)
     if not isinstance(stmt, ast.Assign):
         return False
-    names = {n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    names = {n.id for t in stmt.targets for n in subtree(t) if isinstance(n, ast.Name)}
     if not names:
         return False
     for sub in subtree(loop.node):
@@ -1183,7 +1183,7 @@ def _undetached(expr: ast.expr) -> ast.expr:
 
 def _derived_tensor(index: Index, expr: ast.AST, at: ast.AST, names: set[str]) -> bool:
     """`(logits.argmax(1) == y).float()`, `model(x).softmax(-1)`: built from a model output or a loss."""
-    for sub in ast.walk(expr):
+    for sub in subtree(expr):
         if isinstance(sub, ast.Name) and _tensor_value(index, sub, at, names):
             return True
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name | ast.Attribute) and index.is_model(sub.func):

@@ -8,13 +8,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     dotted,
     element_container,
     keyed_name,
     kwarg,
     last_name,
-    stmt_position,
 )
 from torchdoctor.rules.static.semantic.vocabulary import canonical
 
@@ -606,7 +606,7 @@ class Bindings:
         """A copy written before its source is bound in the file (`self.loader = loader` in `__init__`, with
         `loader = DataLoader(...)` further down in `main`, or a parameter bound from its call sites): once every
         binding is known, plain copies take the kind (and keyed entries) of what they copy."""
-        assigns = sorted(self.nodes(ast.Assign), key=stmt_position)
+        assigns = [a for a in self.assignments_in_order() if a.__class__ is ast.Assign]  # type: ignore[attr-defined]
         unwrapped = {(dotted(t), dotted(a.value.value)) for a in assigns for t in a.targets  # type: ignore[attr-defined]
                      if isinstance(a.value, ast.Attribute) and a.value.attr == "module"}  # type: ignore[attr-defined]
         for stmt in assigns:
@@ -661,7 +661,7 @@ class Bindings:
             block = getattr(parent, field, None)
             if isinstance(block, list) and stmt in block:
                 before = block[:block.index(stmt)]
-                return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) for s in before for n in ast.walk(s))
+                return any(isinstance(n, ast.Call) and self.is_optimizer_step(n) for s in before for n in subtree(s))
         return False
 
     def _bound_at(self, name: str, fallback: ast.AST) -> ast.AST:
@@ -669,7 +669,7 @@ class Bindings:
         parameter of, else the statement of its first use."""
         for stmt in self.nodes(ast.Assign):
             for target in stmt.targets:  # type: ignore[attr-defined]
-                if any(dotted(t) == name for t in ast.walk(target) if isinstance(t, ast.Name | ast.Attribute)):
+                if any(dotted(t) == name for t in subtree(target) if isinstance(t, ast.Name | ast.Attribute)):
                     return stmt
         fn = self.function_of(fallback)
         if fn is not None and name in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}:
@@ -869,9 +869,7 @@ class Bindings:
 
     def _build_bindings(self) -> None:
         """Every assignment in source order, so a name's latest binding wins."""
-        statements = self.nodes(ast.Assign) + self.nodes(ast.AnnAssign)
-        statements.sort(key=stmt_position)
-        for stmt in statements:
+        for stmt in self.assignments_in_order():  # type: ignore[attr-defined]
             if isinstance(stmt, ast.Assign):
                 for target in stmt.targets:
                     self._bind_target(target, stmt.value, stmt)

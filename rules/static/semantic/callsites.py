@@ -151,6 +151,7 @@ class CallSites:
         with `evaluate` imported): something else runs them, in a context nobody here can read, so they are sites
         with no context word, and a function with one never has all its callers agree."""
         aliases = self.aliases
+        conventional = self.vocab["conventional_aliases"]
         for arg in call.args + [k.value for k in call.keywords] if call.keywords else call.args:
             # asked of every argument of every call: the node classes compared directly (no subclasses exist)
             cls = arg.__class__
@@ -159,6 +160,12 @@ class CallSites:
                     continue
                 name = arg.attr
                 if name.startswith("__") or name in methods:
+                    continue
+                root = arg.value.id
+                if root not in aliases and root not in conventional:
+                    # `self.validate`, `trainer.evaluate`: a root no import names resolves to nothing (`resolve`
+                    # would say None), and most handed attributes are of locals
+                    shared[(name, None)] = frozenset()
                     continue
             elif cls is _NAME and arg.id in aliases:
                 name = arg.id

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     dotted,
@@ -123,7 +124,7 @@ class Classes:
         """`self.x = value` statements in a class's methods (one method, or all with None)."""
         if self._self_assigns is None:
             table: dict[ast.ClassDef, list[SelfAssign]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
+            for stmt in self.assignments_in_order():  # type: ignore[attr-defined]
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if stmt.value is None:
                     continue
@@ -148,7 +149,7 @@ class Classes:
         for name, fn in info.methods.items():
             if name in skip:
                 continue
-            for node in ast.walk(fn):
+            for node in subtree(fn):
                 if (
                     isinstance(node, ast.Attribute)
                     and isinstance(node.ctx, ast.Load)

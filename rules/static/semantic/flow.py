@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     _pairs,
@@ -20,11 +21,19 @@ if TYPE_CHECKING:
 class Flow:
     """Assignments by scope, definitions before a point, callers of local functions and methods."""
 
+    def assignments_in_order(self) -> list[ast.stmt]:
+        """Every `=` and annotated assignment of the file in source order, sorted once per file: the bindings, the
+        scoped table (`defs`), the classes' `self.x = ...` and the late copies all read them in this order. Not to
+        be changed by a caller."""
+        if self._in_order is None:
+            self._in_order = sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position)
+        return self._in_order
+
     def defs(self, scope: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.expr]]]:
         """Assignments `name = value` in a scope, by name, in source order (tuple targets unpacked)."""
         if self._defs is None:
             table: dict[ast.AST, dict[str, list[tuple[ast.stmt, ast.expr]]]] = {}
-            for stmt in sorted(self.nodes(ast.Assign) + self.nodes(ast.AnnAssign), key=stmt_position):
+            for stmt in self.assignments_in_order():
                 if stmt.value is None:
                     continue
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -294,7 +303,7 @@ class Flow:
         target = self.local_target(expr)  # type: ignore[attr-defined]
         if target is None:
             return None
-        for node in ast.walk(target):
+        for node in subtree(target):
             if isinstance(node, ast.Attribute) and node.attr == "require_backward_grad_sync" \
                     and isinstance(node.ctx, ast.Store) or isinstance(node, ast.Call) \
                     and isinstance(node.func, ast.Attribute) and node.func.attr == "no_sync":

@@ -8,6 +8,19 @@ import ast
 
 from torchdoctor.rules.static.semantic.syntax import dotted
 
+_ROLE_METHODS: dict[tuple[int, str], tuple[dict, frozenset[str]]] = {}
+
+
+def _role_methods(frameworks: dict, role: str) -> frozenset[str]:
+    """The method names any framework lists under `role`, once per vocabulary: the bindings ask `framework_call`
+    of every assignment of a call's value (`x = a.b(...)`), and nearly none calls a framework's `setup`."""
+    cached = _ROLE_METHODS.get((id(frameworks), role))
+    if cached is not None and cached[0] is frameworks:
+        return cached[1]
+    found = frozenset(m for facts in frameworks.values() for m in facts.get(role, ()))
+    _ROLE_METHODS[(id(frameworks), role)] = (frameworks, found)
+    return found
+
 
 class Frameworks:
     """Runners by name, and framework calls by role."""
@@ -59,6 +72,8 @@ class Frameworks:
         (backward, no_sync, unwrap, save, setup)."""
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
             return None
+        if call.func.attr not in _role_methods(self.vocab["frameworks"], role):
+            return None  # no framework names the method for the role: the receiver needs no looking up
         framework = self.framework_of(call.func.value)
         if framework is None or call.func.attr not in self.vocab["frameworks"][framework].get(role, ()):
             return None

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from torchdoctor.rules.static.semantic.subtree import subtree
+
 LIVE, UNKNOWN, CUT, NONE = "live", "unknown", "cut", "none"
 _ORDER = {LIVE: 3, UNKNOWN: 2, CUT: 1, NONE: 0}
 
@@ -111,7 +113,7 @@ def _loop_target(index, name: ast.Name) -> bool:
     fn = index.function_of(name)
     for anc in index.ancestors(name):
         if isinstance(anc, ast.For | ast.AsyncFor) and any(
-                isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(anc.target)):
+                isinstance(t, ast.Name) and t.id == name.id for t in subtree(anc.target)):
             return True
         if anc is fn:
             break
@@ -128,7 +130,7 @@ def _scope_facts(index, name: ast.Name) -> tuple[set[str], dict[str, list[ast.ex
     if facts is None:
         rebound: set[str] = set()
         grown: dict[str, list[ast.expr]] = {}
-        for n in ast.walk(scope):
+        for n in subtree(scope):
             if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
                 rebound.add(n.target.id)
             elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _GROWERS \

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     dotted,
@@ -278,7 +279,7 @@ class Guards:
         """A decorator of this file whose wrapper runs the function only under a rank-zero test
         (`def main_process(func): def wrapper(*a, **k): if is_main_process(): return func(*a, **k)`)."""
         fn = self.functions.get(decorator.id) if isinstance(decorator, ast.Name) else None
-        return fn is not None and any(isinstance(sub, ast.If) and self.is_rank_zero_test(sub.test) for sub in ast.walk(fn))
+        return fn is not None and any(isinstance(sub, ast.If) and self.is_rank_zero_test(sub.test) for sub in subtree(fn))
 
     def _early_exit_before(self, body: list[ast.stmt], stmt: ast.stmt) -> bool:
         """`if rank != 0: return` (or continue/raise/sys.exit) earlier in the same block."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
+
 if TYPE_CHECKING:
     from torchdoctor.rules.static.index import Index
 
@@ -80,7 +82,7 @@ def local_helper(index: Index, call: ast.Call) -> tuple[ast.AST, list[ast.expr],
 def in_callers_terms(expr: ast.expr, handed: dict[str, ast.expr]) -> list[ast.expr]:
     """`model.state_dict()` in the helper, with `model` handed in: the caller's expression for it. An expression
     that reads no parameter stays as it is (a constant, a global of the helper's file)."""
-    used = [n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id in handed]
+    used = [n.id for n in subtree(expr) if isinstance(n, ast.Name) and n.id in handed]
     if not used:
         return [expr]
     return [handed[name] for name in dict.fromkeys(used)]

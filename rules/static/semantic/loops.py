@@ -228,7 +228,7 @@ class Loops:
         rebinds (a counter, the batch, a flag set in the body) or calls something (`random.random()`). A test on
         `args.amp` or `self.use_ema` alone is fixed for the whole loop: what it guards runs every iteration."""
         assigned = self.assigned_in(loop)
-        for sub in ast.walk(expr):
+        for sub in subtree(expr):
             if isinstance(sub, ast.Call):
                 if not (isinstance(sub.func, ast.Name) and sub.func.id in _PURE_BUILTINS):
                     return True
@@ -260,10 +260,10 @@ class Loops:
             parts = [self.rare_in(v, loop, _depth + 1) for v in test.values]
             return any(parts) if isinstance(test.op, ast.And) else all(parts)
         if isinstance(test, ast.Compare):
-            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test)):
+            if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in subtree(test)):
                 return not any(isinstance(op, ast.NotEq | ast.IsNot) for op in test.ops)
             if any(isinstance(n, ast.Call) and (self.callee(n) or "").startswith(("random.", "numpy.random.", "np.random."))
-                   for n in ast.walk(test)):
+                   for n in subtree(test)):
                 return True
             return all(isinstance(op, ast.Eq | ast.Is) for op in test.ops) and self.varies_in(test, loop)
         if isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod):
@@ -441,14 +441,14 @@ class Loops:
             if q.startswith("torch.nn.functional.") and ("loss" in q or q.endswith(("cross_entropy", "nll_loss"))):
                 return True
         return any(isinstance(n, ast.Attribute) and n.attr == "loss" and isinstance(n.ctx, ast.Load)
-                   for n in ast.walk(loop.node))
+                   for n in subtree(loop.node))
 
     def _reads_data(self, loop: Loop) -> bool:
         """The loop takes an item per iteration: `dataset[i]` with its own counter, or `next(data_iter)`."""
         targets = set(loop.targets)
-        for sub in ast.walk(loop.node):
+        for sub in subtree(loop.node):
             if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Load) and any(
-                isinstance(n, ast.Name) and n.id in targets for n in ast.walk(sub.slice)
+                isinstance(n, ast.Name) and n.id in targets for n in subtree(sub.slice)
             ):
                 return True
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "next":
@@ -539,13 +539,13 @@ def _is_prediction(expr: ast.AST) -> bool:
     """`out.argmax(1)`, `torch.max(out, 1)[1]`, `logits.topk(5)`: the class a model's scores pick."""
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute | ast.Name)
                and (n.func.attr if isinstance(n.func, ast.Attribute) else n.func.id) in _PREDICTION_METHODS
-               for n in ast.walk(expr))
+               for n in subtree(expr))
 
 
 def _compares_predictions(node: ast.AST) -> bool:
     """The loop checks predictions against labels: `pred == y`, `pred.eq(y)` on an argmax/max/topk, the way an
     accuracy is counted (only an evaluation does that over a whole loader with autograd off)."""
-    for sub in ast.walk(node):
+    for sub in subtree(node):
         if isinstance(sub, ast.Compare) and any(isinstance(op, ast.Eq) for op in sub.ops) \
                 and any(_is_prediction(side) for side in [sub.left, *sub.comparators]):
             return True
@@ -560,10 +560,10 @@ def _counts_epochs(node: ast.AST) -> bool:
     (`range(args.max_epoch)`, `trange(n_epochs)`)."""
     if not isinstance(node, ast.For | ast.AsyncFor):
         return False
-    words = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+    words = [n.id for n in subtree(node.target) if isinstance(n, ast.Name)]
     if isinstance(node.iter, ast.Call):
         for arg in node.iter.args:
-            words += [dotted(n) or "" for n in ast.walk(arg) if isinstance(n, ast.Name | ast.Attribute)]
+            words += [dotted(n) or "" for n in subtree(arg) if isinstance(n, ast.Name | ast.Attribute)]
     return any("epoch" in w.lower() for w in words)
 
 
@@ -571,4 +571,4 @@ def _period_test(test: ast.AST) -> bool:
     """`saver.global_step % interval == 0`: a period test skips iterations even when the counter it reads is
     advanced out of sight (`saver.global_step_increment()` in DDSP-SVC's solver), not rebound in the loop."""
     return isinstance(test, ast.Compare) and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
-                                                 for n in ast.walk(test))
+                                                 for n in subtree(test))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import FUNCTIONS, dotted
 
 
@@ -89,7 +90,7 @@ def _backpropagated(index) -> set[str]:
             if target is None and call.args:
                 target = call.args[0]  # `accelerator.backward(loss)`
             if target is not None:
-                cached.update(d for n in ast.walk(target) if (d := dotted(n)))
+                cached.update(d for n in subtree(target) if (d := dotted(n)))
         index.__dict__["_lossuse_backpropagated"] = cached
     return cached
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from torchdoctor.rules.static.semantic.syntax import (
@@ -103,18 +104,19 @@ class Names:
     def uses(self, prefix: str) -> bool:
         """Whether the file imports or calls anything under a qualified prefix."""
         if self._used_prefixes is None:
-            # every name imported or called, and each of its dotted prefixes (`torch.distributed` of
-            # `torch.distributed.all_reduce`), once per file: the router's contexts and the framework lookups ask
-            # several prefixes of every file. Both tables are final once the calls are indexed (`_index_calls`).
-            found: set[str] = set()
-            for n in (*self.imported, *self.calls_by_name):
-                found.add(n)
-                at = n.find(".")
-                while at >= 0:
-                    found.add(n[:at])
-                    at = n.find(".", at + 1)
-            self._used_prefixes = frozenset(found)
-        return prefix in self._used_prefixes
+            # Every name imported or called, as a set and sorted, once per file: the router's contexts and the
+            # framework lookups ask several prefixes of every file. A prefix is used when it is one of the names or
+            # some name starts with it and a dot, and the names that do sit together in sorted order, so each
+            # question is one binary search (a table of every dotted prefix of every name cost more to build than
+            # all the questions asked of it). Both sources are final once the calls are indexed (`_index_calls`).
+            names = {*self.imported, *self.calls_by_name}
+            self._used_prefixes = (frozenset(names), sorted(names))
+        known, ordered = self._used_prefixes
+        if prefix in known:
+            return True
+        under = prefix + "."
+        at = bisect_left(ordered, under)
+        return at < len(ordered) and ordered[at].startswith(under)
 
     def _build_names(self) -> None:
         """Import aliases, then every call indexed by qualified callee and by method name."""
@@ -142,7 +144,9 @@ class Names:
     def _index_calls(self) -> None:
         # `callee`'s cache filled here without its lookup: every call is new to it, and a missed lookup costs
         # an exception each. So is `resolve`'s, from the one dotted name `callee` falls back to.
+        # A file calls the same spellings over and over (`torch.cat`, `self.conv`): each is qualified once.
         known, resolved = self._callee, self._resolved
+        qualified: dict[str | None, str | None] = {}
         for node in self.nodes(ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute):
@@ -153,7 +157,10 @@ class Names:
                 name = resolved.get(func, _UNKNOWN)
                 spelled = dotted(func)
                 if name is _UNKNOWN:
-                    name = resolved[func] = self._qualified(spelled)
+                    name = qualified.get(spelled, _UNKNOWN)
+                    if name is _UNKNOWN:
+                        name = qualified[spelled] = self._qualified(spelled)
+                    resolved[func] = name
                 if name is None:
                     name = spelled
                 known[node] = name

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torchdoctor.rules.static.semantic.loops import is_eval_word
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import FUNCTIONS, WITHS, kwarg
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class Phases:
         return None
 
     def reads_phase(self, test: ast.AST, phase: Phase) -> bool:
-        return any(isinstance(n, ast.Name) and n.id == phase.name for n in ast.walk(test))
+        return any(isinstance(n, ast.Name) and n.id == phase.name for n in subtree(test))
 
     def runs_in_phase(self, node: ast.AST, phase: Phase, value: Any) -> bool:
         """Whether `node` may run in the pass where the phase holds `value`: no `if` between it and the phase's

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from torchdoctor.rules.static.semantic.subtree import subtree
 from torchdoctor.rules.static.semantic.syntax import (
     FUNCTIONS,
     WITHS,
@@ -76,7 +77,7 @@ class Regions:
         if fn not in known:
             known[fn] = False  # while it is read: a wrapper that names itself in its own `with` does not loop
             known[fn] = any(isinstance(sub, ast.With) and any(self._is_grad_off(i.context_expr) for i in sub.items)
-                            for sub in ast.walk(fn))
+                            for sub in subtree(fn))
         return known[fn]
 
     def grad_disabled(self, node: ast.AST, _depth: int = 0) -> bool:
@@ -127,7 +128,7 @@ class Regions:
         if mode is None or isinstance(mode, ast.Constant):
             return False
         backward = set(self.backward_calls)
-        return any(isinstance(n, ast.Call) and n in backward for n in ast.walk(block))
+        return any(isinstance(n, ast.Call) and n in backward for n in subtree(block))
 
     def _set_grad_false_before(self, scope: ast.AST, node: ast.AST) -> bool:
         line = getattr(node, "lineno", 0)
