@@ -22,7 +22,8 @@ def test_a_forward_used_by_the_second_backward_after_it_is_no_evaluation(tmp_pat
 def test_the_nan_probes_replay_is_not_an_evaluation_forward(tmp_path_factory, validate_report):
     result = shared_run(tmp_path_factory, "nan-dropout-replay", "nan_dropout_replay.py", "--fail-on", "never")
     assert_sound(result, validate_report, exitcodes.OK)
-    assert [s["id"] for s in result.report["symptoms"]] == ["nan-loss"], result.report["symptoms"]
+    # launch-bound / slow-step at info depend on how fast this machine runs 237 small operators: not the point here
+    assert [s["id"] for s in diagnosed(result)] == ["nan-loss"], result.report["symptoms"]
     counts = result.run["measurements"]["validation"]
     assert counts["forwards"] == 20 and counts["trained"] == 20, counts  # the script's own 20 forwards only
 

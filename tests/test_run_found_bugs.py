@@ -13,14 +13,15 @@ pytestmark = pytest.mark.slow
 
 
 def _bug_or_twin(tmp_path_factory, validate_report, name: str, script: str, how: str, done: str, symptom: str,
-                 line_text: str) -> tuple[RunResult, dict | None]:
-    """Run `script` with `how` ("bug" or "healthy") to its `done` line: the bug gives one `symptom` at the line
-    holding `line_text`, the healthy twin none. Returns the run and the bug's symptom (None for the twin)."""
+                 line_text: str, bug: bool | None = None) -> tuple[RunResult, dict | None]:
+    """Run `script` with `how` to its `done` line: a bug case (`bug`, by default every `how` but "healthy") gives
+    one `symptom` at the line holding `line_text`, a healthy twin none. Returns the run and the bug's symptom
+    (None for a twin)."""
     result = shared_run(tmp_path_factory, f"{name}-{how}", script, "--fail-on", "never", "--", how)
     assert_sound(result, validate_report, exitcodes.OK)
     assert done in result.stdout + result.stderr
     found = result.symptoms(symptom)
-    if how == "healthy":
+    if not (how != "healthy" if bug is None else bug):
         assert not found, result.report["symptoms"]
         return result, None
     assert len(found) == 1, result.report["symptoms"]
@@ -1636,17 +1637,9 @@ def test_a_zero_grad_that_misses_some_stepped_gradients_is_missing_zero_grad(tmp
     # run15miss state 1: each watched gradient is judged on its own (a submodule's zero_grad, a grad = None list
     # without the head), watched gradients are spread over the optimizer's parameters (its ends get none), and a
     # second optimizer stepping right after the first is checked only after a backward; twins clear it all
-    script = "zero_grad_elsewhere.py"
     bug = how in ("submodule", "grad-list", "unused-ends", "second-optimizer")
-    result = shared_run(tmp_path_factory, f"zero-grad-elsewhere-{how}", script, "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done" in result.stdout + result.stderr
-    found = result.symptoms("missing-zero-grad")
-    if not bug:
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of(script, "loss.backward()  # the backward"), found[0]["location"]
+    _bug_or_twin(tmp_path_factory, validate_report, "zero-grad-elsewhere", "zero_grad_elsewhere.py", how, "done",
+                 "missing-zero-grad", "loss.backward()  # the backward", bug=bug)
 
 
 @pytest.mark.heavy  # a training run per case (~4 s each)
@@ -1656,17 +1649,9 @@ def test_optimizer_steps_on_a_validation_loaders_batches_are_backward_in_validat
     # run15miss state 2: the data probe counts, per loader, the optimizer steps that followed a backward on its
     # latest batch; a loader holding a validation/test split (train=False; the names it is built from) stepped on
     # while another loader is trained on is backward-in-validation, named at the evaluation's own line
-    script = "steps_on_eval_loader.py"
-    result = shared_run(tmp_path_factory, f"eval-loader-{how}", script, "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done" in result.stdout + result.stderr
-    found = result.symptoms("backward-in-validation")
-    if how not in ("shared", "flag"):
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
     line = "# the evaluation's call" if how == "shared" else "# the test backward"
-    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
+    _bug_or_twin(tmp_path_factory, validate_report, "eval-loader", "steps_on_eval_loader.py", how, "done",
+                 "backward-in-validation", line, bug=how in ("shared", "flag"))
 
 
 @pytest.mark.heavy  # a training run per case (~4 s each)
@@ -1676,16 +1661,8 @@ def test_graphs_kept_across_steps_at_a_slow_pace_or_in_a_short_run_are_memory_gr
     # run15miss state 3: a container's tensors that carry a graph are counted from the second step and judged at
     # one every 20 steps (3 at least), not at the 0.5 a step of detached values; twins: detached outputs, a
     # window of micro-batch losses dropped at each step, a bounded deque
-    script = "graphs_kept_slowly.py"
-    result = shared_run(tmp_path_factory, f"graphs-kept-{how}", script, "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done" in result.stdout + result.stderr
-    found = result.symptoms("memory-growth")
-    if how not in ("periodic", "short"):
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
-    assert found[0]["location"]["line"] == line_of(script, "# the kept graph"), found[0]["location"]
+    _bug_or_twin(tmp_path_factory, validate_report, "graphs-kept", "graphs_kept_slowly.py", how, "done",
+                 "memory-growth", "# the kept graph", bug=how in ("periodic", "short"))
 
 
 @pytest.mark.heavy  # a training run per case (~4 s each)
@@ -1694,17 +1671,10 @@ def test_a_loss_term_computed_under_no_grad_is_a_cut_off_summand(tmp_path_factor
     # run15miss state 4: an op under torch.no_grad() on a tensor with a graph cuts its result from that graph as
     # detach() does; added to the loss as a constant it is named at the no_grad that turned autograd off; twins:
     # no_grad values used as targets, logged, in a product, as soft labels
-    script = "loss_term_under_no_grad.py"
-    result = shared_run(tmp_path_factory, f"no-grad-term-{how}", script, "--fail-on", "never", "--", how)
-    assert_sound(result, validate_report, exitcodes.OK)
-    assert "done" in result.stdout + result.stderr
-    found = result.symptoms("non-differentiable")
-    if how not in ("with", "decorated"):
-        assert not found, result.report["symptoms"]
-        return
-    assert len(found) == 1, result.report["symptoms"]
     line = "# the no_grad block" if how == "with" else "# the decorator"
-    assert found[0]["location"]["line"] == line_of(script, line), found[0]["location"]
+    _bug_or_twin(tmp_path_factory, validate_report, "no-grad-term", "loss_term_under_no_grad.py", how, "done",
+                 "non-differentiable", line, bug=how in ("with", "decorated"))
+
 
 @pytest.mark.distributed
 @pytest.mark.heavy  # a 2-rank torchrun per case (~10 s each under load); the quick suite is at its budget
