@@ -41,7 +41,6 @@ from typing import Any
 from torchdoctor.probes.base import Probe
 from torchdoctor.probes.patches import LoaderInfo, backward_watch, data_watch
 from torchdoctor.probes.sites import user_stack
-from torchdoctor.probes.userframes import is_library_file
 
 
 class DataProbe(Probe):
@@ -142,12 +141,5 @@ class DataProbe(Probe):
 def _user_stack(frame: Any) -> list[dict[str, Any]]:
     """The user's frames (outermost first, at most 16) of a backward: where the analysis tells the evaluation's
     call from the training's when both reach one shared backward line."""
-    stack = []
-    while frame is not None and len(stack) < 16:
-        code = frame.f_code
-        if not is_library_file(code.co_filename):
-            stack.append({"path": code.co_filename, "line": frame.f_lineno, "function": code.co_name})
-        frame = frame.f_back
-    stack.reverse()
-    return stack
-
+    return [{"path": code.co_filename, "line": line, "function": code.co_name}
+            for _, code, line in user_stack(frame, limit=16)]
