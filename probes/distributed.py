@@ -429,10 +429,9 @@ class DistributedProbe(Probe):
             if name == "require_backward_grad_sync" and not value and probe.unsynced_sent < probe.max_unsynced:
                 # the script's own `model.require_backward_grad_sync = ...` (no_sync() sets it from torch's
                 # file, and its call was noted above): a helper may assign it, far from the backward
-                frame = sys._getframe(1)
-                if not is_library_file(frame.f_code.co_filename):
-                    probe.nosync_site = {"path": frame.f_code.co_filename, "line": frame.f_lineno,
-                                         "function": frame.f_code.co_name, "flag": True}
+                site = _caller_site(sys._getframe(1), depth=1)
+                if site is not None:
+                    probe.nosync_site = {**site, "flag": True}
             original_setattr(ddp, name, value)
 
         DistributedDataParallel.__init__ = transparent(__init__)
