@@ -788,23 +788,30 @@ def _frame_site(code: Any, line: int | None) -> dict[str, Any]:
 
 def _covers(owner: Any, optimizer: Any) -> bool:
     """A zero_grad() owner (a model, or another optimizer) zeroed some of the parameters `optimizer` steps."""
-    groups = getattr(owner, "param_groups", None)
-    if groups is None:
-        return _shares_parameters(owner, optimizer)
-    try:
-        stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        return any(id(p) in stepped for g in groups for p in g["params"])
-    except Exception:  # noqa: BLE001
-        return False
+    stepped = _stepped_ids(optimizer)
+    return stepped is not None and _holds_ids(owner, stepped)
 
 
 def _holds_any(owner: Any, refs: list[weakref.ref]) -> bool:
     """Whether a zero_grad() owner (an optimizer or a model) holds any of these parameters."""
-    wanted = {id(p) for p in (r() for r in refs) if p is not None}
+    return _holds_ids(owner, {id(p) for p in (r() for r in refs) if p is not None})
+
+
+def _stepped_ids(optimizer: Any) -> set[int] | None:
+    """The ids of the parameters an optimizer steps (None for an object without param_groups)."""
+    try:
+        return {id(p) for g in optimizer.param_groups for p in g["params"]}
+    except Exception:  # noqa: BLE001 - not an optimizer, or a half-built one
+        return None
+
+
+def _holds_ids(owner: Any, wanted: set[int], modules_only: bool = False) -> bool:
+    """Whether a zero_grad() owner holds any parameter in `wanted`: an optimizer through its param_groups (unless
+    `modules_only`), a model through parameters()."""
     try:
         groups = getattr(owner, "param_groups", None)
         if groups is not None:
-            return any(id(p) in wanted for g in groups for p in g["params"])
+            return not modules_only and any(id(p) in wanted for g in groups for p in g["params"])
         parameters = getattr(owner, "parameters", None)
         return parameters is not None and any(id(p) in wanted for p in parameters())
     except Exception:  # noqa: BLE001 - a half-built module
@@ -852,14 +859,8 @@ def _grads_state(picked: list[tuple[weakref.ref, weakref.ref, int]]) -> str:
 
 def _shares_parameters(module: Any, optimizer: Any) -> bool:
     """A model's zero_grad() zeroed some of the parameters this optimizer steps."""
-    parameters = getattr(module, "parameters", None)
-    if parameters is None or not hasattr(optimizer, "param_groups"):
-        return False
-    try:
-        stepped = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        return any(id(p) in stepped for p in parameters())
-    except Exception:  # noqa: BLE001 - a half-built module
-        return False
+    stepped = _stepped_ids(optimizer)
+    return stepped is not None and _holds_ids(module, stepped, modules_only=True)
 
 
 def _nothing(module: Any, output: Any, token: Any) -> None:
